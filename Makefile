@@ -1,0 +1,113 @@
+# nccl-trim. Targets: all (default), test, asan, fuzz, demo, bench, docs, clean.
+# Everything lands in $(BUILD)/ (default build/); `make asan` uses build-asan/.
+
+BUILD   ?= build
+NPROC   := $(shell nproc 2>/dev/null || echo 2)
+CXX     := g++
+SAN     ?=
+DEBUG   ?=
+
+CPPFLAGS := -I. -MMD -MP
+CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -pthread \
+            -fvisibility=hidden -fvisibility-inlines-hidden
+LDFLAGS  := -pthread
+ifneq ($(DEBUG),)
+  CXXFLAGS += -O1
+  CPPFLAGS += -DTRIM_ENABLE_TRACE
+endif
+ifneq ($(SAN),)
+  CXXFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  LDFLAGS  += -fsanitize=address,undefined
+endif
+
+LIB_SRCS  := $(wildcard common/*.cc codec/*.cc transport/*.cc plugin/*.cc)
+LIB_OBJS  := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
+TEST_SRCS := $(wildcard tests/*.cc)
+TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
+BENCH_SRCS := $(wildcard tools/bench/*.cc)
+BENCH_OBJS := $(BENCH_SRCS:%.cc=$(BUILD)/obj/%.o)
+
+ARCHIVE := $(BUILD)/lib/libtrim.a
+PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
+TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo
+TESTS   := $(BUILD)/bin/trim-tests
+
+.PHONY: all setup test run-tests asan fuzz demo bench docs clean
+.DEFAULT_GOAL := all
+
+all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+
+# spdlog is used header-only, in this one translation unit only.
+$(BUILD)/obj/common/log.o: CPPFLAGS += -DSPDLOG_HEADER_ONLY
+# The tests find the plugin they dlopen here.
+$(BUILD)/obj/tests/%.o: CPPFLAGS += -DTRIM_TEST_PLUGIN_PATH='"$(abspath $(PLUGIN))"' \
+                                    -DTRIM_TEST_SOURCE_DIR='"$(CURDIR)"'
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(ARCHIVE): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# Only the ncclNetPlugin_vN (and later profiler/tuner) symbols leave the library.
+$(PLUGIN): $(LIB_OBJS) plugin/exports.map
+	@mkdir -p $(@D)
+	$(CXX) -shared $(CXXFLAGS) -o $@ $(LIB_OBJS) $(LDFLAGS) -ldl \
+	  -Wl,--version-script=plugin/exports.map -Wl,-z,defs -Wl,--exclude-libs,ALL -Wl,-z,nodelete
+# (nodelete: NCCL dlcloses the plugin with the last communicator; its threads and logger
+# singletons must not lose their code under them.)
+
+$(BUILD)/lib/libnccl-net.so: $(PLUGIN)
+	ln -sf libnccl-net-trim.so $@
+
+$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(ARCHIVE)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
+
+$(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVE)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVE) $(LDFLAGS) -ldl
+
+# The plugin tests dlopen the built library, so it comes with the test binary.
+$(TESTS): $(TEST_OBJS) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(ARCHIVE) $(LDFLAGS) -lgtest_main -lgtest -ldl
+
+setup:
+	@scripts/setup.sh
+
+# The README's test command: install what is missing, build, run every test that needs no GPU.
+test: setup
+	$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS)
+	$(MAKE) --no-print-directory run-tests
+
+run-tests: all $(TESTS)
+	scripts/run_tests.sh $(TESTS)
+
+asan:
+	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-asan SAN=1 all build-asan/bin/trim-tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(MAKE) --no-print-directory BUILD=build-asan SAN=1 run-tests
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	scripts/setup.sh --fuzz
+	$(MAKE) --no-print-directory -f scripts/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+demo: setup
+	$(MAKE) --no-print-directory -j$(NPROC) all
+	scripts/demo.sh $(BUILD)
+
+bench: all
+	$(BUILD)/bin/trim-bench codec --json
+
+# docs/CONFIG.md is generated from the params list; a test fails when it is stale.
+docs: $(BUILD)/bin/trim-config
+	$(BUILD)/bin/trim-config --markdown > docs/CONFIG.md
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,304 @@
+#include "codec/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/planes.h"
+#include "codec/rht.h"
+#include "codec/rng.h"
+
+namespace trim::codec {
+namespace {
+
+// With only bits 31..16 of an fp32 known, the middle of the remaining interval halves the
+// worst error (relative error <= 2^-8 for normal numbers). Zero, subnormal, inf and NaN
+// patterns get zeros so 0 stays 0 and inf stays inf.
+inline uint32_t midpoint_fill(uint32_t top16) {
+  const uint32_t exp = (top16 >> 7) & 0xFFu;
+  return (exp != 0 && exp != 0xFFu) ? 0x8000u : 0u;
+}
+
+// A head-only element decodes to +-scale. In the sign layout (sign, rht) the head is the
+// sign bit, so 1 means negative; an sq/sd head of 1 means +L.
+inline float head_estimate(Scheme scheme, uint32_t head, float scale) {
+  const bool positive = (scheme == Scheme::kSq || scheme == Scheme::kSd) ? head != 0 : head == 0;
+  return positive ? scale : -scale;
+}
+
+PacketError reject(PacketError e) {
+  packet_error_counters().add(e);
+  return e;
+}
+
+}  // namespace
+
+Decoder::Decoder(const CodecConfig& cfg) : cfg_(cfg) {}
+
+Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
+  if (out == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "decoder output is null");
+  layout_ = layout;
+  id_ = id;
+  out_ = static_cast<uint8_t*>(out);
+  stats_ = DecodeStats();
+  rows_.assign(layout.rows(), RowState());
+  row_first_slot_.resize(layout.rows() + 1);
+  uint32_t slots = 0;
+  for (uint32_t r = 0; r < layout.rows(); ++r) {
+    row_first_slot_[r] = slots;
+    slots += layout.row(r).packets;
+  }
+  row_first_slot_[layout.rows()] = slots;
+  got_.assign(slots, -1);
+  if (layout.dtype() != DType::kF32 && layout.scheme() == Scheme::kRht) {
+    rot16_.assign(static_cast<size_t>(layout.typed_rows()) * layout.row_elems(), 0.0f);
+  }
+  return Status::ok();
+}
+
+Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const {
+  Levels l{n, 0, 0, 0};
+  if (received <= 0) return l;
+  const uint32_t c = static_cast<uint32_t>(received);
+  const PlaneBits bits = plane_bits(scheme, layout_.dtype(), tail);
+  if (bits.b0 == 0) {  // raw: an element survives whole or not at all
+    l.n0 = l.n1 = l.n2 = std::min(n, c / (bits.b2 / 8));
+    return l;
+  }
+  const PlaneBytes pb = plane_bytes(bits, n);
+  l.n0 = std::min<uint64_t>(n, static_cast<uint64_t>(c) * 8);
+  l.n1 = c > pb.p0 ? static_cast<uint32_t>(std::min<uint64_t>(n, (static_cast<uint64_t>(c - pb.p0) * 8) / bits.b1)) : 0;
+  if (bits.b2 == 0) {
+    l.n2 = l.n1;  // 16-bit dtypes: planes 0+1 are the whole value
+  } else {
+    l.n2 = c > pb.p0 + pb.p1 ? std::min(n, (c - pb.p0 - pb.p1) / 2) : 0;
+  }
+  return l;
+}
+
+float Decoder::dither(const RowInfo& info, uint32_t elem, float clip) const {
+  const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kDither);
+  return (2.0f * rng_uniform(key, elem) - 1.0f) * clip;
+}
+
+float* Decoder::rotated_row(const RowInfo& info) {
+  if (layout_.dtype() == DType::kF32) return reinterpret_cast<float*>(out_ + info.byte_offset);
+  return rot16_.data() + static_cast<size_t>(info.row) * layout_.row_elems();
+}
+
+void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
+  const PacketHeader& h = p.hdr;
+  const uint32_t n = h.elem_count;
+  const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
+  const PlaneBits bits = plane_bits(scheme, DType::kF32, false);
+  const PlaneBytes pb = plane_bytes(bits, n);
+  const uint8_t* p0 = p.payload;
+  const uint8_t* p1 = p0 + pb.p0;
+  const uint8_t* p2 = p1 + pb.p1;
+  const bool value_layout = bits.b1 == 16;
+  // [0, n2): whole values.
+  assemble_f32(p0, p1, p2, value_layout, l.n2, dst);
+  // [n2, n1): bits 31..16 known, the rest filled with the middle of the interval.
+  if (l.n1 > l.n2) {
+    tmp15_.resize(l.n1);
+    if (value_layout) {
+      unpack16(p1, l.n1, tmp15_.data());
+    } else {
+      unpack15(p1, l.n1, tmp15_.data());
+    }
+    for (uint32_t i = l.n2; i < l.n1; ++i) {
+      const uint32_t top = value_layout ? tmp15_[i] : (head_bit(p0, i) << 15) | tmp15_[i];
+      dst[i] = bits_f32((top << 16) | midpoint_fill(top));
+    }
+  }
+  // [n1, n0): heads only.
+  const float if_set = head_estimate(scheme, 1, h.scale), if_clear = head_estimate(scheme, 0, h.scale);
+  fill_heads(p0, l.n1, l.n0, if_set, if_clear, dst + l.n1);
+  if (scheme == Scheme::kSd) {
+    const RowInfo info = layout_.row(h.row);
+    for (uint32_t k = l.n1; k < l.n0; ++k) dst[k] -= dither(info, h.first_elem + k, h.scale);
+  }
+  // [n0, n): nothing arrived.
+  std::fill(dst + l.n0, dst + n, 0.0f);
+}
+
+void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes) {
+  const PacketHeader& h = p.hdr;
+  const uint32_t n = h.elem_count;
+  const DType dt = layout_.dtype();
+  const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
+  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  const uint8_t* p0 = p.payload;
+  const uint8_t* p1 = p0 + (n + 7) / 8;
+  tmp15_.resize(n);
+  if (value_layout) {
+    unpack16(p1, l.n1, tmp15_.data());
+  } else {
+    unpack15(p1, l.n1, tmp15_.data());
+  }
+  auto whole = [&](uint32_t i) {
+    return static_cast<uint16_t>(value_layout ? tmp15_[i] : (head_bit(p0, i) << 15) | tmp15_[i]);
+  };
+  auto head_value = [&](uint32_t i) {
+    float v = head_estimate(scheme, head_bit(p0, i), h.scale);
+    return scheme == Scheme::kSd ? v - dither(info, h.first_elem + i, h.scale) : v;
+  };
+  if (scheme == Scheme::kRht) {  // rotated domain, fp32 scratch
+    float* dst = rotated_row(info) + h.first_elem;
+    for (uint32_t i = 0; i < n; ++i) {
+      dst[i] = i < l.n1 ? (dt == DType::kBF16 ? bf16_to_f32(whole(i)) : f16_to_f32(whole(i)))
+               : i < l.n0 ? head_value(i) : 0.0f;
+    }
+    return;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t v;
+    if (i < l.n1) {
+      v = whole(i);
+    } else {
+      float f = i < l.n0 ? head_value(i) : 0.0f;
+      v = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+    }
+    std::memcpy(dst_bytes + 2 * static_cast<size_t>(i), &v, 2);
+  }
+}
+
+void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme) {
+  const PacketHeader& h = p.hdr;
+  if (info.tail || scheme == Scheme::kNone) {
+    const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
+    uint8_t* dst = out_ + info.byte_offset + static_cast<size_t>(h.first_elem) * esize;
+    const uint32_t whole = std::min<uint32_t>(h.elem_count, p.payload_received / esize);
+    std::memcpy(dst, p.payload, static_cast<size_t>(whole) * esize);
+    std::memset(dst + static_cast<size_t>(whole) * esize, 0, static_cast<size_t>(h.elem_count - whole) * esize);
+    return;
+  }
+  if (layout_.dtype() == DType::kF32) {
+    // rht rows decode into the output buffer in the rotated domain; finish_row rotates back.
+    decode_f32(p, scheme, reinterpret_cast<float*>(out_ + info.byte_offset) + h.first_elem);
+  } else {
+    decode_16(p, scheme, info, out_ + info.byte_offset + 2 * static_cast<size_t>(h.first_elem));
+  }
+}
+
+PacketError Decoder::add(const ParsedPacket& p) {
+  const PacketHeader& h = p.hdr;
+  if (h.cookie != id_.cookie) return reject(PacketError::kWrongCookie);
+  if (h.msg_seq != id_.msg_seq || h.msg_bytes != layout_.bytes() || h.dtype != layout_.dtype() ||
+      h.row_log2 != layout_.row_log2() || h.head_planes != layout_.head_planes() || h.row >= layout_.rows()) {
+    return reject(PacketError::kInconsistent);
+  }
+  const RowInfo info = layout_.row(h.row);
+  const bool scheme_ok = h.scheme == info.scheme || (info.scheme == Scheme::kRht && h.scheme == Scheme::kSign);
+  const uint32_t slot_in_row = h.first_elem / info.elems_per_packet;
+  if (info.tail != h.tail() || !scheme_ok || h.first_elem % info.elems_per_packet != 0 ||
+      h.elem_count != std::min(info.elems_per_packet, info.elems - h.first_elem)) {
+    return reject(PacketError::kInconsistent);
+  }
+  RowState& row = rows_[h.row];
+  if (row.seen && (row.scheme != h.scheme || f32_bits(row.scale) != f32_bits(h.scale))) {
+    return reject(PacketError::kInconsistent);
+  }
+  stats_.packets++;
+  stats_.trimmed_packets += p.trimmed ? 1 : 0;
+  if (row.finished) {
+    stats_.late_packets++;
+    return PacketError::kOk;
+  }
+  row.seen = true;
+  row.scheme = h.scheme;
+  row.scale = h.scale;
+  int32_t& got = got_[row_first_slot_[h.row] + slot_in_row];
+  if (static_cast<int32_t>(p.payload_received) <= got) {
+    stats_.duplicate_packets++;
+    return PacketError::kOk;
+  }
+  got = static_cast<int32_t>(p.payload_received);
+  decode_slot(p, info, h.scheme);
+  return PacketError::kOk;
+}
+
+bool Decoder::row_complete(uint32_t r) const {
+  if (r >= layout_.rows()) return false;
+  for (uint32_t s = row_first_slot_[r]; s < row_first_slot_[r + 1]; ++s) {
+    if (got_[s] < 0) return false;
+  }
+  return true;
+}
+
+void Decoder::finish_row(uint32_t r) {
+  if (r >= layout_.rows() || rows_[r].finished) return;
+  RowState& row = rows_[r];
+  const RowInfo info = layout_.row(r);
+  const Scheme scheme = row.seen ? row.scheme : info.scheme;
+  const bool rht = scheme == Scheme::kRht;
+  const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
+  // Packets that never arrived: 0 (in the rotated domain for rht).
+  for (uint32_t k = 0; k < info.packets; ++k) {
+    if (got_[row_first_slot_[r] + k] >= 0) continue;
+    const uint32_t first = k * info.elems_per_packet;
+    const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
+    if (rht) {
+      std::fill_n(rotated_row(info) + first, n, 0.0f);
+    } else {
+      std::memset(out_ + info.byte_offset + static_cast<size_t>(first) * esize, 0, static_cast<size_t>(n) * esize);
+    }
+  }
+  if (rht) {
+    float* rot = rotated_row(info);
+    rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, r, RngStream::kRhtSigns), info.elems, &signs_);
+    rht_row_inverse(rot, info.elems, signs_);
+    if (layout_.dtype() != DType::kF32) {
+      uint8_t* dst = out_ + info.byte_offset;
+      for (uint32_t i = 0; i < info.elems; ++i) {
+        uint16_t v = layout_.dtype() == DType::kBF16 ? f32_to_bf16(rot[i]) : f32_to_f16(rot[i]);
+        std::memcpy(dst + 2 * static_cast<size_t>(i), &v, 2);
+      }
+    }
+  }
+  row.finished = true;
+}
+
+DecodeStats Decoder::finish(std::vector<uint8_t>* estimated) {
+  const uint64_t typed_elems = layout_.bytes() / dtype_bytes(layout_.dtype());
+  if (estimated != nullptr) estimated->assign(typed_elems + layout_.bytes() % dtype_bytes(layout_.dtype()), 0);
+  DecodeStats s = stats_;
+  for (uint32_t r = 0; r < layout_.rows(); ++r) {
+    finish_row(r);
+    const RowInfo info = layout_.row(r);
+    const Scheme scheme = rows_[r].seen ? rows_[r].scheme : info.scheme;
+    const uint64_t base = info.tail ? typed_elems : static_cast<uint64_t>(r) * layout_.row_elems();
+    auto mark = [&](uint32_t begin, uint32_t end) {  // output elements [begin, end) of the row are estimates
+      s.estimated += end - begin;
+      if (estimated != nullptr) std::fill(estimated->begin() + base + begin, estimated->begin() + base + end, 1);
+    };
+    // Slot k is exact on the prefix [first, first + n2) of its elements; the rest is estimated.
+    std::vector<uint32_t>& exact_end = exact_end_;
+    exact_end.resize(info.packets);
+    for (uint32_t k = 0; k < info.packets; ++k) {
+      const uint32_t first = k * info.elems_per_packet;
+      const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
+      const Levels l = levels(scheme, info.tail, n, got_[row_first_slot_[r] + k]);
+      s.elems += n;
+      s.full += l.n2;
+      s.plane1 += l.n1 - l.n2;
+      s.head_only += l.n0 - l.n1;
+      s.missing += n - l.n0;
+      exact_end[k] = first + l.n2;
+      if (scheme != Scheme::kRht && l.n2 < n) mark(first + l.n2, first + n);
+    }
+    if (scheme != Scheme::kRht) continue;
+    // The inverse rotation mixes a block: one inexact coordinate spoils all of it.
+    const uint32_t epp = info.elems_per_packet;
+    for_each_rht_block(info.elems, [&](uint32_t offset, int log2n) {
+      const uint32_t end = offset + (1u << log2n);
+      bool exact = true;
+      for (uint32_t k = offset / epp; k * epp < end && exact; ++k) {
+        exact = exact_end[k] >= std::min(end, std::min(info.elems, (k + 1) * epp));
+      }
+      if (!exact) mark(offset, end);
+    });
+  }
+  return s;
+}
+
+}  // namespace trim::codec

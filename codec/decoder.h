@@ -1,0 +1,72 @@
+// CPU decoder: rebuilds a message from any mix of whole, partly trimmed, fully trimmed and
+// missing packets. Each element uses the best level whose bits survived (full value, 16-bit
+// prefix, or head); elements of packets that never arrived are estimated as 0 (before the
+// inverse rotation for rht). Not thread-safe: one Decoder per thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codec/layout.h"
+
+namespace trim::codec {
+
+struct DecodeStats {
+  // Coordinates on the wire (rotated ones for rht), by the level they were decoded at.
+  uint64_t elems = 0, full = 0, plane1 = 0, head_only = 0, missing = 0;
+  // Output elements that are not exact (for rht: every element of a block with a non-full coordinate).
+  uint64_t estimated = 0;
+  uint64_t packets = 0, trimmed_packets = 0, duplicate_packets = 0, late_packets = 0;
+};
+
+class Decoder {
+ public:
+  explicit Decoder(const CodecConfig& cfg);
+
+  // Starts a message; `out` receives layout.bytes() bytes (and holds rotated fp32 rows until
+  // they are finished).
+  Status begin(const Layout& layout, const MessageId& id, void* out);
+  // Adds one parsed packet. A packet that does not belong (cookie, message, geometry, scheme or
+  // scale) is rejected, counted, and changes nothing. A slot is decoded again only when more of
+  // it arrives than before (a retransmission after a trim).
+  PacketError add(const ParsedPacket& p);
+  // Whether every packet of row r has arrived, whole or trimmed.
+  bool row_complete(uint32_t r) const;
+  // Estimates what never arrived and inverse-rotates rht rows. Later packets of the row are ignored.
+  void finish_row(uint32_t r);
+  // Finishes every row. `estimated`, when given, gets one byte per output element of the
+  // message (elements of the dtype, then the tail bytes): 1 where the value is not exact.
+  DecodeStats finish(std::vector<uint8_t>* estimated = nullptr);
+
+ private:
+  struct RowState {
+    bool seen = false;
+    bool finished = false;
+    Scheme scheme = Scheme::kNone;
+    float scale = 0.0f;
+  };
+  struct Levels {  // elements [0,n2) full, [n2,n1) 16-bit prefix, [n1,n0) head only, [n0,n) missing
+    uint32_t n, n0, n1, n2;
+  };
+  Levels levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const;
+  void decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme);
+  void decode_f32(const ParsedPacket& p, Scheme scheme, float* dst);
+  void decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes);
+  float dither(const RowInfo& info, uint32_t elem, float clip) const;
+  float* rotated_row(const RowInfo& info);
+
+  CodecConfig cfg_;
+  Layout layout_;
+  MessageId id_;
+  uint8_t* out_ = nullptr;
+  std::vector<RowState> rows_;
+  std::vector<uint32_t> row_first_slot_;
+  std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none
+  std::vector<float> rot16_;          // rotated values of rht rows of 16-bit dtypes
+  std::vector<uint16_t> tmp15_;
+  std::vector<uint64_t> signs_;
+  std::vector<uint32_t> exact_end_;
+  DecodeStats stats_;
+};
+
+}  // namespace trim::codec

@@ -1,0 +1,232 @@
+#include "codec/encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codec/planes.h"
+#include "codec/rht.h"
+#include "codec/rng.h"
+
+namespace trim::codec {
+
+struct Encoder::RowCtx {
+  const Layout* layout;
+  const MessageId* id;
+  RowInfo info;
+  uint8_t* out;
+  size_t stride;
+  uint32_t* sizes;
+};
+
+namespace {
+
+// Row scale of the `sign` scheme and base of the sq/sd clip: the RMS of the finite values.
+float rms(double sum_sq, uint32_t n) { return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n)); }
+
+uint16_t to_dtype16(float f, DType d) { return d == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+float from_dtype16(uint16_t h, DType d) { return d == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
+}  // namespace
+
+Encoder::Encoder(const CodecConfig& cfg) : cfg_(cfg) {}
+
+void Encoder::write_packet_header(const RowCtx& c, uint32_t k, uint32_t first, uint32_t n, Scheme scheme,
+                                  float scale) {
+  PacketHeader h;
+  h.flags = static_cast<uint8_t>((c.info.tail ? kFlagTail : 0) |
+                                 (c.id->trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
+  h.scheme = scheme;
+  h.dtype = c.layout->dtype();
+  h.head_planes = c.layout->head_planes();
+  h.row_log2 = c.layout->row_log2();
+  h.cookie = c.id->cookie;
+  h.msg_seq = c.id->msg_seq;
+  h.msg_bytes = static_cast<uint32_t>(c.layout->bytes());
+  h.row = c.info.row;
+  h.first_elem = static_cast<uint16_t>(first);
+  h.elem_count = static_cast<uint16_t>(n);
+  PlaneBytes planes = plane_bytes(plane_bits(scheme, h.dtype, c.info.tail), n);
+  h.payload_bytes = static_cast<uint16_t>(planes.total());
+  h.trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, scheme, h.head_planes));
+  h.scale = scale;
+  uint8_t* pkt = c.out + k * c.stride;
+  write_header(h, pkt);
+  c.sizes[k] = kHeaderBytes + planes.total();
+}
+
+void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
+                                float clip, uint8_t* p0) const {
+  const uint64_t key = rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kDither);
+  const float two_l = 2.0f * clip;
+  std::memset(p0, 0, (n + 7) / 8);
+  for (uint32_t i = 0; i < n; ++i) {
+    // NaN compares false in both schemes: its head is 0 (decodes to -L when trimmed).
+    float x = std::min(std::max(v[i], -clip), clip);
+    float u = rng_uniform(key, first + i);
+    // sq: P(head) = (L + x) / 2L.  sd: head = sign(x + eps), eps = (2u - 1) L ~ U(-L, L).
+    bool head = scheme == Scheme::kSq ? u * two_l < clip + x : x + (2.0f * u - 1.0f) * clip > 0.0f;
+    p0[i >> 3] = static_cast<uint8_t>(p0[i >> 3] | (static_cast<uint32_t>(head) << (i & 7)));
+  }
+}
+
+void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms) {
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    const uint32_t n = std::min(epp, d - first);
+    const PlaneBytes planes = plane_bytes(plane_bits(Scheme::kSign, DType::kF32, false), n);
+    uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
+    pack_f32_sign_layout(src + first, n, p0, p0 + planes.p0, p0 + planes.p0 + planes.p1, norms);
+  }
+}
+
+void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  Scheme scheme = c.info.scheme;
+  float scale = 0.0f;
+  if (scheme == Scheme::kSq || scheme == Scheme::kSd) {
+    // The heads depend on the clip, so the norm comes first here.
+    bool finite = true;
+    scale = rms(sum_squares(v, d, &finite), d) * cfg_.clip_sigmas;
+    for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+      const uint32_t n = std::min(epp, d - first);
+      uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
+      uint8_t* p1 = p0 + (n + 7) / 8;
+      pack_random_heads(c, scheme, v + first, first, n, scale, p0);
+      pack16_from32(v + first, n, 16, p1);
+      pack16_from32(v + first, n, 0, p1 + 2 * n);
+    }
+  } else {
+    // sign and rht read the row once: payloads first, gathering the norms on the way; the
+    // headers follow when the row's scale is known.
+    const float* src = v;
+    if (scheme == Scheme::kRht) {
+      f32_.resize(d);
+      rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
+      rht_row_forward(v, f32_.data(), d, signs_);
+      src = f32_.data();
+    }
+    Norms norms;
+    pack_sign_payloads(c, src, &norms);
+    if (!norms.finite) {
+      // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
+      // rotated block: such rows go per element, scaled by the RMS of their finite values.
+      bool finite = true;
+      scale = rms(sum_squares(v, d, &finite), d);
+      if (scheme == Scheme::kRht) {
+        Norms unused;
+        pack_sign_payloads(c, v, &unused);
+        scheme = Scheme::kSign;
+      }
+    } else if (scheme == Scheme::kRht) {
+      // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal).
+      scale = norms.sum_abs > 0.0 ? static_cast<float>(norms.sum_sq / norms.sum_abs) : 0.0f;
+    } else {
+      scale = rms(norms.sum_sq, d);
+    }
+  }
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    write_packet_header(c, k, first, std::min(epp, d - first), scheme, scale);
+  }
+}
+
+void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
+  const uint32_t d = c.info.elems;
+  const DType dt = c.layout->dtype();
+  f32_.resize(d);
+  for (uint32_t i = 0; i < d; ++i) f32_[i] = from_dtype16(v[i], dt);
+  bool finite = true;
+  const double sum_sq = sum_squares(f32_.data(), d, &finite);
+  Scheme scheme = c.info.scheme;
+  float scale = rms(sum_sq, d);
+  if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= cfg_.clip_sigmas;
+
+  const uint16_t* src = v;
+  if (scheme == Scheme::kRht && finite) {
+    // Rotate in fp32 and send the rotated values rounded to the dtype (same bits on the wire).
+    rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
+    rht_row_forward(f32_.data(), f32_.data(), d, signs_);
+    h16_.resize(d);
+    double l1 = 0.0;
+    bool overflow = false;
+    for (uint32_t i = 0; i < d; ++i) {
+      h16_[i] = to_dtype16(f32_[i], dt);
+      float back = from_dtype16(h16_[i], dt);
+      overflow |= !std::isfinite(back);
+      l1 += std::fabs(static_cast<double>(back));
+    }
+    scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
+    src = h16_.data();
+    // fp16 has a small range: a rotated value that overflows sends the row unrotated.
+    if (overflow) scheme = Scheme::kSign;
+  } else if (scheme == Scheme::kRht) {
+    scheme = Scheme::kSign;
+  }
+  if (scheme == Scheme::kSign) {
+    src = v;
+    scale = rms(sum_sq, d);
+  }
+
+  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  const uint32_t epp = c.info.elems_per_packet;
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    const uint32_t n = std::min(epp, d - first);
+    write_packet_header(c, k, first, n, scheme, scale);
+    uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
+    uint8_t* p1 = p0 + (n + 7) / 8;
+    if (value_layout) {
+      pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
+      pack16_from16(src + first, n, p1);
+    } else {
+      pack_sign_bits16(src + first, n, p0);
+      pack15_from16(src + first, n, p1);
+    }
+  }
+}
+
+void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
+  const uint32_t esize = c.info.tail ? 1 : dtype_bytes(c.layout->dtype());
+  const uint32_t epp = c.info.elems_per_packet;
+  for (uint32_t k = 0, first = 0; first < c.info.elems; ++k, first += epp) {
+    const uint32_t n = std::min(epp, c.info.elems - first);
+    write_packet_header(c, k, first, n, Scheme::kNone, 0.0f);
+    std::memcpy(c.out + k * c.stride + kHeaderBytes, bytes + static_cast<size_t>(first) * esize,
+                static_cast<size_t>(n) * esize);
+  }
+}
+
+Result<uint32_t> Encoder::encode_row(const Layout& layout, const MessageId& id, const void* msg, uint32_t r,
+                                     uint8_t* out, size_t stride, uint32_t* sizes) {
+  if (r >= layout.rows()) return Status(Code::kInvalidArgument, "row index past the message");
+  if (stride < cfg_.packet_bytes) return Status(Code::kInvalidArgument, "packet stride below packet_bytes");
+  if (layout.row_elems() != cfg_.row_elems) return Status(Code::kInvalidArgument, "layout built for another config");
+  RowCtx c{&layout, &id, layout.row(r), out, stride, sizes};
+  const uint8_t* base = static_cast<const uint8_t*>(msg) + c.info.byte_offset;
+  if (c.info.tail || c.info.scheme == Scheme::kNone) {
+    encode_raw_row(c, base);
+  } else if (layout.dtype() == DType::kF32) {
+    encode_f32_row(c, reinterpret_cast<const float*>(base));
+  } else {
+    encode_16_row(c, reinterpret_cast<const uint16_t*>(base));
+  }
+  return c.info.packets;
+}
+
+Result<std::vector<std::vector<uint8_t>>> Encoder::encode_message(const Layout& layout, const MessageId& id,
+                                                                  const void* msg) {
+  std::vector<std::vector<uint8_t>> packets;
+  const uint32_t max_row_packets = std::max(layout.max_packets_per_row(), 1u);
+  std::vector<uint8_t> buf(static_cast<size_t>(max_row_packets) * cfg_.packet_bytes);
+  std::vector<uint32_t> sizes(max_row_packets);
+  for (uint32_t r = 0; r < layout.rows(); ++r) {
+    Result<uint32_t> n = encode_row(layout, id, msg, r, buf.data(), cfg_.packet_bytes, sizes.data());
+    if (!n) return n.status();
+    for (uint32_t k = 0; k < *n; ++k) {
+      const uint8_t* p = buf.data() + static_cast<size_t>(k) * cfg_.packet_bytes;
+      packets.emplace_back(p, p + sizes[k]);
+    }
+  }
+  return packets;
+}
+
+}  // namespace trim::codec

@@ -1,0 +1,46 @@
+// CPU encoder: one message row at a time into trimmable packets (docs/PROTOCOL.md).
+// Not thread-safe: it owns per-row scratch; use one Encoder per thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codec/layout.h"
+#include "codec/planes.h"
+
+namespace trim::codec {
+
+class Encoder {
+ public:
+  explicit Encoder(const CodecConfig& cfg);
+  const CodecConfig& config() const { return cfg_; }
+
+  // Encodes row `r` of the message at `msg` (layout.bytes() bytes). Packet k of the row is
+  // written at out + k * stride (stride >= config().packet_bytes) and its size to sizes[k].
+  // Returns the row's packet count (layout.row(r).packets).
+  Result<uint32_t> encode_row(const Layout& layout, const MessageId& id, const void* msg, uint32_t r,
+                              uint8_t* out, size_t stride, uint32_t* sizes);
+
+  // Every packet of a message, one vector each (tests, tools).
+  Result<std::vector<std::vector<uint8_t>>> encode_message(const Layout& layout, const MessageId& id,
+                                                           const void* msg);
+
+ private:
+  struct RowCtx;
+  void encode_f32_row(const RowCtx& c, const float* v);
+  // Planes of every packet of an fp32 sign-layout row (headers not yet written).
+  void pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms);
+  void encode_16_row(const RowCtx& c, const uint16_t* v);
+  void encode_raw_row(const RowCtx& c, const uint8_t* bytes);
+  void write_packet_header(const RowCtx& c, uint32_t k, uint32_t first, uint32_t n, Scheme scheme, float scale);
+  // Plane 0 of sq/sd for elements [first, first + n) of the row.
+  void pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
+                         float clip, uint8_t* p0) const;
+
+  CodecConfig cfg_;
+  std::vector<float> f32_;         // rotated (rht) or widened (16-bit) row
+  std::vector<uint16_t> h16_;      // rht rows of 16-bit dtypes, rounded back to the dtype
+  std::vector<uint64_t> signs_;
+};
+
+}  // namespace trim::codec

@@ -1,0 +1,68 @@
+// AVX2 path of the FWHT (see fwht_kernel.h for the schedule, fwht.h for the contract). Compiled
+// for AVX2 by the pragma below, not by global flags; only called where the CPU has AVX2.
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/fwht_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+// Standard headers above, so none of their inline functions is compiled for AVX2 here.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+#include "codec/fwht_kernel.h"
+
+namespace trim::codec::detail {
+namespace {
+
+struct VAvx2 {
+  using Reg = __m256;
+  static constexpr int kLog2W = 3, kMaxK1 = 3, kMaxK = 3, kLog2Block = 12, kLog2Block2 = 17;
+  static TRIM_FWHT_INLINE Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static TRIM_FWHT_INLINE void store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
+  static TRIM_FWHT_INLINE Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static TRIM_FWHT_INLINE Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static TRIM_FWHT_INLINE Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static TRIM_FWHT_INLINE Reg set1(float f) { return _mm256_set1_ps(f); }
+  // Shift sign bit l of the byte into bit 31 of lane l, keep only bit 31, xor.
+  static TRIM_FWHT_INLINE Reg flip(Reg x, uint64_t bits) {
+    const int byte = static_cast<int>(bits & 0xFF);
+    const __m256i shifted = _mm256_sllv_epi32(_mm256_set1_epi32(byte),
+                                              _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24));
+    const __m256i mask = _mm256_and_si256(shifted, _mm256_set1_epi32(INT32_MIN));
+    return _mm256_xor_ps(x, _mm256_castsi256_ps(mask));
+  }
+  // Stage h: lane l becomes partner + x (bit h of l clear: b + a) or partner + (-x) (set:
+  // a + (-b)). IEEE 754 defines a - b as a + (-b), so the bits equal a - b exactly.
+  template <int T>
+  static TRIM_FWHT_INLINE Reg inreg(Reg x) {
+    constexpr int kLanes = T == 0 ? 0xAA : T == 1 ? 0xCC : 0xF0;  // lanes with bit T set
+    const Reg neg = _mm256_castsi256_ps(
+        _mm256_blend_epi32(_mm256_setzero_si256(), _mm256_set1_epi32(INT32_MIN), kLanes));
+    if constexpr (T == 0) return _mm256_add_ps(_mm256_permute_ps(x, 0xB1), _mm256_xor_ps(x, neg));
+    if constexpr (T == 1) return _mm256_add_ps(_mm256_permute_ps(x, 0x4E), _mm256_xor_ps(x, neg));
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, x, 0x01), _mm256_xor_ps(x, neg));
+  }
+};
+
+}  // namespace
+
+void fwht_run_avx2(const float* in, float* out, int log2n, const uint64_t* sign_in,
+                   const uint64_t* sign_out, float scale) {
+  if (log2n < VAvx2::kLog2W) return fwht_run_scalar(in, out, log2n, sign_in, sign_out, scale);
+  fwht_run<VAvx2>(in, out, log2n, {sign_in, sign_out, scale});
+}
+
+}  // namespace trim::codec::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif

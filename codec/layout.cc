@@ -1,0 +1,140 @@
+#include "codec/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace trim::codec {
+
+const char* scheme_name(Scheme s) {
+  switch (s) {
+    case Scheme::kNone: return "none";
+    case Scheme::kSign: return "sign";
+    case Scheme::kSq: return "sq";
+    case Scheme::kSd: return "sd";
+    case Scheme::kRht: return "rht";
+  }
+  return "?";
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kRaw: return "raw";
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+  }
+  return "?";
+}
+
+bool parse_scheme(const char* text, Scheme* out) {
+  for (int i = 0; i < kNumSchemes; ++i) {
+    if (std::strcmp(text, scheme_name(static_cast<Scheme>(i))) == 0) {
+      *out = static_cast<Scheme>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_dtype(const char* text, DType* out) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (std::strcmp(text, dtype_name(static_cast<DType>(i))) == 0) {
+      *out = static_cast<DType>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+Result<CodecConfig> CodecConfig::from_params(const Params& p) {
+  CodecConfig c;
+  c.scheme = static_cast<Scheme>(p.scheme);  // params.def lists the schemes in wire order
+  c.row_elems = static_cast<uint32_t>(p.row_elems);
+  c.head_planes = p.head_bits_value() == 16 ? 2 : 1;
+  c.packet_bytes = static_cast<uint32_t>(p.packet_bytes());
+  c.seed = p.seed;
+  c.clip_sigmas = static_cast<float>(p.clip_sigmas);
+  TRIM_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Status CodecConfig::validate() const {
+  if (row_elems < 8 || row_elems > 32768 || (row_elems & (row_elems - 1)) != 0) {
+    return Status(Code::kInvalidArgument, fmt::format("row_elems {} is not a power of two in [8, 32768]", row_elems));
+  }
+  if (head_planes != 1 && head_planes != 2) {
+    return Status(Code::kInvalidArgument, fmt::format("head_planes {} is not 1 or 2", head_planes));
+  }
+  // Smallest useful packet: the header plus 8 elements of the widest layout (fp32 sq: 33 bits).
+  const uint32_t min_packet = kHeaderBytes + 33;
+  if (packet_bytes < min_packet || packet_bytes > 65535) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("packet_bytes {} is outside [{}, 65535]", packet_bytes, min_packet));
+  }
+  if (!(clip_sigmas > 0.0f)) return Status(Code::kInvalidArgument, "clip_sigmas must be positive");
+  return Status::ok();
+}
+
+uint32_t Layout::elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
+                                  uint32_t row_elems) {
+  const PlaneBits bits = plane_bits(scheme, dtype, tail);
+  const uint64_t budget_bits = static_cast<uint64_t>(packet_bytes - kHeaderBytes) * 8;
+  const uint64_t per_elem = bits.b0 + bits.b1 + bits.b2;
+  uint64_t n = budget_bits / per_elem;
+  // Whole bytes per plane with no padding: lossy packets hold a multiple of 8 elements.
+  if (bits.b0 != 0) n &= ~uint64_t{7};
+  n = std::min<uint64_t>({n, 65535, row_elems});
+  return static_cast<uint32_t>(n);
+}
+
+Result<Layout> Layout::make(const CodecConfig& cfg, DType dtype, Scheme scheme, uint64_t bytes) {
+  TRIM_RETURN_IF_ERROR(cfg.validate());
+  if (bytes > 0xFFFFFFFFull) {
+    return Status(Code::kInvalidArgument, fmt::format("message of {} bytes exceeds the 4 GiB limit", bytes));
+  }
+  if (dtype == DType::kRaw && scheme != Scheme::kNone) {
+    return Status(Code::kInvalidArgument, fmt::format("scheme {} needs a floating-point dtype", scheme_name(scheme)));
+  }
+  Layout l;
+  l.dtype_ = dtype;
+  l.scheme_ = scheme;
+  l.bytes_ = bytes;
+  l.row_elems_ = cfg.row_elems;
+  l.row_log2_ = static_cast<uint8_t>(__builtin_ctz(cfg.row_elems));
+  l.head_planes_ = cfg.head_planes;
+  const uint32_t esize = dtype_bytes(dtype);
+  l.typed_elems_ = bytes / esize;
+  l.tail_bytes_ = static_cast<uint32_t>(bytes % esize);
+  l.typed_rows_ = static_cast<uint32_t>((l.typed_elems_ + cfg.row_elems - 1) / cfg.row_elems);
+  l.epp_ = elems_per_packet(scheme, dtype, false, cfg.packet_bytes, cfg.row_elems);
+  l.tail_epp_ = elems_per_packet(Scheme::kNone, DType::kRaw, true, cfg.packet_bytes, cfg.row_elems);
+  for (uint32_t r = 0; r < l.rows(); ++r) l.packets_ += l.row(r).packets;
+  return l;
+}
+
+uint32_t Layout::max_packets_per_row() const { return (row_elems_ + epp_ - 1) / epp_; }
+
+RowInfo Layout::row(uint32_t r) const {
+  RowInfo info;
+  info.row = r;
+  if (r >= typed_rows_) {  // the tail: fewer than 8 raw bytes, one packet
+    info.tail = true;
+    info.elems = tail_bytes_;
+    info.byte_offset = bytes_ - tail_bytes_;
+    info.elems_per_packet = tail_epp_;
+    info.packets = 1;
+    info.scheme = Scheme::kNone;
+    return info;
+  }
+  const uint64_t first = static_cast<uint64_t>(r) * row_elems_;
+  info.elems = static_cast<uint32_t>(std::min<uint64_t>(row_elems_, typed_elems_ - first));
+  info.byte_offset = first * dtype_bytes(dtype_);
+  info.elems_per_packet = epp_;
+  info.packets = (info.elems + epp_ - 1) / epp_;
+  info.scheme = scheme_;
+  return info;
+}
+
+}  // namespace trim::codec

@@ -1,0 +1,78 @@
+// How a message is cut: rows of up to row_elems elements, each row into packets of at most
+// packet_bytes bytes. Both ends derive the same geometry from (bytes, dtype, scheme, config).
+#pragma once
+
+#include <cstdint>
+
+#include "codec/packet.h"
+#include "codec/types.h"
+#include "common/params.h"
+#include "common/status.h"
+
+namespace trim::codec {
+
+struct CodecConfig {
+  Scheme scheme = Scheme::kRht;
+  uint32_t row_elems = 32768;     // power of two, 8..32768
+  uint8_t head_planes = 1;        // 1: 1-bit heads survive a trim; 2: 16-bit heads
+  uint32_t packet_bytes = 4096 - kIpv4UdpBytes;  // whole codec packet, header included
+  uint64_t seed = 0x7472696d;
+  float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
+
+  static Result<CodecConfig> from_params(const Params& p);
+  Status validate() const;
+};
+
+// Which bits of a message's identity the encoder writes into every header.
+struct MessageId {
+  uint64_t cookie = 0;
+  uint32_t msg_seq = 0;
+  bool trimmable = true;  // false: exact class, a trim must be answered by a resend
+};
+
+struct RowInfo {
+  uint32_t row = 0;
+  uint32_t elems = 0;        // elements in this row (bytes for the tail row)
+  uint64_t byte_offset = 0;  // where the row starts in the message
+  uint32_t elems_per_packet = 0;
+  uint32_t packets = 0;
+  bool tail = false;         // the raw remainder bytes (message size % element size)
+  Scheme scheme = Scheme::kNone;
+};
+
+class Layout {
+ public:
+  // Fails for messages of 4 GiB or more, or a lossy scheme over raw bytes.
+  static Result<Layout> make(const CodecConfig& cfg, DType dtype, Scheme scheme, uint64_t bytes);
+
+  DType dtype() const { return dtype_; }
+  Scheme scheme() const { return scheme_; }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t row_elems() const { return row_elems_; }
+  uint8_t row_log2() const { return row_log2_; }
+  uint8_t head_planes() const { return head_planes_; }
+  uint32_t rows() const { return typed_rows_ + (tail_bytes_ != 0 ? 1u : 0u); }
+  uint32_t typed_rows() const { return typed_rows_; }
+  uint64_t packets() const { return packets_; }
+  uint32_t max_packets_per_row() const;
+  RowInfo row(uint32_t r) const;
+  // Elements per packet for rows of this scheme and dtype under `packet_bytes`.
+  static uint32_t elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
+                                   uint32_t row_elems);
+
+ private:
+  DType dtype_ = DType::kRaw;
+  Scheme scheme_ = Scheme::kNone;
+  uint64_t bytes_ = 0;
+  uint64_t typed_elems_ = 0;
+  uint32_t row_elems_ = 0;
+  uint8_t row_log2_ = 0;
+  uint8_t head_planes_ = 1;
+  uint32_t typed_rows_ = 0;
+  uint32_t tail_bytes_ = 0;
+  uint32_t epp_ = 0;       // typed rows
+  uint32_t tail_epp_ = 0;  // tail row
+  uint64_t packets_ = 0;
+};
+
+}  // namespace trim::codec

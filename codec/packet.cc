@@ -1,0 +1,243 @@
+#include "codec/packet.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace trim::codec {
+namespace {
+
+// Little-endian field access: the wire is little-endian whatever the host is.
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t get32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+uint64_t get64(const uint8_t* p) { return get32(p) | (static_cast<uint64_t>(get32(p + 4)) << 32); }
+
+constexpr size_t kCrcOffset = 52;
+constexpr size_t kFlagsOffset = 3;
+
+struct CrcTable {
+  uint32_t t[256];
+  CrcTable() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+
+uint32_t crc32c_sw(const uint8_t* data, size_t len) {
+  static const CrcTable table;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < len; ++i) c = table.t[(c ^ data[i]) & 0xFFu] ^ (c >> 8);
+  return ~c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t crc32c_hw(const uint8_t* data, size_t len) {
+  uint64_t c = 0xFFFFFFFFu;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) c = __builtin_ia32_crc32di(c, get64(data + i));
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; i < len; ++i) c32 = __builtin_ia32_crc32qi(c32, data[i]);
+  return ~c32;
+}
+#endif
+
+// The CRC covers bytes [0, 52) with the TRIMMED flag cleared, so a switch may set the flag
+// without recomputing anything.
+uint32_t header_crc(const uint8_t* h) {
+  uint8_t copy[kCrcOffset];
+  std::memcpy(copy, h, kCrcOffset);
+  copy[kFlagsOffset] = static_cast<uint8_t>(copy[kFlagsOffset] & ~kFlagTrimmed);
+  return crc32c(copy, kCrcOffset);
+}
+
+PacketError fail(PacketError e) {
+  packet_error_counters().add(e);
+  return e;
+}
+
+}  // namespace
+
+const char* packet_error_name(PacketError e) {
+  switch (e) {
+    case PacketError::kOk: return "ok";
+    case PacketError::kTruncatedHeader: return "truncated_header";
+    case PacketError::kBadMagic: return "bad_magic";
+    case PacketError::kBadVersion: return "bad_version";
+    case PacketError::kBadChecksum: return "bad_checksum";
+    case PacketError::kBadField: return "bad_field";
+    case PacketError::kBadLength: return "bad_length";
+    case PacketError::kLengthPastPacket: return "length_past_packet";
+    case PacketError::kElemOverflow: return "elem_overflow";
+    case PacketError::kInconsistent: return "inconsistent";
+    case PacketError::kWrongCookie: return "wrong_cookie";
+    case PacketError::kCount: break;
+  }
+  return "unknown";
+}
+
+uint64_t PacketErrorCounters::total_errors() const {
+  uint64_t sum = 0;
+  for (int i = 1; i < static_cast<int>(PacketError::kCount); ++i) sum += counts_[i].load(std::memory_order_relaxed);
+  return sum;
+}
+
+std::string PacketErrorCounters::to_json() const {
+  std::string out = "{";
+  for (int i = 0; i < static_cast<int>(PacketError::kCount); ++i) {
+    out += fmt::format("{}\"{}\":{}", i == 0 ? "" : ",", packet_error_name(static_cast<PacketError>(i)),
+                       counts_[i].load(std::memory_order_relaxed));
+  }
+  return out + "}";
+}
+
+PacketErrorCounters& packet_error_counters() {
+  static PacketErrorCounters counters;
+  return counters;
+}
+
+uint32_t crc32c(const uint8_t* data, size_t len) {
+#if defined(__x86_64__)
+  static const bool hw = __builtin_cpu_supports("sse4.2");
+  if (hw) return crc32c_hw(data, len);
+#endif
+  return crc32c_sw(data, len);
+}
+
+PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail) {
+  if (tail) return {0, 0, 8};
+  if (scheme == Scheme::kNone) return {0, 0, 8 * dtype_bytes(dtype)};
+  // sq and sd heads are not the sign bit, so their planes 1+2 carry the whole value (one
+  // extra bit per element); sign and rht heads are the sign bit itself.
+  bool whole_value = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  uint32_t b1 = whole_value ? 16 : 15;
+  uint32_t b2 = dtype == DType::kF32 ? 16 : 0;
+  return {1, b1, b2};
+}
+
+PlaneBytes plane_bytes(const PlaneBits& bits, uint32_t elems) {
+  auto bytes = [elems](uint32_t b) { return static_cast<uint32_t>((static_cast<uint64_t>(elems) * b + 7) / 8); };
+  return {bytes(bits.b0), bytes(bits.b1), bytes(bits.b2)};
+}
+
+uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_planes) {
+  if (scheme == Scheme::kNone) return 0;
+  return head_planes >= 2 ? planes.p0 + planes.p1 : planes.p0;
+}
+
+void write_header(const PacketHeader& h, uint8_t* out) {
+  put16(out + 0, kMagic);
+  out[2] = kVersion;
+  out[3] = h.flags;
+  out[4] = static_cast<uint8_t>(h.scheme);
+  out[5] = static_cast<uint8_t>(h.dtype);
+  out[6] = h.head_planes;
+  out[7] = h.row_log2;
+  put64(out + 8, h.cookie);
+  put32(out + 16, h.msg_seq);
+  put32(out + 20, h.msg_bytes);
+  put32(out + 24, h.row);
+  put16(out + 28, h.first_elem);
+  put16(out + 30, h.elem_count);
+  put16(out + 32, h.payload_bytes);
+  put16(out + 34, h.trim_bytes);
+  put32(out + 36, f32_bits(h.scale));
+  put32(out + 40, h.psn);
+  put32(out + 44, h.dst_ip4);
+  put16(out + 48, h.dst_port);
+  put16(out + 50, 0);
+  put32(out + kCrcOffset, header_crc(out));
+}
+
+void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port) {
+  put32(packet + 40, psn);
+  put32(packet + 44, dst_ip4);
+  put16(packet + 48, dst_port);
+  put32(packet + kCrcOffset, header_crc(packet));
+}
+
+void mark_trimmed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagTrimmed; }
+
+PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) {
+  if (data == nullptr || len < kHeaderBytes) return fail(PacketError::kTruncatedHeader);
+  if (get16(data) != kMagic) return fail(PacketError::kBadMagic);
+  if (data[2] != kVersion) return fail(PacketError::kBadVersion);
+  if (get32(data + kCrcOffset) != header_crc(data)) return fail(PacketError::kBadChecksum);
+
+  PacketHeader h;
+  h.flags = data[3];
+  uint8_t scheme = data[4], dtype = data[5];
+  h.head_planes = data[6];
+  h.row_log2 = data[7];
+  h.cookie = get64(data + 8);
+  h.msg_seq = get32(data + 16);
+  h.msg_bytes = get32(data + 20);
+  h.row = get32(data + 24);
+  h.first_elem = get16(data + 28);
+  h.elem_count = get16(data + 30);
+  h.payload_bytes = get16(data + 32);
+  h.trim_bytes = get16(data + 34);
+  h.scale = bits_f32(get32(data + 36));
+  h.psn = get32(data + 40);
+  h.dst_ip4 = get32(data + 44);
+  h.dst_port = get16(data + 48);
+
+  if ((h.flags & ~kFlagsKnown) != 0 || scheme >= kNumSchemes || dtype >= kNumDTypes ||
+      (h.head_planes != 1 && h.head_planes != 2) || h.row_log2 < 3 || h.row_log2 > 15 ||
+      get16(data + 50) != 0) {
+    return fail(PacketError::kBadField);
+  }
+  h.scheme = static_cast<Scheme>(scheme);
+  h.dtype = static_cast<DType>(dtype);
+  bool lossy = h.scheme != Scheme::kNone;
+  if (lossy && (h.dtype == DType::kRaw || h.tail() || !std::isfinite(h.scale) || h.scale < 0.0f)) {
+    return fail(PacketError::kBadField);
+  }
+  if (!lossy && (h.scale != 0.0f || h.trimmable())) return fail(PacketError::kBadField);
+
+  // Geometry: the elements must lie inside their row and the row inside the message.
+  const uint64_t elem_bytes = dtype_bytes(h.dtype);
+  const uint64_t row_elems = 1ull << h.row_log2;
+  const uint64_t typed_elems = h.msg_bytes / elem_bytes;
+  const uint64_t typed_rows = (typed_elems + row_elems - 1) / row_elems;
+  if (h.elem_count == 0) return fail(PacketError::kBadLength);
+  if (h.tail()) {
+    if (h.first_elem != 0 || h.elem_count != h.msg_bytes % elem_bytes || h.row != typed_rows) {
+      return fail(PacketError::kElemOverflow);
+    }
+  } else {
+    uint64_t end = static_cast<uint64_t>(h.first_elem) + h.elem_count;
+    if (end > row_elems || static_cast<uint64_t>(h.row) * row_elems + end > typed_elems) {
+      return fail(PacketError::kElemOverflow);
+    }
+  }
+  PlaneBytes planes = plane_bytes(plane_bits(h.scheme, h.dtype, h.tail()), h.elem_count);
+  if (h.payload_bytes != planes.total() || h.trim_bytes != trim_point_bytes(planes, h.scheme, h.head_planes)) {
+    return fail(PacketError::kBadLength);
+  }
+  if (len > kHeaderBytes + h.payload_bytes) return fail(PacketError::kLengthPastPacket);
+
+  out->hdr = h;
+  out->payload = data + kHeaderBytes;
+  out->payload_received = static_cast<uint32_t>(len - kHeaderBytes);
+  out->trimmed = (h.flags & kFlagTrimmed) != 0 || out->payload_received < h.payload_bytes;
+  packet_error_counters().add(PacketError::kOk);
+  return PacketError::kOk;
+}
+
+}  // namespace trim::codec

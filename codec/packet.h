@@ -1,0 +1,112 @@
+// The wire header of every data packet and its validation. Byte layout: docs/PROTOCOL.md.
+// The header is never trimmed: a switch cuts a packet at kHeaderBytes + trim_bytes (the end
+// of plane 0, or of plane 1 with 16-bit heads) using only fields of this header.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "codec/types.h"
+#include "common/status.h"
+
+namespace trim::codec {
+
+constexpr uint16_t kMagic = 0x5254;  // bytes 'T' 'R' on the wire (little-endian)
+constexpr uint8_t kVersion = 1;
+constexpr uint32_t kHeaderBytes = 56;
+constexpr uint32_t kIpv4UdpBytes = 28;
+
+// flags
+constexpr uint8_t kFlagTrimmed = 0x01;    // set by a switch that cut the packet (not covered by the CRC)
+constexpr uint8_t kFlagTrimmable = 0x02;  // a switch may trim; else it must drop (and the sender resends)
+constexpr uint8_t kFlagTail = 0x04;       // the message's raw remainder bytes (size % element size)
+constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail;
+
+struct PacketHeader {
+  uint8_t flags = 0;
+  Scheme scheme = Scheme::kNone;
+  DType dtype = DType::kRaw;
+  uint8_t head_planes = 1;   // planes kept by a trim: 1 (1-bit heads) or 2 (16-bit heads)
+  uint8_t row_log2 = 15;     // rows hold up to 2^row_log2 elements
+  uint64_t cookie = 0;       // per-connection random value, checked by the receiver
+  uint32_t msg_seq = 0;      // message sequence on the connection (keys the shared randomness)
+  uint32_t msg_bytes = 0;    // whole message size
+  uint32_t row = 0;
+  uint16_t first_elem = 0;   // within the row
+  uint16_t elem_count = 0;
+  uint16_t payload_bytes = 0;  // untrimmed payload size
+  uint16_t trim_bytes = 0;     // payload bytes a trim keeps (0: nothing useful survives)
+  float scale = 0.0f;          // rht: f = |V|^2/|R(V)|_1; sign: RMS; sq/sd: clip L; none: 0
+  uint32_t psn = 0;            // transport packet sequence number
+  uint32_t dst_ip4 = 0;        // destination (network byte order value), for a stateless switch
+  uint16_t dst_port = 0;
+
+  bool trimmable() const { return (flags & kFlagTrimmable) != 0; }
+  bool tail() const { return (flags & kFlagTail) != 0; }
+};
+
+enum class PacketError : int {
+  kOk = 0,
+  kTruncatedHeader,   // fewer than kHeaderBytes bytes
+  kBadMagic,
+  kBadVersion,
+  kBadChecksum,
+  kBadField,          // an enum, flag or reserved field holds a value this version does not define
+  kBadLength,         // payload_bytes / trim_bytes disagree with the element count and scheme
+  kLengthPastPacket,  // more bytes than header + payload_bytes
+  kElemOverflow,      // first_elem + elem_count past the row, or the row past the message
+  kInconsistent,      // disagrees with earlier packets of the same row or with the layout
+  kWrongCookie,       // not this connection's packet
+  kCount
+};
+const char* packet_error_name(PacketError e);
+
+// Process-wide counters of rejected packets, one per PacketError (index 0 counts accepted ones).
+class PacketErrorCounters {
+ public:
+  void add(PacketError e) { counts_[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t get(PacketError e) const { return counts_[static_cast<int>(e)].load(std::memory_order_relaxed); }
+  uint64_t total_errors() const;
+  std::string to_json() const;
+
+ private:
+  std::atomic<uint64_t> counts_[static_cast<int>(PacketError::kCount)] = {};
+};
+PacketErrorCounters& packet_error_counters();
+
+// Plane geometry of `elems` elements of one scheme and dtype (docs/PROTOCOL.md).
+struct PlaneBits {
+  uint32_t b0, b1, b2;  // bits per element in planes 0, 1, 2; raw rows use b2 = 8 * element size
+};
+PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail);
+struct PlaneBytes {
+  uint32_t p0, p1, p2;
+  uint32_t total() const { return p0 + p1 + p2; }
+};
+PlaneBytes plane_bytes(const PlaneBits& bits, uint32_t elems);
+uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_planes);
+
+// CRC-32C (Castagnoli); SSE4.2 when the CPU has it.
+uint32_t crc32c(const uint8_t* data, size_t len);
+
+// Writes the header (with its CRC) into the first kHeaderBytes of `out`.
+void write_header(const PacketHeader& h, uint8_t* out);
+// Rewrites the transport fields of an encoded packet and refreshes the CRC.
+void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
+// Sets the TRIMMED flag and cuts nothing; a switch then sends kHeaderBytes + trim_bytes bytes.
+void mark_trimmed(uint8_t* packet);
+
+struct ParsedPacket {
+  PacketHeader hdr;
+  const uint8_t* payload = nullptr;
+  uint32_t payload_received = 0;  // <= hdr.payload_bytes
+  bool trimmed = false;           // flag set or bytes missing
+};
+
+// Validates a received packet of `len` bytes without any per-connection state. Never reads
+// past `len`. Counts the outcome in packet_error_counters().
+PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out);
+
+}  // namespace trim::codec

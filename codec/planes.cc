@@ -1,0 +1,196 @@
+// Portable reference kernels and the dispatch to the vector ones (codec/planes_avx512.cc).
+#include "codec/planes.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "codec/types.h"
+
+namespace trim::codec {
+namespace {
+
+inline void store_le(uint8_t* p, uint64_t v, uint32_t bytes) {
+  for (uint32_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+inline uint64_t load_le(const uint8_t* p, uint32_t bytes) {
+  uint64_t v = 0;
+  for (uint32_t i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// Packs 15-bit fields as a little-endian bitstream; 8 fields fill 15 bytes exactly.
+template <typename Get>
+inline void pack15(Get field, uint32_t n, uint8_t* out) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8, out += 15) {
+    uint64_t lo = field(i) | (field(i + 1) << 15) | (field(i + 2) << 30) | (field(i + 3) << 45) |
+                  (field(i + 4) << 60);
+    uint64_t hi = (field(i + 4) >> 4) | (field(i + 5) << 11) | (field(i + 6) << 26) | (field(i + 7) << 41);
+    store_le(out, lo, 8);
+    store_le(out + 8, hi, 7);
+  }
+  // A last partial group: accumulate into whole bytes.
+  uint64_t acc = 0;
+  uint32_t bits = 0;
+  for (; i < n; ++i) {
+    acc |= field(i) << bits;
+    bits += 15;
+    while (bits >= 8) {
+      *out++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      bits -= 8;
+    }
+  }
+  if (bits > 0) *out = static_cast<uint8_t>(acc);
+}
+
+const bool kHasAvx512 = avx512::supported();
+std::atomic<bool> g_force_scalar{false};
+
+inline bool vector_path() { return kHasAvx512 && !g_force_scalar.load(std::memory_order_relaxed); }
+
+}  // namespace
+
+namespace scalar {
+
+void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms) {
+  pack_sign_bits32(v, n, p0);
+  pack15_from32(v, n, p1);
+  pack16_from32(v, n, 0, p2);
+  bool finite = true;
+  norms->sum_sq += sum_squares(v, n, &finite);
+  norms->sum_abs += sum_abs(v, n);
+  norms->finite = norms->finite && finite;
+}
+
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0) {
+  for (uint32_t i = 0; i < n; i += 8) {
+    uint32_t b = 0;
+    for (uint32_t k = 0; k < 8 && i + k < n; ++k) b |= (f32_bits(v[i + k]) >> 31) << k;
+    p0[i >> 3] = static_cast<uint8_t>(b);
+  }
+}
+
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1) {
+  pack15([v](uint32_t i) { return static_cast<uint64_t>((f32_bits(v[i]) >> 16) & 0x7FFFu); }, n, p1);
+}
+
+void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
+  for (uint32_t i = 0; i < n; ++i) store_le(out + 2 * i, (f32_bits(v[i]) >> shift) & 0xFFFFu, 2);
+}
+
+void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
+                  float* dst) {
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t top;
+    if (value_layout) {
+      top = static_cast<uint32_t>(load_le(p1 + 2 * i, 2));
+    } else {
+      const uint32_t bit = 15 * i;
+      const uint32_t field = static_cast<uint32_t>(load_le(p1 + bit / 8, 3) >> (bit % 8)) & 0x7FFFu;
+      top = (head_bit(p0, i) << 15) | field;
+    }
+    dst[i] = bits_f32((top << 16) | static_cast<uint32_t>(load_le(p2 + 2 * i, 2)));
+  }
+}
+
+void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst) {
+  for (uint32_t i = begin; i < end; ++i) dst[i - begin] = head_bit(p0, i) ? if_set : if_clear;
+}
+
+double sum_squares(const float* v, uint32_t n, bool* all_finite) {
+  // Eight lanes keep the dependency chains short; a non-finite value is skipped (and
+  // reported) so one NaN does not poison the scale of a whole row.
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  bool finite = true;
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool ok = std::isfinite(v[i]);
+    finite &= ok;
+    acc[i & 7] += ok ? static_cast<double>(v[i]) * v[i] : 0.0;
+  }
+  *all_finite = finite;
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+double sum_abs(const float* v, uint32_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < n; ++i) acc[i & 7] += std::fabs(static_cast<double>(v[i]));
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+}  // namespace scalar
+
+const char* kernels_isa() { return vector_path() ? "avx512" : "scalar"; }
+void kernels_force_scalar(bool force) { g_force_scalar.store(force); }
+
+void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms) {
+  vector_path() ? avx512::pack_f32_sign_layout(v, n, p0, p1, p2, norms)
+                : scalar::pack_f32_sign_layout(v, n, p0, p1, p2, norms);
+}
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0) {
+  vector_path() ? avx512::pack_sign_bits32(v, n, p0) : scalar::pack_sign_bits32(v, n, p0);
+}
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1) {
+  vector_path() ? avx512::pack15_from32(v, n, p1) : scalar::pack15_from32(v, n, p1);
+}
+void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
+  vector_path() ? avx512::pack16_from32(v, n, shift, out) : scalar::pack16_from32(v, n, shift, out);
+}
+void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
+                  float* dst) {
+  vector_path() ? avx512::assemble_f32(p0, p1, p2, value_layout, n, dst)
+                : scalar::assemble_f32(p0, p1, p2, value_layout, n, dst);
+}
+void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst) {
+  vector_path() ? avx512::fill_heads(p0, begin, end, if_set, if_clear, dst)
+                : scalar::fill_heads(p0, begin, end, if_set, if_clear, dst);
+}
+double sum_squares(const float* v, uint32_t n, bool* all_finite) {
+  return vector_path() ? avx512::sum_squares(v, n, all_finite) : scalar::sum_squares(v, n, all_finite);
+}
+double sum_abs(const float* v, uint32_t n) { return vector_path() ? avx512::sum_abs(v, n) : scalar::sum_abs(v, n); }
+
+// 16-bit dtypes and the 15-bit stream decode stay portable: they are not on the fp32 hot path.
+void pack_sign_bits16(const uint16_t* v, uint32_t n, uint8_t* p0) {
+  for (uint32_t i = 0; i < n; i += 8) {
+    uint32_t b = 0;
+    for (uint32_t k = 0; k < 8 && i + k < n; ++k) b |= static_cast<uint32_t>(v[i + k] >> 15) << k;
+    p0[i >> 3] = static_cast<uint8_t>(b);
+  }
+}
+
+void pack15_from16(const uint16_t* v, uint32_t n, uint8_t* p1) {
+  pack15([v](uint32_t i) { return static_cast<uint64_t>(v[i] & 0x7FFFu); }, n, p1);
+}
+
+void pack16_from16(const uint16_t* v, uint32_t n, uint8_t* out) {
+  for (uint32_t i = 0; i < n; ++i) store_le(out + 2 * i, v[i], 2);
+}
+
+void unpack15(const uint8_t* p1, uint32_t n, uint16_t* out) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8, p1 += 15) {
+    const uint64_t lo = load_le(p1, 8), hi = load_le(p1 + 8, 7);
+    out[i + 0] = static_cast<uint16_t>(lo & 0x7FFF);
+    out[i + 1] = static_cast<uint16_t>((lo >> 15) & 0x7FFF);
+    out[i + 2] = static_cast<uint16_t>((lo >> 30) & 0x7FFF);
+    out[i + 3] = static_cast<uint16_t>((lo >> 45) & 0x7FFF);
+    out[i + 4] = static_cast<uint16_t>(((lo >> 60) | (hi << 4)) & 0x7FFF);
+    out[i + 5] = static_cast<uint16_t>((hi >> 11) & 0x7FFF);
+    out[i + 6] = static_cast<uint16_t>((hi >> 26) & 0x7FFF);
+    out[i + 7] = static_cast<uint16_t>((hi >> 41) & 0x7FFF);
+  }
+  // Remaining fields: read exactly the bytes that hold them.
+  for (uint32_t bit = 0; i < n; ++i, bit += 15) {
+    const uint32_t shift = bit & 7;
+    out[i] = static_cast<uint16_t>((load_le(p1 + (bit >> 3), (shift + 15 + 7) / 8) >> shift) & 0x7FFF);
+  }
+}
+
+void unpack16(const uint8_t* p, uint32_t n, uint16_t* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(load_le(p + 2 * i, 2));
+}
+
+}  // namespace trim::codec

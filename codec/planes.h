@@ -1,0 +1,79 @@
+// Bit-plane packing: the payload of a lossy packet is plane 0 (one head bit per element,
+// LSB first), then plane 1 (b1 = 15 or 16 bits per element, a little-endian bitstream), then
+// plane 2 (fp32 only: the low 16 bits, little-endian u16). See docs/PROTOCOL.md.
+#pragma once
+
+#include <cstdint>
+
+namespace trim::codec {
+
+// Plane 0 from the top bit of each value.
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
+void pack_sign_bits16(const uint16_t* v, uint32_t n, uint8_t* p0);
+// 15-bit fields (v >> shift) & 0x7fff packed back to back: 8 elements per 15 bytes.
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1);  // shift 16: fp32 bits 30..16
+void pack15_from16(const uint16_t* v, uint32_t n, uint8_t* p1);  // shift 0: 16-bit bits 14..0
+// 16-bit fields as little-endian u16: (v >> shift) & 0xffff.
+void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
+void pack16_from16(const uint16_t* v, uint32_t n, uint8_t* out);
+
+// Inverse of pack15_*: the first n fields of a 15-bit stream (the caller guarantees the
+// stream holds them).
+void unpack15(const uint8_t* p1, uint32_t n, uint16_t* out);
+// Inverse of pack16_*.
+void unpack16(const uint8_t* p, uint32_t n, uint16_t* out);
+
+inline uint32_t head_bit(const uint8_t* p0, uint32_t i) { return (p0[i >> 3] >> (i & 7)) & 1u; }
+
+// Norms gathered while packing, so a row is read once: sum of squares and of absolute
+// values (double), and whether every value was finite (when not, the sums are meaningless).
+struct Norms {
+  double sum_sq = 0.0;
+  double sum_abs = 0.0;
+  bool finite = true;
+};
+
+// All three planes of fp32 values in the sign layout (sign/rht) in one pass over the input,
+// adding the values' norms to *norms.
+void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
+
+// Decode of whole fp32 elements [0, n) of a packet: sign layout (plane 0 = sign, plane 1 =
+// bits 30..16) or value layout (plane 1 = bits 31..16); plane 2 = bits 15..0.
+void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
+// dst[i - begin] = head bit i ? if_set : if_clear, for i in [begin, end).
+void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
+
+// Row norms in double precision. sum_squares skips non-finite values and reports them.
+double sum_squares(const float* v, uint32_t n, bool* all_finite);
+double sum_abs(const float* v, uint32_t n);
+
+// Every function above has a portable reference (namespace scalar) and, where the CPU has
+// AVX-512 (F, BW, DQ, VL, VBMI) and BMI2, a vector version picked once at startup. Tests
+// compare the two; kernels_isa() tells which one runs.
+const char* kernels_isa();
+void kernels_force_scalar(bool force);  // tests and benchmarks only
+
+namespace scalar {
+void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
+void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
+void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
+void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
+double sum_squares(const float* v, uint32_t n, bool* all_finite);
+double sum_abs(const float* v, uint32_t n);
+}  // namespace scalar
+
+namespace avx512 {
+bool supported();
+void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
+void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
+void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
+void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
+double sum_squares(const float* v, uint32_t n, bool* all_finite);
+double sum_abs(const float* v, uint32_t n);
+}  // namespace avx512
+
+}  // namespace trim::codec

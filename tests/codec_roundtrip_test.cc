@@ -1,0 +1,203 @@
+// Exactness where the codec promises it, and the stated bounds where it does not.
+#include <cmath>
+
+#include "codec/rht.h"
+#include "tests/codec_util.h"
+
+namespace trim::codec::testing {
+namespace {
+
+const DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+const size_t kOddSizes[] = {0, 1, 3, 1000, 32769};
+const uint32_t kMtus[] = {1500, 4096, 9000};
+
+// none, sign, sq and sd carry every bit of every element when nothing is trimmed: the output
+// bytes equal the input bytes, for every dtype, odd sizes, odd byte counts and MTUs.
+TEST(CodecRoundTrip, UntrimmedIsBitExact) {
+  for (Scheme scheme : {Scheme::kNone, Scheme::kSign, Scheme::kSq, Scheme::kSd}) {
+    for (DType dt : kFloatTypes) {
+      for (size_t elems : kOddSizes) {
+        for (size_t extra : {size_t{0}, size_t{1}}) {
+          for (uint32_t mtu : kMtus) {
+            CodecConfig cfg = config(scheme, mtu);
+            size_t tail = extra == 0 ? 0 : dtype_bytes(dt) - 1;
+            std::vector<uint8_t> msg = message_bytes(dt, elems, tail, elems * 31 + mtu, true);
+            Decoded d = round_trip(cfg, dt, msg, keep_all);
+            ASSERT_EQ(d.bytes, msg) << scheme_name(scheme) << " " << dtype_name(dt) << " elems=" << elems
+                                    << " tail=" << tail << " mtu=" << mtu;
+            EXPECT_EQ(d.stats.estimated, 0u);
+            EXPECT_EQ(d.stats.missing + d.stats.head_only + d.stats.plane1, 0u);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CodecRoundTrip, RawBytesOfAnyLength) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{100003}}) {
+    CodecConfig cfg = config(Scheme::kNone, 1500);
+    std::vector<uint8_t> msg = message_bytes(DType::kRaw, bytes, 0, bytes, false);
+    Decoded d = round_trip(cfg, DType::kRaw, msg, keep_all);
+    EXPECT_EQ(d.bytes, msg) << bytes;
+  }
+}
+
+// Untrimmed rht is exact up to fp32 rounding of the two transforms: forward and inverse each
+// add at most (log2 d + 2) roundings of relative size 2^-24 to the L2 norm, so
+// |x' - x| <= (2 log2 d + 4) 2^-24 |x| per block (docs/PROTOCOL.md).
+TEST(CodecRoundTrip, RhtUntrimmedWithinFp32Bound) {
+  for (size_t elems : {size_t{1}, size_t{3}, size_t{1000}, size_t{32768}, size_t{32769}, size_t{100000}}) {
+    std::vector<uint8_t> msg = message_bytes(DType::kF32, elems, 0, elems, false);
+    Decoded d = round_trip(config(Scheme::kRht), DType::kF32, msg, keep_all);
+    std::vector<float> x = as_floats(msg), y = as_floats(d.bytes);
+    const double bound = (2.0 * 15 + 4) * std::ldexp(1.0, -24);
+    EXPECT_LE(std::sqrt(sq_err(x, y) / sq_norm(x)), bound) << elems;
+    EXPECT_EQ(d.stats.full, elems);
+  }
+}
+
+// 16-bit rht rows travel rotated and rounded to the dtype: the error is the rounding of the
+// rotated values (orthonormal, so at most u |x|) plus the final rounding (u |x|), u = 2^-8
+// for bf16 and 2^-11 for fp16, plus the fp32 transform terms.
+TEST(CodecRoundTrip, RhtUntrimmed16BitWithinDtypeBound) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> msg = message_bytes(dt, 5000, 1, 5, false);
+    Decoded d = round_trip(config(Scheme::kRht), dt, msg, keep_all);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < 5000; ++i) {
+      uint16_t a, b;
+      std::memcpy(&a, &msg[2 * i], 2);
+      std::memcpy(&b, &d.bytes[2 * i], 2);
+      double x = dt == DType::kBF16 ? bf16_to_f32(a) : f16_to_f32(a);
+      double y = dt == DType::kBF16 ? bf16_to_f32(b) : f16_to_f32(b);
+      err += (x - y) * (x - y);
+      norm += x * x;
+    }
+    const double u = dt == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    EXPECT_LE(std::sqrt(err / norm), 2 * u + 34 * std::ldexp(1.0, -24)) << dtype_name(dt);
+    EXPECT_EQ(d.bytes.back(), msg.back());  // the odd tail byte travels raw
+  }
+}
+
+// A row with a NaN or inf is sent per element (the sign scheme) rather than rotated, so the
+// non-finite value stays where it was and the rest of the row is exact.
+TEST(CodecRoundTrip, RhtNonFiniteRowFallsBackToSign) {
+  std::vector<float> v = gaussian(3000, 3);
+  v[17] = NAN;
+  v[2000] = -INFINITY;
+  std::vector<uint8_t> msg(v.size() * 4);
+  std::memcpy(msg.data(), v.data(), msg.size());
+  Decoded d = round_trip(config(Scheme::kRht), DType::kF32, msg, keep_all);
+  EXPECT_EQ(d.bytes, msg);
+  ParsedPacket p;
+  ASSERT_EQ(parse_packet(d.packets[0].data(), d.packets[0].size(), &p), PacketError::kOk);
+  EXPECT_EQ(p.hdr.scheme, Scheme::kSign);
+}
+
+// The layout has no padding: a full packet carries exactly 32 bits (sign, rht) or 33 bits
+// (sq, sd) per fp32 element, rows that are not a power of two cost nothing extra, and no
+// packet exceeds the budget.
+TEST(CodecLayout, NoPaddingAndWithinBudget) {
+  for (uint32_t mtu : kMtus) {
+    for (Scheme s : {Scheme::kSign, Scheme::kRht, Scheme::kSq}) {
+      CodecConfig cfg = config(s, mtu);
+      for (size_t elems : {size_t{1000}, size_t{32768}, size_t{32769}}) {
+        std::vector<uint8_t> msg = message_bytes(DType::kF32, elems, 0, 1, false);
+        Decoded d = round_trip(cfg, DType::kF32, msg, keep_all);
+        size_t payload = 0;
+        for (const auto& p : d.packets) {
+          EXPECT_LE(p.size(), cfg.packet_bytes);
+          payload += p.size() - kHeaderBytes;
+        }
+        const size_t bits = s == Scheme::kSq ? 33 : 32;
+        // Only a row's last packet may hold a count that is not a multiple of 8, and then
+        // planes 0 and 1 each round up to a whole byte: at most 2 bytes per row.
+        const size_t rows = (elems + 32767) / 32768;
+        EXPECT_LE(payload * 8, elems * bits + 16 * rows) << "mtu=" << mtu;
+        EXPECT_GE(payload * 8, elems * bits);
+      }
+    }
+  }
+  // At the default MTU a 2^15 fp32 rht row takes ceil(32768 / 1000) packets of 1000 elements.
+  Result<Layout> l = Layout::make(config(Scheme::kRht), DType::kF32, Scheme::kRht, 32768 * 4);
+  ASSERT_TRUE(l.is_ok());
+  EXPECT_EQ(l->row(0).elems_per_packet, 1000u);
+  EXPECT_EQ(l->packets(), 33u);
+}
+
+TEST(CodecLayout, TrimPointAndClassInHeader) {
+  for (uint8_t planes : {uint8_t{1}, uint8_t{2}}) {
+    CodecConfig cfg = config(Scheme::kRht, 4096, 32768, planes);
+    std::vector<uint8_t> msg = message_bytes(DType::kF32, 1000, 0, 2, false);
+    Decoded d = round_trip(cfg, DType::kF32, msg, keep_all);
+    ParsedPacket p;
+    ASSERT_EQ(parse_packet(d.packets[0].data(), d.packets[0].size(), &p), PacketError::kOk);
+    EXPECT_TRUE(p.hdr.trimmable());
+    EXPECT_EQ(p.hdr.trim_bytes, planes == 1 ? 1000u / 8 : 1000u / 8 + 1000u * 15 / 8);
+  }
+  Decoded exact = round_trip(config(Scheme::kNone), DType::kF32, message_bytes(DType::kF32, 10, 0, 3, false), keep_all);
+  ParsedPacket p;
+  ASSERT_EQ(parse_packet(exact.packets[0].data(), exact.packets[0].size(), &p), PacketError::kOk);
+  EXPECT_FALSE(p.hdr.trimmable());
+  EXPECT_EQ(p.hdr.trim_bytes, 0u);
+  // An exact-class message of a lossy scheme is not marked trimmable either.
+  MessageId id = test_id();
+  id.trimmable = false;
+  Decoded lossless = round_trip(config(Scheme::kRht), DType::kF32, message_bytes(DType::kF32, 10, 0, 3, false),
+                                keep_all, id);
+  ASSERT_EQ(parse_packet(lossless.packets[0].data(), lossless.packets[0].size(), &p), PacketError::kOk);
+  EXPECT_FALSE(p.hdr.trimmable());
+}
+
+TEST(CodecLayout, RejectsWhatItCannotCarry) {
+  EXPECT_FALSE(Layout::make(config(Scheme::kRht), DType::kRaw, Scheme::kRht, 100).is_ok());
+  EXPECT_FALSE(Layout::make(config(Scheme::kNone), DType::kF32, Scheme::kNone, 1ull << 32).is_ok());
+  CodecConfig bad = config(Scheme::kRht);
+  bad.row_elems = 1000;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad = config(Scheme::kRht);
+  bad.packet_bytes = 60;
+  EXPECT_FALSE(bad.validate().is_ok());
+}
+
+// Exhaustive check of the 16-bit conversions: every non-NaN pattern survives widening and
+// narrowing, and narrowing rounds to nearest even (checked against the widened neighbours).
+TEST(CodecTypes, HalfAndBf16ConversionsAreExact) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint16_t v = static_cast<uint16_t>(h);
+    const float f = f16_to_f32(v);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(f32_to_f16(f), v) << h;
+    }
+    const float b = bf16_to_f32(v);
+    if (!std::isnan(b)) {
+      ASSERT_EQ(f32_to_bf16(b), v) << h;
+    }
+  }
+  // Ties go to even; overflow goes to inf; tiny values to zero.
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);
+  // Random fp32 values: the fp16 result is the nearest representable value.
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    float x = bits_f32(rng() & 0x47FFFFFFu);  // |x| < 2^16 or so, any sign
+    float y = f16_to_f32(f32_to_f16(x));
+    if (std::isinf(y) || std::isnan(x)) continue;
+    uint16_t h = f32_to_f16(x);
+    float up = f16_to_f32(static_cast<uint16_t>(h + 1)), down = f16_to_f32(static_cast<uint16_t>(h - 1));
+    if ((h & 0x7FFF) != 0 && (h & 0x7C00) != 0x7C00) {
+      ASSERT_LE(std::fabs(y - x), std::fabs(up - x)) << x;
+      ASSERT_LE(std::fabs(y - x), std::fabs(down - x)) << x;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trim::codec::testing

@@ -1,0 +1,346 @@
+// What a trim leaves: the estimators' statistics, the precision ladder, and partial packets.
+#include <algorithm>
+#include <cmath>
+
+#include "codec/fwht.h"
+#include "codec/rht.h"
+#include "codec/rng.h"
+#include "tests/codec_util.h"
+
+namespace trim::codec::testing {
+namespace {
+
+std::vector<uint8_t> to_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// DRIVE's identity: with every packet trimmed to its heads, x' = R^-1(f sign(R x)) with
+// f = |x|^2/|Rx|_1, so <x, x'> = |x|^2 and NMSE = d |x|^2 / |Rx|_1^2 - 1 exactly (up to fp32
+// rounding). For Gaussian rows it concentrates at pi/2 - 1 = 0.5708; its standard deviation
+// per 2^15 row is about 0.005, so the mean of 200 rows has sd ~0.0004 and the bound
+// [0.55, 0.59] is > 40 sd wide: a failure means a bug, not bad luck.
+TEST(CodecTrim, RhtFullyTrimmedNmseMatchesDriveFormula) {
+  const uint32_t d = 32768;
+  CodecConfig cfg = config(Scheme::kRht);
+  double mean = 0;
+  const int rows = 200;
+  std::vector<float> rotated(d);
+  std::vector<uint64_t> words;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> x = gaussian(d, 1000 + r);
+    MessageId id = test_id(static_cast<uint32_t>(r));
+    Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, id);
+    ASSERT_EQ(dec.stats.head_only, d);
+    std::vector<float> y = as_floats(dec.bytes);
+    const double nmse = sq_err(x, y) / sq_norm(x);
+    rht_sign_words(rng_key(cfg.seed, id.msg_seq, 0, RngStream::kRhtSigns), d, &words);
+    rht_row_forward(x.data(), rotated.data(), d, words);
+    double l1 = 0;
+    for (float v : rotated) l1 += std::fabs(static_cast<double>(v));
+    const double formula = d * sq_norm(x) / (l1 * l1) - 1;
+    ASSERT_NEAR(nmse, formula, 2e-4 * formula) << "row " << r;
+    mean += nmse / rows;
+  }
+  EXPECT_GE(mean, 0.55);
+  EXPECT_LE(mean, 0.59);
+}
+
+// Partial trimming keeps surviving coordinates exact and the error falls with the trim rate:
+// trimming a fraction t of packets gives NMSE close to t * 0.571.
+TEST(CodecTrim, RhtPartialTrimScalesWithFraction) {
+  std::vector<float> x = gaussian(32768 * 4, 9);
+  for (double t : {0.1, 0.5}) {
+    std::mt19937 rng(static_cast<uint32_t>(t * 100));
+    std::bernoulli_distribution trim(t);
+    size_t trimmed = 0, total = 0;
+    Decoded dec = round_trip(config(Scheme::kRht), DType::kF32, to_bytes(x), [&](size_t, const ParsedPacket& p) {
+      ++total;
+      if (trim(rng)) {
+        ++trimmed;
+        return static_cast<int64_t>(p.hdr.trim_bytes);
+      }
+      return static_cast<int64_t>(p.hdr.payload_bytes);
+    });
+    const double frac = static_cast<double>(trimmed) / total;
+    const double nmse = sq_err(x, as_floats(dec.bytes)) / sq_norm(x);
+    EXPECT_NEAR(nmse, frac * (M_PI / 2 - 1), 0.03) << t;
+  }
+}
+
+// sq is unbiased inside the clip range. Over T independent dithers each in-range element
+// decodes to +-L with mean x and variance L^2 - x^2; z_i = (mean_i - x_i) / sqrt((L^2 - x_i^2)/T)
+// is ~N(0,1) and independent across elements, so Z = sum w_i z_i / sqrt(m) ~ N(0,1) for any
+// fixed weights w_i = +-1: |Z| < 5 holds with probability 1 - 6e-7 when unbiased. Two
+// weightings catch both shapes of bias: w = 1 (even in x) and w = sign(x) (odd in x, such as
+// shrinking or inflating magnitudes). sign gives an odd |Z| in the hundreds on the same data.
+struct BiasZ {
+  double even, odd;
+};
+BiasZ bias_z(Scheme scheme, const std::vector<float>& x, int trials, double* clip_out) {
+  CodecConfig cfg = config(scheme, 4096, 4096);
+  std::vector<double> mean(x.size(), 0.0);
+  float clip = 0;
+  for (int t = 0; t < trials; ++t) {
+    Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, test_id(static_cast<uint32_t>(t)));
+    ParsedPacket p;
+    EXPECT_EQ(parse_packet(dec.packets[0].data(), dec.packets[0].size(), &p), PacketError::kOk);
+    clip = p.hdr.scale;
+    std::vector<float> y = as_floats(dec.bytes);
+    for (size_t i = 0; i < x.size(); ++i) mean[i] += y[i] / trials;
+  }
+  *clip_out = clip;
+  BiasZ z{0, 0};
+  size_t m = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double var = (static_cast<double>(clip) * clip - static_cast<double>(x[i]) * x[i]) / trials;
+    if (std::fabs(x[i]) >= 0.95 * clip || var <= 0) continue;
+    const double zi = (mean[i] - x[i]) / std::sqrt(var);
+    z.even += zi;
+    z.odd += x[i] < 0 ? -zi : zi;
+    ++m;
+  }
+  z.even /= std::sqrt(static_cast<double>(m));
+  z.odd /= std::sqrt(static_cast<double>(m));
+  return z;
+}
+
+TEST(CodecTrim, SqIsUnbiasedInsideClipRange) {
+  std::vector<float> x = gaussian(4096, 21);
+  double clip = 0;
+  const BiasZ z = bias_z(Scheme::kSq, x, 200, &clip);
+  EXPECT_LT(std::fabs(z.even), 5.0);
+  EXPECT_LT(std::fabs(z.odd), 5.0);
+  // Clip L = 2.5 x RMS as configured.
+  EXPECT_NEAR(clip, 2.5 * std::sqrt(sq_norm(x) / x.size()), 1e-5 * clip);
+}
+
+// sign decodes to +-sigma whatever the magnitude: small values are overestimated and large
+// ones underestimated, deterministically.
+TEST(CodecTrim, SignIsBiased) {
+  std::vector<float> x = gaussian(4096, 22);
+  Decoded dec = round_trip(config(Scheme::kSign, 4096, 4096), DType::kF32, to_bytes(x), trim_all);
+  std::vector<float> y = as_floats(dec.bytes);
+  const double sigma = std::sqrt(sq_norm(x) / x.size());
+  double small_bias = 0, large_bias = 0;
+  int small = 0, large = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] > 0 && x[i] < 0.5 * sigma) {
+      small_bias += y[i] - x[i];
+      ++small;
+    } else if (x[i] > 2 * sigma) {
+      large_bias += y[i] - x[i];
+      ++large;
+    }
+  }
+  ASSERT_GT(small, 100);
+  ASSERT_GT(large, 20);
+  EXPECT_GT(small_bias / small, 0.5 * sigma);
+  EXPECT_LT(large_bias / large, -0.9 * sigma);
+  double clip = 0;
+  EXPECT_GT(std::fabs(bias_z(Scheme::kSign, x, 4, &clip).odd), 50.0);
+}
+
+// sd: the error e = x' - x of an in-range x is U(-L, L) whatever x is. In each quartile of
+// |x| the error mean is 0 and its second moment L^2/3; with ~200k samples per bin the
+// standard errors are 0.0013 L (mean) and 0.0007 L^2 (moment): 6-sigma bounds are used.
+// sq's error second moment is L^2 - x^2 and visibly depends on the bin.
+TEST(CodecTrim, SdErrorIsIndependentOfInput) {
+  const int trials = 200;
+  std::vector<float> x = gaussian(4096, 23);
+  const int bins = 4;
+  for (Scheme scheme : {Scheme::kSd, Scheme::kSq}) {
+    CodecConfig cfg = config(scheme, 4096, 4096);
+    double mean[bins] = {}, m2[bins] = {};
+    double count[bins] = {};
+    double clip = 0;
+    for (int t = 0; t < trials; ++t) {
+      Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, test_id(static_cast<uint32_t>(1000 + t)));
+      ParsedPacket p;
+      ASSERT_EQ(parse_packet(dec.packets[0].data(), dec.packets[0].size(), &p), PacketError::kOk);
+      clip = p.hdr.scale;
+      std::vector<float> y = as_floats(dec.bytes);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double a = std::fabs(x[i]) / clip;
+        if (a >= 1.0) continue;
+        const int b = std::min(bins - 1, static_cast<int>(a * bins * 2));  // |x| in [0, L/2) split in 4
+        const double e = y[i] - x[i];
+        if (scheme == Scheme::kSd) {
+          ASSERT_LE(std::fabs(e), clip * (1 + 1e-5));
+        }
+        mean[b] += e;
+        m2[b] += e * e;
+        count[b] += 1;
+      }
+    }
+    const double l2 = clip * clip;
+    for (int b = 0; b < bins; ++b) {
+      ASSERT_GT(count[b], 50000) << b;
+      mean[b] /= count[b];
+      m2[b] /= count[b];
+      if (scheme == Scheme::kSd) {
+        EXPECT_NEAR(mean[b], 0.0, 6 * clip / std::sqrt(3 * count[b])) << "bin " << b;
+        EXPECT_NEAR(m2[b], l2 / 3, 6 * l2 * std::sqrt(4.0 / 45 / count[b])) << "bin " << b;
+      }
+    }
+    if (scheme == Scheme::kSq) {
+      // E[e^2] = L^2 - x^2: the outer bin's moment is clearly below the inner one's.
+      EXPECT_LT(m2[bins - 1], m2[0] - 0.1 * l2);
+    }
+  }
+}
+
+// 16-bit heads (planes 0+1) give fp32 the bf16 prefix; filling the lost low bits with the
+// middle of the interval bounds the relative error by 2^-8 for every normal number.
+TEST(CodecTrim, Plane1OfFp32HasRelativeErrorAtMost2ToMinus8) {
+  for (Scheme scheme : {Scheme::kSign, Scheme::kSq, Scheme::kSd}) {
+    std::vector<float> x = gaussian(20000, 24);
+    x[5] = 1e-30f;
+    x[6] = -3e20f;
+    CodecConfig cfg = config(scheme, 9000, 32768, 2);
+    Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all);
+    EXPECT_EQ(dec.stats.plane1, x.size());
+    std::vector<float> y = as_floats(dec.bytes);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]), std::ldexp(std::fabs(static_cast<double>(x[i])), -8))
+          << scheme_name(scheme) << " i=" << i << " x=" << x[i];
+    }
+  }
+  // rht: the bound holds per rotated coordinate, hence in L2 norm after the inverse rotation.
+  std::vector<float> x = gaussian(32768, 25);
+  Decoded dec = round_trip(config(Scheme::kRht, 4096, 32768, 2), DType::kF32, to_bytes(x), trim_all);
+  EXPECT_LE(std::sqrt(sq_err(x, as_floats(dec.bytes)) / sq_norm(x)), std::ldexp(1.0, -8) + 1e-6);
+}
+
+// Cut one packet at every byte offset. Cuts inside plane 0 keep a prefix of heads; from the
+// end of plane 0 on, each element uses the best level whose bits survived, so the error
+// never grows as more bytes survive, and the whole packet is exact.
+TEST(CodecTrim, EveryCutOffsetDecodesAndErrorNeverGrows) {
+  for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const size_t elems = 61;  // one packet, a partial byte in every plane
+      std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 26, false);
+      CodecConfig cfg = config(scheme);
+      Decoded whole = round_trip(cfg, dt, msg, keep_all);
+      ASSERT_EQ(whole.packets.size(), 1u);
+      ParsedPacket p;
+      ASSERT_EQ(parse_packet(whole.packets[0].data(), whole.packets[0].size(), &p), PacketError::kOk);
+      const int64_t p0 = (elems + 7) / 8;
+      double prev = INFINITY;
+      for (int64_t cut = 0; cut <= p.hdr.payload_bytes; ++cut) {
+        Decoded d = round_trip(cfg, dt, msg, [cut](size_t, const ParsedPacket&) { return cut; });
+        double err = 0;
+        for (size_t i = 0; i < elems; ++i) {
+          double a, b;
+          if (dt == DType::kF32) {
+            float fa, fb;
+            std::memcpy(&fa, &msg[4 * i], 4);
+            std::memcpy(&fb, &d.bytes[4 * i], 4);
+            a = fa, b = fb;
+          } else {
+            uint16_t ha, hb;
+            std::memcpy(&ha, &msg[2 * i], 2);
+            std::memcpy(&hb, &d.bytes[2 * i], 2);
+            a = bf16_to_f32(ha), b = bf16_to_f32(hb);
+          }
+          ASSERT_TRUE(std::isfinite(b));
+          err += (a - b) * (a - b);
+        }
+        EXPECT_EQ(d.stats.missing, static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(elems) - 8 * cut)));
+        if (cut >= p0) {
+          EXPECT_LE(err, prev * (1 + 1e-6) + 1e-12)
+              << scheme_name(scheme) << " " << dtype_name(dt) << " cut=" << cut;
+          prev = err;
+        }
+        if (cut == p.hdr.payload_bytes && scheme != Scheme::kRht) {
+          EXPECT_EQ(d.bytes, msg);
+        }
+      }
+    }
+  }
+}
+
+// Packets that never arrive: the decoder estimates their elements (0) and reports exactly
+// which outputs are estimates; for rht the whole block they rotate with.
+TEST(CodecTrim, MissingPacketsAreReported) {
+  std::vector<float> x = gaussian(32768 + 1000, 27);
+  for (Scheme scheme : {Scheme::kSign, Scheme::kRht}) {
+    Decoded d = round_trip(config(scheme, 4096), DType::kF32, to_bytes(x),
+                           [](size_t k, const ParsedPacket& p) { return k == 3 || k == 33 ? -1 : int64_t{p.hdr.payload_bytes}; });
+    // Packet 3 holds elements [3000, 4000) of row 0; packet 33 is row 1's only one.
+    EXPECT_EQ(d.stats.missing, 2000u);
+    std::vector<float> y = as_floats(d.bytes);
+    size_t estimated = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      estimated += d.estimated[i];
+      const bool lost = (i >= 3000 && i < 4000) || i >= 32768;
+      if (scheme == Scheme::kSign) {
+        EXPECT_EQ(d.estimated[i], lost ? 1 : 0) << i;
+        if (!lost) {
+          ASSERT_EQ(y[i], x[i]);
+        } else {
+          ASSERT_EQ(y[i], 0.0f);
+        }
+      }
+    }
+    EXPECT_EQ(estimated, d.stats.estimated);
+    // rht: one lost packet spoils its whole 2^15 block; row 1 (1000 elements) is all lost.
+    EXPECT_EQ(estimated, scheme == Scheme::kSign ? 2000u : x.size());
+  }
+}
+
+// A trimmed packet followed by its full retransmission decodes exactly; repeats are ignored.
+TEST(CodecTrim, RetransmissionUpgradesAndDuplicatesAreIgnored) {
+  std::vector<float> x = gaussian(3000, 28);
+  std::vector<uint8_t> msg = to_bytes(x);
+  CodecConfig cfg = config(Scheme::kRht);
+  Result<Layout> layout = Layout::make(cfg, DType::kF32, Scheme::kRht, msg.size());
+  ASSERT_TRUE(layout.is_ok());
+  Encoder enc(cfg);
+  auto packets = enc.encode_message(*layout, test_id(), msg.data());
+  ASSERT_TRUE(packets.is_ok());
+  Decoder dec(cfg);
+  std::vector<uint8_t> out(msg.size());
+  ASSERT_TRUE(dec.begin(*layout, test_id(), out.data()).is_ok());
+  for (auto& pkt : packets.value()) {
+    ParsedPacket trimmed, full;
+    ASSERT_EQ(parse_packet(pkt.data(), kHeaderBytes + 10, &trimmed), PacketError::kOk);
+    ASSERT_EQ(parse_packet(pkt.data(), pkt.size(), &full), PacketError::kOk);
+    EXPECT_EQ(dec.add(trimmed), PacketError::kOk);
+    EXPECT_EQ(dec.add(full), PacketError::kOk);
+    EXPECT_EQ(dec.add(full), PacketError::kOk);
+    EXPECT_EQ(dec.add(trimmed), PacketError::kOk);
+  }
+  EXPECT_TRUE(dec.row_complete(0));
+  DecodeStats s = dec.finish();
+  EXPECT_EQ(s.duplicate_packets, 2 * packets->size());
+  EXPECT_EQ(s.full, x.size());
+  EXPECT_LE(std::sqrt(sq_err(x, as_floats(out)) / sq_norm(x)), 34 * std::ldexp(1.0, -24));
+}
+
+// The shared randomness is a pure function of its key and counter, and the key depends on
+// every component.
+TEST(CodecRng, CounterBasedAndKeyed) {
+  const uint64_t k = rng_key(1, 2, 3, RngStream::kDither);
+  EXPECT_EQ(rng_word(k, 10), rng_word(rng_key(1, 2, 3, RngStream::kDither), 10));
+  EXPECT_NE(k, rng_key(2, 2, 3, RngStream::kDither));
+  EXPECT_NE(k, rng_key(1, 3, 3, RngStream::kDither));
+  EXPECT_NE(k, rng_key(1, 2, 4, RngStream::kDither));
+  EXPECT_NE(k, rng_key(1, 2, 3, RngStream::kRhtSigns));
+  // Bits are balanced: over 2^20 bits the count of ones has sd 512; allow 6 sd.
+  int64_t ones = 0;
+  for (uint64_t i = 0; i < (1u << 14); ++i) ones += __builtin_popcountll(rng_word(k, i));
+  EXPECT_NEAR(static_cast<double>(ones), 1 << 19, 6 * 512);
+  double mean = 0;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    const float u = rng_uniform(k, i);
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    mean += u / 100000;
+  }
+  EXPECT_NEAR(mean, 0.5, 6 * std::sqrt(1.0 / 12 / 100000));
+}
+
+}  // namespace
+}  // namespace trim::codec::testing

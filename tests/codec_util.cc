@@ -1,0 +1,60 @@
+#include "tests/codec_util.h"
+
+namespace trim::codec::testing {
+
+std::vector<uint8_t> message_bytes(DType d, size_t elems, size_t extra, uint64_t seed, bool specials) {
+  const size_t esize = dtype_bytes(d);
+  std::vector<uint8_t> out(elems * esize + extra);
+  std::vector<float> g = gaussian(elems, seed);
+  if (specials) {
+    const float special[] = {0.0f, -0.0f, 1e-40f, -3e-39f, 65504.0f, -1e30f, 1.0f, -2.5f};
+    for (size_t i = 0; i < elems; i += 97) g[i] = special[(i / 97) % 8];
+  }
+  for (size_t i = 0; i < elems; ++i) {
+    if (d == DType::kF32) {
+      std::memcpy(&out[4 * i], &g[i], 4);
+    } else if (d == DType::kBF16 || d == DType::kF16) {
+      uint16_t h = d == DType::kBF16 ? f32_to_bf16(g[i]) : f32_to_f16(g[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    } else {
+      out[i] = static_cast<uint8_t>(f32_bits(g[i]));
+    }
+  }
+  std::mt19937_64 rng(seed ^ 0xabcdef);
+  for (size_t i = elems * esize; i < out.size(); ++i) out[i] = static_cast<uint8_t>(rng());
+  return out;
+}
+
+Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
+                   const MessageId& id) {
+  Decoded d;
+  Result<Layout> layout = Layout::make(cfg, dtype, cfg.scheme, msg.size());
+  EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
+  if (!layout) return d;
+  Encoder enc(cfg);
+  auto packets = enc.encode_message(*layout, id, msg.data());
+  EXPECT_TRUE(packets.is_ok()) << packets.status().to_string();
+  if (!packets) return d;
+  d.packets = packets.value();
+  EXPECT_EQ(d.packets.size(), layout->packets());
+  Decoder dec(cfg);
+  d.bytes.assign(msg.size(), 0xCD);
+  EXPECT_TRUE(dec.begin(*layout, id, d.bytes.data()).is_ok());
+  for (size_t k = 0; k < d.packets.size(); ++k) {
+    std::vector<uint8_t>& pkt = d.packets[k];
+    EXPECT_LE(pkt.size(), cfg.packet_bytes);
+    ParsedPacket whole;
+    EXPECT_EQ(parse_packet(pkt.data(), pkt.size(), &whole), PacketError::kOk);
+    int64_t keep = cut(k, whole);
+    if (keep < 0) continue;
+    size_t len = kHeaderBytes + static_cast<size_t>(std::min<int64_t>(keep, whole.hdr.payload_bytes));
+    if (len < pkt.size()) mark_trimmed(pkt.data());
+    ParsedPacket p;
+    EXPECT_EQ(parse_packet(pkt.data(), len, &p), PacketError::kOk);
+    EXPECT_EQ(dec.add(p), PacketError::kOk);
+  }
+  d.stats = dec.finish(&d.estimated);
+  return d;
+}
+
+}  // namespace trim::codec::testing

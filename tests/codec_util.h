@@ -1,0 +1,75 @@
+// Helpers shared by the codec tests: make data, encode a message, cut packets, decode.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "codec/decoder.h"
+#include "codec/encoder.h"
+#include "codec/packet.h"
+
+namespace trim::codec::testing {
+
+inline CodecConfig config(Scheme scheme, uint32_t mtu = 4096, uint32_t row_elems = 32768, uint8_t head_planes = 1) {
+  CodecConfig c;
+  c.scheme = scheme;
+  c.packet_bytes = mtu - kIpv4UdpBytes;
+  c.row_elems = row_elems;
+  c.head_planes = head_planes;
+  return c;
+}
+
+inline std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Bytes of `elems` elements of dtype d (Gaussian values, with a few special ones mixed in
+// when `specials`), plus `extra` trailing bytes.
+std::vector<uint8_t> message_bytes(DType d, size_t elems, size_t extra, uint64_t seed, bool specials);
+
+// How many payload bytes of packet k survive (>= payload_bytes keeps it whole, < 0 drops it).
+using CutFn = std::function<int64_t(size_t k, const ParsedPacket& p)>;
+
+struct Decoded {
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> estimated;
+  DecodeStats stats;
+  std::vector<std::vector<uint8_t>> packets;
+};
+
+inline MessageId test_id(uint32_t msg_seq = 7) { return MessageId{0x1122334455667788ull, msg_seq, true}; }
+
+// Encodes `msg` and decodes it back through parse_packet with the given cut per packet.
+Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
+                   const MessageId& id = test_id());
+
+inline int64_t keep_all(size_t, const ParsedPacket& p) { return p.hdr.payload_bytes; }
+inline int64_t trim_all(size_t, const ParsedPacket& p) { return p.hdr.trim_bytes; }
+
+inline std::vector<float> as_floats(const std::vector<uint8_t>& b) {
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+inline double sq_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  return s;
+}
+inline double sq_norm(const std::vector<float>& a) {
+  double s = 0;
+  for (float x : a) s += static_cast<double>(x) * x;
+  return s;
+}
+
+}  // namespace trim::codec::testing

@@ -1,0 +1,219 @@
+// NCCL_TRIM_* parsing: defaults parse, bad values are rejected with a message naming the
+// variable, the value and the rule, valid overrides land in the right field, and
+// docs/CONFIG.md matches the list. Values are injected through a map, not the environment,
+// except where the environment itself is the subject (unknown-variable warnings).
+#include "common/params.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+
+namespace {
+
+using trim::ParamInfo;
+using trim::ParamKind;
+using trim::Params;
+
+trim::Result<Params> load(const std::map<std::string, std::string>& env) {
+  return trim::load_params([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+const ParamInfo& info_of(const std::string& env) {
+  for (const ParamInfo& info : trim::param_infos()) {
+    if (env == info.env) return info;
+  }
+  ADD_FAILURE() << "no knob " << env;
+  return trim::param_infos().front();
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(text);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~EnvGuard() {
+    if (old_) {
+      setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST(ParamsTest, EveryDefaultParses) {
+  ASSERT_FALSE(trim::param_infos().empty());
+  for (const ParamInfo& info : trim::param_infos()) {
+    trim::Status st = trim::check_param_text(info, info.default_text);
+    EXPECT_TRUE(st.is_ok()) << info.env << ": " << st.to_string();
+  }
+  trim::Result<Params> p = load({});
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->mtu, 4096);
+  EXPECT_EQ(p->packet_bytes(), 4096 - 28);
+  EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kInfo));
+}
+
+TEST(ParamsTest, LookupIsAskedForEveryKnob) {
+  std::set<std::string> asked;
+  trim::Result<Params> p = trim::load_params([&asked](const char* name) -> const char* {
+    asked.insert(name);
+    return nullptr;
+  });
+  ASSERT_TRUE(p.is_ok());
+  std::set<std::string> expected;
+  for (const ParamInfo& info : trim::param_infos()) expected.insert(info.env);
+  EXPECT_EQ(asked, expected);
+}
+
+TEST(ParamsTest, BadValuesNameVariableValueAndRule) {
+  struct Case {
+    const char* env;
+    const char* value;
+    const char* rule;
+  };
+  const Case cases[] = {
+      {"NCCL_TRIM_ROW_ELEMS", "1000", "power of two in [8, 32768]"},
+      {"NCCL_TRIM_ROW_ELEMS", "4", "power of two in [8, 32768]"},
+      {"NCCL_TRIM_ROW_ELEMS", "65536", "power of two in [8, 32768]"},
+      {"NCCL_TRIM_SCHEME", "foo", "one of none|sign|sq|sd|rht"},
+      {"NCCL_TRIM_HEAD_BITS", "8", "one of 1|16"},
+      {"NCCL_TRIM_MTU", "99999", "an integer in [256, 65535]"},
+      {"NCCL_TRIM_MTU", "1500x", "an integer in [256, 65535]"},
+      {"NCCL_TRIM_MTU", "12", "an integer in [256, 65535]"},
+      {"NCCL_TRIM_CLIP_SIGMAS", "nan", "a number in [0.25, 64]"},
+      {"NCCL_TRIM_CLIP_SIGMAS", "inf", "a number in [0.25, 64]"},
+      {"NCCL_TRIM_CLIP_SIGMAS", "0.1", "a number in [0.25, 64]"},
+      {"NCCL_TRIM_SEED", "-1", "unsigned 64-bit integer"},
+      {"NCCL_TRIM_SEED", "0x1ffffffffffffffff", "unsigned 64-bit integer"},
+      {"NCCL_TRIM_SEED", "12abc", "unsigned 64-bit integer"},
+      {"NCCL_TRIM_LOG_LEVEL", "verbose", "one of trace|debug|info|warn|error|off"},
+  };
+  for (const Case& c : cases) {
+    trim::Result<Params> p = load({{c.env, c.value}});
+    ASSERT_FALSE(p.is_ok()) << c.env << "=" << c.value << " was accepted";
+    const std::string msg = p.status().message();
+    EXPECT_EQ(p.status().code(), trim::Code::kBadConfig) << msg;
+    EXPECT_NE(msg.find(c.env), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string("'") + c.value + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.rule), std::string::npos) << msg;
+    // The same rule applies through check_param_text.
+    EXPECT_FALSE(trim::check_param_text(info_of(c.env), c.value).is_ok()) << c.env << "=" << c.value;
+  }
+}
+
+TEST(ParamsTest, EmptyStringsAreRejected) {
+  for (const ParamInfo& info : trim::param_infos()) {
+    if (info.kind == ParamKind::kString) continue;  // free text may be empty
+    trim::Result<Params> p = load({{info.env, ""}});
+    ASSERT_FALSE(p.is_ok()) << info.env << "='' was accepted";
+    EXPECT_NE(p.status().message().find(info.env), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find("''"), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(ParamsTest, ValidOverridesTakeEffect) {
+  trim::Result<Params> p = load({{"NCCL_TRIM_SCHEME", "sign"},
+                                 {"NCCL_TRIM_MTU", "1500"},
+                                 {"NCCL_TRIM_ROW_ELEMS", "1024"},
+                                 {"NCCL_TRIM_SEED", "0xff"},
+                                 {"NCCL_TRIM_CLIP_SIGMAS", "3"},
+                                 {"NCCL_TRIM_HEAD_BITS", "16"},
+                                 {"NCCL_TRIM_LOG_LEVEL", "debug"}});
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->scheme, 1);
+  EXPECT_EQ(p->mtu, 1500);
+  EXPECT_EQ(p->packet_bytes(), 1472);
+  EXPECT_EQ(p->row_elems, 1024);
+  EXPECT_EQ(p->seed, 0xffu);
+  EXPECT_DOUBLE_EQ(p->clip_sigmas, 3.0);
+  EXPECT_EQ(p->head_bits_value(), 16);
+  EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kDebug));
+
+  trim::Result<Params> q = load({{"NCCL_TRIM_MTU", "9000"},
+                                 {"NCCL_TRIM_ROW_ELEMS", "8"},
+                                 {"NCCL_TRIM_SEED", "18446744073709551615"},
+                                 {"NCCL_TRIM_CLIP_SIGMAS", "0.25"}});
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_EQ(q->mtu, 9000);
+  EXPECT_EQ(q->row_elems, 8);
+  EXPECT_EQ(q->seed, UINT64_MAX);
+  EXPECT_DOUBLE_EQ(q->clip_sigmas, 0.25);
+}
+
+TEST(ParamsTest, EnumMatchingIsCaseInsensitive) {
+  trim::Result<Params> p = load({{"NCCL_TRIM_SCHEME", "SIGN"}, {"NCCL_TRIM_LOG_LEVEL", "Warn"}});
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->scheme, 1);
+  EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kWarn));
+  trim::Result<Params> q = load({{"NCCL_TRIM_SCHEME", "Rht"}});
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_EQ(q->scheme, 4);
+}
+
+// The plugin turns params.log_level into a trim::log::Level with a cast: the choices must be
+// listed in Level order.
+TEST(ParamsTest, LogLevelChoicesFollowLevelOrder) {
+  std::vector<std::string> choices = split(info_of("NCCL_TRIM_LOG_LEVEL").choices, '|');
+  ASSERT_EQ(choices.size(), static_cast<size_t>(trim::log::Level::kOff) + 1);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    trim::Result<trim::log::Level> level = trim::log::parse_level(choices[i]);
+    ASSERT_TRUE(level.is_ok()) << choices[i];
+    EXPECT_EQ(static_cast<size_t>(*level), i) << choices[i];
+  }
+}
+
+TEST(ParamsTest, UnknownTrimVariableInEnvironmentIsWarned) {
+  EnvGuard typo("NCCL_TRIM_FOO", "1");
+  EnvGuard known("NCCL_TRIM_MTU", "1500");
+  std::vector<std::string> warnings;
+  trim::Result<Params> p = trim::load_params_from_env(&warnings);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->mtu, 1500);
+  int foo = 0;
+  for (const std::string& w : warnings) {
+    if (w.find("NCCL_TRIM_FOO") != std::string::npos) ++foo;
+    EXPECT_EQ(w.find("NCCL_TRIM_MTU"), std::string::npos) << "known variable warned about: " << w;
+  }
+  EXPECT_EQ(foo, 1);
+}
+
+TEST(ParamsTest, ConfigDocMatchesParams) {
+  const std::string path = TRIM_TEST_SOURCE_DIR "/docs/CONFIG.md";
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in.good()) << path << " is missing: run `make docs`";
+  std::ostringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(text.str() == trim::params_markdown())
+      << path << " is stale (it must equal trim-config --markdown): run `make docs`";
+}
+
+}  // namespace

@@ -1,0 +1,415 @@
+// The built plugin as NCCL sees it: dlopen the .so, look the tables up by name, call through
+// them. Until the transport exists every init must fail loudly (never fake success) and every
+// other entry point must answer with an error code instead of crashing.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plugin/nccl_net.h"
+
+namespace {
+
+// ---- A logger NCCL-style: printf format, captured lines ----
+
+struct LogLine {
+  ncclDebugLogLevel level;
+  unsigned long flags;
+  std::string text;
+};
+
+std::mutex g_lines_mutex;
+std::vector<LogLine> g_lines;
+
+void capture_logger(ncclDebugLogLevel level, unsigned long flags, const char* /*file*/, int /*line*/,
+                    const char* fmt, ...) {
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::lock_guard<std::mutex> lock(g_lines_mutex);
+  g_lines.push_back(LogLine{level, flags, buf});
+}
+
+std::vector<LogLine> take_lines() {
+  std::lock_guard<std::mutex> lock(g_lines_mutex);
+  std::vector<LogLine> out;
+  out.swap(g_lines);
+  return out;
+}
+
+// The first WARN line containing every needle, if any.
+std::optional<LogLine> find_warn(const std::vector<LogLine>& lines, std::initializer_list<const char*> needles) {
+  for (const LogLine& l : lines) {
+    if (l.level != NCCL_LOG_WARN) continue;
+    bool all = true;
+    for (const char* n : needles) all = all && l.text.find(n) != std::string::npos;
+    if (all) return l;
+  }
+  return std::nullopt;
+}
+
+std::string dump(const std::vector<LogLine>& lines) {
+  std::string out;
+  for (const LogLine& l : lines) out += "  [" + std::to_string(l.level) + "] " + l.text + "\n";
+  return out.empty() ? "  (no lines)\n" : out;
+}
+
+// Sets (or unsets, with nullptr) one variable for the scope and restores it after.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~EnvGuard() {
+    if (old_) {
+      setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  if (!pipe) return out;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe.get()) != nullptr) out += buf;
+  return out;
+}
+
+// Names in `nm` output ("ADDR TYPE NAME" per line).
+std::vector<std::string> nm_names(const std::string& args) {
+  std::vector<std::string> names;
+  std::string out = run_command("nm " + args + " '" TRIM_TEST_PLUGIN_PATH "' 2>/dev/null");
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(pos, end - pos);
+    size_t sp = line.rfind(' ');
+    if (sp != std::string::npos) names.push_back(line.substr(sp + 1));
+    pos = end + 1;
+  }
+  return names;
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+class PluginTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    handle_ = dlopen(TRIM_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) open_error_ = dlerror();
+  }
+  // No dlclose: unloading would orphan the plugin's never-freed singletons (the logger state
+  // is kept alive on purpose for exit-time logging) and LeakSanitizer would report them.
+  void SetUp() override {
+    ASSERT_NE(handle_, nullptr) << "dlopen(" TRIM_TEST_PLUGIN_PATH ") failed: " << open_error_
+                                << " (build it: make build-plugin/lib/libnccl-net-trim.so)";
+    v8_ = static_cast<ncclNet_v8_t*>(dlsym(handle_, "ncclNetPlugin_v8"));
+    v9_ = static_cast<ncclNet_v9_t*>(dlsym(handle_, "ncclNetPlugin_v9"));
+    v10_ = static_cast<ncclNet_v10_t*>(dlsym(handle_, "ncclNetPlugin_v10"));
+    v11_ = static_cast<ncclNet_v11_t*>(dlsym(handle_, "ncclNetPlugin_v11"));
+    ASSERT_NE(v8_, nullptr);
+    ASSERT_NE(v9_, nullptr);
+    ASSERT_NE(v10_, nullptr);
+    ASSERT_NE(v11_, nullptr);
+    take_lines();
+  }
+
+  static void* handle_;
+  static std::string open_error_;
+  ncclNet_v8_t* v8_ = nullptr;
+  ncclNet_v9_t* v9_ = nullptr;
+  ncclNet_v10_t* v10_ = nullptr;
+  ncclNet_v11_t* v11_ = nullptr;
+};
+
+void* PluginTest::handle_ = nullptr;
+std::string PluginTest::open_error_;
+
+// Calls every table has with the same signature (v8 types where they differ).
+template <typename Table>
+void expect_required_calls(const Table* t) {
+  EXPECT_STREQ(t->name, "Trim");
+  EXPECT_NE(t->init, nullptr);
+  EXPECT_NE(t->devices, nullptr);
+  EXPECT_NE(t->getProperties, nullptr);
+  EXPECT_NE(t->listen, nullptr);
+  EXPECT_NE(t->connect, nullptr);
+  EXPECT_NE(t->accept, nullptr);
+  EXPECT_NE(t->regMr, nullptr);
+  EXPECT_NE(t->deregMr, nullptr);
+  EXPECT_NE(t->isend, nullptr);
+  EXPECT_NE(t->irecv, nullptr);
+  EXPECT_NE(t->iflush, nullptr);
+  EXPECT_NE(t->test, nullptr);
+  EXPECT_NE(t->closeSend, nullptr);
+  EXPECT_NE(t->closeRecv, nullptr);
+  EXPECT_NE(t->closeListen, nullptr);
+  // We report NCCL_NET_DEVICE_HOST: the device-offload hooks must be absent, not stubs.
+  EXPECT_EQ(t->getDeviceMr, nullptr);
+  EXPECT_EQ(t->irecvConsumed, nullptr);
+}
+
+TEST_F(PluginTest, ExportsFourVersionsNamedTrim) {
+  expect_required_calls(v8_);
+  expect_required_calls(v9_);
+  expect_required_calls(v10_);
+  expect_required_calls(v11_);
+  EXPECT_NE(v11_->finalize, nullptr);
+  EXPECT_NE(v11_->setNetAttr, nullptr);
+}
+
+TEST_F(PluginTest, ExportsNothingButPluginTables) {
+  std::vector<std::string> exported = nm_names("-D --defined-only");
+  ASSERT_FALSE(exported.empty()) << "nm -D printed nothing for " TRIM_TEST_PLUGIN_PATH;
+  int net_tables = 0;
+  for (const std::string& name : exported) {
+    bool allowed = starts_with(name, "ncclNetPlugin_v") || starts_with(name, "ncclProfiler_v") ||
+                   starts_with(name, "ncclTunerPlugin_v");
+    EXPECT_TRUE(allowed) << "unexpected exported symbol: " << name;
+    if (starts_with(name, "ncclNetPlugin_v")) ++net_tables;
+  }
+  EXPECT_EQ(net_tables, 4);
+
+  // Internal code is in the library (full symbol table) but not reachable by dlsym.
+  std::vector<std::string> all = nm_names("--defined-only");
+  const char* kTrimSymbol = "_ZN4trim9code_nameENS_4CodeE";  // trim::code_name(trim::Code)
+  bool has_trim = false;
+  std::string fmt_symbol;
+  for (const std::string& name : all) {
+    has_trim = has_trim || name == kTrimSymbol;
+    if (fmt_symbol.empty() && starts_with(name, "_ZN3fmt")) fmt_symbol = name;
+  }
+  ASSERT_TRUE(has_trim) << kTrimSymbol << " not in the library's symbol table (stripped?)";
+  ASSERT_FALSE(fmt_symbol.empty()) << "no fmt symbol in the library's symbol table";
+  EXPECT_EQ(dlsym(handle_, kTrimSymbol), nullptr);
+  EXPECT_EQ(dlsym(handle_, fmt_symbol.c_str()), nullptr) << fmt_symbol;
+}
+
+TEST_F(PluginTest, GenericNameSymlinkResolvesToPlugin) {
+  std::string plugin = TRIM_TEST_PLUGIN_PATH;
+  std::string generic = plugin.substr(0, plugin.rfind('/') + 1) + "libnccl-net.so";
+  struct stat st {};
+  ASSERT_EQ(lstat(generic.c_str(), &st), 0) << generic << " is missing (make builds it with `all`)";
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << generic << " should be a symlink";
+  char a[PATH_MAX];
+  char b[PATH_MAX];
+  ASSERT_NE(realpath(generic.c_str(), a), nullptr);
+  ASSERT_NE(realpath(plugin.c_str(), b), nullptr);
+  EXPECT_STREQ(a, b);
+  void* again = dlopen(generic.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(again, nullptr) << dlerror();
+  EXPECT_EQ(again, handle_) << "the generic name should load the same library";
+  dlclose(again);
+}
+
+TEST_F(PluginTest, LegacyInitFailsWithTransportWarning) {
+  struct Case {
+    const char* version;
+    ncclResult_t result;
+  };
+  const Case cases[] = {
+      {"v8", v8_->init(capture_logger)},
+      {"v9", v9_->init(capture_logger)},
+      {"v10", v10_->init(capture_logger, nullptr)},
+  };
+  std::vector<LogLine> lines = take_lines();
+  for (const Case& c : cases) {
+    // kUnavailable maps to ncclSystemError (see plugin/plugin.cc).
+    EXPECT_EQ(c.result, ncclSystemError) << c.version;
+  }
+  int warnings = 0;
+  for (const LogLine& l : lines) {
+    if (l.level == NCCL_LOG_WARN && l.text.find("not implemented") != std::string::npos) {
+      ++warnings;
+      EXPECT_NE(l.flags & NCCL_NET, 0u);
+    }
+  }
+  EXPECT_EQ(warnings, 3) << dump(lines);
+}
+
+TEST_F(PluginTest, V11InitFailsPerCommunicator) {
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  for (uint64_t comm_id : {0x1234ull, 0x5678ull}) {
+    void* ctx = reinterpret_cast<void*>(0x1);  // must be overwritten
+    EXPECT_EQ(v11_->init(&ctx, comm_id, &config, capture_logger, nullptr), ncclSystemError);
+    EXPECT_EQ(ctx, nullptr);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"not implemented"})) << dump(lines);
+  }
+}
+
+TEST_F(PluginTest, BadEnvValueFailsInitNamingVariable) {
+  {
+    EnvGuard mtu("NCCL_TRIM_MTU", "12");
+    void* ctx = nullptr;
+    EXPECT_EQ(v11_->init(&ctx, 1, nullptr, capture_logger, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_EQ(v8_->init(capture_logger), ncclInvalidUsage);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_MTU", "'12'", "[256, 65535]"})) << dump(lines);
+    // The config check comes first: the transport is not even tried.
+    EXPECT_FALSE(find_warn(lines, {"not implemented"})) << dump(lines);
+  }
+  {
+    EnvGuard level("NCCL_TRIM_LOG_LEVEL", "verbose");
+    EXPECT_EQ(v10_->init(capture_logger, nullptr), ncclInvalidUsage);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_LOG_LEVEL", "verbose"})) << dump(lines);
+  }
+}
+
+TEST_F(PluginTest, UnknownTrimVariableIsWarnedAbout) {
+  EnvGuard typo("NCCL_TRIM_FOO", "1");
+  EXPECT_EQ(v9_->init(capture_logger), ncclSystemError);
+  std::vector<LogLine> lines = take_lines();
+  EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_FOO"})) << dump(lines);
+}
+
+TEST_F(PluginTest, LogLevelFromEnvironmentIsApplied) {
+  {
+    EnvGuard level("NCCL_TRIM_LOG_LEVEL", "off");
+    EXPECT_EQ(v8_->init(capture_logger), ncclSystemError);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(lines.empty()) << dump(lines);
+  }
+  // Back to the default (info): the failure is reported again.
+  EXPECT_EQ(v8_->init(capture_logger), ncclSystemError);
+  std::vector<LogLine> lines = take_lines();
+  EXPECT_TRUE(find_warn(lines, {"not implemented"})) << dump(lines);
+}
+
+// Entry points that need a successful init answer with an error, log why, and leave their
+// out-parameters null.
+TEST_F(PluginTest, CallsBeforeInitFailCleanly) {
+  ASSERT_NE(v8_->init(capture_logger), ncclSuccess);  // routes the plugin's log to us
+  take_lines();
+
+  int ndev = -1;
+  EXPECT_EQ(v8_->devices(&ndev), ncclSystemError);
+  EXPECT_EQ(ndev, 0);
+  ncclNetProperties_v8_t p8{};
+  EXPECT_NE(v8_->getProperties(0, &p8), ncclSuccess);
+  ncclNetProperties_v11_t p11{};
+  EXPECT_NE(v11_->getProperties(0, &p11), ncclSuccess);
+  EXPECT_EQ(v11_->getProperties(-1, &p11), ncclInvalidArgument);
+
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* comm = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(v8_->listen(0, handle, &comm), ncclSystemError);
+  EXPECT_EQ(comm, nullptr);
+  comm = reinterpret_cast<void*>(0x1);
+  ncclNetDeviceHandle_v8_t* dev_comm = nullptr;
+  EXPECT_EQ(v9_->connect(0, handle, &comm, &dev_comm), ncclSystemError);
+  EXPECT_EQ(comm, nullptr);
+  ncclNetCommConfig_v10_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  EXPECT_EQ(v10_->connect(0, &config, handle, &comm, &dev_comm), ncclSystemError);
+
+  std::vector<LogLine> lines = take_lines();
+  EXPECT_TRUE(find_warn(lines, {"devices"})) << dump(lines);
+  EXPECT_TRUE(find_warn(lines, {"listen", "init has not succeeded"})) << dump(lines);
+}
+
+TEST_F(PluginTest, NullArgumentsAreInvalidArguments) {
+  const ncclResult_t kBad = ncclInvalidArgument;
+  void* out = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  int done = 0;
+
+  EXPECT_EQ(v8_->init(nullptr), kBad);
+  EXPECT_EQ(v10_->init(nullptr, nullptr), kBad);
+  EXPECT_EQ(v11_->init(nullptr, 1, nullptr, capture_logger, nullptr), kBad);
+  EXPECT_EQ(v11_->init(&out, 1, nullptr, nullptr, nullptr), kBad);
+
+  EXPECT_EQ(v8_->devices(nullptr), kBad);
+  EXPECT_EQ(v8_->getProperties(0, nullptr), kBad);
+  EXPECT_EQ(v9_->getProperties(0, nullptr), kBad);
+  EXPECT_EQ(v11_->getProperties(0, nullptr), kBad);
+
+  // Out-parameters are cleared even when the call is refused.
+  void* const kStale = reinterpret_cast<void*>(0x1);
+  out = kStale;
+  EXPECT_EQ(v11_->listen(nullptr, 0, handle, &out), kBad);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(v8_->listen(0, nullptr, nullptr), kBad);
+  out = kStale;
+  EXPECT_EQ(v11_->connect(nullptr, 0, handle, &out, nullptr), kBad);
+  EXPECT_EQ(out, nullptr);
+  out = kStale;
+  EXPECT_EQ(v8_->accept(nullptr, &out, nullptr), kBad);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(v11_->accept(nullptr, &out, nullptr), kBad);
+  EXPECT_EQ(v11_->accept(nullptr, nullptr, nullptr), kBad);
+
+  out = kStale;
+  EXPECT_EQ(v8_->regMr(nullptr, handle, sizeof(handle), NCCL_PTR_HOST, &out), kBad);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(v8_->regMr(nullptr, handle, sizeof(handle), NCCL_PTR_HOST, nullptr), kBad);
+  EXPECT_EQ(v8_->regMrDmaBuf(nullptr, handle, sizeof(handle), NCCL_PTR_CUDA, 0, 3, &out), kBad);
+  EXPECT_EQ(v8_->deregMr(nullptr, nullptr), kBad);
+
+  // NCCL pre-sets 0x1 (optional completion) for LL receives: a failed call must still clear it.
+  void* request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(v8_->isend(nullptr, handle, 8, 0, nullptr, &request), kBad);
+  EXPECT_EQ(request, nullptr);
+  request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(v8_->isend(nullptr, handle, -1, 0, nullptr, &request), kBad);
+  EXPECT_EQ(request, nullptr);
+  EXPECT_EQ(v9_->isend(nullptr, handle, 8, 0, nullptr, &request), kBad);
+  EXPECT_EQ(v11_->isend(nullptr, handle, 8, 0, nullptr, nullptr, &request), kBad);
+  EXPECT_EQ(v11_->isend(nullptr, handle, 8, 0, nullptr, nullptr, nullptr), kBad);
+
+  void* data[1] = {handle};
+  int sizes_i[1] = {8};
+  size_t sizes_z[1] = {8};
+  int tags[1] = {0};
+  void* mh[1] = {nullptr};
+  request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(v8_->irecv(nullptr, 1, data, sizes_i, tags, mh, &request), kBad);
+  EXPECT_EQ(request, nullptr);
+  request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(v9_->irecv(nullptr, 1, data, sizes_z, tags, mh, &request), kBad);
+  EXPECT_EQ(request, nullptr);
+  EXPECT_EQ(v11_->irecv(nullptr, 1, data, sizes_z, tags, mh, nullptr, &request), kBad);
+  EXPECT_EQ(v11_->irecv(nullptr, 1, data, sizes_z, tags, mh, nullptr, nullptr), kBad);
+  EXPECT_EQ(v8_->iflush(nullptr, 1, data, sizes_i, mh, &request), kBad);
+
+  done = 1;
+  EXPECT_EQ(v8_->test(nullptr, &done, nullptr), kBad);
+  EXPECT_EQ(done, 0);
+  EXPECT_EQ(v11_->test(nullptr, nullptr, nullptr), kBad);
+  EXPECT_EQ(v8_->closeSend(nullptr), kBad);
+  EXPECT_EQ(v8_->closeRecv(nullptr), kBad);
+  EXPECT_EQ(v8_->closeListen(nullptr), kBad);
+  EXPECT_EQ(v11_->finalize(nullptr), kBad);
+  EXPECT_EQ(v11_->setNetAttr(nullptr, nullptr), kBad);
+}
+
+}  // namespace

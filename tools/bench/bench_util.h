@@ -1,0 +1,34 @@
+// Shared pieces of trim-bench: timing, JSON lines, flags.
+#pragma once
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+namespace trim::bench {
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best of `reps` runs: the least disturbed one on a noisy shared machine.
+template <typename F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_s();
+    f();
+    const double t = now_s() - t0;
+    best = t < best ? t : best;
+  }
+  return best;
+}
+
+inline bool has_flag(int argc, char** argv, const char* flag) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace trim::bench

@@ -1,0 +1,171 @@
+// trim::net: the one version-agnostic network API the NCCL plugin adapts (plugin/plugin.cc maps
+// every ncclNet_vN call onto it). Nothing here knows NCCL's structs or numbering; the plugin
+// translates sizes, flags and hints, and answers NCCL's null pointers before calling in.
+//
+// Threading: NCCL calls one comm from one proxy thread at a time, but different comms and
+// contexts from different threads; implementations must be safe under that contract.
+// Non-blocking calls return ok with a null object when they cannot proceed yet ("retry later"),
+// never block, and never report that case as an error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace trim::net {
+
+// Opaque handles; the transport owns their definitions. A Comm is the common view of a send or
+// receive endpoint: NCCL's regMr/deregMr do not say which kind they are given.
+class Context;
+class ListenComm;
+class Comm;
+class SendComm;
+class RecvComm;
+class MemHandle;
+class Request;
+
+// Bytes NCCL exchanges between ranks for listen -> connect.
+inline constexpr size_t kMaxHandleBytes = 128;
+// Most buffers one grouped receive may carry (what DeviceProps::max_recvs may advertise).
+inline constexpr int kMaxRecvs = 8;
+// Value of InitOptions/ConnectOptions::traffic_class when the user set none.
+inline constexpr int kTrafficClassUnset = -1;
+
+// Which memory kinds a device can move (DeviceProps::ptr_support bits).
+enum PtrSupport : int {
+  kPtrHost = 1 << 0,
+  kPtrCuda = 1 << 1,
+  kPtrDmaBuf = 1 << 2,
+};
+
+enum class MemType { kHost, kCuda };
+
+struct DeviceProps {
+  std::string name;
+  std::string pci_path;  // empty = virtual NIC attached to the CPU (GPUDirect off by default)
+  uint64_t guid = 0;     // equal guids = same physical port
+  int ptr_support = kPtrHost;
+  int speed_mbps = 0;
+  int port = 0;
+  float latency_us = 0.0f;
+  int max_comms = 0;
+  int max_recvs = 1;  // in [1, kMaxRecvs]
+  size_t max_p2p_bytes = 0;   // NCCL requires (0, 1 TiB]
+  size_t max_coll_bytes = 0;
+  int max_multi_request_size = 1;
+  bool reg_is_global = false;  // a registration is usable on every comm, not only its own
+  bool force_flush = false;    // ask NCCL to call iflush after every receive
+};
+
+// Profiler hook NCCL may provide (v10+). The transport calls it with the op handle it was given
+// in isend/irecv to open/close a network event; the plugin adapts it to NCCL's callback.
+enum class ProfilerEvent { kStart, kStop, kUpdate, kUpdateAndStop };
+using ProfilerFn = std::function<Status(void** event, ProfilerEvent type, void* op_handle,
+                                        int64_t plugin_id, void* ext_data)>;
+
+struct InitOptions {
+  uint64_t comm_id = 0;  // NCCL communicator hash (v11); 0 = the one process-wide context
+  int traffic_class = kTrafficClassUnset;
+  ProfilerFn profiler;   // empty when NCCL gave none
+};
+
+struct ConnectOptions {
+  int traffic_class = kTrafficClassUnset;  // per connection (v10); unset = the context's
+};
+
+// What the current collective is (v11 setNetAttr), decoded by the plugin. Only SIMPLE traffic
+// of a known collective may ever be trimmed; anything unknown must be sent untouched.
+enum class Func { kUnknown, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllReduce, kP2p };
+enum class Algo { kUnknown, kTree, kRing, kOther };
+enum class Proto { kUnknown, kLL, kLL128, kSimple };
+struct OpAttr {
+  Func func = Func::kUnknown;
+  Algo algo = Algo::kUnknown;
+  Proto proto = Proto::kUnknown;
+};
+
+// A registration request; dmabuf_fd >= 0 registers through a dma-buf.
+struct MemRegion {
+  void* data = nullptr;
+  size_t bytes = 0;
+  MemType type = MemType::kHost;
+  int dmabuf_fd = -1;
+  uint64_t dmabuf_offset = 0;
+};
+
+// One buffer of a grouped receive or flush.
+struct RecvBuffer {
+  void* data = nullptr;
+  size_t capacity_bytes = 0;  // the most this buffer accepts; the sender may send less
+  int tag = 0;
+  MemHandle* mem = nullptr;
+  void* profiler_op = nullptr;  // NCCL's per-op profiler handle, or null
+};
+
+// What test() reports; sizes are only meaningful once done.
+struct Completion {
+  bool done = false;
+  int count = 0;  // buffers the request covered (1 for a send)
+  size_t sizes_bytes[kMaxRecvs] = {};
+};
+
+// ---- Lifetime ----
+
+// Starts (or joins) the transport and returns a context. Logging is already routed by the
+// caller. Fails with kUnavailable when the transport cannot run here; no partial state remains.
+Result<Context*> init(const InitOptions& options);
+// Releases a context from init; its comms must already be closed.
+Status finalize(Context* ctx);
+
+// ---- Devices (process-wide: NCCL asks without a context) ----
+
+Result<int> device_count();
+Result<DeviceProps> device_props(int dev);
+
+// ---- Connection setup ----
+
+// Opens a listening endpoint on `dev` and writes the handle peers connect to into
+// handle_out (at most handle_capacity bytes, <= kMaxHandleBytes).
+Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handle_capacity);
+// Non-blocking: ok(nullptr) = not connected yet, call again.
+Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const ConnectOptions& options);
+// Non-blocking: ok(nullptr) = no peer yet, call again.
+Result<RecvComm*> accept(ListenComm* listen);
+
+// NCCL passes send and receive endpoints through one untyped pointer: the plugin hands out
+// the Comm view and narrows it back (null when the comm is of the other kind).
+Comm* as_comm(SendComm* comm);
+Comm* as_comm(RecvComm* comm);
+SendComm* as_send(Comm* comm);
+RecvComm* as_recv(Comm* comm);
+
+// ---- Memory registration ----
+
+Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region);
+Status dereg_mr(Comm* comm, MemHandle* mem);
+
+// ---- Data path; every call is non-blocking and ok(nullptr) means "no slot, retry" ----
+
+Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem,
+                       void* profiler_op);
+// n in [1, kMaxRecvs]; buffers match sends in FIFO order per comm. completion_optional: NCCL
+// marked the receive as one whose completion it can detect itself (LL/LL128 flags), so the
+// transport may finish it lazily; such data must never be altered.
+Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional);
+// Makes received device memory visible to the GPU; ok(nullptr) when no flush is needed.
+Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers);
+// Polls a request. Once it reports done the request is freed and must not be used again.
+Status test(Request* request, Completion* out);
+// Hint for the ops that follow on this context (v11 only; older NCCL never calls it).
+Status set_op_attr(Context* ctx, const OpAttr& attr);
+
+// ---- Teardown ----
+
+Status close_send(SendComm* comm);
+Status close_recv(RecvComm* comm);
+Status close_listen(ListenComm* listen);
+
+}  // namespace trim::net
