@@ -34,6 +34,8 @@ TESTS   := $(BUILD)/bin/trim-tests
 
 .PHONY: all setup test run-tests asan fuzz demo bench docs clean
 .DEFAULT_GOAL := all
+# Keep object files of the pattern-built tools (make would delete them as intermediates).
+.SECONDARY:
 
 all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
 
@@ -94,7 +96,7 @@ asan:
 FUZZ_SECONDS ?= 60
 fuzz:
 	scripts/setup.sh --fuzz
-	$(MAKE) --no-print-directory -f scripts/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
+	$(MAKE) --no-print-directory -j$(NPROC) -f scripts/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 demo: setup
 	$(MAKE) --no-print-directory -j$(NPROC) all

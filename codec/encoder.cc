@@ -31,8 +31,9 @@ float from_dtype16(uint16_t h, DType d) { return d == DType::kBF16 ? bf16_to_f32
 
 Encoder::Encoder(const CodecConfig& cfg) : cfg_(cfg) {}
 
-void Encoder::write_packet_header(const RowCtx& c, uint32_t k, uint32_t first, uint32_t n, Scheme scheme,
-                                  float scale) {
+void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale) {
+  // One template per row; per packet only the element range and the sizes change, and those
+  // are the same for every packet but the last.
   PacketHeader h;
   h.flags = static_cast<uint8_t>((c.info.tail ? kFlagTail : 0) |
                                  (c.id->trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
@@ -44,15 +45,20 @@ void Encoder::write_packet_header(const RowCtx& c, uint32_t k, uint32_t first, u
   h.msg_seq = c.id->msg_seq;
   h.msg_bytes = static_cast<uint32_t>(c.layout->bytes());
   h.row = c.info.row;
-  h.first_elem = static_cast<uint16_t>(first);
-  h.elem_count = static_cast<uint16_t>(n);
-  PlaneBytes planes = plane_bytes(plane_bits(scheme, h.dtype, c.info.tail), n);
-  h.payload_bytes = static_cast<uint16_t>(planes.total());
-  h.trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, scheme, h.head_planes));
   h.scale = scale;
-  uint8_t* pkt = c.out + k * c.stride;
-  write_header(h, pkt);
-  c.sizes[k] = kHeaderBytes + planes.total();
+  const PlaneBits bits = plane_bits(scheme, h.dtype, c.info.tail);
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  PlaneBytes planes = plane_bytes(bits, epp);
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    const uint32_t n = std::min(epp, d - first);
+    if (n != epp) planes = plane_bytes(bits, n);
+    h.first_elem = static_cast<uint16_t>(first);
+    h.elem_count = static_cast<uint16_t>(n);
+    h.payload_bytes = static_cast<uint16_t>(planes.total());
+    h.trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, scheme, h.head_planes));
+    write_header(h, c.out + k * c.stride);
+    c.sizes[k] = kHeaderBytes + planes.total();
+  }
 }
 
 void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
@@ -72,9 +78,11 @@ void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, 
 
 void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  const PlaneBits bits = plane_bits(Scheme::kSign, DType::kF32, false);
+  PlaneBytes planes = plane_bytes(bits, epp);
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
-    const PlaneBytes planes = plane_bytes(plane_bits(Scheme::kSign, DType::kF32, false), n);
+    if (n != epp) planes = plane_bytes(bits, n);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
     pack_f32_sign_layout(src + first, n, p0, p0 + planes.p0, p0 + planes.p0 + planes.p1, norms);
   }
@@ -125,9 +133,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       scale = rms(norms.sum_sq, d);
     }
   }
-  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
-    write_packet_header(c, k, first, std::min(epp, d - first), scheme, scale);
-  }
+  write_row_headers(c, scheme, scale);
 }
 
 void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
@@ -171,7 +177,6 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   const uint32_t epp = c.info.elems_per_packet;
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
-    write_packet_header(c, k, first, n, scheme, scale);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
     uint8_t* p1 = p0 + (n + 7) / 8;
     if (value_layout) {
@@ -182,6 +187,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
       pack15_from16(src + first, n, p1);
     }
   }
+  write_row_headers(c, scheme, scale);
 }
 
 void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
@@ -189,10 +195,10 @@ void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
   const uint32_t epp = c.info.elems_per_packet;
   for (uint32_t k = 0, first = 0; first < c.info.elems; ++k, first += epp) {
     const uint32_t n = std::min(epp, c.info.elems - first);
-    write_packet_header(c, k, first, n, Scheme::kNone, 0.0f);
     std::memcpy(c.out + k * c.stride + kHeaderBytes, bytes + static_cast<size_t>(first) * esize,
                 static_cast<size_t>(n) * esize);
   }
+  write_row_headers(c, Scheme::kNone, 0.0f);
 }
 
 Result<uint32_t> Encoder::encode_row(const Layout& layout, const MessageId& id, const void* msg, uint32_t r,

@@ -32,7 +32,8 @@ class Encoder {
   void pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms);
   void encode_16_row(const RowCtx& c, const uint16_t* v);
   void encode_raw_row(const RowCtx& c, const uint8_t* bytes);
-  void write_packet_header(const RowCtx& c, uint32_t k, uint32_t first, uint32_t n, Scheme scheme, float scale);
+  // Headers of every packet of the row (sizes into c.sizes), once the row's scale is known.
+  void write_row_headers(const RowCtx& c, Scheme scheme, float scale);
   // Plane 0 of sq/sd for elements [first, first + n) of the row.
   void pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
                          float clip, uint8_t* p0) const;

@@ -7,23 +7,34 @@
 namespace trim::codec {
 namespace {
 
-// Little-endian field access: the wire is little-endian whatever the host is.
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
+// Little-endian field access: the wire is little-endian whatever the host is. On the
+// little-endian hosts we build for these are single moves.
+template <typename T>
+inline T to_le(T v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  if constexpr (sizeof(T) == 2) return static_cast<T>(__builtin_bswap16(v));
+  if constexpr (sizeof(T) == 4) return static_cast<T>(__builtin_bswap32(v));
+  if constexpr (sizeof(T) == 8) return static_cast<T>(__builtin_bswap64(v));
+#endif
+  return v;
 }
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+template <typename T>
+inline void put(uint8_t* p, T v) {
+  v = to_le(v);
+  std::memcpy(p, &v, sizeof v);
 }
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+template <typename T>
+inline T get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return to_le(v);
 }
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-}
-uint64_t get64(const uint8_t* p) { return get32(p) | (static_cast<uint64_t>(get32(p + 4)) << 32); }
+void put16(uint8_t* p, uint16_t v) { put(p, v); }
+void put32(uint8_t* p, uint32_t v) { put(p, v); }
+void put64(uint8_t* p, uint64_t v) { put(p, v); }
+uint16_t get16(const uint8_t* p) { return get<uint16_t>(p); }
+uint32_t get32(const uint8_t* p) { return get<uint32_t>(p); }
+uint64_t get64(const uint8_t* p) { return get<uint64_t>(p); }
 
 constexpr size_t kCrcOffset = 52;
 constexpr size_t kFlagsOffset = 3;
@@ -57,13 +68,27 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(const uint8_t* data, size_t
 }
 #endif
 
+#if defined(__x86_64__)
+// The header's 52 bytes as six words and a tail, the TRIMMED bit masked in the first word.
+__attribute__((target("sse4.2"))) uint32_t header_crc_hw(const uint8_t* h) {
+  uint64_t c = 0xFFFFFFFFu;
+  c = __builtin_ia32_crc32di(c, get64(h) & ~(static_cast<uint64_t>(kFlagTrimmed) << (8 * kFlagsOffset)));
+  for (size_t i = 8; i < 48; i += 8) c = __builtin_ia32_crc32di(c, get64(h + i));
+  return ~__builtin_ia32_crc32si(static_cast<uint32_t>(c), get32(h + 48));
+}
+#endif
+
 // The CRC covers bytes [0, 52) with the TRIMMED flag cleared, so a switch may set the flag
 // without recomputing anything.
 uint32_t header_crc(const uint8_t* h) {
+#if defined(__x86_64__)
+  static const bool hw = __builtin_cpu_supports("sse4.2");
+  if (hw) return header_crc_hw(h);
+#endif
   uint8_t copy[kCrcOffset];
   std::memcpy(copy, h, kCrcOffset);
   copy[kFlagsOffset] = static_cast<uint8_t>(copy[kFlagsOffset] & ~kFlagTrimmed);
-  return crc32c(copy, kCrcOffset);
+  return crc32c_sw(copy, kCrcOffset);
 }
 
 PacketError fail(PacketError e) {

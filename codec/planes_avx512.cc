@@ -46,48 +46,83 @@ TRIM_AVX512 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* o
 }
 
 
-// pext gathers bits 30..16 of two adjacent floats into one 30-bit value; four of them make
-// the 120 bits (15 bytes) of a group of 8 fields. Scalar on purpose: it runs on the integer
-// ports while the vector work of pack_f32_sign_layout runs beside it.
-TRIM_AVX512 inline void pack15_group8(const float* v, uint8_t* p1) {
-  constexpr uint64_t kMask = 0x7FFF00007FFF0000ull;
-  uint64_t w[4];
-  std::memcpy(w, v, 32);
-  const uint64_t q0 = _pext_u64(w[0], kMask), q1 = _pext_u64(w[1], kMask);
-  const uint64_t q2 = _pext_u64(w[2], kMask), q3 = _pext_u64(w[3], kMask);
-  const uint64_t lo = q0 | (q1 << 30) | (q2 << 60);
-  const uint64_t hi = (q2 >> 4) | (q3 << 26);
-  std::memcpy(p1, &lo, 8);
-  std::memcpy(p1 + 8, &hi, 7);
+// Sixteen 15-bit fields (the low 15 bits of each u16 lane of f) to 30 bytes at p1: per
+// 64-bit lane, four fields shift together into 60 bits; lanes 1 and 3 shift 4 bits more, and
+// two byte permutes place the lanes at bit offsets 0, 60, 120 and 180. 256-bit registers:
+// Zen 4 runs them at full rate.
+struct Pack15Consts {
+  __m256i idx_a, idx_b;
+  __mmask32 mask_a, mask_b;
+};
+
+TRIM_AVX512 Pack15Consts pack15_consts() {
+  alignas(32) uint8_t a[32], b[32];
+  for (int p = 0; p < 32; ++p) {
+    a[p] = static_cast<uint8_t>(p < 8 ? p : (p >= 15 && p < 23) ? 16 + p - 15 : 0);
+    b[p] = static_cast<uint8_t>((p >= 7 && p < 15) ? 8 + p - 7 : (p >= 22 && p < 30) ? 24 + p - 22 : 0);
+  }
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(a)), _mm256_load_si256(reinterpret_cast<const __m256i*>(b)),
+          0xFFu | (0xFFu << 15), (0xFFu << 7) | (0xFFu << 22)};
+}
+
+TRIM_AVX512 inline void pack15x16(__m256i f, const Pack15Consts& k, uint8_t* p1) {
+  constexpr int kOrAnd = 0xF8;  // ternary logic: a | (b & c)
+  __m256i v = _mm256_and_si256(f, _mm256_set1_epi64x(0x7FFF));
+  v = _mm256_ternarylogic_epi64(v, _mm256_srli_epi64(f, 1), _mm256_set1_epi64x(0x7FFFll << 15), kOrAnd);
+  v = _mm256_ternarylogic_epi64(v, _mm256_srli_epi64(f, 2), _mm256_set1_epi64x(0x7FFFll << 30), kOrAnd);
+  v = _mm256_ternarylogic_epi64(v, _mm256_srli_epi64(f, 3), _mm256_set1_epi64x(0x7FFFll << 45), kOrAnd);
+  v = _mm256_sllv_epi64(v, _mm256_set_epi64x(4, 0, 4, 0));
+  const __m256i bytes = _mm256_or_si256(_mm256_maskz_permutexvar_epi8(k.mask_a, k.idx_a, v),
+                                        _mm256_maskz_permutexvar_epi8(k.mask_b, k.idx_b, v));
+  _mm256_mask_storeu_epi8(p1, 0x3FFFFFFFu, bytes);
 }
 
 TRIM_AVX512 void pack15_from32(const float* v, uint32_t n, uint8_t* p1) {
+  const Pack15Consts k = pack15_consts();
   uint32_t i = 0;
-  for (; i + 8 <= n; i += 8, p1 += 15) pack15_group8(v + i, p1);
-  if (i < n) scalar::pack15_from32(v + i, n - i, p1);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v + i));
+    pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, p1 + (15 * i) / 8);
+  }
+  if (i < n) scalar::pack15_from32(v + i, n - i, p1 + (15 * i) / 8);
 }
 
 // 16 fp32 values per step, read once: plane 0 from the sign mask, plane 2 by narrowing,
-// plane 1 with pext, and the norms in fp32 lanes.
+// plane 1 by pack15x16, and the norms in fp32 lanes.
 TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                                       Norms* norms) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  const Pack15Consts k = pack15_consts();
   // fp32 lanes suffice here: a call covers one packet (~1000 values, ~64 per lane), and the
   // per-packet totals are summed in double by the caller's Norms.
   __m512 sq = _mm512_setzero_ps(), ab = _mm512_setzero_ps();
-  __mmask16 bad = 0;
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 xf = _mm512_loadu_ps(v + i);
     const __m512i x = _mm512_castps_si512(xf);
-    bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(x, exp_mask), exp_mask);
     sq = _mm512_fmadd_ps(xf, xf, sq);
     ab = _mm512_add_ps(ab, _mm512_abs_ps(xf));
     const uint16_t signs = _mm512_movepi32_mask(x);
     std::memcpy(p0 + i / 8, &signs, 2);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2 + 2 * i), _mm512_cvtepi32_epi16(x));
-    pack15_group8(v + i, p1 + (15 * i) / 8);
-    pack15_group8(v + i + 8, p1 + (15 * i) / 8 + 15);
+    pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, p1 + (15 * i) / 8);
+  }
+  if (i < n) {
+    // The last r < 16 values with masks: zero lanes add nothing to the norms and leave the
+    // unused bits of the last bytes zero, as the reference does.
+    const uint32_t r = n - i;
+    const __mmask16 m = static_cast<__mmask16>((1u << r) - 1);
+    const __m512 xf = _mm512_maskz_loadu_ps(m, v + i);
+    const __m512i x = _mm512_castps_si512(xf);
+    sq = _mm512_fmadd_ps(xf, xf, sq);
+    ab = _mm512_add_ps(ab, _mm512_abs_ps(xf));
+    const uint16_t signs = _mm512_movepi32_mask(x);
+    const uint32_t sign_bytes = (r + 7) / 8, p1_bytes = (15 * r + 7) / 8;
+    std::memcpy(p0 + i / 8, &signs, sign_bytes);
+    _mm256_mask_storeu_epi16(p2 + 2 * i, m, _mm512_cvtepi32_epi16(x));
+    alignas(32) uint8_t tmp[32];
+    pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, tmp);
+    std::memcpy(p1 + (15 * i) / 8, tmp, p1_bytes);
+    i = n;
   }
   alignas(64) float sq_lanes[16], ab_lanes[16];
   _mm512_store_ps(sq_lanes, sq);
@@ -97,16 +132,16 @@ TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, u
     sum_sq += sq_lanes[k];
     sum_ab += ab_lanes[k];
   }
-  if (bad == 0 && !(std::isfinite(sum_sq) && std::isfinite(sum_ab))) {
-    // Finite values whose squares overflow fp32 (|x| > 1.8e19): redo this packet in double.
-    bool finite = true;
+  bool finite = true;
+  if (!(std::isfinite(sum_sq) && std::isfinite(sum_ab))) {
+    // A NaN or inf, or finite values whose squares overflow fp32 (|x| > 1.8e19): redo this
+    // packet in double, which also tells the two apart.
     sum_sq = sum_squares(v, i, &finite);
     sum_ab = sum_abs(v, i);
   }
   norms->sum_sq += sum_sq;
   norms->sum_abs += sum_ab;
-  norms->finite = norms->finite && bad == 0;
-  if (i < n) scalar::pack_f32_sign_layout(v + i, n - i, p0 + i / 8, p1 + (15 * i) / 8, p2 + 2 * i, norms);
+  norms->finite = norms->finite && finite;
 }
 
 // 16 elements per step. Sign layout: field j of the group sits at bit 15j of 30 bytes; a

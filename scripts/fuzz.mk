@@ -2,9 +2,10 @@
 FUZZ_SECONDS ?= 60
 FB := build-fuzz
 CLANG := clang++
-SRCS := $(wildcard common/*.cc codec/*.cc)
-SRCS := $(filter-out common/log.cc,$(SRCS))
-FLAGS := -std=c++17 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -Wno-pass-failed
+SRCS := $(filter-out common/log.cc,$(wildcard common/*.cc codec/*.cc))
+OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
+FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+         -Wall -Wextra -Werror -Wno-pass-failed
 
 .PHONY: run
 run: $(FB)/packet-fuzz $(FB)/make-seeds
@@ -12,10 +13,15 @@ run: $(FB)/packet-fuzz $(FB)/make-seeds
 	$(FB)/make-seeds $(FB)/corpus
 	$(FB)/packet-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1 $(FB)/corpus
 
-$(FB)/packet-fuzz: tests/fuzz/packet_fuzz.cc $(SRCS) $(wildcard common/*.h codec/*.h)
+$(FB)/obj/%.o: %.cc
 	@mkdir -p $(@D)
-	$(CLANG) $(FLAGS) tests/fuzz/packet_fuzz.cc $(SRCS) -o $@
+	$(CLANG) $(FLAGS) -c $< -o $@
+
+$(FB)/packet-fuzz: $(FB)/obj/tests/fuzz/packet_fuzz.o $(OBJS)
+	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
 
 $(FB)/make-seeds: tests/fuzz/make_seeds.cc $(SRCS)
 	@mkdir -p $(@D)
-	g++ -std=c++17 -O2 -I. tests/fuzz/make_seeds.cc $(SRCS) -o $@ -pthread
+	g++ -std=c++17 -O1 -I. tests/fuzz/make_seeds.cc $(SRCS) -o $@ -pthread
+
+-include $(shell find $(FB)/obj -name '*.d' 2>/dev/null)

@@ -87,6 +87,21 @@ TEST(Packet, ImpossibleFieldsAreRejected) {
   check(PacketError::kBadLength, [](PacketHeader& h) { h.head_planes = 2; });  // trim point disagrees
 }
 
+// CRC-32C's published check value, and the header CRC is CRC-32C of bytes 0..51 with the
+// TRIMMED flag cleared (whichever path, table or SSE4.2, computed it).
+TEST(Packet, HeaderCrcIsCrc32cOfTheFirst52Bytes) {
+  const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+  EXPECT_EQ(crc32c(check, sizeof check), 0xE3069283u);
+  std::vector<uint8_t> p = good_packet();
+  mark_trimmed(p.data());
+  std::vector<uint8_t> copy(p.begin(), p.begin() + 52);
+  copy[3] = static_cast<uint8_t>(copy[3] & ~kFlagTrimmed);
+  const uint32_t stored = static_cast<uint32_t>(p[52]) | (static_cast<uint32_t>(p[53]) << 8) |
+                          (static_cast<uint32_t>(p[54]) << 16) | (static_cast<uint32_t>(p[55]) << 24);
+  EXPECT_EQ(stored, crc32c(copy.data(), copy.size()));
+  EXPECT_EQ(parse(p, p.size()), PacketError::kOk);
+}
+
 TEST(Packet, LengthPastPacket) {
   std::vector<uint8_t> p = good_packet();
   p.push_back(0);

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/env_guard.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -47,27 +49,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using trim::testing::EnvGuard;
 
 TEST(ParamsTest, EveryDefaultParses) {
   ASSERT_FALSE(trim::param_infos().empty());

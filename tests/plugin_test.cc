@@ -3,6 +3,8 @@
 // other entry point must answer with an error code instead of crashing.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include "tests/env_guard.h"
 #include <sys/stat.h>
 
 #include <climits>
@@ -66,32 +68,7 @@ std::string dump(const std::vector<LogLine>& lines) {
   return out.empty() ? "  (no lines)\n" : out;
 }
 
-// Sets (or unsets, with nullptr) one variable for the scope and restores it after.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~EnvGuard() {
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using trim::testing::EnvGuard;
 
 std::string run_command(const std::string& cmd) {
   std::string out;
