@@ -8,7 +8,9 @@ SAN     ?=
 DEBUG   ?=
 
 CPPFLAGS := -I. -MMD -MP
-CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -pthread \
+# -ffp-contract=off: no silent FMA fusion, so scalar and vector kernels (and later the GPU)
+# compute the same bits.
+CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -pthread -ffp-contract=off \
             -fvisibility=hidden -fvisibility-inlines-hidden
 LDFLAGS  := -pthread
 ifneq ($(DEBUG),)

@@ -75,11 +75,6 @@ Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t re
   return l;
 }
 
-float Decoder::dither(const RowInfo& info, uint32_t elem, float clip) const {
-  const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kDither);
-  return (2.0f * rng_uniform(key, elem) - 1.0f) * clip;
-}
-
 float* Decoder::rotated_row(const RowInfo& info) {
   if (layout_.dtype() == DType::kF32) return reinterpret_cast<float*>(out_ + info.byte_offset);
   return rot16_.data() + static_cast<size_t>(info.row) * layout_.row_elems();
@@ -113,9 +108,9 @@ void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
   // [n1, n0): heads only.
   const float if_set = head_estimate(scheme, 1, h.scale), if_clear = head_estimate(scheme, 0, h.scale);
   fill_heads(p0, l.n1, l.n0, if_set, if_clear, dst + l.n1);
-  if (scheme == Scheme::kSd) {
-    const RowInfo info = layout_.row(h.row);
-    for (uint32_t k = l.n1; k < l.n0; ++k) dst[k] -= dither(info, h.first_elem + k, h.scale);
+  if (scheme == Scheme::kSd && l.n0 > l.n1) {
+    const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, h.row, RngStream::kDither);
+    subtract_dither(key, h.first_elem + l.n1, l.n0 - l.n1, h.scale, dst + l.n1);
   }
   // [n0, n): nothing arrived.
   std::fill(dst + l.n0, dst + n, 0.0f);
@@ -124,42 +119,29 @@ void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
 void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes) {
   const PacketHeader& h = p.hdr;
   const uint32_t n = h.elem_count;
-  const DType dt = layout_.dtype();
+  const bool bf16 = layout_.dtype() == DType::kBF16;
   const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
   const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
   const uint8_t* p0 = p.payload;
   const uint8_t* p1 = p0 + (n + 7) / 8;
+  // Whole values [0, n1), head-only estimates [n1, n0) in fp32, nothing [n0, n).
   tmp15_.resize(n);
-  if (value_layout) {
-    unpack16(p1, l.n1, tmp15_.data());
-  } else {
-    unpack15(p1, l.n1, tmp15_.data());
+  tmpf_.resize(n);
+  assemble16(p0, p1, value_layout, l.n1, tmp15_.data());
+  fill_heads(p0, l.n1, l.n0, head_estimate(scheme, 1, h.scale), head_estimate(scheme, 0, h.scale), tmpf_.data() + l.n1);
+  if (scheme == Scheme::kSd && l.n0 > l.n1) {
+    const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, h.row, RngStream::kDither);
+    subtract_dither(key, h.first_elem + l.n1, l.n0 - l.n1, h.scale, tmpf_.data() + l.n1);
   }
-  auto whole = [&](uint32_t i) {
-    return static_cast<uint16_t>(value_layout ? tmp15_[i] : (head_bit(p0, i) << 15) | tmp15_[i]);
-  };
-  auto head_value = [&](uint32_t i) {
-    float v = head_estimate(scheme, head_bit(p0, i), h.scale);
-    return scheme == Scheme::kSd ? v - dither(info, h.first_elem + i, h.scale) : v;
-  };
+  std::fill(tmpf_.begin() + l.n0, tmpf_.begin() + n, 0.0f);
   if (scheme == Scheme::kRht) {  // rotated domain, fp32 scratch
     float* dst = rotated_row(info) + h.first_elem;
-    for (uint32_t i = 0; i < n; ++i) {
-      dst[i] = i < l.n1 ? (dt == DType::kBF16 ? bf16_to_f32(whole(i)) : f16_to_f32(whole(i)))
-               : i < l.n0 ? head_value(i) : 0.0f;
-    }
+    widen16(tmp15_.data(), l.n1, bf16, dst);
+    std::copy(tmpf_.begin() + l.n1, tmpf_.begin() + n, dst + l.n1);
     return;
   }
-  for (uint32_t i = 0; i < n; ++i) {
-    uint16_t v;
-    if (i < l.n1) {
-      v = whole(i);
-    } else {
-      float f = i < l.n0 ? head_value(i) : 0.0f;
-      v = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
-    }
-    std::memcpy(dst_bytes + 2 * static_cast<size_t>(i), &v, 2);
-  }
+  narrow16(tmpf_.data() + l.n1, n - l.n1, bf16, tmp15_.data() + l.n1);
+  std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(n));
 }
 
 void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme) {
@@ -248,11 +230,9 @@ void Decoder::finish_row(uint32_t r) {
     rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, r, RngStream::kRhtSigns), info.elems, &signs_);
     rht_row_inverse(rot, info.elems, signs_);
     if (layout_.dtype() != DType::kF32) {
-      uint8_t* dst = out_ + info.byte_offset;
-      for (uint32_t i = 0; i < info.elems; ++i) {
-        uint16_t v = layout_.dtype() == DType::kBF16 ? f32_to_bf16(rot[i]) : f32_to_f16(rot[i]);
-        std::memcpy(dst + 2 * static_cast<size_t>(i), &v, 2);
-      }
+      tmp15_.resize(info.elems);
+      narrow16(rot, info.elems, layout_.dtype() == DType::kBF16, tmp15_.data());
+      std::memcpy(out_ + info.byte_offset, tmp15_.data(), 2 * static_cast<size_t>(info.elems));
     }
   }
   row.finished = true;

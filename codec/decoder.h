@@ -52,7 +52,6 @@ class Decoder {
   void decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme);
   void decode_f32(const ParsedPacket& p, Scheme scheme, float* dst);
   void decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes);
-  float dither(const RowInfo& info, uint32_t elem, float clip) const;
   float* rotated_row(const RowInfo& info);
 
   CodecConfig cfg_;
@@ -64,6 +63,7 @@ class Decoder {
   std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none
   std::vector<float> rot16_;          // rotated values of rht rows of 16-bit dtypes
   std::vector<uint16_t> tmp15_;
+  std::vector<float> tmpf_;
   std::vector<uint64_t> signs_;
   std::vector<uint32_t> exact_end_;
   DecodeStats stats_;

@@ -24,8 +24,6 @@ namespace {
 // Row scale of the `sign` scheme and base of the sq/sd clip: the RMS of the finite values.
 float rms(double sum_sq, uint32_t n) { return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n)); }
 
-uint16_t to_dtype16(float f, DType d) { return d == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f); }
-float from_dtype16(uint16_t h, DType d) { return d == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h); }
 
 }  // namespace
 
@@ -64,16 +62,7 @@ void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale) {
 void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
                                 float clip, uint8_t* p0) const {
   const uint64_t key = rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kDither);
-  const float two_l = 2.0f * clip;
-  std::memset(p0, 0, (n + 7) / 8);
-  for (uint32_t i = 0; i < n; ++i) {
-    // NaN compares false in both schemes: its head is 0 (decodes to -L when trimmed).
-    float x = std::min(std::max(v[i], -clip), clip);
-    float u = rng_uniform(key, first + i);
-    // sq: P(head) = (L + x) / 2L.  sd: head = sign(x + eps), eps = (2u - 1) L ~ U(-L, L).
-    bool head = scheme == Scheme::kSq ? u * two_l < clip + x : x + (2.0f * u - 1.0f) * clip > 0.0f;
-    p0[i >> 3] = static_cast<uint8_t>(p0[i >> 3] | (static_cast<uint32_t>(head) << (i & 7)));
-  }
+  random_heads(key, first, v, n, clip, scheme == Scheme::kSd, p0);
 }
 
 void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms) {
@@ -138,9 +127,9 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
 
 void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   const uint32_t d = c.info.elems;
-  const DType dt = c.layout->dtype();
+  const bool bf16 = c.layout->dtype() == DType::kBF16;
   f32_.resize(d);
-  for (uint32_t i = 0; i < d; ++i) f32_[i] = from_dtype16(v[i], dt);
+  widen16(v, d, bf16, f32_.data());
   bool finite = true;
   const double sum_sq = sum_squares(f32_.data(), d, &finite);
   Scheme scheme = c.info.scheme;
@@ -149,31 +138,29 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
 
   const uint16_t* src = v;
   if (scheme == Scheme::kRht && finite) {
-    // Rotate in fp32 and send the rotated values rounded to the dtype (same bits on the wire).
+    // Rotate in fp32 and send the rotated values rounded to the dtype; f uses the values as
+    // sent. fp16 has a small range: a rotated value that overflows sends the row unrotated.
     rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
     rht_row_forward(f32_.data(), f32_.data(), d, signs_);
     h16_.resize(d);
-    double l1 = 0.0;
-    bool overflow = false;
-    for (uint32_t i = 0; i < d; ++i) {
-      h16_[i] = to_dtype16(f32_[i], dt);
-      float back = from_dtype16(h16_[i], dt);
-      overflow |= !std::isfinite(back);
-      l1 += std::fabs(static_cast<double>(back));
+    narrow16(f32_.data(), d, bf16, h16_.data());
+    widen16(h16_.data(), d, bf16, f32_.data());
+    bool sent_finite = true;
+    (void)sum_squares(f32_.data(), d, &sent_finite);
+    const double l1 = sum_abs(f32_.data(), d);
+    if (sent_finite) {
+      scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
+      src = h16_.data();
+    } else {
+      scheme = Scheme::kSign;
     }
-    scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
-    src = h16_.data();
-    // fp16 has a small range: a rotated value that overflows sends the row unrotated.
-    if (overflow) scheme = Scheme::kSign;
   } else if (scheme == Scheme::kRht) {
     scheme = Scheme::kSign;
   }
-  if (scheme == Scheme::kSign) {
-    src = v;
-    scale = rms(sum_sq, d);
-  }
+  if (scheme == Scheme::kSign) scale = rms(sum_sq, d);
 
   const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  // sq/sd heads come from the widened values, which f32_ still holds (only rht rotates it).
   const uint32_t epp = c.info.elems_per_packet;
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
@@ -183,8 +170,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
       pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
       pack16_from16(src + first, n, p1);
     } else {
-      pack_sign_bits16(src + first, n, p0);
-      pack15_from16(src + first, n, p1);
+      pack16_sign_layout(src + first, n, p0, p1);
     }
   }
   write_row_headers(c, scheme, scale);

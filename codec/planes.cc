@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "codec/rng.h"
 #include "codec/types.h"
 
 namespace trim::codec {
@@ -100,6 +101,50 @@ void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, f
   for (uint32_t i = begin; i < end; ++i) dst[i - begin] = head_bit(p0, i) ? if_set : if_clear;
 }
 
+void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0) {
+  const float two_l = 2.0f * clip;
+  for (uint32_t i = 0; i < n; i += 8) {
+    uint32_t byte = 0;
+    for (uint32_t k = 0; k < 8 && i + k < n; ++k) {
+      // max(NaN, -L) is -L here, as in the vector code (its max returns the second operand).
+      const float x = std::min(std::isnan(v[i + k]) ? -clip : std::max(v[i + k], -clip), clip);
+      const float u = rng_uniform(key, first + i + k);
+      const bool head = sd ? x + (2.0f * u - 1.0f) * clip > 0.0f : u * two_l < clip + x;
+      byte |= static_cast<uint32_t>(head) << k;
+    }
+    p0[i >> 3] = static_cast<uint8_t>(byte);
+  }
+}
+
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = bf16 ? bf16_to_f32(v[i]) : f16_to_f32(v[i]);
+}
+
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+}
+
+void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1) {
+  pack_sign_bits16(v, n, p0);
+  pack15_from16(v, n, p1);
+}
+
+void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
+  for (uint32_t i = 0; i < n; ++i) {
+    if (value_layout) {
+      dst[i] = static_cast<uint16_t>(load_le(p1 + 2 * i, 2));
+    } else {
+      const uint32_t bit = 15 * i;
+      const uint32_t field = static_cast<uint32_t>(load_le(p1 + bit / 8, 3) >> (bit % 8)) & 0x7FFFu;
+      dst[i] = static_cast<uint16_t>((head_bit(p0, i) << 15) | field);
+    }
+  }
+}
+
+void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
+  for (uint32_t i = 0; i < n; ++i) dst[i] -= (2.0f * rng_uniform(key, first + i) - 1.0f) * clip;
+}
+
 double sum_squares(const float* v, uint32_t n, bool* all_finite) {
   // Eight lanes keep the dependency chains short; a non-finite value is skipped (and
   // reported) so one NaN does not poison the scale of a whole row.
@@ -151,6 +196,25 @@ double sum_squares(const float* v, uint32_t n, bool* all_finite) {
   return vector_path() ? avx512::sum_squares(v, n, all_finite) : scalar::sum_squares(v, n, all_finite);
 }
 double sum_abs(const float* v, uint32_t n) { return vector_path() ? avx512::sum_abs(v, n) : scalar::sum_abs(v, n); }
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
+  vector_path() ? avx512::widen16(v, n, bf16, out) : scalar::widen16(v, n, bf16, out);
+}
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out) {
+  vector_path() ? avx512::narrow16(v, n, bf16, out) : scalar::narrow16(v, n, bf16, out);
+}
+void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1) {
+  vector_path() ? avx512::pack16_sign_layout(v, n, p0, p1) : scalar::pack16_sign_layout(v, n, p0, p1);
+}
+void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
+  vector_path() ? avx512::assemble16(p0, p1, value_layout, n, dst) : scalar::assemble16(p0, p1, value_layout, n, dst);
+}
+void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0) {
+  vector_path() ? avx512::random_heads(key, first, v, n, clip, sd, p0)
+                : scalar::random_heads(key, first, v, n, clip, sd, p0);
+}
+void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
+  vector_path() ? avx512::subtract_dither(key, first, n, clip, dst) : scalar::subtract_dither(key, first, n, clip, dst);
+}
 
 // 16-bit dtypes and the 15-bit stream decode stay portable: they are not on the fp32 hot path.
 void pack_sign_bits16(const uint16_t* v, uint32_t n, uint8_t* p0) {
@@ -165,9 +229,10 @@ void pack15_from16(const uint16_t* v, uint32_t n, uint8_t* p1) {
   pack15([v](uint32_t i) { return static_cast<uint64_t>(v[i] & 0x7FFFu); }, n, p1);
 }
 
-void pack16_from16(const uint16_t* v, uint32_t n, uint8_t* out) {
-  for (uint32_t i = 0; i < n; ++i) store_le(out + 2 * i, v[i], 2);
-}
+// The wire is little-endian; so are the hosts we build for, where u16 arrays copy as they are.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "planes.cc assumes a little-endian host");
+
+void pack16_from16(const uint16_t* v, uint32_t n, uint8_t* out) { std::memcpy(out, v, 2 * static_cast<size_t>(n)); }
 
 void unpack15(const uint8_t* p1, uint32_t n, uint16_t* out) {
   uint32_t i = 0;
@@ -189,8 +254,6 @@ void unpack15(const uint8_t* p1, uint32_t n, uint16_t* out) {
   }
 }
 
-void unpack16(const uint8_t* p, uint32_t n, uint16_t* out) {
-  for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(load_le(p + 2 * i, 2));
-}
+void unpack16(const uint8_t* p, uint32_t n, uint16_t* out) { std::memcpy(out, p, 2 * static_cast<size_t>(n)); }
 
 }  // namespace trim::codec

@@ -43,6 +43,21 @@ void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool 
 // dst[i - begin] = head bit i ? if_set : if_clear, for i in [begin, end).
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
 
+// Plane 0 of sq (sd = false) or sd (sd = true) for values v[0, n), which are elements
+// [first, first + n) of their row: per element the shared uniform u = rng_uniform(key, elem);
+// sq: head = u * 2L < L + x, sd: head = x + (2u - 1) L > 0, x clipped to [-L, L] (NaN -> -L).
+void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
+// dst[i] -= (2u - 1) L for elements [first, first + n): the sd dither of head-only values.
+void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
+
+// 16-bit dtypes (bf16 when `bf16`, else IEEE fp16): exact widening, round-to-nearest-even
+// narrowing (overflow to inf), and the sign layout's planes 0+1 (sign bit, bits 14..0).
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
+void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
+// Whole 16-bit values [0, n) of a packet: sign layout (sign | 15-bit field) or value layout.
+void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+
 // Row norms in double precision. sum_squares skips non-finite values and reports them.
 double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);
@@ -54,6 +69,12 @@ const char* kernels_isa();
 void kernels_force_scalar(bool force);  // tests and benchmarks only
 
 namespace scalar {
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
+void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
+void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
+void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
 void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
@@ -65,6 +86,12 @@ double sum_abs(const float* v, uint32_t n);
 }  // namespace scalar
 
 namespace avx512 {
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
+void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
+void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
+void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
 bool supported();
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);

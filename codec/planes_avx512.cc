@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "codec/planes.h"
+#include "codec/rng.h"
 #include "codec/types.h"
 
 #define TRIM_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2")))
@@ -144,6 +145,52 @@ TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, u
   norms->finite = norms->finite && finite;
 }
 
+TRIM_AVX512 void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    const __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+    _mm512_storeu_ps(out + i, f);
+  }
+  if (i < n) scalar::widen16(v + i, n - i, bf16, out + i);
+}
+
+// bf16: round to nearest even in integer arithmetic, NaN kept quiet (as f32_to_bf16);
+// fp16: the hardware conversion, which rounds the same way.
+TRIM_AVX512 void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i round = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 f = _mm512_loadu_ps(v + i);
+    __m256i h;
+    if (bf16) {
+      const __m512i u = _mm512_castps_si512(f);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+      __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(round, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+      r = _mm512_srli_epi32(r, 16);
+      r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+      h = _mm512_cvtepi32_epi16(r);
+    } else {
+      h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+  }
+  if (i < n) scalar::narrow16(v + i, n - i, bf16, out + i);
+}
+
+TRIM_AVX512 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1) {
+  const Pack15Consts k = pack15_consts();
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    const uint16_t signs = _mm256_movepi16_mask(h);
+    std::memcpy(p0 + i / 8, &signs, 2);
+    pack15x16(h, k, p1 + (15 * i) / 8);
+  }
+  if (i < n) scalar::pack16_sign_layout(v + i, n - i, p0 + i / 8, p1 + (15 * i) / 8);
+}
+
 // 16 elements per step. Sign layout: field j of the group sits at bit 15j of 30 bytes; a
 // byte permute brings bytes [15j/8, 15j/8 + 4) into lane j and a variable shift aligns it.
 TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
@@ -180,6 +227,31 @@ TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_
   }
 }
 
+TRIM_AVX512 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
+  if (value_layout) {
+    std::memcpy(dst, p1, 2 * static_cast<size_t>(n));
+    return;
+  }
+  alignas(64) uint8_t idx_bytes[64];
+  alignas(64) uint32_t shifts[16];
+  for (int j = 0; j < 16; ++j) {
+    for (int b = 0; b < 4; ++b) idx_bytes[4 * j + b] = static_cast<uint8_t>((15 * j) / 8 + b);
+    shifts[j] = (15 * j) % 8;
+  }
+  const __m512i idx = _mm512_load_si512(idx_bytes), shift = _mm512_load_si512(shifts);
+  const __m512i field_mask = _mm512_set1_epi32(0x7FFF), sign_bit = _mm512_set1_epi32(0x8000);
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(0x3FFFFFFFull, p1 + (15 * i) / 8);
+    __m512i x = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, bytes), shift), field_mask);
+    uint16_t signs;
+    std::memcpy(&signs, p0 + i / 8, 2);
+    x = _mm512_mask_or_epi32(x, signs, x, sign_bit);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(x));
+  }
+  if (i < n) scalar::assemble16(p0 + i / 8, p1 + (15 * i) / 8, false, n - i, dst + i);
+}
+
 TRIM_AVX512 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear,
                             float* dst) {
   uint32_t i = begin;
@@ -196,6 +268,57 @@ TRIM_AVX512 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, flo
     _mm512_storeu_ps(dst + (i - begin), _mm512_mask_blend_ps(m, clear, set));
   }
   if (i < end) scalar::fill_heads(p0, i, end, if_set, if_clear, dst + (i - begin));
+}
+
+// 16 shared uniforms for elements [elem, elem + 16): rng_uniform vectorized, bit for bit
+// (integer mixing, then an exact conversion of 24 bits).
+TRIM_AVX512 inline __m512 uniforms16(uint64_t key, uint64_t elem) {
+  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9E3779B97F4A7C15ull));
+  const __m512i c1 = _mm512_set1_epi64(static_cast<long long>(0xBF58476D1CE4E5B9ull));
+  const __m512i c2 = _mm512_set1_epi64(static_cast<long long>(0x94D049BB133111EBull));
+  const __m512i k = _mm512_set1_epi64(static_cast<long long>(key));
+  __m256 half[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ctr = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(elem + 1 + 8 * h)),
+                                         _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    __m512i z = _mm512_add_epi64(k, _mm512_mullo_epi64(ctr, golden));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+    half[h] = _mm512_cvtepu64_ps(_mm512_srli_epi64(z, 40));
+  }
+  const __m512 u = _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1);
+  return _mm512_mul_ps(u, _mm512_set1_ps(5.9604644775390625e-8f));
+}
+
+TRIM_AVX512 void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd,
+                              uint8_t* p0) {
+  const __m512 l = _mm512_set1_ps(clip), neg_l = _mm512_set1_ps(-clip), two_l = _mm512_set1_ps(2.0f * clip);
+  const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f), zero = _mm512_setzero_ps();
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_loadu_ps(v + i), neg_l), l);
+    const __m512 u = uniforms16(key, first + i);
+    __mmask16 head;
+    if (sd) {
+      const __m512 eps = _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(two, u), one), l);
+      head = _mm512_cmp_ps_mask(_mm512_add_ps(x, eps), zero, _CMP_GT_OQ);
+    } else {
+      head = _mm512_cmp_ps_mask(_mm512_mul_ps(u, two_l), _mm512_add_ps(l, x), _CMP_LT_OQ);
+    }
+    std::memcpy(p0 + i / 8, &head, 2);
+  }
+  if (i < n) scalar::random_heads(key, first + i, v + i, n - i, clip, sd, p0 + i / 8);
+}
+
+TRIM_AVX512 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
+  const __m512 l = _mm512_set1_ps(clip), one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 eps = _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(two, uniforms16(key, first + i)), one), l);
+    _mm512_storeu_ps(dst + i, _mm512_sub_ps(_mm512_loadu_ps(dst + i), eps));
+  }
+  if (i < n) scalar::subtract_dither(key, first + i, n - i, clip, dst + i);
 }
 
 TRIM_AVX512 double sum_squares(const float* v, uint32_t n, bool* all_finite) {

@@ -94,6 +94,65 @@ TEST_F(PlanesKernel, AssembleAndHeadsMatchReference) {
   }
 }
 
+TEST_F(PlanesKernel, RandomHeadsAndDitherMatchReference) {
+  for (uint32_t n : kSizes) {
+    std::vector<float> v(n);
+    std::mt19937 rng(n + 200);
+    std::normal_distribution<float> g;
+    for (float& x : v) x = g(rng);
+    if (n > 3) v[2] = NAN, v[3] = INFINITY;
+    for (bool sd : {false, true}) {
+      for (uint32_t first : {0u, 1000u, 5u}) {
+        std::vector<uint8_t> a((n + 7) / 8 + 1, 0xAA), b((n + 7) / 8 + 1, 0xAA);
+        scalar::random_heads(0x1234 + n, first, v.data(), n, 2.5f, sd, a.data());
+        avx512::random_heads(0x1234 + n, first, v.data(), n, 2.5f, sd, b.data());
+        EXPECT_EQ(a, b) << "n=" << n << " sd=" << sd << " first=" << first;
+      }
+    }
+    std::vector<float> a = v, b = v;
+    scalar::subtract_dither(77, 3, n, 1.5f, a.data());
+    avx512::subtract_dither(77, 3, n, 1.5f, b.data());
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << "dither n=" << n << " i=" << i;
+  }
+}
+
+TEST_F(PlanesKernel, SixteenBitKernelsMatchReference) {
+  for (uint32_t n : kSizes) {
+    std::mt19937 rng(n + 300);
+    std::vector<uint16_t> h(n);
+    for (uint16_t& x : h) x = static_cast<uint16_t>(rng());
+    for (bool bf16 : {true, false}) {
+      std::vector<float> a(n), b(n);
+      scalar::widen16(h.data(), n, bf16, a.data());
+      avx512::widen16(h.data(), n, bf16, b.data());
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!std::isnan(a[i])) {
+          ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << n << " " << i;
+        }
+      }
+      std::vector<float> f = values(n, n + 9);  // every fp32 pattern, NaNs included
+      std::vector<uint16_t> x(n), y(n);
+      scalar::narrow16(f.data(), n, bf16, x.data());
+      avx512::narrow16(f.data(), n, bf16, y.data());
+      EXPECT_EQ(x, y) << "narrow n=" << n << " bf16=" << bf16;
+    }
+    std::vector<uint8_t> pa(2 * n + 32, 0xAA), pb(2 * n + 32, 0xAA);
+    const uint32_t p0 = (n + 7) / 8;
+    scalar::pack16_sign_layout(h.data(), n, pa.data(), pa.data() + p0);
+    avx512::pack16_sign_layout(h.data(), n, pb.data(), pb.data() + p0);
+    EXPECT_EQ(pa, pb) << "pack16 n=" << n;
+    for (bool value_layout : {false, true}) {
+      std::vector<uint16_t> x(n), y(n);
+      scalar::assemble16(pa.data(), pa.data() + p0, value_layout, n, x.data());
+      avx512::assemble16(pa.data(), pa.data() + p0, value_layout, n, y.data());
+      EXPECT_EQ(x, y) << "assemble16 n=" << n;
+      if (!value_layout) {
+        EXPECT_EQ(x, h) << "pack then assemble is the identity";
+      }
+    }
+  }
+}
+
 // Packing then assembling is the identity for every bit pattern.
 TEST(Planes, PackAssembleIdentity) {
   for (uint32_t n : kSizes) {
