@@ -6,6 +6,7 @@
 #include "codec/planes.h"
 #include "codec/rht.h"
 #include "codec/rng.h"
+#include "common/log.h"
 
 namespace trim::codec {
 namespace {
@@ -25,8 +26,10 @@ inline float head_estimate(Scheme scheme, uint32_t head, float scale) {
   return positive ? scale : -scale;
 }
 
-PacketError reject(PacketError e) {
+PacketError reject(PacketError e, const PacketHeader& h) {
   packet_error_counters().add(e);
+  TRIM_TRACE("decoder: rejected packet msg {} row {} elem {}: {}", h.msg_seq, h.row, h.first_elem,
+             packet_error_name(e));
   return e;
 }
 
@@ -164,21 +167,21 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
 
 PacketError Decoder::add(const ParsedPacket& p) {
   const PacketHeader& h = p.hdr;
-  if (h.cookie != id_.cookie) return reject(PacketError::kWrongCookie);
+  if (h.cookie != id_.cookie) return reject(PacketError::kWrongCookie, h);
   if (h.msg_seq != id_.msg_seq || h.msg_bytes != layout_.bytes() || h.dtype != layout_.dtype() ||
       h.row_log2 != layout_.row_log2() || h.head_planes != layout_.head_planes() || h.row >= layout_.rows()) {
-    return reject(PacketError::kInconsistent);
+    return reject(PacketError::kInconsistent, h);
   }
   const RowInfo info = layout_.row(h.row);
   const bool scheme_ok = h.scheme == info.scheme || (info.scheme == Scheme::kRht && h.scheme == Scheme::kSign);
   const uint32_t slot_in_row = h.first_elem / info.elems_per_packet;
   if (info.tail != h.tail() || !scheme_ok || h.first_elem % info.elems_per_packet != 0 ||
       h.elem_count != std::min(info.elems_per_packet, info.elems - h.first_elem)) {
-    return reject(PacketError::kInconsistent);
+    return reject(PacketError::kInconsistent, h);
   }
   RowState& row = rows_[h.row];
   if (row.seen && (row.scheme != h.scheme || f32_bits(row.scale) != f32_bits(h.scale))) {
-    return reject(PacketError::kInconsistent);
+    return reject(PacketError::kInconsistent, h);
   }
   stats_.packets++;
   stats_.trimmed_packets += p.trimmed ? 1 : 0;

@@ -7,6 +7,7 @@
 #include "codec/planes.h"
 #include "codec/rht.h"
 #include "codec/rng.h"
+#include "common/log.h"
 
 namespace trim::codec {
 
@@ -26,6 +27,11 @@ float rms(double sum_sq, uint32_t n) { return n == 0 ? 0.0f : static_cast<float>
 
 
 }  // namespace
+
+void Encoder::log_unrotated(const RowCtx& c) {
+  TRIM_DEBUG("encoder: message {} row {} holds NaN/inf or overflows the rotation: sent unrotated (sign)",
+             c.id->msg_seq, c.info.row);
+}
 
 Encoder::Encoder(const CodecConfig& cfg) : cfg_(cfg) {}
 
@@ -114,6 +120,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
         Norms unused;
         pack_sign_payloads(c, v, &unused);
         scheme = Scheme::kSign;
+        log_unrotated(c);
       }
     } else if (scheme == Scheme::kRht) {
       // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal).
@@ -156,6 +163,9 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
     }
   } else if (scheme == Scheme::kRht) {
     scheme = Scheme::kSign;
+  }
+  if (scheme != c.info.scheme) {
+    log_unrotated(c);
   }
   if (scheme == Scheme::kSign) scale = rms(sum_sq, d);
 

@@ -28,6 +28,7 @@ class Encoder {
  private:
   struct RowCtx;
   void encode_f32_row(const RowCtx& c, const float* v);
+  static void log_unrotated(const RowCtx& c);
   // Planes of every packet of an fp32 sign-layout row (headers not yet written).
   void pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms);
   void encode_16_row(const RowCtx& c, const uint16_t* v);
