@@ -174,12 +174,6 @@ void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, 
   vector_path() ? avx512::pack_f32_sign_layout(v, n, p0, p1, p2, norms)
                 : scalar::pack_f32_sign_layout(v, n, p0, p1, p2, norms);
 }
-void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0) {
-  vector_path() ? avx512::pack_sign_bits32(v, n, p0) : scalar::pack_sign_bits32(v, n, p0);
-}
-void pack15_from32(const float* v, uint32_t n, uint8_t* p1) {
-  vector_path() ? avx512::pack15_from32(v, n, p1) : scalar::pack15_from32(v, n, p1);
-}
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
   vector_path() ? avx512::pack16_from32(v, n, shift, out) : scalar::pack16_from32(v, n, shift, out);
 }

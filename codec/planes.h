@@ -7,12 +7,10 @@
 
 namespace trim::codec {
 
-// Plane 0 from the top bit of each value.
-void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
+// Plane 0 from the top bit of each 16-bit value.
 void pack_sign_bits16(const uint16_t* v, uint32_t n, uint8_t* p0);
-// 15-bit fields (v >> shift) & 0x7fff packed back to back: 8 elements per 15 bytes.
-void pack15_from32(const float* v, uint32_t n, uint8_t* p1);  // shift 16: fp32 bits 30..16
-void pack15_from16(const uint16_t* v, uint32_t n, uint8_t* p1);  // shift 0: 16-bit bits 14..0
+// 15-bit fields packed back to back (8 per 15 bytes): bits 14..0 of 16-bit values.
+void pack15_from16(const uint16_t* v, uint32_t n, uint8_t* p1);
 // 16-bit fields as little-endian u16: (v >> shift) & 0xffff.
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
 void pack16_from16(const uint16_t* v, uint32_t n, uint8_t* out);
@@ -69,6 +67,9 @@ const char* kernels_isa();
 void kernels_force_scalar(bool force);  // tests and benchmarks only
 
 namespace scalar {
+// Building blocks of the fp32 sign-layout reference: plane 0 (bit 31), plane 1 (bits 30..16).
+void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
+void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
 void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
 void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
@@ -76,8 +77,6 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
 void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
-void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
-void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
@@ -94,8 +93,6 @@ void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, floa
 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
 bool supported();
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
-void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
-void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);

@@ -27,15 +27,6 @@ bool supported() {
          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
 }
 
-TRIM_AVX512 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0) {
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const uint16_t m = _mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(v + i)));
-    std::memcpy(p0 + i / 8, &m, 2);
-  }
-  if (i < n) scalar::pack_sign_bits32(v + i, n - i, p0 + i / 8);
-}
-
 TRIM_AVX512 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -76,16 +67,6 @@ TRIM_AVX512 inline void pack15x16(__m256i f, const Pack15Consts& k, uint8_t* p1)
   const __m256i bytes = _mm256_or_si256(_mm256_maskz_permutexvar_epi8(k.mask_a, k.idx_a, v),
                                         _mm256_maskz_permutexvar_epi8(k.mask_b, k.idx_b, v));
   _mm256_mask_storeu_epi8(p1, 0x3FFFFFFFu, bytes);
-}
-
-TRIM_AVX512 void pack15_from32(const float* v, uint32_t n, uint8_t* p1) {
-  const Pack15Consts k = pack15_consts();
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v + i));
-    pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, p1 + (15 * i) / 8);
-  }
-  if (i < n) scalar::pack15_from32(v + i, n - i, p1 + (15 * i) / 8);
 }
 
 // 16 fp32 values per step, read once: plane 0 from the sign mask, plane 2 by narrowing,
