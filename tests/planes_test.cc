@@ -1,10 +1,14 @@
 // The vector kernels must produce what their portable references produce, on odd sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "codec/decoder.h"
+#include "codec/encoder.h"
 #include "codec/planes.h"
 #include "codec/types.h"
 
@@ -158,6 +162,77 @@ TEST(Planes, PackAssembleIdentity) {
     std::vector<float> back(n);
     assemble_f32(payload.data(), payload.data() + p0, payload.data() + p0 + p1, false, n, back.data());
     for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(f32_bits(back[i]), f32_bits(v[i])) << i;
+  }
+}
+
+}  // namespace
+}  // namespace trim::codec
+
+namespace trim::codec {
+namespace {
+
+// A host without AVX-512 runs the portable kernels: it must put the same planes on the wire
+// and decode any packet to the same bits, so hosts with different CPUs interoperate. (Row
+// scales may differ in the last bit, since the norms are summed in another order; the scale
+// travels in the header, so both ends still agree.)
+TEST(PlanesPaths, ScalarAndVectorCodecsAgree) {
+  if (!avx512::supported()) GTEST_SKIP() << "no AVX-512 here: only one path to run";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd}) {
+      const uint32_t elems = 3001;
+      std::vector<uint8_t> msg(elems * dtype_bytes(dt));
+      for (uint32_t i = 0; i < elems; ++i) {
+        const float x = g(rng);
+        if (dt == DType::kF32) {
+          std::memcpy(&msg[4 * i], &x, 4);
+        } else {
+          const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
+          std::memcpy(&msg[2 * i], &h, 2);
+        }
+      }
+      CodecConfig cfg;
+      cfg.scheme = scheme;
+      cfg.row_elems = 2048;
+      Layout layout = Layout::make(cfg, dt, scheme, msg.size()).value();
+      std::vector<std::vector<uint8_t>> packets[2];
+      for (int path = 0; path < 2; ++path) {
+        kernels_force_scalar(path == 1);
+        Encoder enc(cfg);
+        packets[path] = enc.encode_message(layout, MessageId{5, 6, true}, msg.data()).value();
+      }
+      kernels_force_scalar(false);
+      ASSERT_EQ(packets[0].size(), packets[1].size());
+      const bool random_heads_may_differ = scheme == Scheme::kSq || scheme == Scheme::kSd;
+      for (size_t k = 0; k < packets[0].size(); ++k) {
+        ASSERT_EQ(packets[0][k].size(), packets[1][k].size());
+        if (!random_heads_may_differ) {
+          EXPECT_TRUE(std::equal(packets[0][k].begin() + kHeaderBytes, packets[0][k].end(),
+                                 packets[1][k].begin() + kHeaderBytes))
+              << scheme_name(scheme) << " " << dtype_name(dt) << " packet " << k;
+        }
+      }
+      // Decode the vector path's packets, half of them trimmed, on both paths.
+      std::vector<uint8_t> out[2];
+      for (int path = 0; path < 2; ++path) {
+        kernels_force_scalar(path == 1);
+        Decoder dec(cfg);
+        out[path].assign(msg.size(), 0);
+        ASSERT_TRUE(dec.begin(layout, MessageId{5, 6, true}, out[path].data()).is_ok());
+        for (size_t k = 0; k < packets[0].size(); ++k) {
+          ParsedPacket p;
+          size_t len = packets[0][k].size();
+          ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
+          if (k % 2 == 1) len = kHeaderBytes + p.hdr.trim_bytes + (k % 4 == 1 ? 7 : 0);
+          ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
+          ASSERT_EQ(dec.add(p), PacketError::kOk);
+        }
+        dec.finish();
+      }
+      kernels_force_scalar(false);
+      EXPECT_EQ(out[0], out[1]) << scheme_name(scheme) << " " << dtype_name(dt);
+    }
   }
 }
 
