@@ -21,6 +21,13 @@ inline uint64_t load_le(const uint8_t* p, uint32_t bytes) {
   return v;
 }
 
+// Field i of a 15-bit stream, reading only the 2 or 3 bytes that hold it (the stream may end
+// right after it).
+inline uint32_t field15(const uint8_t* p1, uint32_t i) {
+  const uint32_t bit = 15 * i, shift = bit & 7;
+  return static_cast<uint32_t>(load_le(p1 + (bit >> 3), (shift + 15 + 7) / 8) >> shift) & 0x7FFFu;
+}
+
 // Packs 15-bit fields as a little-endian bitstream; 8 fields fill 15 bytes exactly.
 template <typename Get>
 inline void pack15(Get field, uint32_t n, uint8_t* out) {
@@ -89,9 +96,7 @@ void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool 
     if (value_layout) {
       top = static_cast<uint32_t>(load_le(p1 + 2 * i, 2));
     } else {
-      const uint32_t bit = 15 * i;
-      const uint32_t field = static_cast<uint32_t>(load_le(p1 + bit / 8, 3) >> (bit % 8)) & 0x7FFFu;
-      top = (head_bit(p0, i) << 15) | field;
+      top = (head_bit(p0, i) << 15) | field15(p1, i);
     }
     dst[i] = bits_f32((top << 16) | static_cast<uint32_t>(load_le(p2 + 2 * i, 2)));
   }
@@ -134,9 +139,7 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
     if (value_layout) {
       dst[i] = static_cast<uint16_t>(load_le(p1 + 2 * i, 2));
     } else {
-      const uint32_t bit = 15 * i;
-      const uint32_t field = static_cast<uint32_t>(load_le(p1 + bit / 8, 3) >> (bit % 8)) & 0x7FFFu;
-      dst[i] = static_cast<uint16_t>((head_bit(p0, i) << 15) | field);
+      dst[i] = static_cast<uint16_t>((head_bit(p0, i) << 15) | field15(p1, i));
     }
   }
 }
@@ -242,10 +245,7 @@ void unpack15(const uint8_t* p1, uint32_t n, uint16_t* out) {
     out[i + 7] = static_cast<uint16_t>((hi >> 41) & 0x7FFF);
   }
   // Remaining fields: read exactly the bytes that hold them.
-  for (uint32_t bit = 0; i < n; ++i, bit += 15) {
-    const uint32_t shift = bit & 7;
-    out[i] = static_cast<uint16_t>((load_le(p1 + (bit >> 3), (shift + 15 + 7) / 8) >> shift) & 0x7FFF);
-  }
+  for (uint32_t k = 0; i < n; ++i, ++k) out[i] = static_cast<uint16_t>(field15(p1, k));
 }
 
 void unpack16(const uint8_t* p, uint32_t n, uint16_t* out) { std::memcpy(out, p, 2 * static_cast<size_t>(n)); }

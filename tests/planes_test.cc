@@ -134,8 +134,9 @@ TEST_F(PlanesKernel, SixteenBitKernelsMatchReference) {
       avx512::narrow16(f.data(), n, bf16, y.data());
       EXPECT_EQ(x, y) << "narrow n=" << n << " bf16=" << bf16;
     }
-    std::vector<uint8_t> pa(2 * n + 32, 0xAA), pb(2 * n + 32, 0xAA);
     const uint32_t p0 = (n + 7) / 8;
+    // Room for the value layout too (plane 1 = 2 bytes per element).
+    std::vector<uint8_t> pa(p0 + 2 * n, 0xAA), pb(p0 + 2 * n, 0xAA);
     scalar::pack16_sign_layout(h.data(), n, pa.data(), pa.data() + p0);
     avx512::pack16_sign_layout(h.data(), n, pb.data(), pb.data() + p0);
     EXPECT_EQ(pa, pb) << "pack16 n=" << n;
