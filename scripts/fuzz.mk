@@ -2,7 +2,7 @@
 FUZZ_SECONDS ?= 60
 FB := build-fuzz
 CLANG := clang++
-SRCS := $(filter-out common/log.cc,$(wildcard common/*.cc codec/*.cc))
+SRCS := $(wildcard common/*.cc codec/*.cc)
 OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
 FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
          -Wall -Wextra -Werror -Wno-pass-failed
@@ -13,6 +13,9 @@ run: $(FB)/packet-fuzz $(FB)/make-seeds
 	$(FB)/make-seeds $(FB)/corpus
 	$(FB)/packet-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1 $(FB)/corpus
 
+# spdlog is used header-only, in this one translation unit only (as in the main build).
+$(FB)/obj/common/log.o: FLAGS += -DSPDLOG_HEADER_ONLY
+
 $(FB)/obj/%.o: %.cc
 	@mkdir -p $(@D)
 	$(CLANG) $(FLAGS) -c $< -o $@
@@ -22,6 +25,6 @@ $(FB)/packet-fuzz: $(FB)/obj/tests/fuzz/packet_fuzz.o $(OBJS)
 
 $(FB)/make-seeds: tests/fuzz/make_seeds.cc $(SRCS)
 	@mkdir -p $(@D)
-	g++ -std=c++17 -O1 -I. tests/fuzz/make_seeds.cc $(SRCS) -o $@ -pthread
+	g++ -std=c++17 -O1 -I. -DSPDLOG_HEADER_ONLY tests/fuzz/make_seeds.cc $(SRCS) -o $@ -pthread
 
 -include $(shell find $(FB)/obj -name '*.d' 2>/dev/null)
