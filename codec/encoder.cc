@@ -25,7 +25,6 @@ namespace {
 // Row scale of the `sign` scheme and base of the sq/sd clip: the RMS of the finite values.
 float rms(double sum_sq, uint32_t n) { return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n)); }
 
-
 }  // namespace
 
 void Encoder::log_unrotated(const RowCtx& c) {
@@ -152,10 +151,8 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
     h16_.resize(d);
     narrow16(f32_.data(), d, bf16, h16_.data());
     widen16(h16_.data(), d, bf16, f32_.data());
-    bool sent_finite = true;
-    (void)sum_squares(f32_.data(), d, &sent_finite);
-    const double l1 = sum_abs(f32_.data(), d);
-    if (sent_finite) {
+    const double l1 = sum_abs(f32_.data(), d);  // inf or NaN when a sent value overflowed
+    if (std::isfinite(l1)) {
       scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
       src = h16_.data();
     } else {

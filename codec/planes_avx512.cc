@@ -172,33 +172,41 @@ TRIM_AVX512 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, 
   if (i < n) scalar::pack16_sign_layout(v + i, n - i, p0 + i / 8, p1 + (15 * i) / 8);
 }
 
-// 16 elements per step. Sign layout: field j of the group sits at bit 15j of 30 bytes; a
+// Sign layout, 16 elements per step: field j of a group sits at bit 15j of its 30 bytes; a
 // byte permute brings bytes [15j/8, 15j/8 + 4) into lane j and a variable shift aligns it.
-TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
-                              float* dst) {
+struct Unpack15Consts {
+  __m512i idx, shift;
+};
+
+TRIM_AVX512 Unpack15Consts unpack15_consts() {
   alignas(64) uint8_t idx_bytes[64];
   alignas(64) uint32_t shifts[16];
   for (int j = 0; j < 16; ++j) {
     for (int b = 0; b < 4; ++b) idx_bytes[4 * j + b] = static_cast<uint8_t>((15 * j) / 8 + b);
     shifts[j] = (15 * j) % 8;
   }
-  const __m512i idx = _mm512_load_si512(idx_bytes);
-  const __m512i shift = _mm512_load_si512(shifts);
-  const __m512i field_mask = _mm512_set1_epi32(0x7FFF);
-  const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  return {_mm512_load_si512(idx_bytes), _mm512_load_si512(shifts)};
+}
+
+// The 16-bit values (head bit << 15 | 15-bit field) of elements [i, i + 16) in 32-bit lanes.
+TRIM_AVX512 inline __m512i signed_fields16(const uint8_t* p0, const uint8_t* p1, uint32_t i, const Unpack15Consts& k) {
+  const __m512i bytes = _mm512_maskz_loadu_epi8(0x3FFFFFFFull, p1 + (15 * i) / 8);
+  const __m512i x =
+      _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi8(k.idx, bytes), k.shift), _mm512_set1_epi32(0x7FFF));
+  uint16_t signs;
+  std::memcpy(&signs, p0 + i / 8, 2);
+  return _mm512_mask_or_epi32(x, signs, x, _mm512_set1_epi32(0x8000));
+}
+
+TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
+                              float* dst) {
+  const Unpack15Consts k = unpack15_consts();
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p2 + 2 * i)));
-    __m512i top;
-    if (value_layout) {
-      top = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + 2 * i)));
-    } else {
-      const __m512i bytes = _mm512_maskz_loadu_epi8(0x3FFFFFFFull, p1 + (15 * i) / 8);
-      top = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, bytes), shift), field_mask);
-      uint16_t signs;
-      std::memcpy(&signs, p0 + i / 8, 2);
-      top = _mm512_mask_or_epi32(top, signs, top, _mm512_srli_epi32(sign_bit, 16));
-    }
+    const __m512i top =
+        value_layout ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + 2 * i)))
+                     : signed_fields16(p0, p1, i, k);
     _mm512_storeu_si512(dst + i, _mm512_or_si512(_mm512_slli_epi32(top, 16), low));
   }
   // i is a multiple of 16, so every plane of the tail starts on a byte boundary.
@@ -213,22 +221,10 @@ TRIM_AVX512 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_lay
     std::memcpy(dst, p1, 2 * static_cast<size_t>(n));
     return;
   }
-  alignas(64) uint8_t idx_bytes[64];
-  alignas(64) uint32_t shifts[16];
-  for (int j = 0; j < 16; ++j) {
-    for (int b = 0; b < 4; ++b) idx_bytes[4 * j + b] = static_cast<uint8_t>((15 * j) / 8 + b);
-    shifts[j] = (15 * j) % 8;
-  }
-  const __m512i idx = _mm512_load_si512(idx_bytes), shift = _mm512_load_si512(shifts);
-  const __m512i field_mask = _mm512_set1_epi32(0x7FFF), sign_bit = _mm512_set1_epi32(0x8000);
+  const Unpack15Consts k = unpack15_consts();
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i bytes = _mm512_maskz_loadu_epi8(0x3FFFFFFFull, p1 + (15 * i) / 8);
-    __m512i x = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, bytes), shift), field_mask);
-    uint16_t signs;
-    std::memcpy(&signs, p0 + i / 8, 2);
-    x = _mm512_mask_or_epi32(x, signs, x, sign_bit);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(signed_fields16(p0, p1, i, k)));
   }
   if (i < n) scalar::assemble16(p0 + i / 8, p1 + (15 * i) / 8, false, n - i, dst + i);
 }
