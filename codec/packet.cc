@@ -4,37 +4,17 @@
 
 #include <cmath>
 
+#include "common/le.h"
+
 namespace trim::codec {
 namespace {
 
-// Little-endian field access: the wire is little-endian whatever the host is. On the
-// little-endian hosts we build for these are single moves.
-template <typename T>
-inline T to_le(T v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  if constexpr (sizeof(T) == 2) return static_cast<T>(__builtin_bswap16(v));
-  if constexpr (sizeof(T) == 4) return static_cast<T>(__builtin_bswap32(v));
-  if constexpr (sizeof(T) == 8) return static_cast<T>(__builtin_bswap64(v));
-#endif
-  return v;
-}
-template <typename T>
-inline void put(uint8_t* p, T v) {
-  v = to_le(v);
-  std::memcpy(p, &v, sizeof v);
-}
-template <typename T>
-inline T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return to_le(v);
-}
-void put16(uint8_t* p, uint16_t v) { put(p, v); }
-void put32(uint8_t* p, uint32_t v) { put(p, v); }
-void put64(uint8_t* p, uint64_t v) { put(p, v); }
-uint16_t get16(const uint8_t* p) { return get<uint16_t>(p); }
-uint32_t get32(const uint8_t* p) { return get<uint32_t>(p); }
-uint64_t get64(const uint8_t* p) { return get<uint64_t>(p); }
+using le::get16;
+using le::get32;
+using le::get64;
+using le::put16;
+using le::put32;
+using le::put64;
 
 constexpr size_t kCrcOffset = 52;
 constexpr size_t kFlagsOffset = 3;

@@ -17,6 +17,7 @@
 // Every failure is also logged at WARN with our message, since NCCL prints only the code.
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -660,4 +661,14 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = kTableV8;
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = kTableV9;
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = kTableV10;
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = kTableV11;
+
+// Not part of NCCL's ABI: our harness reads the transport's counters through it. Writes one
+// JSON object (NUL-terminated) and returns its length, or -1 when it does not fit.
+__attribute__((visibility("default"))) int ncclTrimStatsJson(char* buf, int cap) {
+  if (buf == nullptr || cap <= 0) return -1;
+  const std::string json = trim::net::stats_json();
+  if (json.size() + 1 > static_cast<size_t>(cap)) return -1;
+  std::memcpy(buf, json.c_str(), json.size() + 1);
+  return static_cast<int>(json.size());
+}
 }

@@ -1,173 +1,675 @@
-// trim::net before the transport exists: init refuses (so NCCL falls back to its own transports,
-// or fails loudly under NCCL_NET=Trim) and every other call reports that nothing is initialized.
-// Arguments are still checked first, so the plugin's error mapping is exercised as it will be.
+// trim::net over the UDP transport: contexts, devices, connection setup (TCP handshake),
+// request slots, and teardown. The data path itself lives in the engines (engine*.cc) and the
+// per-connection state machines (send_proto, recv_proto).
 #include "transport/net_api.h"
 
-#include <string>
+#include <fmt/format.h>
+
+#include <array>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "codec/rng.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "transport/classify.h"
+#include "transport/devices.h"
+#include "transport/engine.h"
 
 namespace trim::net {
 
-// Minimal endpoint types so the Comm narrowing below is real code; the transport replaces them.
+using transport::Conn;
+using transport::Engine;
+using transport::Fd;
+using transport::Role;
+
+class Context {
+ public:
+  uint64_t comm_id = 0;
+  Params params;
+  codec::CodecConfig codec;
+  std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
+};
+
 class Comm {
  public:
   enum class Kind { kSend, kRecv };
-  explicit Comm(Kind kind) : kind_(kind) {}
+  Comm(Kind kind, Context* ctx) : kind_(kind), ctx_(ctx) {}
+  virtual ~Comm() = default;
   Kind kind() const { return kind_; }
+  Context* ctx() const { return ctx_; }
 
  private:
   Kind kind_;
+  Context* ctx_;
 };
 
-class SendComm final : public Comm {
+class MemHandle {
  public:
-  SendComm() : Comm(Kind::kSend) {}
+  MemRegion region;
 };
 
-class RecvComm final : public Comm {
+class Request {
  public:
-  RecvComm() : Comm(Kind::kRecv) {}
+  Comm* owner = nullptr;
+  bool in_use = false;
+  transport::SendOp send;
+  transport::RecvOp recv;
 };
 
 namespace {
 
-constexpr const char* kNotImplemented =
-    "nccl-trim transport is not implemented yet (see issue: transport and NCCL plugin)";
+constexpr int kMaxRequests = 32;
 
-Status not_initialized(const char* call) {
-  return Status(Code::kUnavailable, std::string(call) + ": nccl-trim transport is not initialized");
+struct CommCore {
+  std::unique_ptr<Conn> conn;
+  Engine* engine = nullptr;
+  std::array<Request, kMaxRequests> reqs;
+  uint32_t next_seq = 0;
+
+  Request* free_slot(Comm* owner) {
+    for (Request& r : reqs) {
+      if (!r.in_use) {
+        r.in_use = true;
+        r.owner = owner;
+        return &r;
+      }
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+class SendComm final : public Comm {
+ public:
+  explicit SendComm(Context* ctx) : Comm(Kind::kSend, ctx) {}
+  CommCore core;
+};
+
+class RecvComm final : public Comm {
+ public:
+  explicit RecvComm(Context* ctx) : Comm(Kind::kRecv, ctx) {}
+  CommCore core;
+};
+
+namespace {
+
+// ---- Process-wide state: devices and their engines ----
+
+struct Globals {
+  std::mutex mu;
+  bool devices_ready = false;
+  Status devices_status;
+  std::vector<transport::NetIf> devices;
+  std::vector<std::unique_ptr<Engine>> engines;  // one per device, started on first use
+  int contexts = 0;
+};
+
+Globals& globals() {
+  static Globals* g = new Globals();  // never destroyed: engine threads may outlive static destructors
+  return *g;
+}
+
+void stop_engines_at_exit() {
+  Globals& g = globals();
+  std::lock_guard<std::mutex> lock(g.mu);
+  for (auto& e : g.engines) {
+    if (e) e->stop();
+  }
+}
+
+Status ensure_devices(const Params& p) {
+  Globals& g = globals();
+  if (g.devices_ready) return g.devices_status;
+  g.devices_ready = true;
+  Result<std::vector<transport::NetIf>> devs = transport::discover_interfaces(p.ifname, static_cast<int>(p.speed_mbps));
+  if (!devs) {
+    g.devices_status = devs.status();
+    return g.devices_status;
+  }
+  g.devices = devs.value();
+  g.engines.resize(g.devices.size());
+  for (const auto& d : g.devices) {
+    TRIM_INFO("NET/Trim: device {} {} ({} Mbps{}{})", d.name, transport::ip4_to_string(d.ip4_be), d.speed_mbps,
+              d.pci_path.empty() ? "" : ", ", d.pci_path);
+  }
+  std::atexit(stop_engines_at_exit);
+  return Status::ok();
+}
+
+Result<Engine*> engine_for(const Params& p, int dev) {
+  Globals& g = globals();
+  std::lock_guard<std::mutex> lock(g.mu);
+  TRIM_RETURN_IF_ERROR(ensure_devices(p));
+  if (dev < 0 || dev >= static_cast<int>(g.devices.size())) {
+    return Status(Code::kInvalidArgument, fmt::format("device {} does not exist ({} devices)", dev, g.devices.size()));
+  }
+  if (!g.engines[dev]) {
+    Status err;
+    transport::EngineConfig cfg = transport::EngineConfig::from_params(p, &err);
+    if (!err.is_ok()) return err;
+    auto e = std::make_unique<Engine>(g.devices[dev].name, g.devices[dev].ip4_be, cfg);
+    TRIM_RETURN_IF_ERROR(e->start());
+    g.engines[dev] = std::move(e);
+  }
+  return g.engines[dev].get();
 }
 
 Status null_argument(const char* call, const char* what) {
   return Status(Code::kInvalidArgument, std::string(call) + ": " + what + " is null");
 }
 
+codec::DType declared_dtype(const Params& p) {
+  switch (p.dtype) {  // NCCL_TRIM_DTYPE choices: none|fp32|bf16|fp16
+    case 1: return codec::DType::kF32;
+    case 2: return codec::DType::kBF16;
+    case 3: return codec::DType::kF16;
+    default: return codec::DType::kRaw;
+  }
+}
+
+OpAttr unpack_attr(uint32_t v) {
+  OpAttr a;
+  a.func = static_cast<Func>(v & 0xff);
+  a.algo = static_cast<Algo>((v >> 8) & 0xff);
+  a.proto = static_cast<Proto>((v >> 16) & 0xff);
+  return a;
+}
+
+// What both ends must agree on, in the Hello.
+transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie, const Engine& e) {
+  transport::Hello h;
+  h.listen_nonce = nonce;
+  h.cookie = cookie;
+  h.udp_ip4_be = e.ip4_be();
+  h.udp_port = e.udp_port();
+  h.mtu = static_cast<uint16_t>(ctx.params.mtu);
+  h.scheme = static_cast<uint8_t>(ctx.codec.scheme);
+  h.head_bits = ctx.codec.head_planes == 1 ? 1 : 16;
+  h.row_elems = ctx.codec.row_elems;
+  h.seed = ctx.codec.seed;
+  h.clip_sigmas = ctx.codec.clip_sigmas;
+  return h;
+}
+
+std::string codec_mismatch(const transport::Hello& ours, const transport::Hello& theirs) {
+  if (ours.mtu != theirs.mtu) return fmt::format("NCCL_TRIM_MTU differs: {} here, {} at the peer", ours.mtu, theirs.mtu);
+  if (ours.scheme != theirs.scheme) {
+    return fmt::format("NCCL_TRIM_SCHEME differs: {} here, {} at the peer",
+                       codec::scheme_name(static_cast<codec::Scheme>(ours.scheme)),
+                       codec::scheme_name(static_cast<codec::Scheme>(theirs.scheme)));
+  }
+  if (ours.head_bits != theirs.head_bits) return "NCCL_TRIM_HEAD_BITS differs between the peers";
+  if (ours.row_elems != theirs.row_elems) return "NCCL_TRIM_ROW_ELEMS differs between the peers";
+  if (ours.seed != theirs.seed) return "NCCL_TRIM_SEED differs between the peers";
+  if (ours.clip_sigmas != theirs.clip_sigmas) return "NCCL_TRIM_CLIP_SIGMAS differs between the peers";
+  return "";
+}
+
+// The per-connection parameters both ends derive from the handshake.
+transport::ConnParams conn_params(const Context& ctx, uint64_t cookie, uint32_t dst_ip, uint16_t dst_port) {
+  transport::ConnParams cp;
+  cp.codec = ctx.codec;
+  cp.codec.seed = codec::mix64(ctx.codec.seed ^ cookie);  // distinct randomness per connection
+  cp.cookie = cookie;
+  cp.dst_ip4_be = dst_ip;
+  cp.dst_port = dst_port;
+  cp.window_max = static_cast<uint32_t>(ctx.params.window_packets);
+  cp.target_trim = ctx.params.target_trim;
+  cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
+  cp.rate_gbps = ctx.params.rate_gbps;
+  return cp;
+}
+
 }  // namespace
 
+// ---- Connection setup state ----
+
+class ListenComm {
+ public:
+  Context* ctx = nullptr;
+  int dev = 0;
+  Engine* engine = nullptr;
+  Fd fd;
+  uint64_t nonce = 0;
+  struct Pending {
+    Fd fd;
+    uint8_t buf[transport::kHelloBytes] = {};
+    size_t have = 0;
+  };
+  std::vector<std::unique_ptr<Pending>> pending;
+};
+
+namespace {
+
+struct ConnectStage {
+  Context* ctx = nullptr;
+  Engine* engine = nullptr;
+  Fd fd;
+  transport::ListenHandle target;
+  uint64_t cookie = 0;
+  bool hello_sent = false;
+  uint8_t buf[transport::kFrameBytes] = {};
+  size_t have = 0;
+};
+
+ConnectStage* stage_of(const void* handle) {
+  ConnectStage* s = nullptr;
+  std::memcpy(&s, static_cast<const uint8_t*>(handle) + transport::kHandleStageOffset, sizeof s);
+  return s;
+}
+void set_stage(const void* handle, ConnectStage* s) {
+  // NCCL gives a writable buffer; the API takes it as const only because peers never see this.
+  std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(handle)) + transport::kHandleStageOffset, &s, sizeof s);
+}
+
+}  // namespace
+
+// ---- Lifetime ----
+
 Result<Context*> init(const InitOptions& options) {
-  (void)options;  // nothing to configure until the transport exists
-  return Status(Code::kUnavailable, kNotImplemented);
+  std::vector<std::string> warnings;
+  Result<Params> p = load_params_from_env(&warnings);
+  if (!p) return p.status();
+  Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value());
+  if (!cfg) return cfg.status();
+  Status sw;
+  transport::EngineConfig::from_params(p.value(), &sw);  // reject a bad NCCL_TRIM_SWITCH now
+  TRIM_RETURN_IF_ERROR(sw);
+  {
+    Globals& g = globals();
+    std::lock_guard<std::mutex> lock(g.mu);
+    TRIM_RETURN_IF_ERROR(ensure_devices(p.value()));
+    ++g.contexts;
+  }
+  auto ctx = std::make_unique<Context>();
+  ctx->comm_id = options.comm_id;
+  ctx->params = p.value();
+  ctx->codec = cfg.value();
+  if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
+      ctx->params.test_trim > 0) {
+    TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
+  }
+  return ctx.release();
 }
 
 Status finalize(Context* ctx) {
   if (ctx == nullptr) return null_argument("finalize", "context");
-  return not_initialized("finalize");
+  {
+    Globals& g = globals();
+    std::lock_guard<std::mutex> lock(g.mu);
+    --g.contexts;
+  }
+  delete ctx;
+  return Status::ok();
 }
 
-Result<int> device_count() { return not_initialized("devices"); }
+Result<int> device_count() {
+  Globals& g = globals();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (!g.devices_ready) return Status(Code::kUnavailable, "devices: init has not run");
+  TRIM_RETURN_IF_ERROR(g.devices_status);
+  return static_cast<int>(g.devices.size());
+}
 
 Result<DeviceProps> device_props(int dev) {
-  if (dev < 0) return Status(Code::kInvalidArgument, "device_props: device " + std::to_string(dev) + " < 0");
-  return not_initialized("device_props");
+  Globals& g = globals();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (!g.devices_ready) return Status(Code::kUnavailable, "device_props: init has not run");
+  TRIM_RETURN_IF_ERROR(g.devices_status);
+  if (dev < 0 || dev >= static_cast<int>(g.devices.size())) {
+    return Status(Code::kInvalidArgument, fmt::format("device_props: device {} does not exist", dev));
+  }
+  const transport::NetIf& d = g.devices[dev];
+  DeviceProps p;
+  p.name = d.name;
+  p.pci_path = d.pci_path;
+  p.guid = d.guid;
+  p.ptr_support = kPtrHost;
+  p.speed_mbps = d.speed_mbps;
+  p.port = 0;
+  p.latency_us = 0;
+  p.max_comms = 65536;
+  p.max_recvs = 1;
+  p.max_p2p_bytes = INT_MAX;  // v8 sizes are int; the codec's limit is 4 GiB
+  p.max_coll_bytes = INT_MAX;
+  p.max_multi_request_size = 1;
+  return p;
 }
 
 Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handle_capacity) {
   if (ctx == nullptr) return null_argument("listen", "context");
   if (handle_out == nullptr) return null_argument("listen", "handle");
-  if (handle_capacity == 0 || handle_capacity > kMaxHandleBytes) {
-    return Status(Code::kInvalidArgument, "listen: handle capacity must be in [1, 128] bytes");
+  if (handle_capacity < transport::kHandleBytes) {
+    return Status(Code::kInvalidArgument, "listen: handle capacity below 128 bytes");
   }
-  (void)dev;
-  return not_initialized("listen");
+  Result<Engine*> e = engine_for(ctx->params, dev);
+  if (!e) return e.status();
+  auto l = std::make_unique<ListenComm>();
+  l->ctx = ctx;
+  l->dev = dev;
+  l->engine = e.value();
+  uint16_t port = 0;
+  Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port);
+  if (!fd) return fd.status();
+  l->fd = std::move(fd).value();
+  l->nonce = transport::random_u64();
+  transport::write_handle(transport::ListenHandle{l->engine->ip4_be(), port, l->nonce},
+                          static_cast<uint8_t*>(handle_out));
+  return l.release();
 }
 
 Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const ConnectOptions& options) {
+  (void)options;
   if (ctx == nullptr) return null_argument("connect", "context");
   if (handle == nullptr) return null_argument("connect", "handle");
-  (void)dev;
-  (void)options;
-  return not_initialized("connect");
+  ConnectStage* st = stage_of(handle);
+  if (st == nullptr) {
+    transport::ListenHandle target;
+    TRIM_RETURN_IF_ERROR(transport::parse_handle(static_cast<const uint8_t*>(handle), &target));
+    Result<Engine*> e = engine_for(ctx->params, dev);
+    if (!e) return e.status();
+    Result<Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port));
+    if (!fd) return fd.status();
+    st = new ConnectStage();
+    st->ctx = ctx;
+    st->engine = e.value();
+    st->fd = std::move(fd).value();
+    st->target = target;
+    st->cookie = transport::random_u64();
+    set_stage(handle, st);
+  }
+  std::unique_ptr<ConnectStage> owned(st);  // released back below while still in progress
+  const std::string peer = transport::addr_string(st->target.ip4_be, st->target.tcp_port);
+  auto fail = [&](Status s) {
+    set_stage(handle, nullptr);
+    return Status(s.code(), fmt::format("connect to {}: {}", peer, s.message()));
+  };
+  if (!st->hello_sent) {
+    Result<bool> done = transport::tcp_connect_done(st->fd.get());
+    if (!done) return fail(done.status());
+    if (!done.value()) {
+      owned.release();
+      return static_cast<SendComm*>(nullptr);
+    }
+    uint8_t hello[transport::kHelloBytes];
+    transport::write_hello(make_hello(*ctx, st->target.nonce, st->cookie, *st->engine), hello);
+    Status ws = transport::write_all(st->fd.get(), hello, sizeof hello, 1000);
+    if (!ws.is_ok()) return fail(ws);
+    st->hello_sent = true;
+  }
+  Result<bool> got = transport::read_some(st->fd.get(), st->buf, transport::kFrameBytes, &st->have);
+  if (!got) return fail(got.status());
+  if (!got.value()) {
+    owned.release();
+    return static_cast<SendComm*>(nullptr);
+  }
+  transport::HelloAck ack;
+  Status ps = transport::parse_hello_ack(st->buf, &ack);
+  if (!ps.is_ok()) return fail(ps);
+  if (ack.status != transport::kHelloOk) {
+    return fail(Status(Code::kBadConfig, ack.status == transport::kHelloCodecMismatch
+                                             ? "the peer uses different NCCL_TRIM_* codec settings (see its log)"
+                                             : fmt::format("the peer refused the connection (reason {})", ack.status)));
+  }
+  set_stage(handle, nullptr);
+  auto comm = std::make_unique<SendComm>(ctx);
+  auto c = std::make_unique<Conn>();
+  c->role = Role::kSend;
+  c->cookie = st->cookie;
+  c->peer_udp = transport::make_addr(ack.udp_ip4_be, ack.udp_port);
+  c->data_dst = st->engine->config().has_switch ? st->engine->config().switch_addr : c->peer_udp;
+  c->peer_name = transport::addr_string(c->peer_udp);
+  c->tcp = std::move(st->fd);
+  c->send = std::make_unique<transport::SendProto>(conn_params(*ctx, c->cookie, ack.udp_ip4_be, ack.udp_port));
+  comm->core.engine = st->engine;
+  comm->core.conn = std::move(c);
+  TRIM_INFO("NET/Trim: send connection {:#018x} to {} (data via {})", comm->core.conn->cookie,
+            comm->core.conn->peer_name, transport::addr_string(comm->core.conn->data_dst));
+  comm->core.engine->add(comm->core.conn.get());
+  return comm.release();
 }
 
-Result<RecvComm*> accept(ListenComm* listen) {
-  if (listen == nullptr) return null_argument("accept", "listen comm");
-  return not_initialized("accept");
+Result<RecvComm*> accept(ListenComm* l) {
+  if (l == nullptr) return null_argument("accept", "listen comm");
+  for (;;) {  // take every connection that is waiting
+    Result<Fd> fd = transport::tcp_accept(l->fd.get());
+    if (!fd) return fd.status();
+    if (!fd->valid()) break;
+    auto p = std::make_unique<ListenComm::Pending>();
+    p->fd = std::move(fd).value();
+    if (l->pending.size() >= 1024) break;  // a flood of half-open connections must not grow memory
+    l->pending.push_back(std::move(p));
+  }
+  for (auto it = l->pending.begin(); it != l->pending.end(); ++it) {
+    ListenComm::Pending& p = **it;
+    Result<bool> got = transport::read_some(p.fd.get(), p.buf, transport::kHelloBytes, &p.have);
+    if (!got) {  // a stranger or a peer that died mid-handshake: forget it, keep listening
+      TRIM_WARN("NET/Trim: dropping a half-open connection: {}", got.status().message());
+      l->pending.erase(it);
+      return static_cast<RecvComm*>(nullptr);
+    }
+    if (!got.value()) continue;
+    transport::Hello hello;
+    Status hs = transport::parse_hello(p.buf, &hello);
+    const transport::Hello ours = make_hello(*l->ctx, l->nonce, hello.cookie, *l->engine);
+    transport::HelloAck ack;
+    ack.udp_ip4_be = l->engine->ip4_be();
+    ack.udp_port = l->engine->udp_port();
+    ack.mtu = ours.mtu;
+    std::string why;
+    if (!hs.is_ok()) {
+      why = hs.message();
+      ack.status = transport::kHelloVersion;
+    } else if (hello.listen_nonce != l->nonce) {
+      why = "handshake for another listener (stale handle?)";
+      ack.status = transport::kHelloBadNonce;
+    } else if (!(why = codec_mismatch(ours, hello)).empty()) {
+      ack.status = transport::kHelloCodecMismatch;
+    }
+    uint8_t out[transport::kFrameBytes];
+    transport::write_hello_ack(ack, out);
+    Status ws = transport::write_all(p.fd.get(), out, sizeof out, 1000);
+    std::unique_ptr<ListenComm::Pending> done = std::move(*it);
+    l->pending.erase(it);
+    if (ack.status != transport::kHelloOk) {
+      return Status(Code::kBadConfig, "accept: refused a connection: " + why);
+    }
+    if (!ws.is_ok()) return ws;
+    auto comm = std::make_unique<RecvComm>(l->ctx);
+    auto c = std::make_unique<Conn>();
+    c->role = Role::kRecv;
+    c->cookie = hello.cookie;
+    c->peer_udp = transport::make_addr(hello.udp_ip4_be, hello.udp_port);
+    c->peer_name = transport::addr_string(c->peer_udp);
+    c->tcp = std::move(done->fd);
+    c->recv = std::make_unique<transport::RecvProto>(
+        conn_params(*l->ctx, c->cookie, l->engine->ip4_be(), l->engine->udp_port()));
+    comm->core.engine = l->engine;
+    comm->core.conn = std::move(c);
+    TRIM_INFO("NET/Trim: recv connection {:#018x} from {}", comm->core.conn->cookie, comm->core.conn->peer_name);
+    comm->core.engine->add(comm->core.conn.get());
+    return comm.release();
+  }
+  return static_cast<RecvComm*>(nullptr);
 }
 
 Comm* as_comm(SendComm* comm) { return comm; }
 Comm* as_comm(RecvComm* comm) { return comm; }
-
 SendComm* as_send(Comm* comm) {
   return comm != nullptr && comm->kind() == Comm::Kind::kSend ? static_cast<SendComm*>(comm) : nullptr;
 }
-
 RecvComm* as_recv(Comm* comm) {
   return comm != nullptr && comm->kind() == Comm::Kind::kRecv ? static_cast<RecvComm*>(comm) : nullptr;
 }
 
+// ---- Memory registration: host memory needs no pinning for sockets ----
+
 Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
   if (comm == nullptr) return null_argument("reg_mr", "comm");
   if (region.data == nullptr && region.bytes != 0) return null_argument("reg_mr", "data");
-  return not_initialized("reg_mr");
+  if (region.type != MemType::kHost) {
+    return Status(Code::kInvalidArgument, "reg_mr: only host memory is supported (ptrSupport = NCCL_PTR_HOST)");
+  }
+  auto m = std::make_unique<MemHandle>();
+  m->region = region;
+  return m.release();
 }
 
 Status dereg_mr(Comm* comm, MemHandle* mem) {
   if (comm == nullptr) return null_argument("dereg_mr", "comm");
   if (mem == nullptr) return null_argument("dereg_mr", "memory handle");
-  return not_initialized("dereg_mr");
-}
-
-Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem,
-                       void* profiler_op) {
-  if (comm == nullptr) return null_argument("isend", "comm");
-  if (data == nullptr && bytes != 0) return null_argument("isend", "data");
-  (void)tag;
-  (void)mem;
-  (void)profiler_op;
-  return not_initialized("isend");
-}
-
-namespace {
-
-Status check_buffers(const char* call, int n, const RecvBuffer* buffers) {
-  if (n < 1 || n > kMaxRecvs) {
-    return Status(Code::kInvalidArgument,
-                  std::string(call) + ": " + std::to_string(n) + " buffers, expected 1 to " +
-                      std::to_string(kMaxRecvs));
-  }
-  if (buffers == nullptr) return null_argument(call, "buffers");
+  delete mem;
   return Status::ok();
 }
 
-}  // namespace
+// ---- Data path ----
+
+Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
+  (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
+  (void)mem;
+  (void)profiler_op;
+  if (comm == nullptr) return null_argument("isend", "comm");
+  if (data == nullptr && bytes != 0) return null_argument("isend", "data");
+  Conn* c = comm->core.conn.get();
+  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    return Status(Code::kInvalidArgument, fmt::format("isend: {} bytes exceeds maxP2pBytes", bytes));
+  }
+  Request* r = comm->core.free_slot(comm);
+  if (r == nullptr) return static_cast<Request*>(nullptr);
+  const Context& ctx = *comm->ctx();
+  transport::ClassifyInput in;
+  in.attr = unpack_attr(ctx.attr.load(std::memory_order_relaxed));
+  in.bytes = bytes;
+  in.declared = declared_dtype(ctx.params);
+  in.scheme = ctx.codec.scheme;
+  in.min_bytes = static_cast<uint64_t>(ctx.params.min_bytes);
+  const transport::ClassifyResult cls = transport::classify(in);
+  transport::SendOp& op = r->send;
+  op.data = static_cast<const uint8_t*>(data);
+  op.bytes = bytes;
+  op.seq = comm->core.next_seq++;
+  op.trimmable = cls.trimmable;
+  op.dtype = cls.dtype;
+  op.result.reset();
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->posted_sends.push_back(&op);
+    c->has_posted.store(true, std::memory_order_release);
+  }
+  comm->core.engine->wake();
+  return r;
+}
 
 Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional) {
-  (void)completion_optional;
+  (void)completion_optional;  // we always complete; NCCL then need not rely on LL flags alone
   if (comm == nullptr) return null_argument("irecv", "comm");
-  TRIM_RETURN_IF_ERROR(check_buffers("irecv", n, buffers));
-  return not_initialized("irecv");
+  if (buffers == nullptr) return null_argument("irecv", "buffers");
+  if (n != 1) {
+    return Status(Code::kInvalidArgument, fmt::format("irecv: {} buffers, but this device reports maxRecvs = 1", n));
+  }
+  Conn* c = comm->core.conn.get();
+  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
+  Request* r = comm->core.free_slot(comm);
+  if (r == nullptr) return static_cast<Request*>(nullptr);
+  transport::RecvOp& op = r->recv;
+  op.data = static_cast<uint8_t*>(buffers[0].data);
+  op.capacity = buffers[0].capacity_bytes;
+  op.seq = comm->core.next_seq++;
+  op.result.reset();
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->posted_recvs.push_back(&op);
+    c->has_posted.store(true, std::memory_order_release);
+  }
+  comm->core.engine->wake();
+  return r;
 }
 
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
   if (comm == nullptr) return null_argument("iflush", "comm");
-  TRIM_RETURN_IF_ERROR(check_buffers("iflush", n, buffers));
-  return not_initialized("iflush");
+  if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
+  return static_cast<Request*>(nullptr);  // host memory: the data is already where the CPU sees it
 }
 
 Status test(Request* request, Completion* out) {
   if (request == nullptr) return null_argument("test", "request");
   if (out == nullptr) return null_argument("test", "completion");
-  return not_initialized("test");
+  if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
+  const bool is_send = request->owner->kind() == Comm::Kind::kSend;
+  const transport::OpResult& res = is_send ? request->send.result : request->recv.result;
+  *out = Completion();
+  switch (res.state()) {
+    case transport::OpResult::kPending: return Status::ok();
+    case transport::OpResult::kDone:
+      out->done = true;
+      out->count = 1;
+      out->sizes_bytes[0] = res.bytes();
+      request->in_use = false;
+      return Status::ok();
+    case transport::OpResult::kFailed: {
+      Status err = res.error();
+      request->in_use = false;
+      return err;
+    }
+  }
+  return Status(Code::kInternal, "test: corrupt request state");
 }
 
 Status set_op_attr(Context* ctx, const OpAttr& attr) {
   if (ctx == nullptr) return null_argument("set_op_attr", "context");
-  (void)attr;
-  return not_initialized("set_op_attr");
+  const uint32_t packed = static_cast<uint32_t>(attr.func) | static_cast<uint32_t>(attr.algo) << 8 |
+                          static_cast<uint32_t>(attr.proto) << 16;
+  ctx->attr.store(packed, std::memory_order_relaxed);
+  return Status::ok();
 }
+
+// ---- Teardown ----
+
+namespace {
+
+template <typename CommT>
+Status close_comm(CommT* comm) {
+  std::unique_ptr<CommT> owned(comm);
+  Conn* c = comm->core.conn.get();
+  comm->core.engine->remove(c);  // from here on only this thread touches the connection
+  if (c->tcp_open) {
+    // The receiver says how many messages it completed, so a sender whose last ACKs were lost
+    // still completes those sends instead of failing them.
+    const uint64_t fin_value = c->recv ? c->recv->completed() : comm->core.next_seq;
+    uint8_t b[transport::kFrameBytes];
+    transport::write_frame(transport::Frame{transport::FrameType::kFin, 0, fin_value}, b);
+    (void)transport::write_all(c->tcp.get(), b, sizeof b, 100);  // best effort: the peer may be gone
+  }
+  const transport::ConnCounters& k = c->send ? c->send->counters() : c->recv->counters();
+  transport::global_stats().add(k);
+  TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
+            c->peer_name, k.to_string());
+  return Status::ok();
+}
+
+}  // namespace
 
 Status close_send(SendComm* comm) {
   if (comm == nullptr) return null_argument("close_send", "comm");
-  return not_initialized("close_send");
+  return close_comm(comm);
 }
 
 Status close_recv(RecvComm* comm) {
   if (comm == nullptr) return null_argument("close_recv", "comm");
-  return not_initialized("close_recv");
+  return close_comm(comm);
 }
 
 Status close_listen(ListenComm* listen) {
   if (listen == nullptr) return null_argument("close_listen", "listen comm");
-  return not_initialized("close_listen");
+  delete listen;
+  return Status::ok();
 }
+
+std::string stats_json() { return transport::global_stats().to_json(); }
 
 }  // namespace trim::net

@@ -168,4 +168,11 @@ Status close_send(SendComm* comm);
 Status close_recv(RecvComm* comm);
 Status close_listen(ListenComm* listen);
 
+// ---- Diagnostics ----
+
+// Process-wide transport counters as one JSON object (closed connections and engine-level
+// rejects): sent_packets, retransmitted_packets, received_packets, trimmed_accepted,
+// trimmed_nacked, dup_packets, bad_packets, ...
+std::string stats_json();
+
 }  // namespace trim::net

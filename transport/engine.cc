@@ -1,0 +1,320 @@
+#include "transport/engine.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/engine_tx.h"
+
+namespace trim::transport {
+
+namespace {
+constexpr uint32_t kTxBudgetPerConn = 64;  // packets a connection may emit per loop turn
+constexpr uint64_t kMaxSleepNs = 50'000'000;
+}  // namespace
+
+EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
+  EngineConfig c;
+  c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
+  c.mtu = static_cast<uint32_t>(p.mtu);
+  c.drop = p.test_drop;
+  c.dup = p.test_dup;
+  c.reorder = p.test_reorder;
+  c.trim = p.test_trim;
+  c.fault_seed = p.test_seed;
+  if (!p.switch_addr.empty()) {
+    Result<sockaddr_in> a = parse_host_port(p.switch_addr);
+    if (!a) {
+      *error = a.status();
+      return c;
+    }
+    c.has_switch = true;
+    c.switch_addr = a.value();
+  }
+  *error = Status::ok();
+  return c;
+}
+
+void Engine::Tx::flush() {
+  uint32_t done = 0;
+  int stalls = 0;
+  while (done < n_) {
+    const int r = sendmmsg(fd_, mmsg_ + done, n_ - done, MSG_DONTWAIT);
+    if (r > 0) {
+      done += static_cast<uint32_t>(r);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if ((errno == EAGAIN || errno == ENOBUFS) && stalls++ < 100) {
+      pollfd p{fd_, POLLOUT, 0};
+      poll(&p, 1, 1);
+      continue;
+    }
+    // One datagram the kernel refuses (e.g. an unreachable switch): skip it; the
+    // retransmission logic owns what happens next.
+    ++done;
+  }
+  n_ = 0;
+}
+
+Engine::Engine(std::string name, uint32_t ip4_be, const EngineConfig& cfg)
+    : name_(std::move(name)), ip4_be_(ip4_be), cfg_(cfg), rng_(cfg.fault_seed) {
+  faults_ = cfg.drop > 0 || cfg.dup > 0 || cfg.reorder > 0 || cfg.trim > 0;
+}
+
+Engine::~Engine() { stop(); }
+
+Status Engine::start() {
+  Result<Fd> udp = open_udp(ip4_be_, &udp_port_);
+  if (!udp) return udp.status();
+  udp_ = std::move(udp).value();
+  epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return errno_status("epoll_create1");
+  wake_fd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_.valid()) return errno_status("eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // null: the UDP socket or the wake fd (both handled every turn)
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, udp_.get(), &ev) != 0 ||
+      epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+    return errno_status("epoll_ctl");
+  }
+  rx_bufs_.assign(kBatch, std::vector<uint8_t>(65536));
+  running_ = true;
+  thread_ = std::thread([this] { run(); });
+  TRIM_INFO("NET/Trim: progress engine for {} on {}{}{}", name_, addr_string(ip4_be_, udp_port_),
+            cfg_.has_switch ? ", data through switch " + addr_string(cfg_.switch_addr) : std::string(),
+            faults_ ? fmt::format(" [TEST fault injection: drop {} dup {} reorder {} trim {}]", cfg_.drop, cfg_.dup,
+                                  cfg_.reorder, cfg_.trim)
+                    : std::string());
+  return Status::ok();
+}
+
+void Engine::stop() {
+  if (!running_.exchange(false)) return;
+  wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::wake() {
+  pending_.fetch_add(1);
+  if (sleeping_.load()) {
+    const uint64_t one = 1;
+    ssize_t r = write(wake_fd_.get(), &one, sizeof one);
+    (void)r;  // a full eventfd already wakes the engine
+  }
+}
+
+void Engine::add(Conn* c) {
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    cmds_.push_back(Cmd{c, true});
+    has_cmds_ = true;
+  }
+  wake();
+}
+
+void Engine::remove(Conn* c) {
+  std::unique_lock<std::mutex> lock(cmd_mu_);
+  cmds_.push_back(Cmd{c, false});
+  has_cmds_ = true;
+  lock.unlock();
+  wake();
+  lock.lock();
+  cmd_cv_.wait(lock, [c] { return c->removed; });
+}
+
+void Engine::apply_commands() {
+  std::lock_guard<std::mutex> lock(cmd_mu_);
+  const uint64_t now = now_ns();
+  for (const Cmd& cmd : cmds_) {
+    Conn* c = cmd.conn;
+    auto& map = c->role == Role::kSend ? send_by_cookie_ : recv_by_cookie_;
+    if (cmd.add) {
+      conns_.push_back(c);
+      map[c->cookie] = c;
+      c->last_heard_ns = c->last_ping_ns = now;
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.ptr = c;
+      if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->tcp.get(), &ev) != 0) {
+        declare_dead(c, errno_status("epoll_ctl(control connection)"));
+      }
+    } else {
+      conns_.erase(std::remove(conns_.begin(), conns_.end(), c), conns_.end());
+      auto it = map.find(c->cookie);
+      if (it != map.end() && it->second == c) map.erase(it);
+      if (c->tcp_open) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
+      c->removed = true;
+    }
+  }
+  cmds_.clear();
+  has_cmds_ = false;
+  cmd_cv_.notify_all();
+}
+
+void Engine::pull_posted(Conn* c, Tx* tx) {
+  std::vector<SendOp*> sends;
+  std::vector<RecvOp*> recvs;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    sends.swap(c->posted_sends);
+    recvs.swap(c->posted_recvs);
+    c->has_posted = false;
+  }
+  tx->bind(c);
+  for (SendOp* op : sends) {
+    Status st = c->dead ? c->dead_status : c->send->post(op);
+    if (!st.is_ok()) op->result.fail(st);
+  }
+  for (RecvOp* op : recvs) {
+    Status st = c->dead ? c->dead_status : c->recv->post(op, tx);
+    if (!st.is_ok()) op->result.fail(st);
+  }
+}
+
+void Engine::declare_dead(Conn* c, Status why) {
+  if (c->dead) return;
+  TRIM_WARN("NET/Trim: connection {} {:#018x} to {}: {}", c->role == Role::kSend ? "send" : "recv", c->cookie,
+            c->peer_name, why.message());
+  c->dead_status = why;
+  c->dead.store(true, std::memory_order_release);
+  if (c->send) c->send->fail_all(why);
+  if (c->recv) c->recv->fail_all(why);
+}
+
+void Engine::timers(Conn* c, uint64_t now, Tx* tx) {
+  if (c->dead) return;
+  if (c->send) c->send->on_timer(now);
+  const uint64_t ping_ns = std::clamp<uint64_t>(cfg_.timeout_ns / 4, 1'000'000, 1'000'000'000);
+  if (now - c->last_ping_ns >= ping_ns) {
+    CtrlPacket ping;
+    ping.type = CtrlType::kPing;
+    ping.to = c->role == Role::kSend ? Role::kRecv : Role::kSend;
+    ping.cookie = c->cookie;
+    ping.timestamp_ns = now;
+    tx->bind(c);
+    tx->ctrl(ping);
+    c->last_ping_ns = now;
+  }
+  // Silence only matters while something waits on the peer: an idle connection may be quiet
+  // for hours, and a live peer that has not posted yet still answers keepalives.
+  const bool waiting = (c->send && c->send->has_pending()) || (c->recv && c->recv->has_pending());
+  if (waiting && now > c->last_heard_ns && now - c->last_heard_ns > cfg_.timeout_ns) {
+    declare_dead(c, Status(Code::kUnavailable,
+                           fmt::format("peer {} silent for {} ms (NCCL_TRIM_TIMEOUT_MS={}): declared dead",
+                                       c->peer_name, (now - c->last_heard_ns) / 1'000'000,
+                                       cfg_.timeout_ns / 1'000'000)));
+  }
+}
+
+void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
+  epoll_event events[16];
+  int timeout_ms = 0;
+  bool block = deadline_ns > now;
+  if (block) {
+    sleeping_.store(true);
+    if (pending_.exchange(0) != 0 || has_cmds_) block = false;
+  }
+  if (block) {
+    const uint64_t ns = std::min(deadline_ns - now, kMaxSleepNs);
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    int n = epoll_pwait2(epoll_.get(), events, 16, &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) {
+      timeout_ms = static_cast<int>((ns + 999'999) / 1'000'000);
+      n = epoll_wait(epoll_.get(), events, 16, timeout_ms);
+    }
+    sleeping_.store(false);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.ptr != nullptr) read_tcp(static_cast<Conn*>(events[i].data.ptr), now_ns());
+    }
+  } else {
+    sleeping_.store(false);
+    const int n = epoll_wait(epoll_.get(), events, 16, 0);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.ptr != nullptr) read_tcp(static_cast<Conn*>(events[i].data.ptr), now_ns());
+    }
+  }
+  uint64_t drained;
+  ssize_t r = read(wake_fd_.get(), &drained, sizeof drained);
+  (void)r;
+}
+
+void Engine::run() {
+  Tx tx(udp_.get());
+  while (running_.load(std::memory_order_relaxed)) {
+    if (has_cmds_.load(std::memory_order_acquire)) apply_commands();
+    uint64_t now = now_ns();
+    bool busy = false;
+    for (Conn* c : conns_) {
+      if (c->has_posted.load(std::memory_order_acquire)) {
+        pull_posted(c, &tx);
+        busy = true;
+      }
+    }
+    busy |= rx_batch(now, &tx);
+    now = now_ns();
+    uint64_t deadline = now + kMaxSleepNs;
+    const uint64_t ping_ns = std::clamp<uint64_t>(cfg_.timeout_ns / 4, 1'000'000, 1'000'000'000);
+    for (Conn* c : conns_) {
+      tx.bind(c);
+      timers(c, now, &tx);
+      if (c->send && !c->dead) {
+        const uint32_t n = c->send->poll_tx(now, kTxBudgetPerConn, &tx);
+        if (n == kTxBudgetPerConn) busy = true;
+        deadline = std::min(deadline, c->send->next_deadline_ns(now));
+      }
+      deadline = std::min(deadline, c->last_ping_ns + ping_ns);
+    }
+    tx.flush();
+    sleep_until(busy ? now : deadline, now);
+  }
+}
+
+void GlobalStats::add(const ConnCounters& c) {
+  sent_packets += c.sent_packets;
+  sent_bytes += c.sent_bytes;
+  retransmitted_packets += c.retransmitted;
+  received_packets += c.received_packets;
+  trimmed_accepted += c.trimmed_accepted;
+  trimmed_nacked += c.trimmed_nacked;
+  dup_packets += c.dup_packets;
+  bad_packets += c.bad_packets + c.out_of_window;
+  rto_events += c.rto_events;
+}
+
+std::string GlobalStats::to_json() const {
+  return fmt::format(
+      "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
+      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
+      "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{}}}",
+      sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
+      trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
+      bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
+      unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load());
+}
+
+GlobalStats& global_stats() {
+  static GlobalStats* stats = new GlobalStats();  // never destroyed: engine threads may outlive statics
+  return *stats;
+}
+
+std::string ConnCounters::to_string() const {
+  return fmt::format(
+      "sent {} pkts ({} B), retransmitted {} (fast {}, timeouts {}), NACKs received {}; received {} pkts ({} B), "
+      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}",
+      sent_packets, sent_bytes, retransmitted, fast_retransmits, rto_events, nacks_received, received_packets,
+      received_bytes, trimmed_accepted, trimmed_nacked, dup_packets, bad_packets, out_of_window, acks_sent,
+      acks_received);
+}
+
+}  // namespace trim::transport

@@ -1,0 +1,156 @@
+// The progress engine: one thread per device that owns the device's UDP socket and does every
+// socket operation of the data path (batched with sendmmsg/recvmmsg), the timers (RTO,
+// keepalive, dead-peer detection) and the TCP control streams of established connections.
+// NCCL's proxy thread only posts operations into a Conn and polls their OpResult.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/params.h"
+#include "transport/recv_proto.h"
+#include "transport/send_proto.h"
+#include "transport/socket.h"
+
+namespace trim::transport {
+
+constexpr uint32_t kBatch = 64;  // datagrams per sendmmsg/recvmmsg
+
+// One established connection end, shared by its comm (proxy thread) and the engine.
+struct Conn {
+  Role role = Role::kSend;
+  uint64_t cookie = 0;
+  sockaddr_in peer_udp{};   // the peer engine: ACKs and keepalives go there, and come from there
+  sockaddr_in data_dst{};   // send role: where data packets go (the peer, or the switch)
+  Fd tcp;
+  std::string peer_name;
+  std::unique_ptr<SendProto> send;  // role kSend
+  std::unique_ptr<RecvProto> recv;  // role kRecv
+
+  // Proxy -> engine: operations posted since the engine last looked.
+  std::mutex mu;
+  std::vector<SendOp*> posted_sends;
+  std::vector<RecvOp*> posted_recvs;
+  std::atomic<bool> has_posted{false};
+
+  // Set once by the engine; the proxy fails new operations with dead_status.
+  std::atomic<bool> dead{false};
+  Status dead_status;
+
+  // Engine-only state.
+  uint64_t last_heard_ns = 0;
+  uint64_t last_ping_ns = 0;
+  uint8_t tcp_buf[kFrameBytes] = {};
+  size_t tcp_have = 0;
+  bool tcp_open = true;
+  bool fin_received = false;
+  bool ack_due = false;
+  bool removed = false;  // handshake with Engine::remove
+};
+
+struct EngineConfig {
+  uint64_t timeout_ns = 30'000'000'000ull;
+  uint32_t mtu = 4096;
+  bool has_switch = false;
+  sockaddr_in switch_addr{};
+  double drop = 0, dup = 0, reorder = 0, trim = 0;  // test-only fault injection
+  uint64_t fault_seed = 1;
+  static EngineConfig from_params(const Params& p, Status* error);
+};
+
+class Engine {
+ public:
+  Engine(std::string name, uint32_t ip4_be, const EngineConfig& cfg);
+  ~Engine();
+  Status start();
+
+  uint32_t ip4_be() const { return ip4_be_; }
+  uint16_t udp_port() const { return udp_port_; }
+  const EngineConfig& config() const { return cfg_; }
+
+  // Hands an established connection to the engine (it starts sending keepalives at once).
+  void add(Conn* c);
+  // Takes a connection back; blocks until the engine thread no longer touches it.
+  void remove(Conn* c);
+  // Called after posting into a Conn.
+  void wake();
+  void stop();
+
+ private:
+  struct Cmd {
+    Conn* conn;
+    bool add;
+  };
+  struct Datagram {
+    uint8_t* data;
+    size_t len;
+    sockaddr_in from;
+  };
+  class Tx;
+  void run();
+  void apply_commands();
+  void pull_posted(Conn* c, Tx* tx);
+  bool rx_batch(uint64_t now, Tx* tx);
+  void deliver(Datagram d, uint64_t now, Tx* tx);
+  void dispatch(const Datagram& d, uint64_t now, Tx* tx);
+  void release_held(uint64_t now, Tx* tx);
+  void on_ctrl(const Datagram& d, uint64_t now, Tx* tx);
+  void on_data(Datagram d, uint64_t now);
+  void read_tcp(Conn* c, uint64_t now);
+  void on_frame(Conn* c, const Frame& f);
+  void timers(Conn* c, uint64_t now, Tx* tx);
+  void declare_dead(Conn* c, Status why);
+  void sleep_until(uint64_t deadline_ns, uint64_t now);
+  bool from_peer(const Conn* c, const sockaddr_in& from, bool data) const;
+  double coin() { return uniform_(rng_); }
+
+  std::string name_;
+  uint32_t ip4_be_;
+  EngineConfig cfg_;
+  uint16_t udp_port_ = 0;
+  Fd udp_;
+  Fd epoll_;
+  Fd wake_fd_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> pending_{0};  // posts since the engine last slept: skip the sleep
+
+  std::mutex cmd_mu_;
+  std::condition_variable cmd_cv_;
+  std::vector<Cmd> cmds_;
+  std::atomic<bool> has_cmds_{false};
+
+  // Engine-thread state.
+  std::vector<Conn*> conns_;
+  std::unordered_map<uint64_t, Conn*> send_by_cookie_, recv_by_cookie_;
+  std::vector<std::vector<uint8_t>> rx_bufs_;
+  std::vector<uint8_t> held_;  // reorder injection: one packet held back
+  sockaddr_in held_from_{};
+  bool holding_ = false;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  bool faults_ = false;
+};
+
+// Process-wide transport statistics (closed connections plus engine-level rejects).
+struct GlobalStats {
+  std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
+      trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
+      unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0};
+  void add(const ConnCounters& c);
+  std::string to_json() const;
+};
+GlobalStats& global_stats();
+
+}  // namespace trim::transport

@@ -1,0 +1,224 @@
+// The engine's receive side: datagram batches (with the test-only fault injector), control
+// packets, data packets and the TCP control frames of each connection.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "codec/packet.h"
+#include "common/log.h"
+#include "transport/engine.h"
+#include "transport/engine_tx.h"
+
+namespace trim::transport {
+
+namespace {
+constexpr int kMaxBatchesPerTurn = 8;  // then timers and transmissions get their turn
+}  // namespace
+
+bool Engine::from_peer(const Conn* c, const sockaddr_in& from, bool data) const {
+  auto same = [](const sockaddr_in& a, const sockaddr_in& b) {
+    return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+  };
+  return same(from, c->peer_udp) || (data && cfg_.has_switch && same(from, cfg_.switch_addr));
+}
+
+bool Engine::rx_batch(uint64_t now, Tx* tx) {
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  sockaddr_in from[kBatch];
+  bool any = false;
+  for (int turn = 0; turn < kMaxBatchesPerTurn; ++turn) {
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      iov[i] = iovec{rx_bufs_[i].data(), rx_bufs_[i].size()};
+      msgs[i] = mmsghdr{};
+      msgs[i].msg_hdr.msg_name = &from[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int n = recvmmsg(udp_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) break;
+    any = true;
+    for (int i = 0; i < n; ++i) {
+      if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0 || msgs[i].msg_hdr.msg_namelen != sizeof(sockaddr_in)) {
+        ++global_stats().malformed;
+        continue;
+      }
+      deliver(Datagram{rx_bufs_[i].data(), msgs[i].msg_len, from[i]}, now, tx);
+    }
+    release_held(now, tx);  // a packet held back is released at the end of its batch at the latest
+    if (n < static_cast<int>(kBatch)) break;
+  }
+  for (Conn* c : conns_) {
+    if (c->ack_due && c->recv) {
+      tx->bind(c);
+      c->recv->flush_ack(tx);
+    }
+    c->ack_due = false;
+  }
+  return any;
+}
+
+void Engine::dispatch(const Datagram& d, uint64_t now, Tx* tx) {
+  if (is_ctrl(d.data, d.len)) {
+    on_ctrl(d, now, tx);
+  } else {
+    on_data(d, now);
+  }
+}
+
+void Engine::release_held(uint64_t now, Tx* tx) {
+  if (!holding_) return;
+  holding_ = false;
+  std::vector<uint8_t> held;
+  held.swap(held_);
+  dispatch(Datagram{held.data(), held.size(), held_from_}, now, tx);
+  held_.swap(held);  // keep the buffer's capacity
+}
+
+// Test-only faults, applied as a lossy, reordering network before the packet reaches us.
+void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
+  if (!faults_) {
+    dispatch(d, now, tx);
+    return;
+  }
+  if (coin() < cfg_.drop) {
+    ++global_stats().injected_drops;
+    return;
+  }
+  if (!is_ctrl(d.data, d.len) && cfg_.trim > 0 && coin() < cfg_.trim) {
+    codec::ParsedPacket p;
+    if (codec::parse_packet(d.data, d.len, &p) == codec::PacketError::kOk && !p.trimmed) {
+      codec::mark_trimmed(d.data);  // what a switch does: flag, then cut at the trim point
+      d.len = codec::kHeaderBytes + p.hdr.trim_bytes;
+      ++global_stats().injected_trims;
+    }
+  }
+  if (!holding_ && cfg_.reorder > 0 && coin() < cfg_.reorder) {
+    held_.assign(d.data, d.data + d.len);
+    held_from_ = d.from;
+    holding_ = true;
+    return;
+  }
+  const bool twice = cfg_.dup > 0 && coin() < cfg_.dup;
+  std::vector<uint8_t> copy;
+  if (twice) copy.assign(d.data, d.data + d.len);
+  dispatch(d, now, tx);
+  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from}, now, tx);
+  release_held(now, tx);  // the held packet now arrives behind this one
+}
+
+void Engine::on_ctrl(const Datagram& d, uint64_t now, Tx* tx) {
+  CtrlPacket p;
+  if (parse_ctrl(d.data, d.len, &p) != CtrlError::kOk) {
+    ++global_stats().malformed;
+    return;
+  }
+  auto& map = p.to == Role::kSend ? send_by_cookie_ : recv_by_cookie_;
+  auto it = map.find(p.cookie);
+  if (it == map.end()) {
+    ++global_stats().unknown_conn;
+    return;
+  }
+  Conn* c = it->second;
+  if (!from_peer(c, d.from, false)) {
+    ++global_stats().wrong_source;
+    return;
+  }
+  c->last_heard_ns = now;
+  if (c->dead) return;
+  switch (p.type) {
+    case CtrlType::kAck:
+      if (c->send) c->send->on_ack(p, now);
+      break;
+    case CtrlType::kPing: {
+      CtrlPacket pong;
+      pong.type = CtrlType::kPong;
+      pong.to = p.to == Role::kSend ? Role::kRecv : Role::kSend;
+      pong.cookie = p.cookie;
+      pong.timestamp_ns = p.timestamp_ns;
+      tx->bind(c);
+      tx->ctrl(pong);
+      break;
+    }
+    case CtrlType::kPong: break;  // hearing it is the point
+  }
+}
+
+void Engine::on_data(Datagram d, uint64_t now) {
+  codec::ParsedPacket p;
+  if (codec::parse_packet(d.data, d.len, &p) != codec::PacketError::kOk) {
+    ++global_stats().malformed;
+    return;
+  }
+  auto it = recv_by_cookie_.find(p.hdr.cookie);
+  if (it == recv_by_cookie_.end()) {
+    ++global_stats().unknown_conn;
+    return;
+  }
+  Conn* c = it->second;
+  if (!from_peer(c, d.from, true)) {
+    ++global_stats().wrong_source;
+    return;
+  }
+  c->last_heard_ns = now;
+  if (c->dead) return;
+  c->recv->on_data(p, now);
+  c->ack_due = true;
+}
+
+void Engine::read_tcp(Conn* c, uint64_t now) {
+  (void)now;
+  if (!c->tcp_open) return;
+  for (;;) {
+    Result<bool> r = read_some(c->tcp.get(), c->tcp_buf, kFrameBytes, &c->tcp_have);
+    if (!r) {
+      c->tcp_open = false;
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
+      if (!c->fin_received) {
+        declare_dead(c, Status(Code::kUnavailable,
+                               fmt::format("peer {} closed the control connection without saying goodbye "
+                                           "(process exited or crashed?): {}",
+                                           c->peer_name, r.status().message())));
+      }
+      return;
+    }
+    if (!r.value()) return;
+    c->tcp_have = 0;
+    Frame f;
+    Status st = parse_frame(c->tcp_buf, &f);
+    if (!st.is_ok()) {
+      ++global_stats().malformed;
+      declare_dead(c, st);
+      return;
+    }
+    on_frame(c, f);
+  }
+}
+
+void Engine::on_frame(Conn* c, const Frame& f) {
+  if (c->dead) return;
+  switch (f.type) {
+    case FrameType::kCts:
+      if (c->send) c->send->on_cts(f.seq, f.value);
+      break;
+    case FrameType::kEmpty:
+      if (c->recv) c->recv->on_empty(f.seq);
+      break;
+    case FrameType::kFin: {
+      c->fin_received = true;
+      const Status closed(Code::kUnavailable, fmt::format("peer {} closed the connection", c->peer_name));
+      if (c->send) c->send->on_peer_fin(f.value);
+      if (c->recv) c->recv->fail_all(closed);
+      c->dead_status = closed;
+      c->dead.store(true, std::memory_order_release);
+      break;
+    }
+    case FrameType::kHelloAck: break;  // handshake only; parse_frame never yields it
+  }
+}
+
+}  // namespace trim::transport

@@ -1,0 +1,79 @@
+// What the per-connection protocol state machines (send_proto, recv_proto) share: the
+// connection's fixed parameters, the completion record of one operation, the sink they emit
+// packets into, and the counters. No sockets here: the engine owns those, and tests drive the
+// state machines with hand-built packets and a captured sink.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "codec/layout.h"
+#include "common/status.h"
+#include "transport/wire.h"
+
+namespace trim::transport {
+
+// Fixed once the handshake is done.
+struct ConnParams {
+  codec::CodecConfig codec;  // seed already keyed with the cookie: both ends hold the same
+  uint64_t cookie = 0;
+  uint32_t dst_ip4_be = 0;   // the receiver's UDP endpoint, written into every data header
+  uint16_t dst_port = 0;     // host order
+  uint32_t window_max = 512;
+  double target_trim = 0.05;
+  uint64_t min_rto_ns = 2'000'000;
+  double rate_gbps = 0;      // 0 = no pacing
+};
+
+// Completion of one isend/irecv, written by the engine thread, polled by NCCL's proxy thread.
+class OpResult {
+ public:
+  enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
+  void finish(uint64_t bytes) {
+    bytes_ = bytes;
+    state_.store(kDone, std::memory_order_release);
+  }
+  void fail(Status error) {
+    if (state_.load(std::memory_order_relaxed) != kPending) return;
+    error_ = std::move(error);
+    state_.store(kFailed, std::memory_order_release);
+  }
+  State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  bool pending() const { return state() == kPending; }
+  // Valid once state() != kPending.
+  uint64_t bytes() const { return bytes_; }
+  const Status& error() const { return error_; }
+  void reset() {
+    bytes_ = 0;
+    error_ = Status::ok();
+    state_.store(kPending, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int> state_{kPending};
+  uint64_t bytes_ = 0;
+  Status error_;
+};
+
+// Where a state machine puts what it wants sent. Data packets are already stamped.
+class TxSink {
+ public:
+  virtual ~TxSink() = default;
+  virtual void data(const uint8_t* packet, uint32_t bytes) = 0;
+  virtual void ctrl(const CtrlPacket& p) = 0;
+  virtual void frame(const Frame& f) = 0;  // on the connection's TCP stream
+};
+
+// Per-connection counters; plain integers, touched by the engine thread only (close reads
+// them after the engine has let go of the connection).
+struct ConnCounters {
+  uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0;
+  uint64_t nacks_received = 0;
+  uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
+  uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
+  uint64_t acks_sent = 0, acks_received = 0;
+  std::string to_string() const;
+};
+
+}  // namespace trim::transport

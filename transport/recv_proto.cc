@@ -1,0 +1,148 @@
+#include "transport/recv_proto.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace trim::transport {
+
+RecvProto::RecvProto(const ConnParams& params) : params_(params) {}
+RecvProto::~RecvProto() = default;
+
+Status RecvProto::post(RecvOp* op, TxSink* sink) {
+  if (op->seq != static_cast<uint32_t>(posted_)) {
+    return Status(Code::kInternal, fmt::format("receive posted with seq {}, expected {}", op->seq, posted_));
+  }
+  Msg& m = msgs_[op->seq % kMaxPostedRecvs];
+  if (m.op != nullptr) return Status(Code::kInternal, "more than 32 receives posted");
+  m = Msg{};
+  m.op = op;
+  ++posted_;
+  sink->frame(Frame{FrameType::kCts, op->seq, op->capacity});
+  return Status::ok();
+}
+
+RecvProto::Msg* RecvProto::find(uint32_t seq) {
+  Msg& m = msgs_[seq % kMaxPostedRecvs];
+  return m.op != nullptr && m.op->seq == seq ? &m : nullptr;
+}
+
+bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
+  if (h.msg_bytes > m->op->capacity) {
+    m->failed = true;
+    m->op->result.fail(Status(Code::kBadPacket, fmt::format("peer sent {} bytes into a receive of {} bytes (seq {})",
+                                                            h.msg_bytes, m->op->capacity, m->op->seq)));
+    return false;
+  }
+  // Exact messages travel as raw bytes; trimmable ones in the connection's scheme.
+  const codec::Scheme scheme = h.dtype == codec::DType::kRaw ? codec::Scheme::kNone : params_.codec.scheme;
+  Result<codec::Layout> layout = codec::Layout::make(params_.codec, h.dtype, scheme, h.msg_bytes);
+  if (!layout) return false;
+  const uint32_t idx = m->op->seq % kMaxPostedRecvs;
+  if (!decoders_[idx]) decoders_[idx] = std::make_unique<codec::Decoder>(params_.codec);
+  codec::MessageId id{params_.cookie, m->op->seq, h.trimmable()};
+  if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) return false;
+  m->layout = layout.value();
+  m->started = true;
+  return true;
+}
+
+void RecvProto::complete(Msg* m, uint64_t bytes) {
+  m->op->result.finish(bytes);
+  m->op = nullptr;
+  ++completed_;
+}
+
+void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
+  (void)now_ns;
+  const uint32_t psn = p.hdr.psn;
+  const int32_t d = psn_diff(psn, rcv_nxt_);
+  if (d < 0 || (d < static_cast<int32_t>(kSackBits) && bit(psn))) {
+    ++counters_.dup_packets;
+    ack_due_ = true;  // our ACK may have been lost: say it again
+    return;
+  }
+  if (d >= static_cast<int32_t>(kSackBits)) {
+    ++counters_.out_of_window;
+    return;
+  }
+  Msg* m = find(p.hdr.msg_seq);
+  if (m == nullptr || m->failed) {
+    ++counters_.bad_packets;  // no such receive posted: a misbehaving or confused peer
+    return;
+  }
+  if (p.trimmed && !p.hdr.trimmable()) {
+    // Exact data lost its tail: ask for it again now, as NDP does, and keep the slot open.
+    ++counters_.trimmed_nacked;
+    ++trimmed_nacked_total_;
+    if (nacks_.size() < kMaxNacks) nacks_.push_back(psn);
+    ack_due_ = true;
+    return;
+  }
+  if (!m->started && !begin_msg(m, p.hdr)) {
+    ++counters_.bad_packets;
+    return;
+  }
+  const codec::PacketError e = decoders_[p.hdr.msg_seq % kMaxPostedRecvs]->add(p);
+  if (e != codec::PacketError::kOk) {
+    ++counters_.bad_packets;
+    TRIM_DEBUG("NET/Trim: packet psn {} of message {} rejected: {}", psn, p.hdr.msg_seq, codec::packet_error_name(e));
+    return;
+  }
+  set_bit(psn);
+  ++counters_.received_packets;
+  counters_.received_bytes += codec::kHeaderBytes + p.payload_received;
+  ++accepted_total_;
+  if (p.trimmed) {
+    ++counters_.trimmed_accepted;
+    ++trimmed_accepted_total_;
+  }
+  ack_due_ = true;
+  if (++m->got == m->layout.packets()) {
+    decoders_[p.hdr.msg_seq % kMaxPostedRecvs]->finish();
+    complete(m, m->layout.bytes());
+  }
+  while (bit(rcv_nxt_)) {
+    clear_bit(rcv_nxt_);
+    ++rcv_nxt_;
+  }
+}
+
+void RecvProto::on_empty(uint64_t seq) {
+  Msg* m = find(static_cast<uint32_t>(seq));
+  if (m == nullptr || m->started) {
+    ++counters_.bad_packets;
+    return;
+  }
+  complete(m, 0);
+}
+
+void RecvProto::flush_ack(TxSink* sink) {
+  if (!ack_due_) return;
+  CtrlPacket a;
+  a.type = CtrlType::kAck;
+  a.to = Role::kSend;
+  a.cookie = params_.cookie;
+  a.cum_psn = rcv_nxt_;
+  a.accepted_total = accepted_total_;
+  a.trimmed_accepted_total = trimmed_accepted_total_;
+  a.trimmed_nacked_total = trimmed_nacked_total_;
+  a.nack_count = static_cast<uint32_t>(nacks_.size());
+  for (size_t i = 0; i < nacks_.size(); ++i) a.nacks[i] = nacks_[i];
+  for (uint32_t i = 1; i < kSackBits; ++i) {
+    if (bit(rcv_nxt_ + i)) a.set_sack(i);
+  }
+  sink->ctrl(a);
+  ++counters_.acks_sent;
+  nacks_.clear();
+  ack_due_ = false;
+}
+
+void RecvProto::fail_all(const Status& error) {
+  for (Msg& m : msgs_) {
+    if (m.op != nullptr) m.op->result.fail(error);
+    m = Msg{};
+  }
+}
+
+}  // namespace trim::transport

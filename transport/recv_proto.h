@@ -1,0 +1,75 @@
+// The receiving half of a connection: posted receives (announced to the sender by CTS frames),
+// the accepted-psn window, decoding into NCCL's buffers, and ACKs with a selective bitmap.
+// A trimmed packet of a trimmable message is accepted (its heads decode); a trimmed packet of
+// an exact message is NACKed at once and never marked received. Driven by one thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codec/decoder.h"
+#include "transport/proto.h"
+
+namespace trim::transport {
+
+constexpr uint32_t kMaxPostedRecvs = 32;
+
+// One irecv, owned by its request slot until it completes.
+struct RecvOp {
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  uint32_t seq = 0;
+  OpResult result;
+};
+
+class RecvProto {
+ public:
+  explicit RecvProto(const ConnParams& params);
+  ~RecvProto();
+
+  // A new receive in FIFO order; emits its CTS.
+  Status post(RecvOp* op, TxSink* sink);
+  // One validated data packet of this connection (cookie already matched).
+  void on_data(const codec::ParsedPacket& p, uint64_t now_ns);
+  // The sender's message `seq` is empty.
+  void on_empty(uint64_t seq);
+  // Sends one ACK if anything arrived since the last one (called after each receive batch),
+  // or unconditionally when `force` (a duplicate asks for a fresh ACK too).
+  void flush_ack(TxSink* sink);
+  void fail_all(const Status& error);
+
+  bool has_pending() const { return posted_ != completed_; }
+  uint64_t completed() const { return completed_; }
+  const ConnCounters& counters() const { return counters_; }
+  ConnCounters& counters() { return counters_; }
+
+ private:
+  struct Msg {
+    RecvOp* op = nullptr;
+    bool started = false;
+    bool failed = false;
+    codec::Layout layout;
+    uint64_t got = 0;
+  };
+  bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
+  void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
+  void clear_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] &= ~(uint64_t{1} << (psn % 64)); }
+  Msg* find(uint32_t seq);
+  bool begin_msg(Msg* m, const codec::PacketHeader& h);
+  void complete(Msg* m, uint64_t bytes);
+
+  ConnParams params_;
+  std::array<Msg, kMaxPostedRecvs> msgs_;
+  std::array<std::unique_ptr<codec::Decoder>, kMaxPostedRecvs> decoders_;
+  uint64_t posted_ = 0, completed_ = 0;
+  uint32_t rcv_nxt_ = 0;
+  uint64_t bits_[kSackBits / 64] = {};
+  uint64_t accepted_total_ = 0, trimmed_accepted_total_ = 0, trimmed_nacked_total_ = 0;
+  std::vector<uint32_t> nacks_;
+  bool ack_due_ = false;
+  ConnCounters counters_;
+};
+
+}  // namespace trim::transport

@@ -1,0 +1,380 @@
+#include "transport/send_proto.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "codec/packet.h"
+#include "common/log.h"
+
+namespace trim::transport {
+
+struct SendProto::Msg {
+  SendOp* op = nullptr;
+  bool cts = false;
+  uint64_t capacity = 0;
+  bool started = false;
+  bool sent_all = false;
+  codec::Layout layout;
+  uint32_t psn_base = 0;
+  uint32_t npackets = 0;
+  uint32_t next = 0;   // next packet to send for the first time
+  uint32_t acked = 0;
+  uint32_t rows_encoded = 0;
+  std::vector<uint32_t> row_first;  // first packet of each row, plus the total
+  std::vector<uint8_t> staging;     // every encoded packet, kept until acknowledged
+  std::vector<uint32_t> sizes;
+};
+
+namespace {
+constexpr uint32_t kDupThresh = 3;        // acked packets above a hole before it counts as lost
+constexpr uint32_t kMaxBackoff = 64;
+constexpr uint64_t kMaxRtoNs = 1'000'000'000;
+constexpr uint32_t kIpUdpBytes = 28;
+}  // namespace
+
+SendProto::SendProto(const ConnParams& params)
+    : params_(params),
+      encoder_(params.codec),
+      cc_(CcConfig{params.target_trim, std::min<uint32_t>(params.window_max, kSackBits - 1), 2,
+                   std::min<uint32_t>(32, params.window_max)}),
+      ring_(kSackBits) {}
+
+SendProto::~SendProto() = default;
+
+Status SendProto::post(SendOp* op) {
+  if (op->seq != next_seq_) {
+    return Status(Code::kInternal, fmt::format("send posted with seq {}, expected {}", op->seq, next_seq_));
+  }
+  ++next_seq_;
+  auto m = std::make_unique<Msg>();
+  m->op = op;
+  while (!early_cts_.empty() && static_cast<uint32_t>(early_cts_.front().first) == op->seq) {
+    m->cts = true;
+    m->capacity = early_cts_.front().second;
+    early_cts_.pop_front();
+  }
+  msgs_.push_back(std::move(m));
+  return Status::ok();
+}
+
+void SendProto::on_cts(uint64_t seq, uint64_t capacity) {
+  for (auto& m : msgs_) {
+    if (m->op->seq == static_cast<uint32_t>(seq)) {
+      m->cts = true;
+      m->capacity = capacity;
+      return;
+    }
+  }
+  // The receiver may post before we do; CTS arrive in FIFO order. Bounded: the receiver posts
+  // at most 32 receives ahead, more is a misbehaving peer.
+  if (early_cts_.size() < 64) {
+    early_cts_.emplace_back(seq, capacity);
+  } else {
+    ++counters_.bad_packets;
+  }
+}
+
+bool SendProto::in_flight_psn(uint32_t psn) const {
+  return psn_diff(psn, snd_una_) >= 0 && psn_diff(psn, snd_nxt_) < 0;
+}
+
+Status SendProto::start(Msg* m) {
+  const SendOp& op = *m->op;
+  if (op.bytes > m->capacity) {
+    return Status(Code::kInvalidArgument, fmt::format("send of {} bytes matched a receive of {} bytes (seq {})",
+                                                      op.bytes, m->capacity, op.seq));
+  }
+  const codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
+  Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
+  if (!layout) return layout.status();
+  m->layout = layout.value();
+  if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
+  m->npackets = static_cast<uint32_t>(m->layout.packets());
+  m->row_first.resize(m->layout.rows() + 1);
+  uint32_t first = 0;
+  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
+    m->row_first[r] = first;
+    first += m->layout.row(r).packets;
+  }
+  m->row_first[m->layout.rows()] = first;
+  const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
+  // Reuse a staging buffer: messages of a connection are mostly the same size.
+  for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it) {
+    if (it->capacity() >= need) {
+      m->staging = std::move(*it);
+      staging_pool_.erase(it);
+      break;
+    }
+  }
+  m->staging.resize(need);
+  m->sizes.assign(m->npackets, 0);
+  m->psn_base = snd_nxt_;
+  m->started = true;
+  return Status::ok();
+}
+
+Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
+  while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
+    const uint32_t r = m->rows_encoded;
+    codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
+    const size_t stride = params_.codec.packet_bytes;
+    Result<uint32_t> n = encoder_.encode_row(m->layout, id, m->op->data, r,
+                                             m->staging.data() + static_cast<size_t>(m->row_first[r]) * stride,
+                                             stride, m->sizes.data() + m->row_first[r]);
+    if (!n) return n.status();
+    ++m->rows_encoded;
+  }
+  return Status::ok();
+}
+
+void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit) {
+  Slot& s = slot(psn);
+  Msg* m = s.msg;
+  uint8_t* pkt = m->staging.data() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
+  const uint32_t bytes = m->sizes[s.pkt];
+  if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
+  sink->data(pkt, bytes);
+  s.sent_ns = now_ns;
+  ++s.transmissions;
+  ++counters_.sent_packets;
+  counters_.sent_bytes += bytes;
+  if (retransmit) ++counters_.retransmitted;
+  if (params_.rate_gbps > 0) {
+    const double ns = static_cast<double>(bytes + kIpUdpBytes) * 8.0 / params_.rate_gbps;
+    pace_next_ns_ = std::max(pace_next_ns_, now_ns) + static_cast<uint64_t>(ns);
+  }
+  if (rto_deadline_ns_ == 0) rto_deadline_ns_ = now_ns + rto_ns();
+}
+
+SendProto::Msg* SendProto::next_to_send() {
+  for (auto& m : msgs_) {
+    if (m->sent_all) continue;
+    return m->cts ? m.get() : nullptr;  // FIFO: a later message never overtakes
+  }
+  return nullptr;
+}
+
+uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
+  uint32_t n = 0;
+  const bool paced = params_.rate_gbps > 0;
+  while (n < budget && !retx_.empty()) {
+    if (paced && now_ns < pace_next_ns_) return n;
+    const uint32_t psn = retx_.front();
+    retx_.pop_front();
+    Slot& s = slot(psn);
+    s.queued = false;
+    if (!in_flight_psn(psn) || s.acked) continue;
+    send_packet(psn, now_ns, sink, true);
+    ++n;
+  }
+  const uint32_t window = std::min<uint32_t>(cc_.window(), params_.window_max);
+  while (n < budget) {
+    if (outstanding_ >= window || static_cast<uint32_t>(snd_nxt_ - snd_una_) >= kSackBits - 1) break;
+    if (paced && now_ns < pace_next_ns_) break;
+    Msg* m = next_to_send();
+    if (m == nullptr) break;
+    if (!m->started) {
+      if (m->op->bytes == 0) {  // no packet carries an empty message: say so on the stream
+        sink->frame(Frame{FrameType::kEmpty, m->op->seq, 0});
+        m->started = m->sent_all = true;
+        continue;
+      }
+      Status st = start(m);
+      if (!st.is_ok()) {
+        TRIM_WARN("NET/Trim: {}", st.message());
+        m->op->result.fail(st);
+        msgs_.remove_if([m](const std::unique_ptr<Msg>& x) { return x.get() == m; });
+        continue;
+      }
+    }
+    Status st = encode_rows_through(m, m->next);
+    if (!st.is_ok()) {
+      fail_all(st);
+      return n;
+    }
+    const uint32_t psn = m->psn_base + m->next;
+    Slot& s = slot(psn);
+    s = Slot{m, m->next, 0, 0, false, false};
+    ++snd_nxt_;
+    ++outstanding_;
+    if (++m->next == m->npackets) m->sent_all = true;
+    send_packet(psn, now_ns, sink, false);
+    ++n;
+  }
+  complete_finished();
+  return n;
+}
+
+void SendProto::rtt_sample(uint64_t rtt_ns) {
+  if (srtt_ns_ == 0) {
+    srtt_ns_ = rtt_ns;
+    rttvar_ns_ = rtt_ns / 2;
+    return;
+  }
+  const uint64_t err = rtt_ns > srtt_ns_ ? rtt_ns - srtt_ns_ : srtt_ns_ - rtt_ns;
+  rttvar_ns_ = (3 * rttvar_ns_ + err) / 4;
+  srtt_ns_ = (7 * srtt_ns_ + rtt_ns) / 8;
+}
+
+uint64_t SendProto::rto_ns() const {
+  const uint64_t base = std::max<uint64_t>(params_.min_rto_ns, srtt_ns_ + 4 * rttvar_ns_);
+  return std::min<uint64_t>(base * backoff_, kMaxRtoNs);
+}
+
+void SendProto::mark_acked(uint32_t psn, uint64_t now_ns) {
+  Slot& s = slot(psn);
+  if (s.acked) return;
+  s.acked = true;
+  ++s.msg->acked;
+  --outstanding_;
+  if (s.transmissions == 1 && now_ns >= s.sent_ns) rtt_sample(now_ns - s.sent_ns);  // Karn: no samples from resends
+}
+
+void SendProto::queue_retx(uint32_t psn) {
+  Slot& s = slot(psn);
+  if (s.queued || s.acked) return;
+  s.queued = true;
+  retx_.push_back(psn);
+}
+
+void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
+  ++counters_.acks_received;
+  const uint32_t cum = ack.cum_psn;
+  if (psn_diff(cum, snd_nxt_) > 0) {  // acknowledges packets never sent
+    ++counters_.bad_packets;
+    return;
+  }
+  bool progress = false;
+  if (psn_diff(cum, snd_una_) > 0) {
+    for (uint32_t p = snd_una_; p != cum; ++p) mark_acked(p, now_ns);
+    snd_una_ = cum;
+    progress = true;
+  }
+  uint32_t highest = snd_una_;
+  bool any_sack = false;
+  for (uint32_t byte = 0; byte < kSackBits / 8; ++byte) {
+    if (ack.sack[byte] == 0) continue;
+    for (uint32_t bit = 0; bit < 8; ++bit) {
+      if (((ack.sack[byte] >> bit) & 1) == 0) continue;
+      const uint32_t p = cum + byte * 8 + bit;
+      if (!in_flight_psn(p)) continue;
+      mark_acked(p, now_ns);
+      if (!any_sack || psn_diff(p, highest) > 0) highest = p;
+      any_sack = true;
+    }
+  }
+  while (snd_una_ != snd_nxt_ && slot(snd_una_).acked) {
+    ++snd_una_;
+    progress = true;
+  }
+  for (uint32_t i = 0; i < ack.nack_count && i < kMaxNacks; ++i) {
+    const uint32_t p = ack.nacks[i];
+    if (in_flight_psn(p) && !slot(p).acked) {
+      ++counters_.nacks_received;
+      queue_retx(p);
+    }
+  }
+  // Fast retransmit: a hole with kDupThresh acknowledged packets above it is lost.
+  bool lost = false;
+  if (any_sack && psn_diff(highest, snd_una_) > 0) {
+    uint32_t above = 0;
+    for (uint32_t p = highest;; --p) {
+      Slot& s = slot(p);
+      if (s.acked) {
+        ++above;
+      } else if (above >= kDupThresh && !s.queued &&
+                 (s.transmissions == 1 || now_ns - s.sent_ns > 2 * std::max<uint64_t>(srtt_ns_, 1000))) {
+        queue_retx(p);
+        ++counters_.fast_retransmits;
+        lost = true;
+      }
+      if (p == snd_una_) break;
+    }
+  }
+  if (lost) cc_.on_loss();
+  // Congestion signal: what the receiver accepted and how much of it was trimmed, from its
+  // running totals (robust to lost and reordered ACKs).
+  if (ack.accepted_total >= last_accepted_ && ack.trimmed_accepted_total >= last_trimmed_ &&
+      ack.trimmed_nacked_total >= last_nacked_) {
+    cc_.on_ack(ack.accepted_total - last_accepted_, ack.trimmed_accepted_total - last_trimmed_,
+               ack.trimmed_nacked_total - last_nacked_);
+    last_accepted_ = ack.accepted_total;
+    last_trimmed_ = ack.trimmed_accepted_total;
+    last_nacked_ = ack.trimmed_nacked_total;
+  }
+  if (progress) {
+    backoff_ = 1;
+    rto_deadline_ns_ = outstanding_ > 0 ? now_ns + rto_ns() : 0;
+  }
+  complete_finished();
+}
+
+void SendProto::on_timer(uint64_t now_ns) {
+  if (rto_deadline_ns_ == 0 || now_ns < rto_deadline_ns_) return;
+  if (outstanding_ == 0) {
+    rto_deadline_ns_ = 0;
+    return;
+  }
+  ++counters_.rto_events;
+  cc_.on_timeout();
+  const uint64_t rto = rto_ns();
+  bool queued = false;
+  for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
+    Slot& s = slot(p);
+    if (!s.acked && !s.queued && now_ns - s.sent_ns >= rto) {
+      queue_retx(p);
+      queued = true;
+    }
+  }
+  if (!queued && !slot(snd_una_).acked) queue_retx(snd_una_);
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  rto_deadline_ns_ = now_ns + rto_ns();
+}
+
+uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
+  uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
+  if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
+    d = std::min(d, pace_next_ns_);
+  }
+  return d;
+}
+
+void SendProto::complete_finished() {
+  for (auto it = msgs_.begin(); it != msgs_.end();) {
+    Msg* m = it->get();
+    if (m->sent_all && m->acked == m->npackets) {
+      m->op->result.finish(m->op->bytes);
+      if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
+      it = msgs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SendProto::fail_all(const Status& error) {
+  for (auto& m : msgs_) m->op->result.fail(error);
+  msgs_.clear();
+  for (Slot& s : ring_) s = Slot{};
+  retx_.clear();
+  outstanding_ = 0;
+  snd_una_ = snd_nxt_;
+  rto_deadline_ns_ = 0;
+}
+
+void SendProto::on_peer_fin(uint64_t completed) {
+  // Delivered, only the ACK was missing: complete those, and only then fail the rest, so a
+  // finished operation (whose slot NCCL may already reuse) is never touched again.
+  for (auto it = msgs_.begin(); it != msgs_.end();) {
+    if ((*it)->op->seq < completed) {
+      (*it)->op->result.finish((*it)->op->bytes);
+      it = msgs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  fail_all(Status(Code::kUnavailable, "the receiving peer closed the connection"));
+}
+
+}  // namespace trim::transport

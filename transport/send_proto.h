@@ -1,0 +1,98 @@
+// The sending half of a connection: message queue, packet sequence numbers, the in-flight
+// window, retransmission (fast, NACK, timeout) and the trim-aware congestion window.
+// Driven by one thread (the engine's); see proto.h.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "codec/encoder.h"
+#include "transport/congestion.h"
+#include "transport/proto.h"
+
+namespace trim::transport {
+
+// One isend, owned by its request slot until it completes.
+struct SendOp {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  uint32_t seq = 0;  // position in the connection's FIFO
+  bool trimmable = false;
+  codec::DType dtype = codec::DType::kRaw;  // kRaw when exact
+  OpResult result;
+};
+
+class SendProto {
+ public:
+  explicit SendProto(const ConnParams& params);
+  ~SendProto();
+
+  // A new message, in FIFO order (op->seq must be the next sequence number).
+  Status post(SendOp* op);
+  // The receiver posted receive `seq` with room for `capacity` bytes.
+  void on_cts(uint64_t seq, uint64_t capacity);
+  void on_ack(const CtrlPacket& ack, uint64_t now_ns);
+  // Retransmissions first, then new packets while the window (and pacing) allow; at most
+  // `budget` packets. Returns how many were emitted.
+  uint32_t poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink);
+  // The retransmission timer.
+  void on_timer(uint64_t now_ns);
+  // The earliest time poll_tx/on_timer has something to do (UINT64_MAX: nothing pending).
+  uint64_t next_deadline_ns(uint64_t now_ns) const;
+  // Fails every pending operation.
+  void fail_all(const Status& error);
+  // The receiver closed after completing `completed` receives: those sends are delivered.
+  void on_peer_fin(uint64_t completed);
+
+  bool has_pending() const { return !msgs_.empty(); }
+  const ConnCounters& counters() const { return counters_; }
+  ConnCounters& counters() { return counters_; }
+  const TrimCc& cc() const { return cc_; }
+  uint64_t srtt_ns() const { return srtt_ns_; }
+  uint32_t in_flight() const { return outstanding_; }
+
+ private:
+  struct Msg;
+  struct Slot {
+    Msg* msg = nullptr;
+    uint32_t pkt = 0;
+    uint64_t sent_ns = 0;
+    uint16_t transmissions = 0;
+    bool acked = true;
+    bool queued = false;  // in retx_
+  };
+  Slot& slot(uint32_t psn) { return ring_[psn % kSackBits]; }
+  bool in_flight_psn(uint32_t psn) const;
+  Status start(Msg* m);
+  Status encode_rows_through(Msg* m, uint32_t pkt);
+  void send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit);
+  void mark_acked(uint32_t psn, uint64_t now_ns);
+  void queue_retx(uint32_t psn);
+  void rtt_sample(uint64_t rtt_ns);
+  uint64_t rto_ns() const;
+  void complete_finished();
+  Msg* next_to_send();
+
+  ConnParams params_;
+  codec::Encoder encoder_;
+  TrimCc cc_;
+  std::list<std::unique_ptr<Msg>> msgs_;  // posted and not yet complete, in seq order
+  uint32_t next_seq_ = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> early_cts_;  // CTS for messages not posted yet
+  std::vector<Slot> ring_;
+  uint32_t snd_una_ = 0, snd_nxt_ = 0;
+  uint32_t outstanding_ = 0;  // sent and not acked
+  std::deque<uint32_t> retx_;
+  uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+  uint32_t backoff_ = 1;
+  uint64_t rto_deadline_ns_ = 0;  // 0: timer not armed
+  uint64_t pace_next_ns_ = 0;
+  uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
+  ConnCounters counters_;
+  std::vector<std::vector<uint8_t>> staging_pool_;
+};
+
+}  // namespace trim::transport
