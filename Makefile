@@ -28,10 +28,13 @@ TEST_SRCS := $(wildcard tests/*.cc)
 TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
 BENCH_SRCS := $(wildcard tools/bench/*.cc)
 BENCH_OBJS := $(BENCH_SRCS:%.cc=$(BUILD)/obj/%.o)
+HARNESS_SRCS := $(wildcard tools/harness/*.cc)
+HARNESS_OBJS := $(HARNESS_SRCS:%.cc=$(BUILD)/obj/%.o)
 
 ARCHIVE := $(BUILD)/lib/libtrim.a
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
-TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo
+TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo \
+           $(BUILD)/bin/trim-harness
 TESTS   := $(BUILD)/bin/trim-tests
 
 .PHONY: all setup test run-tests asan fuzz demo bench docs clean
@@ -70,12 +73,17 @@ $(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(ARCHIVE)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
 
+# trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
+$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVE)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
+
 $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVE)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVE) $(LDFLAGS) -ldl
 
 # The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so
+$(TESTS): $(TEST_OBJS) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(BUILD)/bin/trim-harness
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(ARCHIVE) $(LDFLAGS) -lgtest_main -lgtest -ldl
 

@@ -1,0 +1,337 @@
+// --mode sendrecv: rank 0 streams --bytes to rank 1 per iteration in slices of at most 1 MiB,
+// at most 8 in flight, like NCCL's proxy on one connection. Also the fault scenarios
+// (--kill-peer, --freeze-peer, --close-in-flight), which all need exactly this shape.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+
+#include "tools/harness/data.h"
+#include "tools/harness/rank.h"
+
+namespace trim::harness {
+
+namespace {
+
+constexpr int64_t kNsPerMs = 1000000;
+
+size_t message_count(size_t bytes) { return std::max<size_t>(1, (bytes + kSliceBytes - 1) / kSliceBytes); }
+
+size_t message_bytes(size_t bytes, size_t index) {
+  size_t offset = index * kSliceBytes;
+  return offset >= bytes ? 0 : std::min(kSliceBytes, bytes - offset);
+}
+
+// p2p: Send on the sender and Recv on the receiver, with algo/proto left at ring SIMPLE the way
+// NCCL leaves stale values for p2p ops (the plugin must ignore them and stay exact).
+Status announce(RankCtx& c, bool sender) {
+  uint32_t op = c.opt.op == SendRecvOp::kAllReduce ? kFuncAllReduce : sender ? kFuncSend : kFuncRecv;
+  ncclResult_t r = c.net->set_net_attr(op, kAlgoRing, kProtoSimple);
+  return r == ncclSuccess ? Status::ok() : plugin_error("setNetAttr", r);
+}
+
+
+// One iteration's sends on one connection: post while fewer than 8 are in flight, test the
+// oldest (NCCL tests its steps in order).
+class SendPump {
+ public:
+  SendPump(NetPlugin* net, void* comm, const char* data, size_t bytes, void* mh, int tag)
+      : net_(net), comm_(comm), data_(data), bytes_(bytes), mh_(mh), tag_(tag), total_(message_count(bytes)) {}
+
+  void restart() {
+    posted_ = 0;
+    done_ = 0;
+  }
+  bool finished() const { return done_ == total_; }
+  size_t in_flight() const { return inflight_.size(); }
+  size_t done() const { return done_; }
+  size_t posted() const { return posted_; }
+  size_t total() const { return total_; }
+
+  // Posts up to `max_posts` (close-in-flight stops early); tests the oldest unless told not to.
+  Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
+    while (posted_ < total_ && inflight_.size() < kMaxInFlight && max_posts > 0) {
+      void* req = nullptr;
+      ncclResult_t r = net_->isend(comm_, const_cast<char*>(data_) + posted_ * kSliceBytes,
+                                   message_bytes(bytes_, posted_), tag_, mh_, &req);
+      if (r != ncclSuccess) return plugin_error("isend", r);
+      if (req == nullptr) break;  // no slot: retry on a later pass
+      inflight_.push_back(req);
+      ++posted_;
+      --max_posts;
+      *moved = true;
+    }
+    if (test && !inflight_.empty()) {
+      int done = 0;
+      size_t size = 0;
+      ncclResult_t r = net_->test(inflight_.front(), &done, &size);
+      if (r != ncclSuccess) {
+        inflight_.pop_front();  // an errored request is not tested again
+        return plugin_error("test(send)", r);
+      }
+      if (done != 0) {
+        inflight_.pop_front();
+        ++done_;
+        *moved = true;
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  NetPlugin* net_;
+  void* comm_;
+  const char* data_;
+  size_t bytes_;
+  void* mh_;
+  int tag_;
+  size_t total_;
+  size_t posted_ = 0, done_ = 0;
+  std::deque<void*> inflight_;
+};
+
+// One iteration's receives: 8 staging slots of 1 MiB (NCCL's step buffers), each irecv posts
+// the full slot, completed data is copied out in order.
+class RecvPump {
+ public:
+  RecvPump(NetPlugin* net, void* comm, char* slots, void* slots_mh, char* out, size_t bytes, int tag)
+      : net_(net), comm_(comm), slots_(slots), mh_(slots_mh), out_(out), bytes_(bytes), tag_(tag),
+        total_(message_count(bytes)) {}
+
+  void restart() {
+    posted_ = 0;
+    done_ = 0;
+  }
+  bool finished() const { return done_ == total_; }
+  size_t done() const { return done_; }
+  size_t posted() const { return posted_; }
+  size_t total() const { return total_; }
+
+  Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
+    while (posted_ < total_ && posted_ - done_ < kMaxInFlight && max_posts > 0) {
+      void* req = nullptr;
+      char* slot = slots_ + (posted_ % kMaxInFlight) * kSliceBytes;
+      ncclResult_t r = net_->irecv(comm_, slot, kSliceBytes, tag_, mh_, &req);
+      if (r != ncclSuccess) return plugin_error("irecv", r);
+      if (req == nullptr) break;
+      inflight_.push_back(req);
+      ++posted_;
+      --max_posts;
+      *moved = true;
+    }
+    if (test && !inflight_.empty()) {
+      int done = 0;
+      size_t size = 0;
+      ncclResult_t r = net_->test(inflight_.front(), &done, &size);
+      if (r != ncclSuccess) {
+        inflight_.pop_front();
+        return plugin_error("test(recv)", r);
+      }
+      if (done != 0) {
+        inflight_.pop_front();
+        size_t want = message_bytes(bytes_, done_);
+        if (size != want) {
+          return Status(Code::kInternal, "message " + std::to_string(done_) + ": test reported " +
+                                             (size == SIZE_MAX ? std::string("no size") : std::to_string(size)) +
+                                             " bytes, the sender sent " + std::to_string(want));
+        }
+        std::memcpy(out_ + done_ * kSliceBytes, slots_ + (done_ % kMaxInFlight) * kSliceBytes, want);
+        ++done_;
+        *moved = true;
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  NetPlugin* net_;
+  void* comm_;
+  char* slots_;
+  void* mh_;
+  char* out_;
+  size_t bytes_;
+  int tag_;
+  size_t total_;
+  size_t posted_ = 0, done_ = 0;
+  std::deque<void*> inflight_;
+};
+
+// --close-in-flight: post every slot's request, let the first one complete (so data is
+// really moving), then return with the rest still in flight; the caller closes the comm.
+template <typename Pump>
+Status close_in_flight(RankCtx& c, Pump& pump) {
+  const size_t want = std::min(pump.total(), kMaxInFlight);
+  const int64_t give_up = mono_ns() + 2000 * kNsPerMs;
+  Backoff backoff;
+  bool moved = false;
+  while (pump.posted() < want && mono_ns() < give_up) {
+    TRIM_RETURN_IF_ERROR(pump.pass(&moved, kMaxInFlight, false));
+    backoff.idle();
+  }
+  while (pump.done() == 0 && mono_ns() < give_up) {
+    TRIM_RETURN_IF_ERROR(pump.pass(&moved, 0, true));
+    backoff.idle();
+  }
+  if (c.opt.verbose) {
+    std::fprintf(stderr, "[rank %d] closing with %zu of %zu requests in flight\n", c.rank,
+                 pump.posted() - pump.done(), pump.posted());
+  }
+  return Status::ok();
+}
+
+template <typename Pump>
+Status drive(Pump& pump, int64_t deadline_ns) {
+  Backoff backoff;
+  while (!pump.finished()) {
+    bool moved = false;
+    Status st = pump.pass(&moved);
+    if (!st.is_ok()) return st;
+    if (moved) backoff.progressed(); else backoff.idle();
+    if (mono_ns() > deadline_ns) return Status(Code::kUnavailable, "deadline");
+  }
+  return Status::ok();
+}
+
+// The fault scenarios' sender: streams iterations back to back until the plugin reports the
+// dead peer, or declares a hang 3x the plugin's timeout after the peer's own announcement
+// (or after the last progress, should that announcement never come).
+Status fault_sender(RankCtx& c, SendPump& pump) {
+  const int64_t limit_ns = 3ll * effective_timeout_ms(c.opt) * kNsPerMs;
+  int64_t peer_event_ns = 0;
+  int64_t last_progress_ns = mono_ns();
+  int64_t next_poll_ns = 0;
+  Backoff backoff;
+  pump.restart();
+  for (;;) {
+    if (pump.finished()) pump.restart();
+    bool moved = false;
+    Status st = pump.pass(&moved);
+    int64_t now = mono_ns();
+    if (!st.is_ok()) {
+      c.report->outcome = Outcome::kPeerError;
+      c.report->error_at_ns = now;
+      c.report->error = st.message();
+      return Status::ok();
+    }
+    if (moved) {
+      last_progress_ns = now;
+      backoff.progressed();
+    } else {
+      backoff.idle();
+    }
+    if (now >= next_poll_ns) {  // the parent channel, about once a millisecond
+      std::string event;
+      if (peer_event_ns == 0 && c.chan->poll_peer_event(&event) && event.size() == sizeof(int64_t)) {
+        std::memcpy(&peer_event_ns, event.data(), sizeof(peer_event_ns));
+      }
+      next_poll_ns = now + kNsPerMs;
+    }
+    int64_t since = peer_event_ns > 0 ? peer_event_ns : last_progress_ns;
+    if (now - since > limit_ns) {
+      c.report->outcome = Outcome::kHang;
+      c.report->error = "no error from isend/test " + std::to_string((now - since) / kNsPerMs) + " ms after the peer " +
+                        (peer_event_ns > 0 ? "went away" : "stopped making progress") + " (" +
+                        std::to_string(pump.in_flight()) + " sends in flight)";
+      return Status::ok();
+    }
+  }
+}
+
+Status run_sender(RankCtx& c) {
+  const Options& o = c.opt;
+  HostBuffer buf(o.bytes);
+  MemReg reg(c.net, c.send_comm);
+  Status st = reg.reg(buf.data(), std::max<size_t>(o.bytes, 1));
+  if (!st.is_ok()) return st;
+  SendPump pump(c.net, c.send_comm, buf.data(), o.bytes, reg.handle(), c.rank);
+  const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
+
+  if (o.fault == Fault::kCloseInFlight) {
+    fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
+    TRIM_RETURN_IF_ERROR(announce(c, true));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    TRIM_RETURN_IF_ERROR(close_in_flight(c, pump));
+    return reg.release();  // NCCL's order: deregMr, then closeSend
+  }
+  if (o.fault != Fault::kNone) {
+    fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
+    TRIM_RETURN_IF_ERROR(announce(c, true));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    return fault_sender(c, pump);
+  }
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    fill_input(data_key(o.seed, 0, it), buf.data(), o.bytes);
+    TRIM_RETURN_IF_ERROR(announce(c, true));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    int64_t t0 = mono_ns();
+    pump.restart();
+    TRIM_RETURN_IF_ERROR(drive(pump, deadline));
+    if (it >= o.warmup) c.report->iter_ns.push_back(mono_ns() - t0);
+  }
+  return c.chan->barrier();  // the receiver has checked everything
+}
+
+Status run_receiver(RankCtx& c) {
+  const Options& o = c.opt;
+  HostBuffer out(o.bytes);
+  HostBuffer slots(kSliceBytes * kMaxInFlight);
+  MemReg reg(c.net, c.recv_comm);
+  TRIM_RETURN_IF_ERROR(reg.reg(slots.data(), slots.bytes()));
+  RecvPump pump(c.net, c.recv_comm, slots.data(), reg.handle(), out.data(), o.bytes, c.rank - 1);
+  const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
+
+  if (o.fault == Fault::kCloseInFlight) {
+    TRIM_RETURN_IF_ERROR(announce(c, false));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    TRIM_RETURN_IF_ERROR(close_in_flight(c, pump));
+    return reg.release();  // NCCL's order: deregMr, then closeRecv
+  }
+  if (o.fault != Fault::kNone) {
+    TRIM_RETURN_IF_ERROR(announce(c, false));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    // Halfway through the first iteration (at least one message in), go away.
+    const size_t stop_after = std::max<size_t>(1, message_count(o.bytes) / 2);
+    Backoff backoff;
+    while (pump.done() < stop_after) {
+      bool moved = false;
+      TRIM_RETURN_IF_ERROR(pump.pass(&moved));
+      if (moved) backoff.progressed(); else backoff.idle();
+      if (mono_ns() > deadline) return Status(Code::kUnavailable, "deadline");
+    }
+    int64_t now = mono_ns();
+    TRIM_RETURN_IF_ERROR(c.chan->send_event(std::string(reinterpret_cast<const char*>(&now), sizeof(now))));
+    raise(o.fault == Fault::kKillPeer ? SIGKILL : SIGSTOP);
+    // Only a SIGCONT would bring us here; the parent never sends one.
+    return Status(Code::kInternal, "resumed after SIGSTOP");
+  }
+  double nmse_sum = 0;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    TRIM_RETURN_IF_ERROR(announce(c, false));
+    TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    int64_t t0 = mono_ns();
+    pump.restart();
+    TRIM_RETURN_IF_ERROR(drive(pump, deadline));
+    if (it >= o.warmup) c.report->iter_ns.push_back(mono_ns() - t0);
+    Check chk = check_copy(data_key(o.seed, 0, it), out.data(), o.bytes);
+    RankReport& rep = *c.report;
+    rep.exact = rep.exact && chk.exact;
+    rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
+    rep.err2 += chk.err2;
+    rep.ref2 += chk.ref2;
+    nmse_sum += chk.nmse();
+    rep.result_hash = hash_bytes(out.data(), o.bytes, rep.result_hash);
+  }
+  c.report->verified = true;
+  c.report->nmse = nmse_sum / (o.warmup + o.iters);
+  return c.chan->barrier();
+}
+
+}  // namespace
+
+Status run_sendrecv(RankCtx& c) { return c.rank == 0 ? run_sender(c) : run_receiver(c); }
+
+}  // namespace trim::harness

@@ -1,0 +1,240 @@
+#include "tools/harness/net_plugin.h"
+
+#include <dlfcn.h>
+
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace trim::harness {
+
+namespace {
+
+int g_rank = -1;
+bool g_verbose = false;
+
+const char* level_name(ncclDebugLogLevel level) {
+  switch (level) {
+    case NCCL_LOG_WARN: return "WARN";
+    case NCCL_LOG_INFO: return "INFO";
+    case NCCL_LOG_ABORT: return "ABORT";
+    case NCCL_LOG_TRACE: return "TRACE";
+    default: return "LOG";
+  }
+}
+
+}  // namespace
+
+void set_log_context(int rank, bool verbose) {
+  g_rank = rank;
+  g_verbose = verbose;
+}
+
+void harness_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
+                    const char* fmt, ...) {
+  const bool always = level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT;
+  if (!always && !g_verbose) return;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  // One fprintf per line so ranks' lines do not interleave mid-line.
+  std::fprintf(stderr, "[rank %d] NCCL %s %s:%d %s\n", g_rank, level_name(level),
+               file == nullptr ? "?" : file, line, msg);
+}
+
+std::string result_name(int result) {
+  static const char* const kNames[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                       "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                       "ncclRemoteError"};
+  const char* name = result >= 0 && result <= 6 ? kNames[result] : "unknown";
+  return std::string(name) + " (" + std::to_string(result) + ")";
+}
+
+NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) {
+  switch (api) {
+    case Api::kV8: v8_ = static_cast<const ncclNet_v8_t*>(table); break;
+    case Api::kV9: v9_ = static_cast<const ncclNet_v9_t*>(table); break;
+    case Api::kV10: v10_ = static_cast<const ncclNet_v10_t*>(table); break;
+    case Api::kV11: v11_ = static_cast<const ncclNet_v11_t*>(table); break;
+  }
+  // Optional statistics hook; a plugin without it simply reports zeros.
+  stats_fn_ = reinterpret_cast<int (*)(char*, int)>(dlsym(dl_, "ncclTrimStatsJson"));
+}
+
+NetPlugin::~NetPlugin() {
+  if (dl_ != nullptr) dlclose(dl_);
+}
+
+Result<NetPlugin*> NetPlugin::open(const std::string& path, Api api) {
+  // RTLD_LOCAL like NCCL: the plugin must not rely on symbols leaking into the global scope.
+  void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (dl == nullptr) {
+    const char* why = dlerror();
+    return Status(Code::kUnavailable, "dlopen " + path + ": " + (why == nullptr ? "?" : why));
+  }
+  std::string symbol = std::string("ncclNetPlugin_") + api_name(api);
+  void* table = dlsym(dl, symbol.c_str());
+  if (table == nullptr) {
+    dlclose(dl);
+    return Status(Code::kUnavailable, path + " does not export " + symbol);
+  }
+  return new NetPlugin(dl, api, table);
+}
+
+const char* NetPlugin::name() const {
+  if (v8_ != nullptr) return v8_->name;
+  if (v9_ != nullptr) return v9_->name;
+  if (v10_ != nullptr) return v10_->name;
+  return v11_->name;
+}
+
+// Makes `call` on whichever table is loaded, for the slots whose signature every version shares.
+#define HARNESS_DISPATCH(call)                      \
+  do {                                              \
+    if (v8_ != nullptr) return v8_->call;           \
+    if (v9_ != nullptr) return v9_->call;           \
+    if (v10_ != nullptr) return v10_->call;         \
+    return v11_->call;                              \
+  } while (0)
+
+ncclResult_t NetPlugin::init(uint64_t comm_id) {
+  if (v8_ != nullptr) return v8_->init(harness_logger);
+  if (v9_ != nullptr) return v9_->init(harness_logger);
+  if (v10_ != nullptr) return v10_->init(harness_logger, nullptr);
+  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  return v11_->init(&ctx_, comm_id, &config, harness_logger, nullptr);
+}
+
+ncclResult_t NetPlugin::finalize() {
+  if (v11_ == nullptr || ctx_ == nullptr) return ncclSuccess;
+  ncclResult_t r = v11_->finalize(ctx_);
+  ctx_ = nullptr;
+  return r;
+}
+
+ncclResult_t NetPlugin::devices(int* ndev) { HARNESS_DISPATCH(devices(ndev)); }
+
+ncclResult_t NetPlugin::properties(int dev, DeviceInfo* out) {
+  auto fill = [out](const auto& p) {
+    out->name = p.name == nullptr ? "" : p.name;
+    out->speed_mbps = p.speed;
+    out->ptr_support = p.ptrSupport;
+    out->max_recvs = p.maxRecvs;
+    out->max_comms = p.maxComms;
+  };
+  ncclResult_t r = ncclSuccess;
+  if (v8_ != nullptr) {
+    ncclNetProperties_v8_t p{};
+    r = v8_->getProperties(dev, &p);
+    if (r == ncclSuccess) fill(p);
+  } else if (v9_ != nullptr || v10_ != nullptr) {
+    ncclNetProperties_v9_t p{};
+    r = v9_ != nullptr ? v9_->getProperties(dev, &p) : v10_->getProperties(dev, &p);
+    if (r == ncclSuccess) {
+      fill(p);
+      out->max_p2p_bytes = p.maxP2pBytes;
+    }
+  } else {
+    ncclNetProperties_v11_t p{};
+    r = v11_->getProperties(dev, &p);
+    if (r == ncclSuccess) {
+      fill(p);
+      out->max_p2p_bytes = p.maxP2pBytes;
+    }
+  }
+  return r;
+}
+
+ncclResult_t NetPlugin::listen(int dev, void* handle, void** listen_comm) {
+  if (v11_ != nullptr) return v11_->listen(ctx_, dev, handle, listen_comm);
+  if (v8_ != nullptr) return v8_->listen(dev, handle, listen_comm);
+  if (v9_ != nullptr) return v9_->listen(dev, handle, listen_comm);
+  return v10_->listen(dev, handle, listen_comm);
+}
+
+ncclResult_t NetPlugin::connect(int dev, void* handle, void** send_comm) {
+  if (v11_ != nullptr) return v11_->connect(ctx_, dev, handle, send_comm, nullptr);
+  if (v10_ != nullptr) return v10_->connect(dev, &config_, handle, send_comm, nullptr);
+  if (v8_ != nullptr) return v8_->connect(dev, handle, send_comm, nullptr);
+  return v9_->connect(dev, handle, send_comm, nullptr);
+}
+
+ncclResult_t NetPlugin::accept(void* listen_comm, void** recv_comm) {
+  HARNESS_DISPATCH(accept(listen_comm, recv_comm, nullptr));
+}
+
+ncclResult_t NetPlugin::reg_mr(void* comm, void* data, size_t bytes, void** mhandle) {
+  HARNESS_DISPATCH(regMr(comm, data, bytes, NCCL_PTR_HOST, mhandle));
+}
+
+ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { HARNESS_DISPATCH(deregMr(comm, mhandle)); }
+
+ncclResult_t NetPlugin::isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void** request) {
+  // Slices are at most 1 MiB, so v8's int size cannot overflow.
+  if (v8_ != nullptr) return v8_->isend(send_comm, data, static_cast<int>(bytes), tag, mhandle, request);
+  if (v9_ != nullptr) return v9_->isend(send_comm, data, bytes, tag, mhandle, request);
+  if (v10_ != nullptr) return v10_->isend(send_comm, data, bytes, tag, mhandle, nullptr, request);
+  return v11_->isend(send_comm, data, bytes, tag, mhandle, nullptr, request);
+}
+
+ncclResult_t NetPlugin::irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
+                              void** request) {
+  void* datas[1] = {data};
+  int tags[1] = {tag};
+  void* mhandles[1] = {mhandle};
+  *request = nullptr;
+  if (v8_ != nullptr) {
+    int sizes[1] = {static_cast<int>(capacity_bytes)};
+    return v8_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, request);
+  }
+  size_t sizes[1] = {capacity_bytes};
+  if (v9_ != nullptr) return v9_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, request);
+  void* phandles[1] = {nullptr};
+  if (v10_ != nullptr) return v10_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
+  return v11_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
+}
+
+ncclResult_t NetPlugin::test(void* request, int* done, size_t* bytes) {
+  // Poisoned so a plugin that reports done without a size is caught by the size check.
+  int sizes[8] = {-1, -1, -1, -1, -1, -1, -1, -1};  // room for a grouped receive's sizes
+  ncclResult_t r;
+  if (v8_ != nullptr) r = v8_->test(request, done, sizes);
+  else if (v9_ != nullptr) r = v9_->test(request, done, sizes);
+  else if (v10_ != nullptr) r = v10_->test(request, done, sizes);
+  else r = v11_->test(request, done, sizes);
+  *bytes = sizes[0] < 0 ? SIZE_MAX : static_cast<size_t>(sizes[0]);
+  return r;
+}
+
+ncclResult_t NetPlugin::set_net_attr(uint32_t op_mask, uint32_t algo_mask, uint32_t proto_mask) {
+  if (v11_ == nullptr) return ncclSuccess;
+  ncclNetAttr_v11_t attr{};
+  // No peer/flow hints (-1): the harness has no opinion and the plugin must not need them.
+  attr.sendCommAttr = {-1, -1, -1, -1};
+  attr.recvCommAttr = {-1, -1, -1, -1};
+  attr.op = op_mask;
+  attr.algo = algo_mask;
+  attr.proto = proto_mask;
+  return v11_->setNetAttr(ctx_, &attr);
+}
+
+ncclResult_t NetPlugin::close_send(void* send_comm) { HARNESS_DISPATCH(closeSend(send_comm)); }
+ncclResult_t NetPlugin::close_recv(void* recv_comm) { HARNESS_DISPATCH(closeRecv(recv_comm)); }
+ncclResult_t NetPlugin::close_listen(void* listen_comm) { HARNESS_DISPATCH(closeListen(listen_comm)); }
+
+#undef HARNESS_DISPATCH
+
+bool NetPlugin::stats_json(std::string* out) const {
+  if (stats_fn_ == nullptr) return false;
+  std::vector<char> buf(1 << 16, '\0');
+  int n = stats_fn_(buf.data(), static_cast<int>(buf.size()));
+  if (n < 0 || n >= static_cast<int>(buf.size())) return false;
+  out->assign(buf.data(), static_cast<size_t>(n));
+  return true;
+}
+
+}  // namespace trim::harness

@@ -1,0 +1,85 @@
+// The plugin as NCCL sees it: dlopen, one ncclNetPlugin_vN table, and one call surface over
+// v8..v11 so the modes are written once. Every call returns the plugin's ncclResult_t as is;
+// the only translation is of argument shapes (int vs size_t sizes, ctx, profiler handles).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "plugin/nccl_net.h"
+#include "tools/harness/options.h"
+
+namespace trim::harness {
+
+// What the harness needs from getProperties, whatever the version.
+struct DeviceInfo {
+  std::string name;
+  int speed_mbps = 0;
+  int ptr_support = 0;
+  int max_recvs = 0;
+  int max_comms = 0;
+  size_t max_p2p_bytes = 0;  // 0 for v8 (absent)
+};
+
+// Routes the plugin's log lines: WARN always to stderr, INFO/TRACE only when verbose.
+void set_log_context(int rank, bool verbose);
+void harness_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                    const char* fmt, ...) __attribute__((format(printf, 5, 6)));
+
+// "ncclRemoteError (6)" for messages.
+std::string result_name(int result);
+
+class NetPlugin {
+ public:
+  // Opens the library and resolves the table of `api`. The stats hook is optional.
+  static Result<NetPlugin*> open(const std::string& path, Api api);
+  ~NetPlugin();
+  NetPlugin(const NetPlugin&) = delete;
+  NetPlugin& operator=(const NetPlugin&) = delete;
+
+  Api api() const { return api_; }
+  const char* name() const;
+
+  // v11: per-communicator init returning the ctx every later call gets; v8-v10: global init.
+  ncclResult_t init(uint64_t comm_id);
+  // v11 only (no-op before); call after every comm is closed.
+  ncclResult_t finalize();
+  ncclResult_t devices(int* ndev);
+  ncclResult_t properties(int dev, DeviceInfo* out);
+  ncclResult_t listen(int dev, void* handle, void** listen_comm);
+  // NCCL passes the same handle buffer on every retry: so must the caller.
+  ncclResult_t connect(int dev, void* handle, void** send_comm);
+  ncclResult_t accept(void* listen_comm, void** recv_comm);
+  ncclResult_t reg_mr(void* comm, void* data, size_t bytes, void** mhandle);
+  ncclResult_t dereg_mr(void* comm, void* mhandle);
+  ncclResult_t isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void** request);
+  // n = 1 receive of at most capacity_bytes; *request is preset to null like NCCL's SIMPLE path.
+  ncclResult_t irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
+                     void** request);
+  ncclResult_t test(void* request, int* done, size_t* bytes);
+  // v11: announces the op for the isends/irecvs that follow (no-op before v11).
+  ncclResult_t set_net_attr(uint32_t op_mask, uint32_t algo_mask, uint32_t proto_mask);
+  ncclResult_t close_send(void* send_comm);
+  ncclResult_t close_recv(void* recv_comm);
+  ncclResult_t close_listen(void* listen_comm);
+
+  // ncclTrimStatsJson if the library exports it; false (and nothing written) when absent.
+  bool stats_json(std::string* out) const;
+
+ private:
+  NetPlugin(void* dl, Api api, const void* table);
+
+  void* dl_;
+  Api api_;
+  const ncclNet_v8_t* v8_ = nullptr;
+  const ncclNet_v9_t* v9_ = nullptr;
+  const ncclNet_v10_t* v10_ = nullptr;
+  const ncclNet_v11_t* v11_ = nullptr;
+  void* ctx_ = nullptr;  // v11 context from init
+  ncclNetCommConfig_v10_t config_{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  int (*stats_fn_)(char*, int) = nullptr;
+};
+
+}  // namespace trim::harness

@@ -1,0 +1,223 @@
+#include "tools/harness/options.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace trim::harness {
+
+namespace {
+
+constexpr size_t kMaxBytes = size_t{16} << 30;  // per rank; more would not fit the machines
+constexpr int kMaxRanks = 64;
+constexpr int kMaxIters = 10000;  // keeps each rank's report of iteration times small
+
+Status bad(const std::string& what) { return Status(Code::kInvalidArgument, what); }
+
+Result<double> parse_double(const std::string& flag, const std::string& text, double lo, double hi) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || end == nullptr || *end != '\0' || !(v >= lo && v <= hi)) {
+    return bad(flag + " " + text + ": expected a number in [" + std::to_string(lo) + ", " +
+               std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+Result<long long> parse_int(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || end == nullptr || *end != '\0' || v < lo || v > hi) {
+    return bad(flag + " " + text + ": expected an integer in [" + std::to_string(lo) + ", " +
+               std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+Status check_combination(const Options& o) {
+  if (o.mode == Mode::kSendRecv && o.ranks != 2) return bad("--mode sendrecv needs --ranks 2");
+  if (o.fault != Fault::kNone && o.mode != Mode::kSendRecv) {
+    return bad("--kill-peer, --freeze-peer and --close-in-flight need --mode sendrecv");
+  }
+  if (o.mode == Mode::kAllReduce && o.op != SendRecvOp::kP2p) {
+    return bad("--op applies to --mode sendrecv only (allreduce always announces AllReduce)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* mode_name(Mode mode) { return mode == Mode::kSendRecv ? "sendrecv" : "allreduce"; }
+
+const char* api_name(Api api) {
+  switch (api) {
+    case Api::kV8: return "v8";
+    case Api::kV9: return "v9";
+    case Api::kV10: return "v10";
+    case Api::kV11: return "v11";
+  }
+  return "?";
+}
+
+const char* op_name(SendRecvOp op) { return op == SendRecvOp::kP2p ? "p2p" : "allreduce"; }
+
+Result<size_t> parse_bytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == 0 || i > 12) return bad("size '" + text + "': expected digits with an optional K, M or G");
+  unsigned long long v = std::strtoull(text.substr(0, i).c_str(), nullptr, 10);
+  std::string suffix = text.substr(i);
+  unsigned shift = 0;
+  if (!suffix.empty()) {
+    char c = static_cast<char>(suffix[0] | 0x20);  // lower case
+    shift = c == 'k' ? 10 : c == 'm' ? 20 : c == 'g' ? 30 : 99;
+    std::string rest = suffix.substr(1);
+    if (shift == 99 || !(rest.empty() || rest == "iB" || rest == "B" || rest == "ib" || rest == "b")) {
+      return bad("size '" + text + "': unknown suffix '" + suffix + "' (use K, M or G)");
+    }
+  }
+  if (v > (kMaxBytes >> shift)) return bad("size '" + text + "' exceeds 16 GiB");
+  return static_cast<size_t>(v << shift);
+}
+
+int effective_timeout_ms(const Options& opt) {
+  if (opt.timeout_ms > 0) return opt.timeout_ms;
+  const char* env = std::getenv("NCCL_TRIM_TIMEOUT_MS");
+  int v = env == nullptr ? 0 : std::atoi(env);
+  return v > 0 ? v : 30000;
+}
+
+std::string usage_text() {
+  return R"(trim-harness: drives the NCCL net plugin exactly as NCCL's proxy would, one process per
+rank on loopback, and checks what arrives.
+
+  --plugin PATH        plugin .so (default: ../lib/libnccl-net-trim.so next to this binary)
+  --api v8|v9|v10|v11  table to use: ncclNetPlugin_vN (default v11; only v11 has setNetAttr,
+                       so only v11 traffic can ever be trimmable)
+  --mode sendrecv|allreduce
+                       sendrecv: rank 0 sends --bytes to rank 1 per iteration (needs --ranks 2).
+                       allreduce: NCCL's ring reduce-scatter + allgather on fp32 data.
+  --op p2p|allreduce   sendrecv only: what setNetAttr announces (default p2p: Send/Recv, exact;
+                       allreduce: ring AllReduce SIMPLE, trimmable with --trimmable)
+  --ranks N            ranks (processes), default 2
+  --bytes SIZE         bytes per rank and iteration; K, M, G are binary multiples (16M = 16 MiB).
+                       0 and odd sizes work. allreduce: the floor(SIZE/4) fp32 values are summed;
+                       the 1-3 trailing bytes of a size that is not a multiple of 4 are raw: they
+                       ride only in the allgather half and every rank ends with the bytes of the
+                       rank that owns the last segment (verified exactly).
+  --iters N            timed iterations (default 5)       --warmup N   untimed (default 1)
+  --json               one JSON object on stdout          --verbose    plugin INFO lines too
+  --nmse-max X         largest NMSE accepted when trimming happened (default 1.0)
+  --deadline-s S       kill every rank after S seconds and report "deadline" (default 120)
+  --seed N             base seed of the data and of NCCL_TRIM_TEST_SEED (default 1)
+Plugin environment, set in every rank before init (other NCCL_TRIM_* are inherited):
+  --drop P --dup P --reorder P --trim P
+                       NCCL_TRIM_TEST_DROP/DUP/REORDER/TRIM (probabilities at each receiving
+                       engine); NCCL_TRIM_TEST_SEED = seed*1000003 + rank
+  --trimmable          NCCL_TRIM_DTYPE=fp32 (v11 AllReduce SIMPLE messages become trimmable)
+  --mtu BYTES          NCCL_TRIM_MTU        --timeout-ms MS   NCCL_TRIM_TIMEOUT_MS
+  NCCL_TRIM_IFNAME=lo unless already set.
+Fault scenarios (sendrecv):
+  --kill-peer          the receiver SIGKILLs itself halfway through the first iteration; the
+                       sender must get an error from isend/test. Exit 3 when it did within
+                       3x the timeout (the expected outcome), 1 when it hung.
+  --freeze-peer        the same with SIGSTOP (the parent SIGKILLs the frozen rank at the end)
+  --close-in-flight    post up to 8 sends/receives, then close everything without waiting
+Verify: exact (every rank bit-identical to a reference summed in the ring's order), ok (not
+exact, but the plugin reports trimmed packets accepted, raw tail bytes are exact and the mean
+NMSE <= --nmse-max), fail; skipped for the fault scenarios, which check no data.
+replicas_identical (allreduce: every rank's final buffers hash alike) is reported separately.
+Exit status: 0 when verify != fail and no error, 3 as above, 2 for a bad command line, 1
+otherwise.
+)";
+}
+
+Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
+  Options o;
+  *help_printed = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    // Flags without a value first.
+    if (flag == "--help" || flag == "-h") {
+      *help_printed = true;
+      return o;
+    }
+    if (flag == "--json") { o.json = true; continue; }
+    if (flag == "--verbose") { o.verbose = true; continue; }
+    if (flag == "--trimmable") { o.trimmable = true; continue; }
+    if (flag == "--kill-peer") { o.fault = Fault::kKillPeer; continue; }
+    if (flag == "--freeze-peer") { o.fault = Fault::kFreezePeer; continue; }
+    if (flag == "--close-in-flight") { o.fault = Fault::kCloseInFlight; continue; }
+    if (i + 1 >= argc) return bad("unknown flag or missing value: " + flag + " (see --help)");
+    std::string v = argv[++i];
+    if (flag == "--plugin") {
+      o.plugin_path = v;
+    } else if (flag == "--api") {
+      if (v == "v8") o.api = Api::kV8;
+      else if (v == "v9") o.api = Api::kV9;
+      else if (v == "v10") o.api = Api::kV10;
+      else if (v == "v11") o.api = Api::kV11;
+      else return bad("--api " + v + ": expected v8, v9, v10 or v11");
+    } else if (flag == "--mode") {
+      if (v == "sendrecv") o.mode = Mode::kSendRecv;
+      else if (v == "allreduce") o.mode = Mode::kAllReduce;
+      else return bad("--mode " + v + ": expected sendrecv or allreduce");
+    } else if (flag == "--op") {
+      if (v == "p2p") o.op = SendRecvOp::kP2p;
+      else if (v == "allreduce") o.op = SendRecvOp::kAllReduce;
+      else return bad("--op " + v + ": expected p2p or allreduce");
+    } else if (flag == "--ranks") {
+      Result<long long> n = parse_int(flag, v, 2, kMaxRanks);
+      if (!n) return n.status();
+      o.ranks = static_cast<int>(*n);
+    } else if (flag == "--bytes") {
+      Result<size_t> b = parse_bytes(v);
+      if (!b) return b.status();
+      o.bytes = *b;
+    } else if (flag == "--iters") {
+      Result<long long> n = parse_int(flag, v, 1, kMaxIters);
+      if (!n) return n.status();
+      o.iters = static_cast<int>(*n);
+    } else if (flag == "--warmup") {
+      Result<long long> n = parse_int(flag, v, 0, kMaxIters);
+      if (!n) return n.status();
+      o.warmup = static_cast<int>(*n);
+    } else if (flag == "--nmse-max") {
+      Result<double> x = parse_double(flag, v, 0.0, 1e6);
+      if (!x) return x.status();
+      o.nmse_max = *x;
+    } else if (flag == "--deadline-s") {
+      Result<long long> n = parse_int(flag, v, 1, 86400);
+      if (!n) return n.status();
+      o.deadline_s = static_cast<int>(*n);
+    } else if (flag == "--seed") {
+      Result<long long> n = parse_int(flag, v, 0, (1LL << 62));
+      if (!n) return n.status();
+      o.seed = static_cast<uint64_t>(*n);
+    } else if (flag == "--drop" || flag == "--dup" || flag == "--reorder" || flag == "--trim") {
+      Result<double> p = parse_double(flag, v, 0.0, 1.0);
+      if (!p) return p.status();
+      double* dst = flag == "--drop" ? &o.drop : flag == "--dup" ? &o.dup : flag == "--reorder" ? &o.reorder : &o.trim;
+      *dst = *p;
+    } else if (flag == "--mtu") {
+      Result<long long> n = parse_int(flag, v, 1, 1 << 20);  // the plugin validates the real range
+      if (!n) return n.status();
+      o.mtu_bytes = static_cast<int>(*n);
+    } else if (flag == "--timeout-ms") {
+      Result<long long> n = parse_int(flag, v, 1, 86400000);
+      if (!n) return n.status();
+      o.timeout_ms = static_cast<int>(*n);
+    } else {
+      return bad("unknown flag: " + flag + " (see --help)");
+    }
+  }
+  Status st = check_combination(o);
+  if (!st.is_ok()) return st;
+  return o;
+}
+
+}  // namespace trim::harness

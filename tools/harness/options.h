@@ -1,0 +1,64 @@
+// Command line of trim-harness: what to run, how big, which faults to inject.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace trim::harness {
+
+enum class Mode { kSendRecv, kAllReduce };
+enum class Api { kV8, kV9, kV10, kV11 };
+// What setNetAttr announces in sendrecv mode: p2p (Send/Recv, always exact) or a ring
+// AllReduce SIMPLE message (trimmable when --trimmable).
+enum class SendRecvOp { kP2p, kAllReduce };
+// Scenarios that end a run early on purpose.
+enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight };
+
+// Largest message one isend carries: NCCL's ring SIMPLE steps are at most 1 MiB.
+inline constexpr size_t kSliceBytes = size_t{1} << 20;
+// Steps in flight per connection (NCCL_STEPS).
+inline constexpr size_t kMaxInFlight = 8;
+
+struct Options {
+  Mode mode = Mode::kSendRecv;
+  Api api = Api::kV11;
+  SendRecvOp op = SendRecvOp::kP2p;
+  Fault fault = Fault::kNone;
+  std::string plugin_path;  // empty: next to the binary
+  int ranks = 2;
+  size_t bytes = size_t{4} << 20;
+  int iters = 5;
+  int warmup = 1;
+  bool json = false;
+  bool verbose = false;
+  double nmse_max = 1.0;
+  int deadline_s = 120;
+  uint64_t seed = 1;  // data and fault-injection seeds derive from it and the rank
+
+  // Environment the ranks get (negative / zero: leave the plugin's default or the user's value).
+  double drop = -1, dup = -1, reorder = -1, trim = -1;
+  bool trimmable = false;
+  int mtu_bytes = 0;
+  int timeout_ms = 0;
+};
+
+const char* mode_name(Mode mode);
+const char* api_name(Api api);
+const char* op_name(SendRecvOp op);
+
+// Parses "16M", "4K", "1G", "1000001" (binary multiples; optional trailing "iB"/"B").
+Result<size_t> parse_bytes(const std::string& text);
+
+// Parses argv. *help_printed is set when --help was asked for (the caller exits 0).
+Result<Options> parse_options(int argc, char** argv, bool* help_printed);
+
+std::string usage_text();
+
+// The plugin's peer timeout as the ranks will see it: --timeout-ms, else NCCL_TRIM_TIMEOUT_MS,
+// else the plugin's default (common/params.def).
+int effective_timeout_ms(const Options& opt);
+
+}  // namespace trim::harness

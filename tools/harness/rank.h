@@ -1,0 +1,90 @@
+// One rank's process: plugin setup as NCCL's proxy does it, the chosen mode's data phase, and
+// teardown. Shared pieces the modes use live here too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "tools/harness/bootstrap.h"
+#include "tools/harness/net_plugin.h"
+#include "tools/harness/options.h"
+#include "tools/harness/report.h"
+
+namespace trim::harness {
+
+// Runs rank `rank` to completion over the parent channel `fd`; returns the process exit status.
+int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns);
+
+// ---- For the modes ----
+
+struct RankCtx {
+  const Options& opt;
+  int rank;
+  NetPlugin* net;
+  RankChannel* chan;
+  void* send_comm;  // to rank+1; null when this rank never sends
+  void* recv_comm;  // from rank-1; null when this rank never receives
+  RankReport* report;
+};
+
+// setNetAttr masks (v11): 1 << ncclFunc_t, 1 << NCCL_ALGO_*, 1 << NCCL_PROTO_* of NCCL 2.28.
+inline constexpr uint32_t kFuncAllReduce = 1u << 4;
+inline constexpr uint32_t kFuncSend = 1u << 6;
+inline constexpr uint32_t kFuncRecv = 1u << 7;
+inline constexpr uint32_t kAlgoRing = 1u << 1;
+inline constexpr uint32_t kProtoSimple = 1u << 2;
+
+// A plugin call's non-success result as a Status naming the call.
+Status plugin_error(const char* call, ncclResult_t r);
+
+// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can mimic).
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes);
+  char* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char, Free> data_;
+  size_t bytes_;
+};
+
+// regMr on construction's request; deregMr exactly once (release() reports the result).
+class MemReg {
+ public:
+  MemReg(NetPlugin* net, void* comm) : net_(net), comm_(comm) {}
+  ~MemReg() { (void)release(); }
+  MemReg(const MemReg&) = delete;
+  MemReg& operator=(const MemReg&) = delete;
+  Status reg(void* data, size_t bytes);
+  Status release();
+  void* handle() const { return mh_; }
+
+ private:
+  NetPlugin* net_;
+  void* comm_;
+  void* mh_ = nullptr;
+};
+
+// Polling loops call idle() after a pass that moved nothing: yield first, then short sleeps,
+// so ranks sharing few cores leave the plugin's own threads room to run.
+class Backoff {
+ public:
+  void progressed() { idle_passes_ = 0; }
+  void idle();
+
+ private:
+  int idle_passes_ = 0;
+};
+
+// The modes' data phases (mode_sendrecv.cc, mode_allreduce.cc).
+Status run_sendrecv(RankCtx& c);
+Status run_allreduce(RankCtx& c);
+
+}  // namespace trim::harness

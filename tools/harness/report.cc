@@ -1,0 +1,306 @@
+#include "tools/harness/report.h"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace trim::harness {
+
+namespace {
+
+// ---- A minimal binary writer/reader for the rank -> parent report ----
+
+class Writer {
+ public:
+  template <typename T>
+  void pod(const T& v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void str(const std::string& s) {
+    pod(static_cast<uint32_t>(s.size()));
+    out_ += s;
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  bool pod(T* v) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool str(std::string* s) {
+    uint32_t n = 0;
+    if (!pod(&n) || in_.size() - pos_ < n) return false;
+    s->assign(in_, pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+// Integer value of "key": in a flat JSON object; 0 when absent.
+int64_t json_int(const std::string& json, const char* key) {
+  std::string needle = std::string("\"") + key + "\"";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return 0;
+  at = json.find(':', at + needle.size());
+  if (at == std::string::npos) return 0;
+  return std::strtoll(json.c_str() + at + 1, nullptr, 10);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Finite numbers only: JSON has no NaN/Inf.
+double finite(double v) { return std::isfinite(v) ? v : -1.0; }
+
+double percentile_ms(std::vector<int64_t> ns, double q) {
+  if (ns.empty()) return 0;
+  std::sort(ns.begin(), ns.end());
+  // Nearest rank: p99 of 5 samples is the largest one.
+  size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(ns.size())));
+  idx = idx == 0 ? 0 : idx - 1;
+  return static_cast<double>(ns[std::min(idx, ns.size() - 1)]) / 1e6;
+}
+
+
+void add_stats(PluginStats* sum, const PluginStats& s) {
+  sum->available = sum->available || s.available;
+  sum->sent_packets += s.sent_packets;
+  sum->retransmitted_packets += s.retransmitted_packets;
+  sum->received_packets += s.received_packets;
+  sum->trimmed_accepted += s.trimmed_accepted;
+  sum->trimmed_nacked += s.trimmed_nacked;
+  sum->dup_packets += s.dup_packets;
+  sum->bad_packets += s.bad_packets;
+}
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+  if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
+  return "still running";
+}
+
+// Timings: per timed iteration the slowest rank's time (a collective ends when its last rank does).
+void fill_timing(const Options& opt, const std::vector<RankReport>& reports, RunSummary* s) {
+  std::vector<int64_t> worst;
+  for (const RankReport& r : reports) {
+    if (r.iter_ns.empty()) continue;
+    if (worst.empty()) worst.assign(r.iter_ns.size(), 0);
+    for (size_t i = 0; i < worst.size() && i < r.iter_ns.size(); ++i) worst[i] = std::max(worst[i], r.iter_ns[i]);
+  }
+  if (worst.empty()) return;
+  double mean_ns = 0;
+  for (int64_t v : worst) mean_ns += static_cast<double>(v);
+  mean_ns /= static_cast<double>(worst.size());
+  // bytes * 8 / ns = Gbit/s.
+  s->gbps = mean_ns > 0 ? static_cast<double>(opt.bytes) * 8.0 / mean_ns : 0;
+  double n = opt.ranks;
+  s->busbw_gbps = opt.mode == Mode::kAllReduce ? s->gbps * 2.0 * (n - 1) / n : s->gbps;
+  s->p50_ms = percentile_ms(worst, 0.50);
+  s->p99_ms = percentile_ms(worst, 0.99);
+}
+
+}  // namespace
+
+PluginStats parse_stats(const std::string& json) {
+  PluginStats s;
+  s.available = true;
+  s.sent_packets = json_int(json, "sent_packets");
+  s.retransmitted_packets = json_int(json, "retransmitted_packets");
+  s.received_packets = json_int(json, "received_packets");
+  s.trimmed_accepted = json_int(json, "trimmed_accepted");
+  s.trimmed_nacked = json_int(json, "trimmed_nacked");
+  s.dup_packets = json_int(json, "dup_packets");
+  s.bad_packets = json_int(json, "bad_packets");
+  return s;
+}
+
+std::string serialize(const RankReport& r) {
+  Writer w;
+  w.pod(r.rank);
+  w.pod(r.outcome);
+  w.pod(r.verified);
+  w.pod(r.exact);
+  w.pod(r.raw_exact);
+  w.pod(r.err2);
+  w.pod(r.ref2);
+  w.pod(r.nmse);
+  w.pod(r.result_hash);
+  w.pod(r.error_at_ns);
+  w.pod(r.stats);  // trivially copyable, same binary on both ends
+  w.str(r.device);
+  w.str(r.error);
+  w.pod(static_cast<uint32_t>(r.iter_ns.size()));
+  for (int64_t t : r.iter_ns) w.pod(t);
+  return w.take();
+}
+
+Result<RankReport> deserialize(const std::string& bytes) {
+  RankReport r;
+  Reader rd(bytes);
+  uint32_t n = 0;
+  bool ok = rd.pod(&r.rank) && rd.pod(&r.outcome) && rd.pod(&r.verified) && rd.pod(&r.exact) &&
+            rd.pod(&r.raw_exact) && rd.pod(&r.err2) && rd.pod(&r.ref2) && rd.pod(&r.nmse) && rd.pod(&r.result_hash) &&
+            rd.pod(&r.error_at_ns) && rd.pod(&r.stats) && rd.str(&r.device) && rd.str(&r.error) && rd.pod(&n);
+  for (uint32_t i = 0; ok && i < n; ++i) {
+    int64_t t = 0;
+    ok = rd.pod(&t);
+    r.iter_ns.push_back(t);
+  }
+  if (!ok) return Status(Code::kInternal, "malformed rank report");
+  return r;
+}
+
+RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
+                     const std::vector<RankFate>& fates, const std::string& parent_error) {
+  RunSummary s;
+  for (const RankReport& r : reports) add_stats(&s.totals, r.stats);
+  s.trim_rate = s.totals.received_packets > 0
+                    ? static_cast<double>(s.totals.trimmed_accepted) / static_cast<double>(s.totals.received_packets)
+                    : 0.0;
+  fill_timing(opt, reports, &s);
+
+  // Errors: the parent's own first, then the first rank's; a rank gone without a word is one.
+  std::string error = parent_error;
+  for (size_t k = 0; k < fates.size() && error.empty(); ++k) {
+    if (!fates[k].reported && !fates[k].expected_gone) {
+      error = fmt::format("rank {} ended without a report ({})", k, describe_exit(fates[k].exit_status));
+    }
+  }
+  const bool fault_run = opt.fault == Fault::kKillPeer || opt.fault == Fault::kFreezePeer;
+  for (const RankReport& r : reports) {
+    if (!error.empty()) break;
+    if (r.outcome == Outcome::kError || (!fault_run && r.outcome != Outcome::kOk)) {
+      error = fmt::format("rank {}: {}", r.rank, r.error);
+    }
+  }
+
+  if (fault_run) {
+    // The sender (rank 0) is the one that must notice its peer is gone.
+    s.verify = "skipped";
+    const RankReport* sender = nullptr;
+    for (const RankReport& r : reports) sender = r.rank == 0 ? &r : sender;
+    if (error.empty() && sender == nullptr) error = "the sender sent no report";
+    if (error.empty() && sender->outcome == Outcome::kHang) error = "hang: " + sender->error;
+    if (error.empty() && sender->outcome == Outcome::kOk) error = "the sender finished without an error";
+    if (error.empty()) {
+      int64_t event_at = fates.size() > 1 ? fates[1].event_at_ns : 0;
+      s.detect_ms = event_at > 0 ? static_cast<double>(sender->error_at_ns - event_at) / 1e6 : -1;
+      double limit_ms = 3.0 * effective_timeout_ms(opt);
+      s.error = sender->error;
+      s.exit_status = (event_at > 0 && s.detect_ms <= limit_ms) ? 3 : 1;
+      if (s.exit_status != 3) s.error += fmt::format(" (detected after {:.0f} ms, limit {:.0f} ms)", s.detect_ms, limit_ms);
+      return s;
+    }
+    s.error = error;
+    s.exit_status = 1;
+    return s;
+  }
+
+  if (opt.fault == Fault::kCloseInFlight) {
+    s.verify = error.empty() ? "skipped" : "fail";
+  } else {
+    bool exact = true;
+    bool raw_exact = true;
+    double nmse_sum = 0;
+    int verified = 0;
+    for (const RankReport& r : reports) {
+      if (!r.verified) continue;
+      ++verified;
+      exact = exact && r.exact;
+      raw_exact = raw_exact && r.raw_exact;
+      nmse_sum += r.nmse;
+    }
+    s.nmse = verified > 0 ? nmse_sum / verified : 0;
+    uint64_t first_hash = reports.empty() ? 0 : reports.front().result_hash;
+    for (const RankReport& r : reports) {
+      // sendrecv ends with one copy (the receiver's), so it is trivially consistent.
+      if (opt.mode == Mode::kAllReduce) s.replicas_identical = s.replicas_identical && r.result_hash == first_hash;
+    }
+    const bool expected_all = static_cast<int>(reports.size()) == opt.ranks;
+    const bool trimmed = s.totals.trimmed_accepted > 0;
+    if (!error.empty() || verified == 0 || !expected_all) {
+      s.verify = "fail";
+    } else if (exact) {
+      s.verify = "exact";
+    } else if (trimmed && raw_exact && s.nmse <= opt.nmse_max) {
+      // Replica divergence is reported on its own (replicas_identical), not folded in here.
+      s.verify = "ok";
+    } else {
+      s.verify = "fail";
+    }
+  }
+  s.error = error;
+  s.exit_status = (s.verify != "fail" && error.empty()) ? 0 : 1;
+  return s;
+}
+
+std::string to_json(const Options& opt, const RunSummary& s, const std::string& device) {
+  const PluginStats& t = s.totals;
+  return fmt::format(
+      "{{\"bench\":\"harness\",\"mode\":\"{}\",\"api\":\"{}\",\"op\":\"{}\",\"ranks\":{},\"bytes\":{},"
+      "\"iters\":{},\"warmup\":{},\"device\":\"{}\",\"gbps\":{:.4f},\"busbw_gbps\":{:.4f},"
+      "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"verify\":\"{}\",\"nmse\":{:.6g},\"trim_rate\":{:.6g},"
+      "\"replicas_identical\":{},\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
+      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
+      "\"stats_available\":{},\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      mode_name(opt.mode), api_name(opt.api),
+      opt.mode == Mode::kAllReduce ? "allreduce" : op_name(opt.op), opt.ranks, opt.bytes, opt.iters, opt.warmup,
+      json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
+      finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", t.retransmitted_packets,
+      t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
+      t.available ? "true" : "false", finite(s.detect_ms), json_escape(s.error));
+}
+
+std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {
+  const PluginStats& t = s.totals;
+  std::string out = fmt::format("trim-harness: {} {} ranks={} bytes={} iters={} (+{} warmup) device={}\n",
+                                mode_name(opt.mode), api_name(opt.api), opt.ranks, opt.bytes, opt.iters,
+                                opt.warmup, device.empty() ? "?" : device);
+  out += fmt::format("  goodput {:.3f} Gbit/s (bus {:.3f})   p50 {:.3f} ms   p99 {:.3f} ms\n", s.gbps,
+                     s.busbw_gbps, s.p50_ms, s.p99_ms);
+  out += fmt::format("  verify {}   nmse {:.4g}   replicas identical: {}\n", s.verify, s.nmse,
+                     s.replicas_identical ? "yes" : "no");
+  if (t.available) {
+    out += fmt::format(
+        "  packets: sent {} received {} retransmitted {} trimmed-accepted {} trimmed-nacked {} dup {} bad {}"
+        "   trim rate {:.4f}\n",
+        t.sent_packets, t.received_packets, t.retransmitted_packets, t.trimmed_accepted, t.trimmed_nacked,
+        t.dup_packets, t.bad_packets, s.trim_rate);
+  } else {
+    out += "  packets: the plugin exports no ncclTrimStatsJson\n";
+  }
+  if (s.detect_ms >= 0) out += fmt::format("  peer failure detected after {:.1f} ms\n", s.detect_ms);
+  if (!s.error.empty()) out += "  error: " + s.error + "\n";
+  return out;
+}
+
+}  // namespace trim::harness

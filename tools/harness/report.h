@@ -1,0 +1,81 @@
+// What each rank reports to the parent, and how the parent turns the ranks' reports into the
+// run's one result (JSON line or readable summary) and exit status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "tools/harness/options.h"
+
+namespace trim::harness {
+
+// The plugin's counters (ncclTrimStatsJson); all zero when the plugin has no such hook.
+struct PluginStats {
+  bool available = false;
+  int64_t sent_packets = 0;
+  int64_t retransmitted_packets = 0;
+  int64_t received_packets = 0;
+  int64_t trimmed_accepted = 0;
+  int64_t trimmed_nacked = 0;
+  int64_t dup_packets = 0;
+  int64_t bad_packets = 0;
+};
+
+// Reads the integer keys above out of the plugin's JSON object (other keys are ignored).
+PluginStats parse_stats(const std::string& json);
+
+enum class Outcome : int32_t {
+  kOk = 0,
+  kError = 1,       // something failed (message in `error`)
+  kPeerError = 3,   // fault scenario: the expected error from the plugin was seen
+  kHang = 4,        // fault scenario: no error from the plugin within 3x its timeout
+};
+
+struct RankReport {
+  int32_t rank = -1;
+  Outcome outcome = Outcome::kOk;
+  bool verified = false;  // this rank checked received data (sendrecv: the receiver)
+  bool exact = true;
+  bool raw_exact = true;      // raw (non-fp32) tail bytes: must match even when trimming
+  double err2 = 0, ref2 = 0;  // summed over iterations
+  double nmse = 0;            // mean over iterations of per-iteration NMSE
+  uint64_t result_hash = 0;   // chained over iterations (allreduce replicas)
+  int64_t error_at_ns = 0;    // mono_ns when the fault scenario's error was seen
+  PluginStats stats;
+  std::string device;
+  std::string error;
+  std::vector<int64_t> iter_ns;  // timed iterations, barrier release to this rank's completion
+};
+
+std::string serialize(const RankReport& r);
+Result<RankReport> deserialize(const std::string& bytes);
+
+// What the parent learned about each rank besides its report.
+struct RankFate {
+  bool reported = false;
+  bool exited = false;
+  int exit_status = 0;  // waitpid status
+  bool expected_gone = false;  // fault scenario: killed or frozen on purpose
+  int64_t event_at_ns = 0;     // when it announced its own death / freeze
+};
+
+struct RunSummary {
+  std::string verify = "fail";
+  double gbps = 0, busbw_gbps = 0, p50_ms = 0, p99_ms = 0;
+  double nmse = 0, trim_rate = 0, detect_ms = -1;
+  bool replicas_identical = true;
+  PluginStats totals;
+  std::string error;
+  int exit_status = 1;
+};
+
+// Combines the reports. `parent_error` (deadline, a rank crashed...) wins over everything.
+RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
+                     const std::vector<RankFate>& fates, const std::string& parent_error);
+
+std::string to_json(const Options& opt, const RunSummary& s, const std::string& device);
+std::string to_text(const Options& opt, const RunSummary& s, const std::string& device);
+
+}  // namespace trim::harness
