@@ -235,13 +235,26 @@ TEST(HarnessTrim, TrimmableAllReduceFourRanks) {
 
 // ---- Fault scenarios ----
 
-// DISABLED: the sending rank segfaults when it closes with sends in flight across processes (the
-// in-process Loopback.CloseWithOperationsInFlight passes); open bug, see the issue note.
-TEST(HarnessFaults, DISABLED_CloseWithRequestsInFlight) {
+// Requests still in flight at deregMr + close; the buffers are freed only after the close.
+TEST(HarnessFaults, CloseWithRequestsInFlight) {
   HarnessRun r = run_harness("--mode sendrecv --bytes 8M --close-in-flight");
   EXPECT_EQ(r.exit_code, 0) << r.context();
   EXPECT_EQ(r.str("error"), "") << r.context();
   EXPECT_EQ(r.str("verify"), "skipped") << r.context();
+}
+
+// NCCL's proxy teardown on abort (src/transport/net.cc, sendProxyFree/recvProxyFree): deregMr,
+// free the buffers, then closeSend/closeRecv. DISABLED: open plugin bug, the engine thread
+// keeps encoding from (SendProto::encode_rows_through) and decoding into
+// (RecvProto::on_data -> Decoder::add) the memory of in-flight requests after deregMr, so a
+// rank crashes with SIGSEGV in about half the runs. Enable once deregMr (or the abort path)
+// detaches in-flight operations from the region.
+TEST(HarnessFaults, DISABLED_AbortWithRequestsInFlight) {
+  for (int i = 0; i < 5; ++i) {
+    HarnessRun r = run_harness("--mode sendrecv --bytes 8M --abort-in-flight");
+    ASSERT_EQ(r.exit_code, 0) << "run " << i << "\n" << r.context();
+    EXPECT_EQ(r.str("error"), "") << r.context();
+  }
 }
 
 TEST(HarnessFaults, KilledPeerIsReportedInTime) {

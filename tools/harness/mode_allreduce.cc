@@ -175,8 +175,8 @@ Status run_allreduce(RankCtx& c) {
   RingGeometry geo(o.bytes, n, kSliceBytes);
   // Slots 64-byte aligned so the reduction reads aligned floats.
   const size_t slot_bytes = (geo.max_message_bytes() + 63) / 64 * 64;
-  HostBuffer work(o.bytes);
-  HostBuffer staging(slot_bytes * kMaxInFlight);
+  HostBuffer& work = c.buffers->make(o.bytes);
+  HostBuffer& staging = c.buffers->make(slot_bytes * kMaxInFlight);
   MemReg work_reg(c.net, c.send_comm);
   MemReg staging_reg(c.net, c.recv_comm);
   TRIM_RETURN_IF_ERROR(work_reg.reg(work.data(), std::max<size_t>(o.bytes, 1)));

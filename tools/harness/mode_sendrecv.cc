@@ -1,6 +1,6 @@
 // --mode sendrecv: rank 0 streams --bytes to rank 1 per iteration in slices of at most 1 MiB,
 // at most 8 in flight, like NCCL's proxy on one connection. Also the fault scenarios
-// (--kill-peer, --freeze-peer, --close-in-flight), which all need exactly this shape.
+// (--kill-peer, --freeze-peer, --close-in-flight, --abort-in-flight), which all need exactly this shape.
 #include <signal.h>
 
 #include <algorithm>
@@ -160,10 +160,16 @@ class RecvPump {
   std::deque<void*> inflight_;
 };
 
-// --close-in-flight: post every slot's request, let the first one complete (so data is
-// really moving), then return with the rest still in flight; the caller closes the comm.
+bool leaves_requests_in_flight(const Options& o) {
+  return o.fault == Fault::kCloseInFlight || o.fault == Fault::kAbortInFlight;
+}
+
+// --close-in-flight / --abort-in-flight: post every slot's request, wait for the peer to have
+// posted too, let the first one complete (so data is really moving), deregMr with the rest still in flight (NCCL deregisters before it
+// closes), and for abort also free the buffers then, as NCCL's proxy teardown does. The caller
+// closes the comm.
 template <typename Pump>
-Status close_in_flight(RankCtx& c, Pump& pump) {
+Status leave_in_flight(RankCtx& c, Pump& pump, MemReg& reg) {
   const size_t want = std::min(pump.total(), kMaxInFlight);
   const int64_t give_up = mono_ns() + 2000 * kNsPerMs;
   Backoff backoff;
@@ -172,14 +178,24 @@ Status close_in_flight(RankCtx& c, Pump& pump) {
     TRIM_RETURN_IF_ERROR(pump.pass(&moved, kMaxInFlight, false));
     backoff.idle();
   }
+  // Both sides have posted before either may close: an isend after the peer's close would
+  // rightly fail and is not the scenario under test.
+  TRIM_RETURN_IF_ERROR(c.chan->barrier());
   while (pump.done() == 0 && mono_ns() < give_up) {
-    TRIM_RETURN_IF_ERROR(pump.pass(&moved, 0, true));
+    // The peer may close first: a failed request then is its fair answer, not ours to judge.
+    Status st = pump.pass(&moved, 0, true);
+    if (!st.is_ok()) {
+      if (c.opt.verbose) std::fprintf(stderr, "[rank %d] before close: %s\n", c.rank, st.message().c_str());
+      break;
+    }
     backoff.idle();
   }
   if (c.opt.verbose) {
     std::fprintf(stderr, "[rank %d] closing with %zu of %zu requests in flight\n", c.rank,
                  pump.posted() - pump.done(), pump.posted());
   }
+  TRIM_RETURN_IF_ERROR(reg.release());
+  if (c.opt.fault == Fault::kAbortInFlight) c.buffers->free_all();
   return Status::ok();
 }
 
@@ -243,19 +259,18 @@ Status fault_sender(RankCtx& c, SendPump& pump) {
 
 Status run_sender(RankCtx& c) {
   const Options& o = c.opt;
-  HostBuffer buf(o.bytes);
+  HostBuffer& buf = c.buffers->make(o.bytes);
   MemReg reg(c.net, c.send_comm);
   Status st = reg.reg(buf.data(), std::max<size_t>(o.bytes, 1));
   if (!st.is_ok()) return st;
   SendPump pump(c.net, c.send_comm, buf.data(), o.bytes, reg.handle(), c.rank);
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
 
-  if (o.fault == Fault::kCloseInFlight) {
+  if (leaves_requests_in_flight(o)) {
     fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
     TRIM_RETURN_IF_ERROR(announce(c, true));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
-    TRIM_RETURN_IF_ERROR(close_in_flight(c, pump));
-    return reg.release();  // NCCL's order: deregMr, then closeSend
+    return leave_in_flight(c, pump, reg);
   }
   if (o.fault != Fault::kNone) {
     fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
@@ -277,18 +292,17 @@ Status run_sender(RankCtx& c) {
 
 Status run_receiver(RankCtx& c) {
   const Options& o = c.opt;
-  HostBuffer out(o.bytes);
-  HostBuffer slots(kSliceBytes * kMaxInFlight);
+  HostBuffer& out = c.buffers->make(o.bytes);
+  HostBuffer& slots = c.buffers->make(kSliceBytes * kMaxInFlight);
   MemReg reg(c.net, c.recv_comm);
   TRIM_RETURN_IF_ERROR(reg.reg(slots.data(), slots.bytes()));
   RecvPump pump(c.net, c.recv_comm, slots.data(), reg.handle(), out.data(), o.bytes, c.rank - 1);
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
 
-  if (o.fault == Fault::kCloseInFlight) {
+  if (leaves_requests_in_flight(o)) {
     TRIM_RETURN_IF_ERROR(announce(c, false));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
-    TRIM_RETURN_IF_ERROR(close_in_flight(c, pump));
-    return reg.release();  // NCCL's order: deregMr, then closeRecv
+    return leave_in_flight(c, pump, reg);
   }
   if (o.fault != Fault::kNone) {
     TRIM_RETURN_IF_ERROR(announce(c, false));

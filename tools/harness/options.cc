@@ -41,7 +41,7 @@ Result<long long> parse_int(const std::string& flag, const std::string& text, lo
 Status check_combination(const Options& o) {
   if (o.mode == Mode::kSendRecv && o.ranks != 2) return bad("--mode sendrecv needs --ranks 2");
   if (o.fault != Fault::kNone && o.mode != Mode::kSendRecv) {
-    return bad("--kill-peer, --freeze-peer and --close-in-flight need --mode sendrecv");
+    return bad("--kill-peer, --freeze-peer, --close-in-flight and --abort-in-flight need --mode sendrecv");
   }
   if (o.mode == Mode::kAllReduce && o.op != SendRecvOp::kP2p) {
     return bad("--op applies to --mode sendrecv only (allreduce always announces AllReduce)");
@@ -126,7 +126,10 @@ Fault scenarios (sendrecv):
                        sender must get an error from isend/test. Exit 3 when it did within
                        3x the timeout (the expected outcome), 1 when it hung.
   --freeze-peer        the same with SIGSTOP (the parent SIGKILLs the frozen rank at the end)
-  --close-in-flight    post up to 8 sends/receives, then close everything without waiting
+  --close-in-flight    post up to 8 sends/receives, let one complete, then deregMr and close
+                       without waiting for the rest (buffers are freed after the close)
+  --abort-in-flight    the same in the order of NCCL's proxy teardown on abort: deregMr, free
+                       the buffers, then close (the plugin must not touch them after deregMr)
 Verify: exact (every rank bit-identical to a reference summed in the ring's order), ok (not
 exact, but the plugin reports trimmed packets accepted, raw tail bytes are exact and the mean
 NMSE <= --nmse-max), fail; skipped for the fault scenarios, which check no data.
@@ -152,6 +155,7 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     if (flag == "--kill-peer") { o.fault = Fault::kKillPeer; continue; }
     if (flag == "--freeze-peer") { o.fault = Fault::kFreezePeer; continue; }
     if (flag == "--close-in-flight") { o.fault = Fault::kCloseInFlight; continue; }
+    if (flag == "--abort-in-flight") { o.fault = Fault::kAbortInFlight; continue; }
     if (i + 1 >= argc) return bad("unknown flag or missing value: " + flag + " (see --help)");
     std::string v = argv[++i];
     if (flag == "--plugin") {

@@ -15,7 +15,9 @@ enum class Api { kV8, kV9, kV10, kV11 };
 // AllReduce SIMPLE message (trimmable when --trimmable).
 enum class SendRecvOp { kP2p, kAllReduce };
 // Scenarios that end a run early on purpose.
-enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight };
+// kCloseInFlight closes with requests pending (buffers outlive the comms); kAbortInFlight does
+// what NCCL's proxy teardown does on abort: deregMr, free the buffers, then close.
+enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight, kAbortInFlight };
 
 // Largest message one isend carries: NCCL's ring SIMPLE steps are at most 1 MiB.
 inline constexpr size_t kSliceBytes = size_t{1} << 20;

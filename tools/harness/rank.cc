@@ -1,6 +1,8 @@
 #include "tools/harness/rank.h"
 
+#include <execinfo.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -140,11 +142,12 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   ncclResult_t r = net->init(kCommIdBase ^ opt.seed);
   if (r != ncclSuccess) return plugin_error("init", r);
   Status st;
+  BufferArena buffers;  // outlives the comms: freed after they are closed
   {
     Connections conns(net.get());
     st = conns.open(opt, rank, chan, report);
     if (st.is_ok()) {
-      RankCtx c{opt, rank, net.get(), chan, conns.send_comm(), conns.recv_comm(), report};
+      RankCtx c{opt, rank, net.get(), chan, &buffers, conns.send_comm(), conns.recv_comm(), report};
       st = opt.mode == Mode::kSendRecv ? run_sendrecv(c) : run_allreduce(c);
     }
     Status closed = conns.close_all();
@@ -157,6 +160,29 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   std::string json;
   if (net->stats_json(&json)) report->stats = parse_stats(json);
   return st;
+}
+
+// A crash in a rank is usually the plugin's: say where, then die of the same signal so the
+// parent reports it. write and backtrace_symbols_fd do not allocate; snprintf of two ints is
+// the one liberty taken in a handler that is about to die anyway.
+int g_crash_rank = -1;
+
+void on_crash(int sig) {
+  char msg[64];
+  int n = std::snprintf(msg, sizeof(msg), "[rank %d] caught signal %d; backtrace:\n", g_crash_rank, sig);
+  if (n > 0) (void)!write(STDERR_FILENO, msg, static_cast<size_t>(n));
+  void* frames[64];
+  int depth = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, depth, STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_crash_handler(int rank) {
+  g_crash_rank = rank;
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc now: the first call may allocate, which a handler must not
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, on_crash);
 }
 
 }  // namespace
@@ -205,6 +231,7 @@ void Backoff::idle() {
 
 int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns) {
   set_log_context(rank, opt.verbose);
+  install_crash_handler(rank);
   setup_env(opt, rank);
   // The parent kills every rank at the deadline; our own waits only need to outlast it.
   RankChannel chan(fd, deadline_ns + 5ll * 1000000000);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "tools/harness/bootstrap.h"
@@ -19,16 +20,6 @@ namespace trim::harness {
 int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns);
 
 // ---- For the modes ----
-
-struct RankCtx {
-  const Options& opt;
-  int rank;
-  NetPlugin* net;
-  RankChannel* chan;
-  void* send_comm;  // to rank+1; null when this rank never sends
-  void* recv_comm;  // from rank-1; null when this rank never receives
-  RankReport* report;
-};
 
 // setNetAttr masks (v11): 1 << ncclFunc_t, 1 << NCCL_ALGO_*, 1 << NCCL_PROTO_* of NCCL 2.28.
 inline constexpr uint32_t kFuncAllReduce = 1u << 4;
@@ -53,6 +44,33 @@ class HostBuffer {
   };
   std::unique_ptr<char, Free> data_;
   size_t bytes_;
+};
+
+// Every buffer a rank registers, freed only after its comms are closed (a plugin may still
+// touch the memory of requests that were in flight until then), or earlier on request
+// (--abort-in-flight reproduces NCCL's abort order: deregMr, free, close).
+class BufferArena {
+ public:
+  HostBuffer& make(size_t bytes) {
+    buffers_.push_back(std::make_unique<HostBuffer>(bytes));
+    return *buffers_.back();
+  }
+  void free_all() { buffers_.clear(); }
+
+ private:
+  std::vector<std::unique_ptr<HostBuffer>> buffers_;
+};
+
+// What a mode works with; the comms are opened and closed around it by rank.cc.
+struct RankCtx {
+  const Options& opt;
+  int rank;
+  NetPlugin* net;
+  RankChannel* chan;
+  BufferArena* buffers;
+  void* send_comm;  // to rank+1; null when this rank never sends
+  void* recv_comm;  // from rank-1; null when this rank never receives
+  RankReport* report;
 };
 
 // regMr on construction's request; deregMr exactly once (release() reports the result).

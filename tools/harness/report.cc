@@ -225,7 +225,7 @@ RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
     return s;
   }
 
-  if (opt.fault == Fault::kCloseInFlight) {
+  if (opt.fault == Fault::kCloseInFlight || opt.fault == Fault::kAbortInFlight) {
     s.verify = error.empty() ? "skipped" : "fail";
   } else {
     bool exact = true;
