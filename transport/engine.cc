@@ -195,8 +195,7 @@ void Engine::declare_dead(Conn* c, Status why) {
 void Engine::timers(Conn* c, uint64_t now, Tx* tx) {
   if (c->dead) return;
   if (c->send) c->send->on_timer(now);
-  const uint64_t ping_ns = std::clamp<uint64_t>(cfg_.timeout_ns / 4, 1'000'000, 1'000'000'000);
-  if (now - c->last_ping_ns >= ping_ns) {
+  if (now - c->last_ping_ns >= ping_interval_ns()) {
     CtrlPacket ping;
     ping.type = CtrlType::kPing;
     ping.to = c->role == Role::kSend ? Role::kRecv : Role::kSend;
@@ -264,7 +263,6 @@ void Engine::run() {
     busy |= rx_batch(now, &tx);
     now = now_ns();
     uint64_t deadline = now + kMaxSleepNs;
-    const uint64_t ping_ns = std::clamp<uint64_t>(cfg_.timeout_ns / 4, 1'000'000, 1'000'000'000);
     for (Conn* c : conns_) {
       tx.bind(c);
       timers(c, now, &tx);
@@ -273,7 +271,7 @@ void Engine::run() {
         if (n == kTxBudgetPerConn) busy = true;
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
       }
-      deadline = std::min(deadline, c->last_ping_ns + ping_ns);
+      deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
     tx.flush();
     sleep_until(busy ? now : deadline, now);

@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -113,6 +114,8 @@ class Engine {
   void sleep_until(uint64_t deadline_ns, uint64_t now);
   bool from_peer(const Conn* c, const sockaddr_in& from, bool data) const;
   double coin() { return uniform_(rng_); }
+  // Keepalive period: four chances to be heard within the timeout, between 1 ms and 1 s.
+  uint64_t ping_interval_ns() const { return std::clamp<uint64_t>(cfg_.timeout_ns / 4, 1'000'000, 1'000'000'000); }
 
   std::string name_;
   uint32_t ip4_be_;

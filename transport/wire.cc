@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "codec/packet.h"
+#include "codec/types.h"
 #include "common/le.h"
 
 namespace trim::transport {
@@ -22,17 +23,6 @@ constexpr size_t kCtrlCrcOffset = kCtrlBytes - 4;
 constexpr size_t kNackOffset = 56;
 constexpr size_t kSackOffset = kNackOffset + 4 * kMaxNacks;  // 120
 static_assert(kSackOffset + kSackBits / 8 == kCtrlCrcOffset, "control packet layout");
-
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 }  // namespace
 
@@ -106,7 +96,7 @@ void write_hello(const Hello& h, uint8_t out[kHelloBytes]) {
   out[33] = h.head_bits;
   put32(out + 36, h.row_elems);
   put64(out + 40, h.seed);
-  put32(out + 48, float_bits(h.clip_sigmas));
+  put32(out + 48, codec::f32_bits(h.clip_sigmas));
   put32(out + kHelloBytes - 4, codec::crc32c(out, kHelloBytes - 4));
 }
 
@@ -129,7 +119,7 @@ Status parse_hello(const uint8_t in[kHelloBytes], Hello* out) {
   h.head_bits = in[33];
   h.row_elems = get32(in + 36);
   h.seed = get64(in + 40);
-  h.clip_sigmas = bits_float(get32(in + 48));
+  h.clip_sigmas = codec::bits_f32(get32(in + 48));
   *out = h;
   return Status::ok();
 }
