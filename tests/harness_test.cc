@@ -244,12 +244,9 @@ TEST(HarnessFaults, CloseWithRequestsInFlight) {
 }
 
 // NCCL's proxy teardown on abort (src/transport/net.cc, sendProxyFree/recvProxyFree): deregMr,
-// free the buffers, then closeSend/closeRecv. DISABLED: open plugin bug, the engine thread
-// keeps encoding from (SendProto::encode_rows_through) and decoding into
-// (RecvProto::on_data -> Decoder::add) the memory of in-flight requests after deregMr, so a
-// rank crashes with SIGSEGV in about half the runs. Enable once deregMr (or the abort path)
-// detaches in-flight operations from the region.
-TEST(HarnessFaults, DISABLED_AbortWithRequestsInFlight) {
+// free the buffers, then closeSend/closeRecv. deregMr must stop the engine from touching the
+// region of in-flight requests (it once kept encoding from / decoding into freed memory).
+TEST(HarnessFaults, AbortWithRequestsInFlight) {
   for (int i = 0; i < 5; ++i) {
     HarnessRun r = run_harness("--mode sendrecv --bytes 8M --abort-in-flight");
     ASSERT_EQ(r.exit_code, 0) << "run " << i << "\n" << r.context();

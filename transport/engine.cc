@@ -103,6 +103,9 @@ void Engine::stop() {
   if (!running_.exchange(false)) return;
   wake();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(cmd_mu_);
+  exited_ = true;  // waiters in submit() may return: no thread touches their memory now
+  cmd_cv_.notify_all();
 }
 
 void Engine::wake() {
@@ -114,32 +117,47 @@ void Engine::wake() {
   }
 }
 
-void Engine::add(Conn* c) {
-  {
-    std::lock_guard<std::mutex> lock(cmd_mu_);
-    cmds_.push_back(Cmd{c, true});
-    has_cmds_ = true;
-  }
-  wake();
-}
-
-void Engine::remove(Conn* c) {
+void Engine::submit(const Cmd& cmd, bool wait) {
   std::unique_lock<std::mutex> lock(cmd_mu_);
-  cmds_.push_back(Cmd{c, false});
+  if (exited_) return;
+  cmds_.push_back(cmd);
+  const uint64_t ticket = ++cmds_submitted_;
   has_cmds_ = true;
   lock.unlock();
   wake();
+  if (!wait) return;
   lock.lock();
-  cmd_cv_.wait(lock, [c] { return c->removed; });
+  cmd_cv_.wait(lock, [&] { return cmds_applied_ >= ticket || exited_; });
 }
 
-void Engine::apply_commands() {
-  std::lock_guard<std::mutex> lock(cmd_mu_);
+void Engine::add(Conn* c) { submit(Cmd{Cmd::kAdd, c}, false); }
+
+void Engine::remove(Conn* c) { submit(Cmd{Cmd::kRemove, c}, true); }
+
+void Engine::release_memory(Conn* c, uintptr_t lo, uintptr_t hi) {
+  submit(Cmd{Cmd::kReleaseMemory, c, lo, hi}, true);
+}
+
+void Engine::apply_commands(Tx* tx) {
+  std::vector<Cmd> cmds;
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    cmds.swap(cmds_);
+    has_cmds_ = false;
+  }
   const uint64_t now = now_ns();
-  for (const Cmd& cmd : cmds_) {
+  for (const Cmd& cmd : cmds) {
     Conn* c = cmd.conn;
     auto& map = c->role == Role::kSend ? send_by_cookie_ : recv_by_cookie_;
-    if (cmd.add) {
+    if (cmd.kind == Cmd::kReleaseMemory) {
+      if (c->has_posted.load(std::memory_order_acquire)) pull_posted(c, tx);  // posted ops count too
+      const bool used = (c->send && c->send->uses_memory(cmd.lo, cmd.hi)) ||
+                        (c->recv && c->recv->uses_memory(cmd.lo, cmd.hi));
+      if (used) {
+        declare_dead(c, Status(Code::kUnavailable, "memory deregistered while operations on it were in flight "
+                                               "(communicator abort): connection failed"));
+      }
+    } else if (cmd.kind == Cmd::kAdd) {
       conns_.push_back(c);
       map[c->cookie] = c;
       c->last_heard_ns = c->last_ping_ns = now;
@@ -154,11 +172,10 @@ void Engine::apply_commands() {
       auto it = map.find(c->cookie);
       if (it != map.end() && it->second == c) map.erase(it);
       if (c->tcp_open) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
-      c->removed = true;
     }
   }
-  cmds_.clear();
-  has_cmds_ = false;
+  std::lock_guard<std::mutex> lock(cmd_mu_);
+  cmds_applied_ += cmds.size();
   cmd_cv_.notify_all();
 }
 
@@ -251,7 +268,7 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
 void Engine::run() {
   Tx tx(udp_.get());
   while (running_.load(std::memory_order_relaxed)) {
-    if (has_cmds_.load(std::memory_order_acquire)) apply_commands();
+    if (has_cmds_.load(std::memory_order_acquire)) apply_commands(&tx);
     uint64_t now = now_ns();
     bool busy = false;
     for (Conn* c : conns_) {

@@ -56,7 +56,6 @@ struct Conn {
   bool tcp_open = true;
   bool fin_received = false;
   bool ack_due = false;
-  bool removed = false;  // handshake with Engine::remove
 };
 
 struct EngineConfig {
@@ -83,15 +82,22 @@ class Engine {
   void add(Conn* c);
   // Takes a connection back; blocks until the engine thread no longer touches it.
   void remove(Conn* c);
+  // NCCL deregisters memory before it frees it (on abort, with operations still in flight):
+  // if a pending operation of `c` uses [lo, hi), the connection is failed so the engine never
+  // touches that memory again. Blocks until the engine has looked.
+  void release_memory(Conn* c, uintptr_t lo, uintptr_t hi);
   // Called after posting into a Conn.
   void wake();
   void stop();
 
  private:
   struct Cmd {
+    enum Kind { kAdd, kRemove, kReleaseMemory } kind;
     Conn* conn;
-    bool add;
+    uintptr_t lo = 0, hi = 0;  // kReleaseMemory
   };
+  // Queues a command; with `wait`, blocks until the engine thread applied it (or has exited).
+  void submit(const Cmd& cmd, bool wait);
   struct Datagram {
     uint8_t* data;
     size_t len;
@@ -99,7 +105,7 @@ class Engine {
   };
   class Tx;
   void run();
-  void apply_commands();
+  void apply_commands(Tx* tx);
   void pull_posted(Conn* c, Tx* tx);
   bool rx_batch(uint64_t now, Tx* tx);
   void deliver(Datagram d, uint64_t now, Tx* tx);
@@ -132,6 +138,8 @@ class Engine {
   std::mutex cmd_mu_;
   std::condition_variable cmd_cv_;
   std::vector<Cmd> cmds_;
+  uint64_t cmds_submitted_ = 0, cmds_applied_ = 0;
+  bool exited_ = false;  // the engine thread is gone: nothing touches connections any more
   std::atomic<bool> has_cmds_{false};
 
   // Engine-thread state.

@@ -522,7 +522,16 @@ Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
 Status dereg_mr(Comm* comm, MemHandle* mem) {
   if (comm == nullptr) return null_argument("dereg_mr", "comm");
   if (mem == nullptr) return null_argument("dereg_mr", "memory handle");
-  delete mem;
+  std::unique_ptr<MemHandle> owned(mem);
+  // NCCL frees the buffer right after this call, even with operations on it still posted (abort):
+  // make sure the engine is done with it first.
+  CommCore* core = nullptr;
+  if (SendComm* s = as_send(comm)) core = &s->core;
+  if (RecvComm* r = as_recv(comm)) core = &r->core;
+  if (core != nullptr && mem->region.bytes > 0) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
+    core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes);
+  }
   return Status::ok();
 }
 

@@ -56,6 +56,12 @@ class OpResult {
   Status error_;
 };
 
+// Whether the buffer [data, data + bytes) overlaps [lo, hi).
+inline bool overlaps(const void* data, uint64_t bytes, uintptr_t lo, uintptr_t hi) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+  return bytes > 0 && a < hi && lo < a + bytes;
+}
+
 // Where a state machine puts what it wants sent. Data packets are already stamped.
 class TxSink {
  public:

@@ -138,6 +138,13 @@ void RecvProto::flush_ack(TxSink* sink) {
   ack_due_ = false;
 }
 
+bool RecvProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
+  for (const Msg& m : msgs_) {
+    if (m.op != nullptr && overlaps(m.op->data, m.op->capacity, lo, hi)) return true;
+  }
+  return false;
+}
+
 void RecvProto::fail_all(const Status& error) {
   for (Msg& m : msgs_) {
     if (m.op != nullptr) m.op->result.fail(error);

@@ -41,6 +41,8 @@ class RecvProto {
   void fail_all(const Status& error);
 
   bool has_pending() const { return posted_ != completed_; }
+  // Whether a pending operation's buffer overlaps [lo, hi): the proto may still write into it.
+  bool uses_memory(uintptr_t lo, uintptr_t hi) const;
   uint64_t completed() const { return completed_; }
   const ConnCounters& counters() const { return counters_; }
   ConnCounters& counters() { return counters_; }

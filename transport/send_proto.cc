@@ -363,6 +363,13 @@ void SendProto::fail_all(const Status& error) {
   rto_deadline_ns_ = 0;
 }
 
+bool SendProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
+  for (const auto& m : msgs_) {
+    if (overlaps(m->op->data, m->op->bytes, lo, hi)) return true;
+  }
+  return false;
+}
+
 void SendProto::on_peer_fin(uint64_t completed) {
   // Delivered, only the ACK was missing: complete those, and only then fail the rest, so a
   // finished operation (whose slot NCCL may already reuse) is never touched again.

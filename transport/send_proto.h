@@ -48,6 +48,8 @@ class SendProto {
   void on_peer_fin(uint64_t completed);
 
   bool has_pending() const { return !msgs_.empty(); }
+  // Whether a pending operation's buffer overlaps [lo, hi): the proto still reads from it.
+  bool uses_memory(uintptr_t lo, uintptr_t hi) const;
   const ConnCounters& counters() const { return counters_; }
   ConnCounters& counters() { return counters_; }
   const TrimCc& cc() const { return cc_; }
