@@ -34,34 +34,63 @@ void Encoder::log_unrotated(const RowCtx& c) {
 
 Encoder::Encoder(const CodecConfig& cfg) : cfg_(cfg) {}
 
+PacketHeader Encoder::row_header(const Layout& layout, const MessageId& id, const RowInfo& info, Scheme scheme,
+                                 float scale) {
+  PacketHeader h;
+  h.flags = static_cast<uint8_t>((info.tail ? kFlagTail : 0) |
+                                 (id.trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
+  h.scheme = scheme;
+  h.dtype = layout.dtype();
+  h.head_planes = layout.head_planes();
+  h.row_log2 = layout.row_log2();
+  h.cookie = id.cookie;
+  h.msg_seq = id.msg_seq;
+  h.msg_bytes = static_cast<uint32_t>(layout.bytes());
+  h.row = info.row;
+  h.scale = scale;
+  return h;
+}
+
+uint32_t Encoder::set_packet_range(PacketHeader* h, const PlaneBytes& planes, uint32_t first, uint32_t n) {
+  h->first_elem = static_cast<uint16_t>(first);
+  h->elem_count = static_cast<uint16_t>(n);
+  h->payload_bytes = static_cast<uint16_t>(planes.total());
+  h->trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, h->scheme, h->head_planes));
+  return planes.total();
+}
+
 void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale) {
   // One template per row; per packet only the element range and the sizes change, and those
   // are the same for every packet but the last.
-  PacketHeader h;
-  h.flags = static_cast<uint8_t>((c.info.tail ? kFlagTail : 0) |
-                                 (c.id->trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
-  h.scheme = scheme;
-  h.dtype = c.layout->dtype();
-  h.head_planes = c.layout->head_planes();
-  h.row_log2 = c.layout->row_log2();
-  h.cookie = c.id->cookie;
-  h.msg_seq = c.id->msg_seq;
-  h.msg_bytes = static_cast<uint32_t>(c.layout->bytes());
-  h.row = c.info.row;
-  h.scale = scale;
+  PacketHeader h = row_header(*c.layout, *c.id, c.info, scheme, scale);
   const PlaneBits bits = plane_bits(scheme, h.dtype, c.info.tail);
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   PlaneBytes planes = plane_bytes(bits, epp);
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
-    h.first_elem = static_cast<uint16_t>(first);
-    h.elem_count = static_cast<uint16_t>(n);
-    h.payload_bytes = static_cast<uint16_t>(planes.total());
-    h.trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, scheme, h.head_planes));
+    c.sizes[k] = kHeaderBytes + set_packet_range(&h, planes, first, n);
     write_header(h, c.out + k * c.stride);
-    c.sizes[k] = kHeaderBytes + planes.total();
   }
+}
+
+Result<Encoder::RawSlice> Encoder::raw_packet_header(const Layout& layout, const MessageId& id, uint32_t r,
+                                                     uint32_t k, uint8_t* header) {
+  if (r >= layout.rows()) return Status(Code::kInvalidArgument, "row index past the message");
+  const RowInfo info = layout.row(r);
+  if (!info.tail && info.scheme != Scheme::kNone) {
+    return Status(Code::kInvalidArgument, "raw_packet_header: the row is encoded, not raw");
+  }
+  if (k >= info.packets) return Status(Code::kInvalidArgument, "packet index past the row");
+  PacketHeader h = row_header(layout, id, info, Scheme::kNone, 0.0f);
+  const uint32_t esize = info.tail ? 1 : dtype_bytes(layout.dtype());
+  const uint32_t first = k * info.elems_per_packet;
+  const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
+  RawSlice s;
+  s.payload_bytes = set_packet_range(&h, plane_bytes(plane_bits(Scheme::kNone, h.dtype, info.tail), n), first, n);
+  s.payload_offset = info.byte_offset + static_cast<uint64_t>(first) * esize;
+  write_header(h, header);
+  return s;
 }
 
 void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,

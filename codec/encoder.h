@@ -21,6 +21,16 @@ class Encoder {
   Result<uint32_t> encode_row(const Layout& layout, const MessageId& id, const void* msg, uint32_t r,
                               uint8_t* out, size_t stride, uint32_t* sizes);
 
+  // Zero-copy form of a raw (scheme none, or tail) row: writes only the header of packet k of
+  // row r into `header` (kHeaderBytes) and says where the packet's payload lies in the message.
+  // header + message[payload_offset, +payload_bytes) is byte for byte what encode_row writes.
+  struct RawSlice {
+    uint64_t payload_offset = 0;
+    uint32_t payload_bytes = 0;
+  };
+  static Result<RawSlice> raw_packet_header(const Layout& layout, const MessageId& id, uint32_t r, uint32_t k,
+                                            uint8_t* header);
+
   // Every packet of a message, one vector each (tests, tools).
   Result<std::vector<std::vector<uint8_t>>> encode_message(const Layout& layout, const MessageId& id,
                                                            const void* msg);
@@ -35,6 +45,11 @@ class Encoder {
   void encode_raw_row(const RowCtx& c, const uint8_t* bytes);
   // Headers of every packet of the row (sizes into c.sizes), once the row's scale is known.
   void write_row_headers(const RowCtx& c, Scheme scheme, float scale);
+  // The fields every packet of a row shares.
+  static PacketHeader row_header(const Layout& layout, const MessageId& id, const RowInfo& info, Scheme scheme,
+                                 float scale);
+  // Element range and sizes of one packet; returns its payload size.
+  static uint32_t set_packet_range(PacketHeader* h, const PlaneBytes& planes, uint32_t first, uint32_t n);
   // Plane 0 of sq/sd for elements [first, first + n) of the row.
   void pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, uint32_t first, uint32_t n,
                          float clip, uint8_t* p0) const;

@@ -34,6 +34,46 @@ TEST(CodecRoundTrip, UntrimmedIsBitExact) {
   }
 }
 
+// The transport's zero-copy path sends header + a slice of the message; it must be byte for
+// byte the packet encode_row builds, for raw bytes and typed exact messages with a tail row.
+TEST(CodecRoundTrip, ZeroCopyRawPacketsEqualEncodedPackets) {
+  for (DType dt : {DType::kRaw, DType::kF32, DType::kBF16}) {
+    for (size_t bytes : {size_t{1}, size_t{4097}, size_t{131075}, size_t{300001}}) {
+      for (uint32_t mtu : {1500u, 9000u}) {
+        CodecConfig cfg = config(Scheme::kNone, mtu, 1024);
+        std::vector<uint8_t> msg = message_bytes(DType::kRaw, bytes, 0, bytes + mtu, false);
+        Result<Layout> layout = Layout::make(cfg, dt, Scheme::kNone, bytes);
+        ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+        const MessageId id{0xABCDEFull, 9, false};
+        Result<std::vector<std::vector<uint8_t>>> encoded = Encoder(cfg).encode_message(*layout, id, msg.data());
+        ASSERT_TRUE(encoded.is_ok());
+        size_t k_total = 0;
+        for (uint32_t r = 0; r < layout->rows(); ++r) {
+          for (uint32_t k = 0; k < layout->row(r).packets; ++k, ++k_total) {
+            std::vector<uint8_t> pkt(kHeaderBytes);
+            Result<Encoder::RawSlice> slice = Encoder::raw_packet_header(*layout, id, r, k, pkt.data());
+            ASSERT_TRUE(slice.is_ok()) << slice.status().to_string();
+            ASSERT_LE(slice->payload_offset + slice->payload_bytes, bytes);
+            pkt.insert(pkt.end(), msg.begin() + static_cast<ptrdiff_t>(slice->payload_offset),
+                       msg.begin() + static_cast<ptrdiff_t>(slice->payload_offset + slice->payload_bytes));
+            ASSERT_LT(k_total, encoded->size());
+            ASSERT_EQ(pkt, (*encoded)[k_total]) << dtype_name(dt) << " bytes=" << bytes << " mtu=" << mtu
+                                                << " row=" << r << " k=" << k;
+          }
+        }
+        EXPECT_EQ(k_total, encoded->size());
+      }
+    }
+  }
+  // Encoded rows have no raw slices.
+  CodecConfig cfg = config(Scheme::kRht);
+  Result<Layout> layout = Layout::make(cfg, DType::kF32, Scheme::kRht, 4096);
+  ASSERT_TRUE(layout.is_ok());
+  uint8_t hdr[kHeaderBytes];
+  EXPECT_FALSE(Encoder::raw_packet_header(*layout, test_id(), 0, 0, hdr).is_ok());
+  EXPECT_FALSE(Encoder::raw_packet_header(*layout, test_id(), layout->rows(), 0, hdr).is_ok());
+}
+
 TEST(CodecRoundTrip, RawBytesOfAnyLength) {
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{100003}}) {
     CodecConfig cfg = config(Scheme::kNone, 1500);

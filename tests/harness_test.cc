@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/env_guard.h"
+
 namespace {
 
 std::string harness_path() {
@@ -252,6 +254,12 @@ TEST(HarnessFaults, AbortWithRequestsInFlight) {
     ASSERT_EQ(r.exit_code, 0) << "run " << i << "\n" << r.context();
     EXPECT_EQ(r.str("error"), "") << r.context();
   }
+}
+
+TEST(HarnessFaults, LossRepairWithoutSegmentationOffload) {
+  // Packet by packet (no GSO/GRO), with loss and reordering: still exact.
+  trim::testing::EnvGuard off{"NCCL_TRIM_UDP_OFFLOAD", "off"};
+  expect_exact(run_harness("--mode sendrecv --bytes 6M --iters 2 --drop 0.01 --reorder 0.05"));
 }
 
 TEST(HarnessFaults, KilledPeerIsReportedInTime) {

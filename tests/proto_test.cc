@@ -19,7 +19,10 @@ struct Capture final : TxSink {
   std::vector<std::vector<uint8_t>> packets;
   std::vector<CtrlPacket> ctrls;
   std::vector<Frame> frames;
-  void data(const uint8_t* p, uint32_t n) override { packets.emplace_back(p, p + n); }
+  void data(const uint8_t* h, uint32_t hn, const uint8_t* r, uint32_t rn) override {
+    packets.emplace_back(h, h + hn);
+    if (rn > 0) packets.back().insert(packets.back().end(), r, r + rn);
+  }
   void ctrl(const CtrlPacket& p) override { ctrls.push_back(p); }
   void frame(const Frame& f) override { frames.push_back(f); }
 };

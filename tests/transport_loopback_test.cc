@@ -126,6 +126,28 @@ TEST_F(Loopback, ExactBytesOfManySizesInFifoOrder) {
   }
 }
 
+// Exact messages leave zero-copy in GSO super-datagrams and arrive in GRO runs (the default,
+// NCCL_TRIM_UDP_OFFLOAD=on); the bytes stay exact either way.
+TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
+  auto counter = [](const char* name) {
+    const std::string j = stats_json();
+    const std::string key = std::string("\"") + name + "\":";
+    const size_t at = j.find(key);
+    return at == std::string::npos ? -1LL : std::stoll(j.substr(at + key.size()));
+  };
+  const long long gso0 = counter("gso_sends"), gro0 = counter("gro_batches");
+  ASSERT_GE(gso0, 0);
+  ASSERT_GE(gro0, 0);
+  std::vector<uint8_t> in = pattern(4 << 20, 11), out(4 << 20);
+  Request* r = post_recv(out.data(), out.size());
+  Request* s = post_send(in.data(), in.size());
+  EXPECT_EQ(wait(s), 4 << 20);
+  ASSERT_EQ(wait(r), 4 << 20);
+  EXPECT_EQ(in, out);
+  EXPECT_GT(counter("gso_sends"), gso0);
+  EXPECT_GT(counter("gro_batches"), gro0);
+}
+
 TEST_F(Loopback, ThirtyTwoRequestsThenNoSlot) {
   std::vector<uint8_t> buf(64);
   std::vector<Request*> recvs;

@@ -26,6 +26,7 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   EngineConfig c;
   c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
   c.mtu = static_cast<uint32_t>(p.mtu);
+  c.udp_offload = p.udp_offload == 1;
   c.drop = p.test_drop;
   c.dup = p.test_dup;
   c.reorder = p.test_reorder;
@@ -44,13 +45,64 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   return c;
 }
 
+uint32_t Engine::Tx::run_end(uint32_t first) const {
+  uint32_t end = first + 1;
+  if (!gso_ || !is_data_[first]) return end;
+  const uint32_t seg = bytes_[first];
+  uint64_t total = seg;
+  auto same_dst = [](const sockaddr_in& a, const sockaddr_in& b) {
+    return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+  };
+  while (end < n_ && end - first < kMaxGsoSegments && is_data_[end] && bytes_[end] <= seg &&
+         total + bytes_[end] <= kMaxGsoBytes && same_dst(to_[end], to_[first])) {
+    total += bytes_[end];
+    // Only the last segment may be shorter.
+    if (bytes_[end++] < seg) break;
+  }
+  return end;
+}
+
+uint32_t Engine::Tx::send_some(uint32_t first) {
+  uint32_t groups = 0;
+  for (uint32_t d = first; d < n_; ++groups) {
+    const uint32_t end = run_end(d);
+    msghdr& h = mmsg_[groups].msg_hdr;
+    h = msghdr{};
+    h.msg_name = &to_[d];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &iov_[2 * d];
+    h.msg_iovlen = 2 * (end - d);
+    if (end - d > 1) {
+      h.msg_control = cmsg_[groups];
+      h.msg_controllen = sizeof cmsg_[groups];
+      cmsghdr* cm = CMSG_FIRSTHDR(&h);
+      cm->cmsg_level = SOL_UDP;
+      cm->cmsg_type = UDP_SEGMENT;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t seg = static_cast<uint16_t>(bytes_[d]);
+      std::memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+    }
+    run_[groups] = end - d;
+    d = end;
+  }
+  const int r = sendmmsg(fd_, mmsg_, groups, MSG_DONTWAIT);
+  if (r <= 0) return 0;
+  uint32_t sent = 0, super = 0;
+  for (int i = 0; i < r; ++i) {
+    sent += run_[i];
+    super += run_[i] > 1 ? 1 : 0;
+  }
+  if (super > 0) global_stats().gso_sends.fetch_add(super, std::memory_order_relaxed);
+  return sent;
+}
+
 void Engine::Tx::flush() {
   uint32_t done = 0;
   int stalls = 0;
   while (done < n_) {
-    const int r = sendmmsg(fd_, mmsg_ + done, n_ - done, MSG_DONTWAIT);
-    if (r > 0) {
-      done += static_cast<uint32_t>(r);
+    const uint32_t sent = send_some(done);
+    if (sent > 0) {
+      done += sent;
       continue;
     }
     if (errno == EINTR) continue;
@@ -59,9 +111,15 @@ void Engine::Tx::flush() {
       poll(&p, 1, 1);
       continue;
     }
+    if (gso_ && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EOPNOTSUPP)) {
+      // The device or kernel cannot segment for us: send packet by packet from now on.
+      TRIM_INFO("NET/Trim: UDP segmentation offload refused ({}): sending packet by packet", std::strerror(errno));
+      gso_ = false;
+      continue;
+    }
     // One datagram the kernel refuses (e.g. an unreachable switch): skip it; the
     // retransmission logic owns what happens next.
-    ++done;
+    done += run_end(done);
   }
   n_ = 0;
 }
@@ -88,7 +146,12 @@ Status Engine::start() {
       epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
     return errno_status("epoll_ctl");
   }
-  rx_bufs_.assign(kBatch, std::vector<uint8_t>(65536));
+  rx_bufs_.assign(kBatch, std::vector<uint8_t>(65536));  // a GRO batch is at most 64 KiB
+  if (cfg_.udp_offload) {
+    const int on = 1;
+    gro_ = setsockopt(udp_.get(), SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+    if (!gro_) TRIM_INFO("NET/Trim: UDP_GRO unavailable ({}): receiving packet by packet", std::strerror(errno));
+  }
   running_ = true;
   thread_ = std::thread([this] { run(); });
   TRIM_INFO("NET/Trim: progress engine for {} on {}{}{}", name_, addr_string(ip4_be_, udp_port_),
@@ -266,7 +329,7 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
 }
 
 void Engine::run() {
-  Tx tx(udp_.get());
+  Tx tx(udp_.get(), cfg_.udp_offload);
   while (running_.load(std::memory_order_relaxed)) {
     if (has_cmds_.load(std::memory_order_acquire)) apply_commands(&tx);
     uint64_t now = now_ns();
@@ -311,11 +374,13 @@ std::string GlobalStats::to_json() const {
   return fmt::format(
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
-      "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{}}}",
+      "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
+      "\"gso_sends\":{},\"gro_batches\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
-      unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load());
+      unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
+      gso_sends.load(), gro_batches.load());
 }
 
 GlobalStats& global_stats() {

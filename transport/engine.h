@@ -26,6 +26,10 @@
 namespace trim::transport {
 
 constexpr uint32_t kBatch = 64;  // datagrams per sendmmsg/recvmmsg
+// UDP GSO limits: segments per send (the kernel's UDP_MAX_SEGMENTS is 64 or more) and bytes
+// (one IPv4 datagram's payload).
+constexpr uint32_t kMaxGsoSegments = 64;
+constexpr uint32_t kMaxGsoBytes = 65507;
 
 // One established connection end, shared by its comm (proxy thread) and the engine.
 struct Conn {
@@ -61,6 +65,7 @@ struct Conn {
 struct EngineConfig {
   uint64_t timeout_ns = 30'000'000'000ull;
   uint32_t mtu = 4096;
+  bool udp_offload = true;  // GSO sends, GRO receives
   bool has_switch = false;
   sockaddr_in switch_addr{};
   double drop = 0, dup = 0, reorder = 0, trim = 0;  // test-only fault injection
@@ -152,13 +157,15 @@ class Engine {
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   bool faults_ = false;
+  bool gro_ = false;  // the socket hands us coalesced runs of packets (split in rx_batch)
 };
 
 // Process-wide transport statistics (closed connections plus engine-level rejects).
 struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
-      unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0};
+      unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
+      gso_sends{0}, gro_batches{0};  // segmentation offload: super-datagrams sent, coalesced runs received
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

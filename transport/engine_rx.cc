@@ -1,10 +1,12 @@
 // The engine's receive side: datagram batches (with the test-only fault injector), control
 // packets, data packets and the TCP control frames of each connection.
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "codec/packet.h"
@@ -29,6 +31,7 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
   sockaddr_in from[kBatch];
+  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int))];
   bool any = false;
   for (int turn = 0; turn < kMaxBatchesPerTurn; ++turn) {
     for (uint32_t i = 0; i < kBatch; ++i) {
@@ -38,6 +41,10 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
       msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
       msgs[i].msg_hdr.msg_iov = &iov[i];
       msgs[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        msgs[i].msg_hdr.msg_control = cbuf[i];
+        msgs[i].msg_hdr.msg_controllen = sizeof cbuf[i];
+      }
     }
     const int n = recvmmsg(udp_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
@@ -47,7 +54,22 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
         ++global_stats().malformed;
         continue;
       }
-      deliver(Datagram{rx_bufs_[i].data(), msgs[i].msg_len, from[i]}, now, tx);
+      // A GRO batch is a run of datagrams of one size (the last may be shorter), back to back.
+      const uint32_t len = msgs[i].msg_len;
+      uint32_t seg = len;
+      if (gro_) {
+        for (cmsghdr* cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+          if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+            int gso_size = 0;
+            std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
+            if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
+          }
+        }
+      }
+      if (seg < len) global_stats().gro_batches.fetch_add(1, std::memory_order_relaxed);
+      for (uint32_t off = 0; off < len; off += seg) {
+        deliver(Datagram{rx_bufs_[i].data() + off, std::min(seg, len - off), from[i]}, now, tx);
+      }
     }
     release_held(now, tx);  // a packet held back is released at the end of its batch at the latest
     if (n < static_cast<int>(kBatch)) break;

@@ -66,7 +66,9 @@ inline bool overlaps(const void* data, uint64_t bytes, uintptr_t lo, uintptr_t h
 class TxSink {
  public:
   virtual ~TxSink() = default;
-  virtual void data(const uint8_t* packet, uint32_t bytes) = 0;
+  // One datagram: `head` then `rest` (zero-copy packets: the header, then the payload straight
+  // from NCCL's buffer; staged packets pass rest_bytes = 0).
+  virtual void data(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes) = 0;
   virtual void ctrl(const CtrlPacket& p) = 0;
   virtual void frame(const Frame& f) = 0;  // on the connection's TCP stream
 };

@@ -22,7 +22,11 @@ struct SendProto::Msg {
   uint32_t acked = 0;
   uint32_t rows_encoded = 0;
   std::vector<uint32_t> row_first;  // first packet of each row, plus the total
-  std::vector<uint8_t> staging;     // every encoded packet, kept until acknowledged
+  // Exact messages go zero-copy: each packet is a header (headers_) plus a slice of NCCL's
+  // buffer. Encoded (trimmable) messages are staged: every packet kept until acknowledged.
+  bool zero_copy = false;
+  uint32_t zc_row = 0;              // row of packet `next`
+  std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
 };
 
@@ -38,7 +42,8 @@ SendProto::SendProto(const ConnParams& params)
       encoder_(params.codec),
       cc_(CcConfig{params.target_trim, std::min<uint32_t>(params.window_max, kSackBits - 1), 2,
                    std::min<uint32_t>(32, params.window_max)}),
-      ring_(kSackBits) {}
+      ring_(kSackBits),
+      headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes) {}
 
 SendProto::~SendProto() = default;
 
@@ -98,6 +103,10 @@ Status SendProto::start(Msg* m) {
     first += m->layout.row(r).packets;
   }
   m->row_first[m->layout.rows()] = first;
+  m->psn_base = snd_nxt_;
+  m->started = true;
+  m->zero_copy = scheme == codec::Scheme::kNone;
+  if (m->zero_copy) return Status::ok();
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   // Reuse a staging buffer: messages of a connection are mostly the same size.
   for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it) {
@@ -109,12 +118,11 @@ Status SendProto::start(Msg* m) {
   }
   m->staging.resize(need);
   m->sizes.assign(m->npackets, 0);
-  m->psn_base = snd_nxt_;
-  m->started = true;
   return Status::ok();
 }
 
 Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
+  if (m->zero_copy) return Status::ok();
   while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
     const uint32_t r = m->rows_encoded;
     codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
@@ -128,13 +136,33 @@ Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
   return Status::ok();
 }
 
+Status SendProto::build_zero_copy_header(Msg* m, uint32_t psn) {
+  while (m->row_first[m->zc_row + 1] <= m->next) ++m->zc_row;
+  uint8_t* hdr = header(psn);
+  codec::MessageId id{params_.cookie, m->op->seq, false};
+  Result<codec::Encoder::RawSlice> r =
+      codec::Encoder::raw_packet_header(m->layout, id, m->zc_row, m->next - m->row_first[m->zc_row], hdr);
+  if (!r) return r.status();
+  codec::stamp_transport(hdr, psn, params_.dst_ip4_be, params_.dst_port);
+  Slot& s = slot(psn);
+  s.payload_offset = r->payload_offset;
+  s.payload_bytes = r->payload_bytes;
+  return Status::ok();
+}
+
 void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit) {
   Slot& s = slot(psn);
   Msg* m = s.msg;
-  uint8_t* pkt = m->staging.data() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
-  const uint32_t bytes = m->sizes[s.pkt];
-  if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
-  sink->data(pkt, bytes);
+  uint32_t bytes;
+  if (m->zero_copy) {
+    sink->data(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes);
+    bytes = codec::kHeaderBytes + s.payload_bytes;
+  } else {
+    uint8_t* pkt = m->staging.data() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
+    bytes = m->sizes[s.pkt];
+    if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
+    sink->data(pkt, bytes, nullptr, 0);
+  }
   s.sent_ns = now_ns;
   ++s.transmissions;
   ++counters_.sent_packets;
@@ -196,6 +224,13 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
     const uint32_t psn = m->psn_base + m->next;
     Slot& s = slot(psn);
     s = Slot{m, m->next, 0, 0, false, false};
+    if (m->zero_copy) {
+      st = build_zero_copy_header(m, psn);
+      if (!st.is_ok()) {
+        fail_all(st);
+        return n;
+      }
+    }
     ++snd_nxt_;
     ++outstanding_;
     if (++m->next == m->npackets) m->sent_all = true;

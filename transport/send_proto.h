@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/encoder.h"
+#include "codec/packet.h"
 #include "transport/congestion.h"
 #include "transport/proto.h"
 
@@ -65,11 +66,16 @@ class SendProto {
     uint16_t transmissions = 0;
     bool acked = true;
     bool queued = false;  // in retx_
+    uint64_t payload_offset = 0;  // zero-copy packets: the payload's place in the message
+    uint32_t payload_bytes = 0;
   };
   Slot& slot(uint32_t psn) { return ring_[psn % kSackBits]; }
   bool in_flight_psn(uint32_t psn) const;
   Status start(Msg* m);
   Status encode_rows_through(Msg* m, uint32_t pkt);
+  // Header of the zero-copy packet m->next, sent as `psn` (kept in headers_ until acknowledged).
+  Status build_zero_copy_header(Msg* m, uint32_t psn);
+  uint8_t* header(uint32_t psn) { return headers_.data() + static_cast<size_t>(psn % kSackBits) * codec::kHeaderBytes; }
   void send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit);
   void mark_acked(uint32_t psn, uint64_t now_ns);
   void queue_retx(uint32_t psn);
@@ -85,6 +91,7 @@ class SendProto {
   uint32_t next_seq_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> early_cts_;  // CTS for messages not posted yet
   std::vector<Slot> ring_;
+  std::vector<uint8_t> headers_;  // one per ring slot: headers of zero-copy packets in flight
   uint32_t snd_una_ = 0, snd_nxt_ = 0;
   uint32_t outstanding_ = 0;  // sent and not acked
   std::deque<uint32_t> retx_;
