@@ -27,14 +27,14 @@ struct Capture final : TxSink {
   void frame(const Frame& f) override { frames.push_back(f); }
 };
 
-ConnParams params(codec::Scheme scheme = codec::Scheme::kRht) {
+ConnParams params(codec::Scheme scheme = codec::Scheme::kRht, uint64_t min_rto_ns = 1'000'000) {
   ConnParams p;
   p.codec.scheme = scheme;
   p.cookie = 0xC00C1E;
   p.dst_ip4_be = 0x0100007f;
   p.dst_port = 9;
   p.window_max = 512;
-  p.min_rto_ns = 1'000'000;
+  p.min_rto_ns = min_rto_ns;
   return p;
 }
 
@@ -98,7 +98,7 @@ TEST(ProtoSend, CompletesOnCumulativeAckAndGrowsInSlowStart) {
 }
 
 TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
-  SendProto s(params());
+  SendProto s(params(codec::Scheme::kRht, 10'000'000));  // timeouts out of the way
   Capture tx;
   std::vector<uint8_t> msg = bytes(1 << 20, 3);
   SendOp op;
@@ -106,23 +106,73 @@ TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
   op.bytes = msg.size();
   ASSERT_TRUE(s.post(&op).is_ok());
   s.on_cts(0, msg.size());
-  ASSERT_EQ(s.poll_tx(0, 1000, &tx), 32u);
+  // psn 0..5 leave at t = 0, psn 6..31 at t = 1 ms.
+  ASSERT_EQ(s.poll_tx(0, 6, &tx), 6u);
+  ASSERT_EQ(s.poll_tx(1'000'000, 1000, &tx), 26u);
   tx.packets.clear();
-  // psn 2 trimmed (NACK), psn 5 missing with 3+ later packets acknowledged.
+  // psn 2 trimmed (NACK); psn 5 missing while psn 9, sent a millisecond later, arrived: lost
+  // (RACK). psn 10 and up are missing too, but were sent with psn 9: not yet lost (reordering).
   CtrlPacket a = ack_upto(2);
   a.nack_count = 1;
   a.nacks[0] = 2;
   for (uint32_t p = 3; p < 10; ++p) {
     if (p != 5) a.set_sack(p - 2);
   }
-  s.on_ack(a, 100);
-  s.poll_tx(200, 2, &tx);  // retransmissions come first
+  s.on_ack(a, 1'100'000);
+  s.poll_tx(1'200'000, 1000, &tx);  // retransmissions come first, and nothing else is owed
   ASSERT_EQ(tx.packets.size(), 2u);
   EXPECT_EQ(psn_of(tx.packets[0]), 2u);
   EXPECT_EQ(psn_of(tx.packets[1]), 5u);
   EXPECT_EQ(s.counters().nacks_received, 1u);
   EXPECT_EQ(s.counters().fast_retransmits, 1u);
   EXPECT_EQ(s.counters().retransmitted, 2u);
+  // The resend of psn 5 is lost as well: once a packet sent after it is acknowledged, it goes again.
+  tx.packets.clear();
+  CtrlPacket b = ack_upto(5);
+  for (uint32_t p = 6; p < 32; ++p) b.set_sack(p - 5);
+  b.accepted_total = 31;
+  s.on_ack(b, 1'300'000);
+  EXPECT_EQ(tx.packets.size(), 0u);  // psn 2's resend (sent at 1.2 ms, like psn 5's) vouches for nothing yet
+  s.on_timer(4'000'000);  // the tail probe resends the newest unacknowledged packet: psn 5
+  s.poll_tx(4'000'000, 1, &tx);  // (resends go before new packets)
+  ASSERT_EQ(tx.packets.size(), 1u);
+  EXPECT_EQ(psn_of(tx.packets[0]), 5u);
+  EXPECT_EQ(s.counters().tail_probes, 1u);
+  EXPECT_EQ(s.counters().rto_events, 0u);  // a probe, not a timeout: no window cut, no backoff
+}
+
+TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
+  SendProto s(params(codec::Scheme::kRht, 10'000'000));
+  Capture tx;
+  std::vector<uint8_t> msg = bytes(20000, 5);
+  SendOp op;
+  op.data = msg.data();
+  op.bytes = msg.size();
+  ASSERT_TRUE(s.post(&op).is_ok());
+  s.on_cts(0, msg.size());
+  const uint32_t n = s.poll_tx(0, 1000, &tx);
+  ASSERT_GE(n, 3u);
+  // Everything but the last packet arrives; nothing above the hole can ever expose it.
+  CtrlPacket a = ack_upto(n - 1);
+  a.accepted_total = n - 1;
+  s.on_ack(a, 200'000);
+  tx.packets.clear();
+  const uint64_t probe_at = s.next_deadline_ns(200'000);
+  EXPECT_GT(probe_at, 200'000u);
+  EXPECT_LE(probe_at, 200'000u + 2'500'000u);  // a quarter of the 10 ms minimum RTO: well before the timeout
+  s.on_timer(probe_at - 1);
+  s.poll_tx(probe_at - 1, 1000, &tx);
+  EXPECT_TRUE(tx.packets.empty());
+  s.on_timer(probe_at);
+  s.poll_tx(probe_at, 1000, &tx);
+  ASSERT_EQ(tx.packets.size(), 1u);
+  EXPECT_EQ(psn_of(tx.packets[0]), n - 1);
+  CtrlPacket b = ack_upto(n);
+  b.accepted_total = n;
+  s.on_ack(b, probe_at + 100'000);
+  EXPECT_FALSE(s.has_pending());
+  EXPECT_EQ(op.result.state(), OpResult::kDone);
+  EXPECT_EQ(s.counters().rto_events, 0u);
 }
 
 TEST(ProtoSend, TimeoutResendsOldestAndBacksOff) {
@@ -137,10 +187,14 @@ TEST(ProtoSend, TimeoutResendsOldestAndBacksOff) {
   const uint32_t n = s.poll_tx(0, 1000, &tx);
   ASSERT_GE(n, 2u);
   tx.packets.clear();
-  s.on_timer(500'000);  // before the 1 ms minimum RTO: nothing
-  EXPECT_EQ(s.poll_tx(500'000, 100, &tx), 0u);
+  s.on_timer(200'000);  // before the probe (a quarter of the 1 ms minimum RTO): nothing
+  EXPECT_EQ(s.poll_tx(200'000, 100, &tx), 0u);
+  s.on_timer(500'000);  // the tail probe: the newest packet only
+  ASSERT_EQ(s.poll_tx(500'000, 100, &tx), 1u);
+  EXPECT_EQ(psn_of(tx.packets[0]), n - 1);
+  EXPECT_EQ(s.counters().rto_events, 0u);
   s.on_timer(1'000'001);
-  EXPECT_EQ(s.poll_tx(1'000'001, 100, &tx), n) << "every packet older than the RTO is resent";
+  EXPECT_EQ(s.poll_tx(1'000'001, 100, &tx), n - 1) << "every packet older than the RTO is resent";
   EXPECT_EQ(s.counters().rto_events, 1u);
   const uint64_t next = s.next_deadline_ns(1'000'001);
   EXPECT_GE(next, 1'000'001u + 2'000'000u) << "backed off to twice the RTO";

@@ -9,8 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "codec/encoder.h"
 #include "tests/env_guard.h"
 #include "transport/net_api.h"
+#include "transport/socket.h"
+#include "transport/wire.h"
 
 namespace trim::net {
 namespace {
@@ -91,6 +94,14 @@ class Loopback : public ::testing::Test {
     return -1;
   }
 
+  // One counter of stats_json(), -1 when absent.
+  static long long counter(const char* name) {
+    const std::string j = stats_json();
+    const std::string key = std::string("\"") + name + "\":";
+    const size_t at = j.find(key);
+    return at == std::string::npos ? -1LL : std::stoll(j.substr(at + key.size()));
+  }
+
   static std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
     std::vector<uint8_t> v(n);
     std::mt19937 g(seed);
@@ -129,12 +140,6 @@ TEST_F(Loopback, ExactBytesOfManySizesInFifoOrder) {
 // Exact messages leave zero-copy in GSO super-datagrams and arrive in GRO runs (the default,
 // NCCL_TRIM_UDP_OFFLOAD=on); the bytes stay exact either way.
 TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
-  auto counter = [](const char* name) {
-    const std::string j = stats_json();
-    const std::string key = std::string("\"") + name + "\":";
-    const size_t at = j.find(key);
-    return at == std::string::npos ? -1LL : std::stoll(j.substr(at + key.size()));
-  };
   const long long gso0 = counter("gso_sends"), gro0 = counter("gro_batches");
   ASSERT_GE(gso0, 0);
   ASSERT_GE(gro0, 0);
@@ -146,6 +151,50 @@ TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
   EXPECT_EQ(in, out);
   EXPECT_GT(counter("gso_sends"), gso0);
   EXPECT_GT(counter("gro_batches"), gro0);
+}
+
+// Whatever else arrives at the engine's port is dropped and counted, and never disturbs a
+// connection: random bytes, control packets and data packets for cookies nobody owns.
+TEST_F(Loopback, GarbageAndForeignPacketsAreCountedAndIgnored) {
+  Result<std::string> ep = engine_endpoint(0);
+  ASSERT_TRUE(ep.is_ok()) << ep.status().to_string();
+  Result<sockaddr_in> to = transport::parse_host_port(ep.value());
+  ASSERT_TRUE(to.is_ok());
+  transport::Fd udp(socket(AF_INET, SOCK_DGRAM, 0));
+  ASSERT_TRUE(udp.valid());
+  auto send_raw = [&](const std::vector<uint8_t>& b) {
+    ASSERT_EQ(sendto(udp.get(), b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to.value()), sizeof(sockaddr_in)),
+              static_cast<ssize_t>(b.size()));
+  };
+  const long long malformed0 = counter("malformed"), unknown0 = counter("unknown_conn");
+  // Malformed: random bytes, a control magic with nothing behind it, a data header cut short.
+  for (int i = 0; i < 10; ++i) send_raw(pattern(1 + 97 * i, 100 + i));
+  send_raw({0x54, 0x43, 1, 2, 3});
+  // Well-formed, but for a connection that does not exist: an ACK and a data packet.
+  transport::CtrlPacket ack;
+  ack.cookie = 0xDEADBEEFCAFEull;
+  ack.cum_psn = 5;
+  std::vector<uint8_t> ctrl(transport::kCtrlBytes);
+  transport::write_ctrl(ack, ctrl.data());
+  send_raw(ctrl);
+  codec::CodecConfig cfg;
+  Result<codec::Layout> layout = codec::Layout::make(cfg, codec::DType::kRaw, codec::Scheme::kNone, 1000);
+  ASSERT_TRUE(layout.is_ok());
+  Result<std::vector<std::vector<uint8_t>>> data =
+      codec::Encoder(cfg).encode_message(*layout, codec::MessageId{0xDEADBEEFCAFEull, 0, false}, pattern(1000, 1).data());
+  ASSERT_TRUE(data.is_ok());
+  send_raw(data->front());
+  std::vector<uint8_t> cut(data->front().begin(), data->front().begin() + 20);
+  send_raw(cut);
+  // The connection still delivers exact bytes, and the engine counted each reject once.
+  std::vector<uint8_t> in = pattern(1 << 20, 12), out(1 << 20);
+  Request* r = post_recv(out.data(), out.size());
+  Request* s = post_send(in.data(), in.size());
+  EXPECT_EQ(wait(s), 1 << 20);
+  ASSERT_EQ(wait(r), 1 << 20);
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(counter("malformed") - malformed0, 12);
+  EXPECT_EQ(counter("unknown_conn") - unknown0, 2);
 }
 
 TEST_F(Loopback, ThirtyTwoRequestsThenNoSlot) {

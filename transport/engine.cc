@@ -390,9 +390,10 @@ GlobalStats& global_stats() {
 
 std::string ConnCounters::to_string() const {
   return fmt::format(
-      "sent {} pkts ({} B), retransmitted {} (fast {}, timeouts {}), NACKs received {}; received {} pkts ({} B), "
+      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
+      "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}",
-      sent_packets, sent_bytes, retransmitted, fast_retransmits, rto_events, nacks_received, received_packets,
+      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, dup_packets, bad_packets, out_of_window, acks_sent,
       acks_received);
 }

@@ -681,4 +681,13 @@ Status close_listen(ListenComm* listen) {
 
 std::string stats_json() { return transport::global_stats().to_json(); }
 
+Result<std::string> engine_endpoint(int dev) {
+  Globals& g = globals();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (dev < 0 || dev >= static_cast<int>(g.engines.size()) || !g.engines[dev]) {
+    return Status(Code::kUnavailable, fmt::format("device {} has no progress engine running", dev));
+  }
+  return transport::addr_string(g.engines[dev]->ip4_be(), g.engines[dev]->udp_port());
+}
+
 }  // namespace trim::net

@@ -174,5 +174,8 @@ Status close_listen(ListenComm* listen);
 // rejects): sent_packets, retransmitted_packets, received_packets, trimmed_accepted,
 // trimmed_nacked, dup_packets, bad_packets, ...
 std::string stats_json();
+// "ip:port" of the UDP socket of device `dev`'s progress engine (started by the first listen
+// or connect on it): where peers' data and control packets arrive.
+Result<std::string> engine_endpoint(int dev);
 
 }  // namespace trim::net

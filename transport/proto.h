@@ -76,7 +76,7 @@ class TxSink {
 // Per-connection counters; plain integers, touched by the engine thread only (close reads
 // them after the engine has let go of the connection).
 struct ConnCounters {
-  uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0;
+  uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0, tail_probes = 0;
   uint64_t nacks_received = 0;
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;

@@ -31,7 +31,7 @@ struct SendProto::Msg {
 };
 
 namespace {
-constexpr uint32_t kDupThresh = 3;        // acked packets above a hole before it counts as lost
+constexpr uint64_t kMinReorderNs = 20'000;  // RACK reordering window floor
 constexpr uint32_t kMaxBackoff = 64;
 constexpr uint64_t kMaxRtoNs = 1'000'000'000;
 constexpr uint32_t kIpUdpBytes = 28;
@@ -173,6 +173,19 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
     pace_next_ns_ = std::max(pace_next_ns_, now_ns) + static_cast<uint64_t>(ns);
   }
   if (rto_deadline_ns_ == 0) rto_deadline_ns_ = now_ns + rto_ns();
+  if (!retransmit) arm_probe(now_ns);
+}
+
+void SendProto::arm_probe(uint64_t now_ns) {
+  if (outstanding_ == 0) {
+    probe_deadline_ns_ = 0;
+    return;
+  }
+  // Floor: a quarter of the minimum RTO, which is sized to the host's scheduling noise (an
+  // ACK late by that much is not lost; each early probe is a duplicate plus a wakeup).
+  const uint64_t pto = std::max<uint64_t>(2 * srtt_ns_, params_.min_rto_ns / 4);
+  probe_deadline_ns_ = now_ns + pto < rto_deadline_ns_ ? now_ns + pto : 0;
+  probe_armed_ns_ = now_ns;
 }
 
 SendProto::Msg* SendProto::next_to_send() {
@@ -264,6 +277,9 @@ void SendProto::mark_acked(uint32_t psn, uint64_t now_ns) {
   ++s.msg->acked;
   --outstanding_;
   if (s.transmissions == 1 && now_ns >= s.sent_ns) rtt_sample(now_ns - s.sent_ns);  // Karn: no samples from resends
+  // RACK's clock: the latest send time known delivered. A resend counts only when its ACK
+  // cannot be the original's (it came back later than half a round trip after the resend).
+  if (s.transmissions == 1 || now_ns - s.sent_ns >= srtt_ns_ / 2) rack_sent_ns_ = std::max(rack_sent_ns_, s.sent_ns);
 }
 
 void SendProto::queue_retx(uint32_t psn) {
@@ -286,8 +302,6 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     snd_una_ = cum;
     progress = true;
   }
-  uint32_t highest = snd_una_;
-  bool any_sack = false;
   for (uint32_t byte = 0; byte < kSackBits / 8; ++byte) {
     if (ack.sack[byte] == 0) continue;
     for (uint32_t bit = 0; bit < 8; ++bit) {
@@ -295,8 +309,6 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
       const uint32_t p = cum + byte * 8 + bit;
       if (!in_flight_psn(p)) continue;
       mark_acked(p, now_ns);
-      if (!any_sack || psn_diff(p, highest) > 0) highest = p;
-      any_sack = true;
     }
   }
   while (snd_una_ != snd_nxt_ && slot(snd_una_).acked) {
@@ -310,21 +322,19 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
       queue_retx(p);
     }
   }
-  // Fast retransmit: a hole with kDupThresh acknowledged packets above it is lost.
+  // Fast retransmit, time-based (RACK, RFC 8985): a packet sent a reordering window before
+  // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
+  // threshold it works at any window, and also catches a resend that was lost again.
   bool lost = false;
-  if (any_sack && psn_diff(highest, snd_una_) > 0) {
-    uint32_t above = 0;
-    for (uint32_t p = highest;; --p) {
+  if (rack_sent_ns_ != 0) {
+    const uint64_t reo_wnd = std::max<uint64_t>(srtt_ns_ / 4, kMinReorderNs);
+    for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
       Slot& s = slot(p);
-      if (s.acked) {
-        ++above;
-      } else if (above >= kDupThresh && !s.queued &&
-                 (s.transmissions == 1 || now_ns - s.sent_ns > 2 * std::max<uint64_t>(srtt_ns_, 1000))) {
+      if (!s.acked && !s.queued && s.sent_ns + reo_wnd < rack_sent_ns_) {
         queue_retx(p);
         ++counters_.fast_retransmits;
         lost = true;
       }
-      if (p == snd_una_) break;
     }
   }
   if (lost) cc_.on_loss();
@@ -342,10 +352,28 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     backoff_ = 1;
     rto_deadline_ns_ = outstanding_ > 0 ? now_ns + rto_ns() : 0;
   }
+  arm_probe(now_ns);
   complete_finished();
 }
 
 void SendProto::on_timer(uint64_t now_ns) {
+  // Tail loss probe (RFC 8985 §7): when ACKs stop before the timeout, resend the newest
+  // packet in flight. Its ACK carries the SACK state that lets RACK repair the tail (and a
+  // lost last ACK is answered again), without the window cut and backoff of a timeout.
+  if (probe_deadline_ns_ != 0 && now_ns >= probe_deadline_ns_) {
+    // A lost probe (or its lost ACK) earns another, twice as late, while the timeout is ahead.
+    const uint64_t next = now_ns + 2 * (now_ns - probe_armed_ns_);
+    probe_deadline_ns_ = next < rto_deadline_ns_ ? next : 0;
+    probe_armed_ns_ = now_ns;
+    for (uint32_t p = snd_nxt_; p != snd_una_;) {
+      --p;
+      if (!slot(p).acked) {
+        queue_retx(p);
+        ++counters_.tail_probes;
+        break;
+      }
+    }
+  }
   if (rto_deadline_ns_ == 0 || now_ns < rto_deadline_ns_) return;
   if (outstanding_ == 0) {
     rto_deadline_ns_ = 0;
@@ -369,6 +397,7 @@ void SendProto::on_timer(uint64_t now_ns) {
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
   uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
+  if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
   }

@@ -80,6 +80,7 @@ class SendProto {
   void mark_acked(uint32_t psn, uint64_t now_ns);
   void queue_retx(uint32_t psn);
   void rtt_sample(uint64_t rtt_ns);
+  void arm_probe(uint64_t now_ns);
   uint64_t rto_ns() const;
   void complete_finished();
   Msg* next_to_send();
@@ -98,6 +99,9 @@ class SendProto {
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
   uint32_t backoff_ = 1;
   uint64_t rto_deadline_ns_ = 0;  // 0: timer not armed
+  uint64_t probe_deadline_ns_ = 0;  // tail loss probe; 0: not armed
+  uint64_t probe_armed_ns_ = 0;
+  uint64_t rack_sent_ns_ = 0;       // latest send time of a packet known delivered (RACK)
   uint64_t pace_next_ns_ = 0;
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
