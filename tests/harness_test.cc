@@ -224,6 +224,15 @@ TEST(HarnessTrim, TrimmableSendRecvIsDecodedNotResent) {
   expect_trimmable_run(r, p, 1.5 * kRhtOneBitNmse * p * 1);
 }
 
+TEST(HarnessTrim, UntrimmedTrimmableTrafficIsExactToRounding) {
+  // rht rotates in fp32 and back: without trims the values match to rounding, not to the bit.
+  HarnessRun r = run_harness("--mode sendrecv --op allreduce --trimmable --bytes 3M --iters 2");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("verify"), "ok") << r.context();
+  EXPECT_LT(r.num("nmse"), 1e-9) << r.context();
+  EXPECT_EQ(r.count("trimmed_accepted"), 0) << r.context();
+}
+
 TEST(HarnessTrim, TrimmableAllReduceFourRanks) {
   const double p = 0.2;
   const int n = 4;
