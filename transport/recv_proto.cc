@@ -129,8 +129,16 @@ void RecvProto::flush_ack(TxSink* sink) {
   a.trimmed_nacked_total = trimmed_nacked_total_;
   a.nack_count = static_cast<uint32_t>(nacks_.size());
   for (size_t i = 0; i < nacks_.size(); ++i) a.nacks[i] = nacks_[i];
-  for (uint32_t i = 1; i < kSackBits; ++i) {
-    if (bit(rcv_nxt_ + i)) a.set_sack(i);
+  // The selective bitmap is the window bitmap rotated to start at rcv_nxt: 64 bits at a time.
+  static_assert(kSackBits % 64 == 0, "the window bitmap is whole words");
+  constexpr uint32_t kWords = kSackBits / 64;
+  for (uint32_t k = 0; k < kWords; ++k) {
+    const uint32_t pos = (rcv_nxt_ + 64 * k) % kSackBits;
+    const uint32_t w = pos / 64, off = pos % 64;
+    uint64_t v = bits_[w] >> off;
+    if (off != 0) v |= bits_[(w + 1) % kWords] << (64 - off);
+    if (k == 0) v &= ~uint64_t{1};  // rcv_nxt itself is, by definition, not received
+    for (uint32_t b = 0; b < 8; ++b) a.sack[8 * k + b] = static_cast<uint8_t>(v >> (8 * b));
   }
   sink->ctrl(a);
   ++counters_.acks_sent;
