@@ -461,38 +461,5 @@ TEST(WireHandle, FitsAndRejectsForeignBytes) {
 
 // Every combination of the first-cut classifier inputs: trimmable only for AllReduce or
 // ReduceScatter, SIMPLE, a declared dtype, a lossy scheme and at least min_bytes.
-TEST(Classify, TableOfEveryCombination) {
-  const net::Func funcs[] = {net::Func::kUnknown, net::Func::kBroadcast, net::Func::kReduce, net::Func::kAllGather,
-                             net::Func::kReduceScatter, net::Func::kAllReduce, net::Func::kP2p};
-  const net::Proto protos[] = {net::Proto::kUnknown, net::Proto::kLL, net::Proto::kLL128, net::Proto::kSimple};
-  const codec::DType dtypes[] = {codec::DType::kRaw, codec::DType::kF32, codec::DType::kBF16, codec::DType::kF16};
-  const codec::Scheme schemes[] = {codec::Scheme::kNone, codec::Scheme::kRht};
-  const uint64_t sizes[] = {0, 65535, 65536, 1 << 20};
-  int trimmable = 0;
-  for (auto f : funcs)
-    for (auto pr : protos)
-      for (auto d : dtypes)
-        for (auto sc : schemes)
-          for (auto b : sizes) {
-            ClassifyInput in;
-            in.attr.func = f;
-            in.attr.algo = net::Algo::kRing;
-            in.attr.proto = pr;
-            in.declared = d;
-            in.scheme = sc;
-            in.bytes = b;
-            in.min_bytes = 65536;
-            const ClassifyResult r = classify(in);
-            const bool want = (f == net::Func::kAllReduce || f == net::Func::kReduceScatter) &&
-                              pr == net::Proto::kSimple && d != codec::DType::kRaw && sc != codec::Scheme::kNone &&
-                              b >= 65536;
-            EXPECT_EQ(r.trimmable, want);
-            EXPECT_EQ(r.dtype, want ? d : codec::DType::kRaw);
-            EXPECT_EQ(r.reason == ExactReason::kTrimmable, want);
-            trimmable += want;
-          }
-  EXPECT_EQ(trimmable, 2 * 3 * 2);  // {AR, RS} x {fp32, bf16, fp16} x {64 KiB, 1 MiB}
-}
-
 }  // namespace
 }  // namespace trim::transport

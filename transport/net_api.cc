@@ -17,6 +17,7 @@
 #include "transport/classify.h"
 #include "transport/devices.h"
 #include "transport/engine.h"
+#include "transport/send_class.h"
 
 namespace trim::net {
 
@@ -31,6 +32,7 @@ class Context {
   Params params;
   codec::CodecConfig codec;
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
+  std::unique_ptr<transport::SendClassifier> classifier;
 };
 
 class Comm {
@@ -162,15 +164,6 @@ Status null_argument(const char* call, const char* what) {
   return Status(Code::kInvalidArgument, std::string(call) + ": " + what + " is null");
 }
 
-codec::DType declared_dtype(const Params& p) {
-  switch (p.dtype) {  // NCCL_TRIM_DTYPE choices: none|fp32|bf16|fp16
-    case 1: return codec::DType::kF32;
-    case 2: return codec::DType::kBF16;
-    case 3: return codec::DType::kF16;
-    default: return codec::DType::kRaw;
-  }
-}
-
 OpAttr unpack_attr(uint32_t v) {
   OpAttr a;
   a.func = static_cast<Func>(v & 0xff);
@@ -289,6 +282,7 @@ Result<Context*> init(const InitOptions& options) {
   ctx->comm_id = options.comm_id;
   ctx->params = p.value();
   ctx->codec = cfg.value();
+  ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
       ctx->params.test_trim > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
@@ -303,6 +297,7 @@ Status finalize(Context* ctx) {
     std::lock_guard<std::mutex> lock(g.mu);
     --g.contexts;
   }
+  TRIM_INFO("NET/Trim: sends of comm {:#x} by op/proto/dtype/phase: {}", ctx->comm_id, ctx->classifier->summary());
   delete ctx;
   return Status::ok();
 }
@@ -540,7 +535,6 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
 Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
   (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
   (void)mem;
-  (void)profiler_op;
   if (comm == nullptr) return null_argument("isend", "comm");
   if (data == nullptr && bytes != 0) return null_argument("isend", "data");
   Conn* c = comm->core.conn.get();
@@ -550,14 +544,9 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
   }
   Request* r = comm->core.free_slot(comm);
   if (r == nullptr) return static_cast<Request*>(nullptr);
-  const Context& ctx = *comm->ctx();
-  transport::ClassifyInput in;
-  in.attr = unpack_attr(ctx.attr.load(std::memory_order_relaxed));
-  in.bytes = bytes;
-  in.declared = declared_dtype(ctx.params);
-  in.scheme = ctx.codec.scheme;
-  in.min_bytes = static_cast<uint64_t>(ctx.params.min_bytes);
-  const transport::ClassifyResult cls = transport::classify(in);
+  Context& ctx = *comm->ctx();
+  const transport::ClassifyResult cls =
+      ctx.classifier->classify(unpack_attr(ctx.attr.load(std::memory_order_relaxed)), profiler_op, bytes);
   transport::SendOp& op = r->send;
   op.data = static_cast<const uint8_t*>(data);
   op.bytes = bytes;
@@ -680,6 +669,13 @@ Status close_listen(ListenComm* listen) {
 }
 
 std::string stats_json() { return transport::global_stats().to_json(); }
+
+namespace {
+std::atomic<bool> g_profiler_active{false};
+}  // namespace
+
+bool profiler_active() { return g_profiler_active.load(std::memory_order_relaxed); }
+void set_profiler_active() { g_profiler_active.store(true, std::memory_order_relaxed); }
 
 Result<std::string> engine_endpoint(int dev) {
   Globals& g = globals();

@@ -87,6 +87,36 @@ struct OpAttr {
   Proto proto = Proto::kUnknown;
 };
 
+// What NCCL's profiler event chain (ProxyStep -> ProxyOp -> Coll/P2p) says about one send.
+// Our profiler plugin (plugin/profiler.cc, same .so) fills it in when isend hands NCCL's
+// per-step handle to NCCL's profiler callback; NCCL routes that to the profiler's startEvent.
+enum class DataType { kUnknown, kF32, kBF16, kF16, kF64, kInteger, kF8 };
+struct OpInfo {
+  Func func = Func::kUnknown;
+  Algo algo = Algo::kUnknown;
+  Proto proto = Proto::kUnknown;
+  DataType dtype = DataType::kUnknown;
+  uint64_t count = 0;    // elements of the whole collective
+  int n_channels = 0;
+  int n_ranks = 0;       // of the communicator (from the profiler's init)
+  int op_steps = -1;     // network transfers of this proxy op (NCCL's ProxyOp nSteps)
+  int chunk_bytes = 0;   // ProxyOp chunkSize
+  int peer = -1;
+  bool is_send = false;
+  int step = -1;         // this transfer's index within the proxy op, 0-based
+};
+// Passed as the callback's ext_data; the profiler fills it only when id and magic match.
+inline constexpr int64_t kProfilerPluginId = 0x5452494d;  // "TRIM"
+inline constexpr uint64_t kOpQueryMagic = 0x7472696d6f707131ull;
+struct OpQuery {
+  uint64_t magic = kOpQueryMagic;
+  bool filled = false;
+  OpInfo info;
+};
+// Whether our profiler plugin was loaded by NCCL (init called) in this process.
+bool profiler_active();
+void set_profiler_active();
+
 // A registration request; dmabuf_fd >= 0 registers through a dma-buf.
 struct MemRegion {
   void* data = nullptr;
