@@ -6,9 +6,12 @@
 // event whose parent is that step, and we answer into the OpQuery isend passed along.
 //
 // Lifetimes: NCCL stops a Coll event once it is enqueued, possibly before the proxy thread
-// starts its ProxyOps, so Coll records live in a per-communicator ring (read under a sequence
-// lock, copied into the ProxyOp); ProxyOps are heap objects freed at stop; a ProxyOp holds its
-// (up to NCCL_STEPS) live steps itself, as NCCL indexes them by step % NCCL_STEPS.
+// starts its ProxyOps, so Coll records live in a per-communicator ring, and a Coll's handle is
+// not a pointer but a token (its sequence number, odd-tagged): a ProxyOp copies the record
+// under a sequence lock and only if the slot still holds that very collective; a recycled
+// slot gives no answer (the send stays exact) instead of another collective's facts.
+// ProxyOps are heap objects freed at stop; a ProxyOp holds its (up to NCCL_STEPS) live steps
+// itself, as NCCL indexes them by step % NCCL_STEPS.
 #include <unistd.h>
 
 #include <array>
@@ -60,27 +63,37 @@ CollFacts unpack(uint64_t v, uint64_t count) {
 struct CollSlot {
   Kind kind = Kind::kColl;
   std::atomic<uint32_t> version{0};  // odd while being written
+  std::atomic<uint64_t> seq{0};      // which collective the slot holds
   std::atomic<uint64_t> facts{0};
   std::atomic<uint64_t> count{0};
 
-  void write(const CollFacts& f) {
+  void write(uint64_t s, const CollFacts& f) {
     const uint32_t v = version.load(std::memory_order_relaxed);
     version.store(v + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
+    seq.store(s, std::memory_order_relaxed);
     facts.store(pack(f), std::memory_order_relaxed);
     count.store(f.count, std::memory_order_relaxed);
     version.store(v + 2, std::memory_order_release);
   }
-  CollFacts read() const {
+  // The facts of collective `want`, or invalid ones when the slot holds another or is torn.
+  CollFacts read(uint64_t want) const {
     const uint32_t v1 = version.load(std::memory_order_acquire);
+    const uint64_t s = seq.load(std::memory_order_relaxed);
     const uint64_t f = facts.load(std::memory_order_relaxed);
     const uint64_t c = count.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     const uint32_t v2 = version.load(std::memory_order_relaxed);
-    if ((v1 & 1) != 0 || v1 != v2 || v1 == 0) return CollFacts();  // torn or never written
+    if ((v1 & 1) != 0 || v1 != v2 || v1 == 0 || s != want) return CollFacts();
     return unpack(f, c);
   }
 };
+
+// Coll handles are tokens: (sequence << 1) | 1. Our objects are aligned, so a real pointer is
+// never odd, and NCCL only hands handles back, never dereferences them.
+void* coll_token(uint64_t seq) { return reinterpret_cast<void*>(static_cast<uintptr_t>(seq << 1 | 1)); }
+bool is_coll_token(const void* h) { return (reinterpret_cast<uintptr_t>(h) & 1) != 0; }
+uint64_t token_seq(const void* h) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h) >> 1); }
 
 struct OpObj;
 struct StepObj {
@@ -102,13 +115,16 @@ struct OpObj {
 
 struct Context {
   int n_ranks = 0;
-  std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> next{1};
   std::unique_ptr<CollSlot[]> ring{new CollSlot[kCollRing]};
   CollSlot p2p;  // every point-to-point op: exact
 
-  bool owns(const void* p) const {
-    const CollSlot* s = static_cast<const CollSlot*>(p);
-    return s == &p2p || (s >= ring.get() && s < ring.get() + kCollRing);
+  // The facts of a ProxyOp's parent handle (a Coll token or our P2p record).
+  CollFacts parent_facts(const void* parent) const {
+    if (parent == &p2p) return p2p.read(0);
+    if (!is_coll_token(parent)) return CollFacts();
+    const uint64_t s = token_seq(parent);
+    return ring[s % kCollRing].read(s);
   }
 };
 
@@ -154,7 +170,7 @@ ncclResult_t prof_init(void** context, uint64_t comm_id, int* mask, const char* 
   if (context == nullptr || mask == nullptr) return ncclInvalidArgument;
   auto ctx = std::make_unique<Context>();
   ctx->n_ranks = n_ranks;
-  ctx->p2p.write(CollFacts{net::Func::kP2p, net::Algo::kUnknown, net::Proto::kUnknown, net::DataType::kUnknown, 0,
+  ctx->p2p.write(0, CollFacts{net::Func::kP2p, net::Algo::kUnknown, net::Proto::kUnknown, net::DataType::kUnknown, 0,
                            0, true});
   *context = ctx.release();
   // NetPlugin alone: NCCL still builds the Coll -> ProxyOp -> ProxyStep chain it parents.
@@ -192,19 +208,18 @@ ncclResult_t prof_start(void* context, void** handle, ncclProfilerEventDescr_tri
   if (ctx == nullptr || d == nullptr) return ncclSuccess;
   switch (d->type) {
     case ncclProfileColl: {
-      CollSlot& s = ctx->ring[ctx->next.fetch_add(1, std::memory_order_relaxed) % kCollRing];
-      s.write(CollFacts{parse_func(d->coll.func), parse_algo(d->coll.algo), parse_proto(d->coll.proto),
-                        parse_dtype(d->coll.datatype), d->coll.nChannels, d->coll.count, true});
-      *handle = &s;
+      const uint64_t seq = ctx->next.fetch_add(1, std::memory_order_relaxed);
+      ctx->ring[seq % kCollRing].write(
+          seq, CollFacts{parse_func(d->coll.func), parse_algo(d->coll.algo), parse_proto(d->coll.proto),
+                         parse_dtype(d->coll.datatype), d->coll.nChannels, d->coll.count, true});
+      *handle = coll_token(seq);
       break;
     }
     case ncclProfileP2p: *handle = &ctx->p2p; break;
     case ncclProfileProxyOp: {
       auto op = std::make_unique<OpObj>();
       // A parent from another process (PXN) is not ours to read.
-      if (d->parentObj != nullptr && d->proxyOp.pid == getpid() && ctx->owns(d->parentObj)) {
-        op->coll = static_cast<const CollSlot*>(d->parentObj)->read();
-      }
+      if (d->parentObj != nullptr && d->proxyOp.pid == getpid()) op->coll = ctx->parent_facts(d->parentObj);
       op->n_ranks = ctx->n_ranks;
       op->n_steps = d->proxyOp.nSteps;
       op->chunk_bytes = d->proxyOp.chunkSize;
@@ -215,7 +230,7 @@ ncclResult_t prof_start(void* context, void** handle, ncclProfilerEventDescr_tri
     }
     case ncclProfileProxyStep: {
       auto* op = static_cast<OpObj*>(d->parentObj);
-      if (op == nullptr || op->kind != Kind::kOp || d->proxyStep.step < 0) break;
+      if (op == nullptr || is_coll_token(op) || op->kind != Kind::kOp || d->proxyStep.step < 0) break;
       StepObj& s = op->steps[static_cast<size_t>(d->proxyStep.step) % kNcclSteps];
       s.op = op;
       s.step = d->proxyStep.step;
@@ -226,7 +241,7 @@ ncclResult_t prof_start(void* context, void** handle, ncclProfilerEventDescr_tri
       // Only our own query, recognised by id and magic, is ever written to.
       auto* step = static_cast<const StepObj*>(d->parentObj);
       auto* q = static_cast<net::OpQuery*>(d->netPlugin.data);
-      if (d->netPlugin.id != net::kProfilerPluginId || step == nullptr || q == nullptr ||
+      if (d->netPlugin.id != net::kProfilerPluginId || step == nullptr || is_coll_token(step) || q == nullptr ||
           q->magic != net::kOpQueryMagic || step->kind != Kind::kStep) {
         break;
       }
@@ -239,7 +254,7 @@ ncclResult_t prof_start(void* context, void** handle, ncclProfilerEventDescr_tri
 }
 
 ncclResult_t prof_stop(void* handle) {
-  if (handle == nullptr) return ncclSuccess;
+  if (handle == nullptr || is_coll_token(handle)) return ncclSuccess;
   // Every handle we give out starts with its Kind.
   if (*static_cast<const Kind*>(handle) == Kind::kOp) delete static_cast<OpObj*>(handle);
   return ncclSuccess;

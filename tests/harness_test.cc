@@ -1,6 +1,12 @@
-// End-to-end: runs build/bin/trim-harness (which plays NCCL's proxy across forked ranks on
-// loopback) against the built plugin and checks its one JSON line. Sizes stay at a few MiB so
-// the whole suite runs in well under a minute on two cores.
+// End-to-end: runs build/bin/trim-harness (which plays NCCL's proxy and profiler across forked
+// ranks on loopback) against the built plugin and checks its one JSON line. Sizes stay at a few
+// MiB so the whole suite runs in well under a minute on two cores.
+//
+// By default the harness loads the profiler from the plugin's own library, as NCCL does when
+// NCCL_PROFILER_PLUGIN is unset, so fp32 ring AllReduce SIMPLE traffic (v10+) is classified
+// trimmable in its reduce-scatter half and rides encoded: exact only to rounding. Tests about
+// bit-exact transport pass --profiler none (NCCL_PROFILER_PLUGIN=none), where nothing tells the
+// plugin what the traffic is and nothing is encoded.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,19 +118,40 @@ void expect_exact(const HarnessRun& r) {
   EXPECT_EQ(r.str("error"), "") << r.context();
 }
 
+// Encoded but untrimmed: rht rotates in fp32 and back, so values match to rounding, not to the
+// bit; the allgather half is exact, so every replica still ends bit-identical.
+void expect_rounding_only(const HarnessRun& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("verify"), "ok") << r.context();
+  EXPECT_LT(r.num("nmse"), 1e-9) << r.context();
+  EXPECT_EQ(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_EQ(r.num("replica_nmse"), 0.0) << r.context();
+  EXPECT_EQ(r.str("error"), "") << r.context();
+}
+
 // ---- Exact collectives over every API version the tests name ----
 
 TEST(HarnessAllReduce, TwoRanksV11Exact) {
-  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 3M --iters 2");
+  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 3M --iters 2 --profiler none");
   expect_exact(r);
   EXPECT_EQ(r.str("api"), "v11");
+  EXPECT_EQ(r.str("profiler"), "none") << r.context();
   EXPECT_GT(r.num("gbps"), 0.0) << r.context();
   EXPECT_GT(r.count("sent_packets"), 0) << r.context();
 }
 
 TEST(HarnessAllReduce, FourRanksV11Exact) {
-  // 3 MiB over 4 ranks: three loops, the last one split into uneven segments.
-  expect_exact(run_harness("--mode allreduce --ranks 4 --bytes 3M --iters 2"));
+  // 3 MiB over 4 ranks: one loop of 4 segments of 2 slices each; the last slices are uneven.
+  expect_exact(run_harness("--mode allreduce --ranks 4 --bytes 3M --iters 2 --profiler none"));
+}
+
+TEST(HarnessAllReduce, ProfilerChainEncodesOnlyTheReduceScatterHalf) {
+  // The default: the plugin's own profiler answers for every send; 9 MiB over 4 ranks is two
+  // loops (the second partial), so the phase rule sees several chunks.
+  HarnessRun r = run_harness("--mode allreduce --ranks 4 --bytes 9M --iters 1");
+  expect_rounding_only(r);
+  EXPECT_EQ(r.str("profiler"), "v6") << r.context();
 }
 
 TEST(HarnessAllReduce, TwoAndFourRanksV8Exact) {
@@ -141,8 +168,10 @@ TEST(HarnessAllReduce, ZeroBytesSendsEmptySlices) {
 }
 
 TEST(HarnessAllReduce, OddSizeKeepsTheRawTail) {
-  // 1000001 = 250000 floats + 1 raw byte, which rides the allgather from its owner.
-  expect_exact(run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 2 --api v10"));
+  // 1000001 = 250000 floats + 1 raw byte, which rides the allgather from its owner. v10 hands
+  // NCCL's step handles to the profiler callback too, so the reduce-scatter half is encoded.
+  expect_rounding_only(run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 2 --api v10"));
+  expect_exact(run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 1 --api v10 --profiler none"));
 }
 
 TEST(HarnessSendRecv, ExactIncludingOddAndZeroSizes) {
@@ -164,7 +193,7 @@ TEST(HarnessFaults, DropThirtyPercentStaysExact) {
 }
 
 TEST(HarnessFaults, DuplicatesAndReorderingStayExact) {
-  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 2M --iters 2 --dup 0.2 --reorder 0.2");
+  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 2M --iters 2 --dup 0.2 --reorder 0.2 --profiler none");
   expect_exact(r);
   EXPECT_GT(r.count("dup_packets"), 0) << r.context();
 }
@@ -182,10 +211,35 @@ TEST(HarnessTrim, TrimmedExactTrafficIsResentBitExact) {
   expect_exact(p2p);
   EXPECT_GT(p2p.count("trimmed_nacked"), 0) << p2p.context();
 
-  // v8 has no setNetAttr: its allreduce is never trimmable.
+  // v8 has neither setNetAttr nor profiler handles: its allreduce is never trimmable.
   HarnessRun v8 = run_harness("--mode allreduce --ranks 2 --bytes 2M --iters 2 --trim 0.2 --trimmable --api v8");
   expect_exact(v8);
   EXPECT_GT(v8.count("trimmed_nacked"), 0) << v8.context();
+}
+
+// NCCL_PROFILER_PLUGIN=none with NCCL_TRIM_DTYPE=fp32: the plugin knows op and dtype from the
+// declaration and setNetAttr, but not where in the ring a send is. Under the default phase rule
+// (reduce_scatter) nothing is trimmable then: every trimmed packet is NACKed and resent.
+TEST(HarnessTrim, DeclaredDtypeWithoutProfilerTrimsNothing) {
+  HarnessRun r = run_harness("--mode allreduce --ranks 4 --bytes 2M --iters 1 --profiler none --trimmable --trim 0.3");
+  expect_exact(r);
+  EXPECT_EQ(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_GT(r.count("trimmed_nacked"), 0) << r.context();
+  EXPECT_GE(r.count("retransmits"), r.count("trimmed_nacked")) << r.context();
+}
+
+// ... and with NCCL_TRIM_PHASE=all both halves are trimmed again: every rank but a value's owner
+// ends with an estimate, so the replicas diverge.
+TEST(HarnessTrim, DeclaredDtypeWithoutProfilerPhaseAllTrims) {
+  trim::testing::EnvGuard all{"NCCL_TRIM_PHASE", "all"};
+  HarnessRun r = run_harness(
+      "--mode allreduce --ranks 4 --bytes 2M --iters 1 --profiler none --trimmable --trim 0.3 --nmse-max 2");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("verify"), "ok") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_EQ(r.count("trimmed_nacked"), 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "false") << r.context();
+  EXPECT_GT(r.num("replica_nmse"), 0.0) << r.context();
 }
 
 // Bounds for trimmable traffic with --trim p (each received data packet trimmed independently
@@ -199,10 +253,10 @@ TEST(HarnessTrim, TrimmedExactTrafficIsResentBitExact) {
 //  * NMSE: a trimmed rht row decodes its trimmed coordinates from 1-bit heads with NMSE
 //    ~ pi/2 - 1 = 0.57 relative to their energy; with a fraction p trimmed, one hop adds about
 //    0.57 p of the signal's energy. A value is trimmed on at most H hops (sendrecv: 1; ring
-//    allreduce: N-1 reduce-scatter hops, and in this first cut up to N-1 allgather hops too,
-//    so 2(N-1)), each adding at most 0.57 p relative to the final sum (reduce-scatter hops act
-//    on partial sums, which carry less energy: a further safety factor). Bound: 0.57 p H,
-//    times 1.5 for sendrecv, whose single hop has no such slack.
+//    allreduce: the N-1 reduce-scatter hops, or 2(N-1) with NCCL_TRIM_PHASE=all), each adding
+//    at most 0.57 p relative to the final sum (reduce-scatter hops act on partial sums, which
+//    carry less energy: a further safety factor). Bound: 0.57 p H, times 1.5 for sendrecv,
+//    whose single hop has no such slack.
 constexpr double kRhtOneBitNmse = 0.5708;
 
 void expect_trimmable_run(const HarnessRun& r, double p, double nmse_bound) {
@@ -218,13 +272,19 @@ void expect_trimmable_run(const HarnessRun& r, double p, double nmse_bound) {
   EXPECT_LE(r.num("nmse"), nmse_bound) << r.context();
 }
 
+// sendrecv --op allreduce announces a ring AllReduce SIMPLE that has no ring behind it: one hop
+// whose transfer numbering fits the reduce-scatter phase rule only by accident (2 ranks: the
+// first 2 of every 4 transfers). These tests want every message trimmable, so they run with
+// NCCL_TRIM_PHASE=all; sendrecv ends with a single copy of the data, so nothing can diverge.
 TEST(HarnessTrim, TrimmableSendRecvIsDecodedNotResent) {
+  trim::testing::EnvGuard all{"NCCL_TRIM_PHASE", "all"};
   const double p = 0.2;
   HarnessRun r = run_harness("--mode sendrecv --op allreduce --bytes 4M --iters 2 --trimmable --trim 0.2");
   expect_trimmable_run(r, p, 1.5 * kRhtOneBitNmse * p * 1);
 }
 
 TEST(HarnessTrim, UntrimmedTrimmableTrafficIsExactToRounding) {
+  trim::testing::EnvGuard all{"NCCL_TRIM_PHASE", "all"};
   // rht rotates in fp32 and back: without trims the values match to rounding, not to the bit.
   HarnessRun r = run_harness("--mode sendrecv --op allreduce --trimmable --bytes 3M --iters 2");
   EXPECT_EQ(r.exit_code, 0) << r.context();
@@ -233,15 +293,76 @@ TEST(HarnessTrim, UntrimmedTrimmableTrafficIsExactToRounding) {
   EXPECT_EQ(r.count("trimmed_accepted"), 0) << r.context();
 }
 
+// Ring AllReduce with the profiler chain (no NCCL_TRIM_DTYPE needed): only the reduce-scatter
+// half is trimmable; the allgather half's trimmed packets are NACKed and resent, so every
+// replica ends bit-identical. trim_rate counts accepted trims over received packets, about half
+// of which are reduce-scatter ones: ~p/2.
 TEST(HarnessTrim, TrimmableAllReduceFourRanks) {
   const double p = 0.2;
   const int n = 4;
-  HarnessRun r = run_harness("--mode allreduce --ranks 4 --bytes 4M --iters 2 --trimmable --trim 0.2");
-  expect_trimmable_run(r, p, kRhtOneBitNmse * p * 2 * (n - 1));
-  // Not asserted yet: replicas_identical. In the transport's first cut the allgather half is
-  // trimmed too and replicas diverge (docs/ARCHITECTURE.md); once the NCCL-awareness issue
-  // keeps the allgather exact, assert it here, and expect trim_rate ~ p/(1 + 1/(1-p)) with
-  // the allgather's trimmed packets NACKed instead of the bounds above.
+  HarnessRun r = run_harness("--mode allreduce --ranks 4 --bytes 4M --iters 2 --trim 0.2");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("verify"), "ok") << r.context();
+  EXPECT_EQ(r.str("error"), "") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_GT(r.count("trimmed_nacked"), 0) << r.context();
+  EXPECT_GE(r.count("retransmits"), r.count("trimmed_nacked")) << r.context();
+  EXPECT_GE(r.num("trim_rate"), 0.75 * p / 2) << r.context();
+  EXPECT_LE(r.num("trim_rate"), 1.25 * p / 2) << r.context();
+  EXPECT_GT(r.num("nmse"), 0.0) << r.context();
+  EXPECT_LE(r.num("nmse"), kRhtOneBitNmse * p * (n - 1)) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_EQ(r.num("replica_nmse"), 0.0) << r.context();
+}
+
+// ---- Mixed traffic on one communicator ----
+
+// fp32 AllReduce (trimmable half), int32 AllReduce, Broadcast and an LL AllReduce per iteration,
+// all under --trim 0.3: only the fp32 SIMPLE reduce-scatter half may be decoded from trimmed
+// packets; every byte of the other three must arrive exact. NMSE bound: 0.57 p (N-1).
+TEST(HarnessMixed, OnlyTheFp32ReduceScatterIsTrimmed) {
+  const double p = 0.3;
+  const int n = 4;
+  HarnessRun r = run_harness("--mode mixed --ranks 4 --bytes 2M --iters 1 --trim 0.3");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("mode"), "mixed") << r.context();
+  EXPECT_EQ(r.str("exact_ok"), "true") << r.context();
+  EXPECT_EQ(r.str("verify"), "ok") << r.context();
+  EXPECT_EQ(r.str("error"), "") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_GT(r.count("trimmed_nacked"), 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_EQ(r.num("replica_nmse"), 0.0) << r.context();
+  EXPECT_GT(r.num("nmse"), 0.0) << r.context();
+  EXPECT_LE(r.num("nmse"), kRhtOneBitNmse * p * (n - 1)) << r.context();
+}
+
+// NCCL_TRIM_PHASE=all trims the fp32 allgather half too: the exact collectives stay exact, but
+// the fp32 replicas diverge (bound 0.57 p 2(N-1), over the default --nmse-max of 1).
+TEST(HarnessMixed, PhaseAllDivergesTheReplicas) {
+  trim::testing::EnvGuard all{"NCCL_TRIM_PHASE", "all"};
+  const double p = 0.3;
+  const int n = 4;
+  HarnessRun r = run_harness("--mode mixed --ranks 4 --bytes 2M --iters 1 --trim 0.3 --nmse-max 2");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("exact_ok"), "true") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "false") << r.context();
+  EXPECT_GT(r.num("replica_nmse"), 0.0) << r.context();
+  EXPECT_LE(r.num("nmse"), kRhtOneBitNmse * p * 2 * (n - 1)) << r.context();
+}
+
+// The checker's negative control, and the reason the profiler chain matters: without it the
+// plugin has only NCCL_TRIM_DTYPE=fp32 and setNetAttr's AllReduce/SIMPLE, which an int32
+// AllReduce shares; with NCCL_TRIM_PHASE=all its integers are trimmed and exact_ok must fail.
+TEST(HarnessMixed, DeclaredDtypeCannotTellIntegersApart) {
+  trim::testing::EnvGuard all{"NCCL_TRIM_PHASE", "all"};
+  HarnessRun r = run_harness("--mode mixed --ranks 3 --bytes 1M --iters 1 --warmup 0 --trim 0.3 --profiler none "
+                             "--trimmable --nmse-max 2");
+  EXPECT_EQ(r.exit_code, 1) << r.context();
+  EXPECT_EQ(r.str("exact_ok"), "false") << r.context();
+  EXPECT_EQ(r.str("verify"), "fail") << r.context();
+  EXPECT_EQ(r.str("error"), "") << r.context();
 }
 
 // ---- Fault scenarios ----
@@ -303,6 +424,8 @@ TEST(HarnessCli, BadUsageExitsTwo) {
   EXPECT_EQ(run_harness("--mode sendrecv --ranks 3").exit_code, 2);
   EXPECT_EQ(run_harness("--bytes 12Q").exit_code, 2);
   EXPECT_EQ(run_harness("--mode allreduce --kill-peer").exit_code, 2);
+  EXPECT_EQ(run_harness("--mode mixed --op allreduce").exit_code, 2);
+  EXPECT_EQ(run_harness("--profiler some").exit_code, 2);
 }
 
 TEST(HarnessCli, MissingPluginIsAnError) {

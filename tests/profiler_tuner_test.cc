@@ -171,6 +171,21 @@ TEST_F(ExtPlugins, DatatypesAndOpsAsNcclSpellsThem) {
   v6_->stopEvent(op);
 }
 
+// A ProxyOp that starts only after thousands of later collectives were enqueued finds its
+// Coll record recycled: it must get no answer (exact), never the later collective's facts.
+TEST_F(ExtPlugins, ARecycledCollRecordGivesNoAnswer) {
+  void* old_coll = coll("AllReduce", "ncclFloat32", "RING", "SIMPLE");
+  v6_->stopEvent(old_coll);
+  void* fresh = proxy_op(old_coll, 12);
+  EXPECT_TRUE(ask(step(fresh, 0)).filled);
+  for (int i = 0; i < 5000; ++i) v6_->stopEvent(coll("AllReduce", "ncclInt32", "RING", "SIMPLE"));
+  void* late = proxy_op(old_coll, 12);
+  const net::OpQuery q = ask(step(late, 0));
+  EXPECT_FALSE(q.filled) << "answered with dtype " << static_cast<int>(q.info.dtype);
+  v6_->stopEvent(fresh);
+  v6_->stopEvent(late);
+}
+
 TEST_F(ExtPlugins, NothingIsAnsweredWithoutAChainOrForAnotherPlugin) {
   void* c = coll("AllReduce", "ncclFloat32", "RING", "SIMPLE");
   // Another plugin's event id: its data is not ours to write.

@@ -29,6 +29,12 @@ inline float value_at(uint64_t key, size_t e) {
 
 inline uint8_t tail_at(uint64_t key, size_t j) { return static_cast<uint8_t>(mix64(key ^ kTailSalt ^ j)); }
 
+constexpr uint64_t kIntSalt = 0x696e743332696e74ull;
+
+inline uint32_t int_at(uint64_t key, size_t e) {
+  return static_cast<uint32_t>(mix64(key ^ kIntSalt ^ (e * 0xd1b54a32d192ed03ull)));
+}
+
 inline uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
@@ -48,10 +54,15 @@ uint64_t data_key(uint64_t seed, int rank, int iter) {
   return mix64(mix64(seed) ^ (static_cast<uint64_t>(rank) << 32) ^ static_cast<uint32_t>(iter));
 }
 
-void fill_input(uint64_t key, void* out, size_t bytes) {
+void fill_input(uint64_t key, void* out, size_t bytes, Elem elem) {
   size_t n = bytes / 4;
-  float* f = static_cast<float*>(out);
-  for (size_t e = 0; e < n; ++e) f[e] = value_at(key, e);
+  if (elem == Elem::kF32) {
+    float* f = static_cast<float*>(out);
+    for (size_t e = 0; e < n; ++e) f[e] = value_at(key, e);
+  } else {
+    uint32_t* u = static_cast<uint32_t*>(out);
+    for (size_t e = 0; e < n; ++e) u[e] = int_at(key, e);
+  }
   uint8_t* tail = static_cast<uint8_t*>(out) + n * 4;
   for (size_t j = 0; j < bytes % 4; ++j) tail[j] = tail_at(key, j);
 }
@@ -85,24 +96,34 @@ Check check_copy(uint64_t key, const void* got, size_t bytes) {
   return c;
 }
 
-RingGeometry::RingGeometry(size_t bytes, int ranks, size_t slice_bytes)
-    : ranks_(ranks), elems_(bytes / 4), tail_bytes_(bytes % 4) {
-  // With a raw tail the last segment grows by up to 3 bytes: keep that message within a slice.
+RingGeometry::RingGeometry(size_t bytes, int ranks, size_t slice_bytes, int slices_per_step)
+    : ranks_(ranks), slices_(slices_per_step), elems_(bytes / 4), tail_bytes_(bytes % 4) {
+  // With a raw tail the last slice grows by up to 3 bytes: keep that message within a slice.
   slice_elems_ = slice_bytes / 4 - (tail_bytes_ > 0 ? 1 : 0);
-  size_t per_loop = slice_elems_ * static_cast<size_t>(ranks_);
+  size_t per_loop = slice_elems_ * static_cast<size_t>(slices_) * static_cast<size_t>(ranks_);
   // At least one loop even for 0 bytes: NCCL sends empty slices, and so do we.
   loops_ = static_cast<int>(std::max<size_t>(1, (elems_ + per_loop - 1) / per_loop));
 }
 
 Segment RingGeometry::segment(int loop, int seg) const {
-  size_t per_loop = slice_elems_ * static_cast<size_t>(ranks_);
-  size_t base = static_cast<size_t>(loop) * per_loop;
+  const size_t seg_max = slice_elems_ * static_cast<size_t>(slices_);
+  size_t base = static_cast<size_t>(loop) * seg_max * static_cast<size_t>(ranks_);
   size_t remaining = elems_ > base ? elems_ - base : 0;
   // Like NCCL's last loop: the remainder is split evenly, so some segments may be empty.
-  size_t chunk = std::min(slice_elems_, (remaining + ranks_ - 1) / static_cast<size_t>(ranks_));
+  size_t chunk = std::min(seg_max, (remaining + ranks_ - 1) / static_cast<size_t>(ranks_));
   size_t lo = std::min(remaining, static_cast<size_t>(seg) * chunk);
   size_t hi = std::min(remaining, lo + chunk);
   return Segment{base + lo, hi - lo};
+}
+
+Segment RingGeometry::slice(int loop, int seg, int k) const {
+  Segment s = segment(loop, seg);
+  const size_t n = static_cast<size_t>(slices_);
+  // slices_ * per >= s.elems because s.elems <= slices_ * slice_elems_.
+  size_t per = std::min(slice_elems_, ((s.elems + n - 1) / n + 15) / 16 * 16);
+  size_t lo = std::min(s.elems, static_cast<size_t>(k) * per);
+  size_t hi = std::min(s.elems, lo + per);
+  return Segment{s.first + lo, hi - lo};
 }
 
 int RingGeometry::send_seg(int rank, int step) const {
@@ -117,19 +138,28 @@ int RingGeometry::recv_seg(int rank, int step) const {
   return ((s % n) + n) % n;
 }
 
-Check check_allreduce(const RingGeometry& geo, const uint64_t* keys, const void* got) {
+Check check_allreduce(const RingGeometry& geo, const uint64_t* keys, const void* got, Elem elem) {
   Check c;
   const float* f = static_cast<const float*>(got);
   const int n = geo.ranks();
-  for (int loop = 0; loop < geo.loops(); ++loop) {
-    for (int seg = 0; seg < n; ++seg) {
-      Segment s = geo.segment(loop, seg);
-      for (size_t e = s.first; e < s.first + s.elems; ++e) {
-        // The chain starts at rank `seg` (it sends its own input at step 0) and each next
-        // rank adds its input to what it received: ((x_seg + x_seg+1) + x_seg+2) + ...
-        float acc = value_at(keys[seg], e);
-        for (int j = 1; j < n; ++j) acc = acc + value_at(keys[(seg + j) % n], e);
-        compare(f[e], acc, &c);
+  if (elem == Elem::kI32) {
+    const uint32_t* u = static_cast<const uint32_t*>(got);
+    for (size_t e = 0; e < geo.elems(); ++e) {
+      uint32_t acc = 0;
+      for (int k = 0; k < n; ++k) acc += int_at(keys[k], e);
+      if (u[e] != acc) c.exact = false;
+    }
+  } else {
+    for (int loop = 0; loop < geo.loops(); ++loop) {
+      for (int seg = 0; seg < n; ++seg) {
+        Segment s = geo.segment(loop, seg);
+        for (size_t e = s.first; e < s.first + s.elems; ++e) {
+          // The chain starts at rank `seg` (it sends its own input at step 0) and each next
+          // rank adds its input to what it received: ((x_seg + x_seg+1) + x_seg+2) + ...
+          float acc = value_at(keys[seg], e);
+          for (int j = 1; j < n; ++j) acc = acc + value_at(keys[(seg + j) % n], e);
+          compare(f[e], acc, &c);
+        }
       }
     }
   }
@@ -142,6 +172,16 @@ Check check_allreduce(const RingGeometry& geo, const uint64_t* keys, const void*
     }
   }
   return c;
+}
+
+double nmse_between(const float* a, const float* b, size_t elems) {
+  double err2 = 0, ref2 = 0;
+  for (size_t e = 0; e < elems; ++e) {
+    double d = static_cast<double>(a[e]) - static_cast<double>(b[e]);
+    err2 += d * d;
+    ref2 += static_cast<double>(b[e]) * static_cast<double>(b[e]);
+  }
+  return ref2 > 0 ? err2 / ref2 : (err2 > 0 ? 1.0 : 0.0);
 }
 
 }  // namespace trim::harness

@@ -1,5 +1,6 @@
-// trim-harness: runs the NCCL net plugin the way NCCL's proxy does, across forked ranks on
-// loopback, and verifies what arrives. See usage_text() (options.cc) for the command line.
+// trim-harness: runs the NCCL net plugin the way NCCL's proxy does (and the plugin's profiler
+// the way NCCL's profiler layer does), across forked ranks on loopback, and verifies what
+// arrives. See usage_text() (options.cc) for the command line.
 #include <cstdio>
 
 #include "tools/harness/options.h"

@@ -1,5 +1,6 @@
 // --mode sendrecv: rank 0 streams --bytes to rank 1 per iteration in slices of at most 1 MiB,
-// at most 8 in flight, like NCCL's proxy on one connection. Also the fault scenarios
+// at most 8 in flight, like NCCL's proxy on one connection, with one proxy op (and its step
+// events) per iteration. Also the fault scenarios
 // (--kill-peer, --freeze-peer, --close-in-flight, --abort-in-flight), which all need exactly this shape.
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "tools/harness/data.h"
+#include "tools/harness/profiler_host.h"
 #include "tools/harness/rank.h"
 
 namespace trim::harness {
@@ -34,17 +36,42 @@ Status announce(RankCtx& c, bool sender) {
   return r == ncclSuccess ? Status::ok() : plugin_error("setNetAttr", r);
 }
 
+// The profiler events of one iteration: NCCL's P2p Send/Recv task, or (--op allreduce) an fp32
+// ring AllReduce SIMPLE. The latter has no ring behind it: one hop of message_count transfers,
+// whose step numbering fits a ring's phase rule only by accident (2 ranks: transfers 0-1 of
+// every 4 would count as reduce-scatter), so the tests that want all of it trimmable run with
+// NCCL_TRIM_PHASE=all. There is a single copy of the data, hence no replicas to diverge.
+void begin_events(RankCtx& c, OpEvents& ev, bool sender) {
+  TaskInfo t;
+  if (c.opt.op == SendRecvOp::kP2p) {
+    t.p2p = true;
+    t.func = sender ? "Send" : "Recv";
+    t.datatype = "ncclInt8";
+    t.elem_bytes = 1;
+    t.count = c.opt.bytes;
+    t.root = sender ? 1 : 0;
+  } else {
+    t.datatype = "ncclFloat32";
+    t.count = c.opt.bytes / 4;
+  }
+  const OpShape used{sender ? 1 : 0, static_cast<int>(message_count(c.opt.bytes)), static_cast<int>(kSliceBytes)};
+  ev.begin(t, sender ? used : OpShape{}, sender ? OpShape{} : used);
+}
+
 
 // One iteration's sends on one connection: post while fewer than 8 are in flight, test the
 // oldest (NCCL tests its steps in order).
 class SendPump {
  public:
-  SendPump(NetPlugin* net, void* comm, const char* data, size_t bytes, void* mh, int tag)
-      : net_(net), comm_(comm), data_(data), bytes_(bytes), mh_(mh), tag_(tag), total_(message_count(bytes)) {}
+  SendPump(NetPlugin* net, void* comm, const char* data, size_t bytes, void* mh, int tag, ProxyOp* op)
+      : net_(net), comm_(comm), data_(data), bytes_(bytes), mh_(mh), tag_(tag), op_(op),
+        total_(message_count(bytes)) {}
 
+  // A new iteration, whose proxy op the caller has just begun.
   void restart() {
     posted_ = 0;
     done_ = 0;
+    started_ = 0;
   }
   bool finished() const { return done_ == total_; }
   size_t in_flight() const { return inflight_.size(); }
@@ -55,11 +82,17 @@ class SendPump {
   // Posts up to `max_posts` (close-in-flight stops early); tests the oldest unless told not to.
   Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
     while (posted_ < total_ && inflight_.size() < kMaxInFlight && max_posts > 0) {
+      const int step = static_cast<int>(posted_);
+      if (started_ == posted_) {  // a retried isend keeps its step event
+        op_->start_step(step);
+        ++started_;
+      }
       void* req = nullptr;
       ncclResult_t r = net_->isend(comm_, const_cast<char*>(data_) + posted_ * kSliceBytes,
-                                   message_bytes(bytes_, posted_), tag_, mh_, &req);
+                                   message_bytes(bytes_, posted_), tag_, mh_, op_->phandle(step), &req);
       if (r != ncclSuccess) return plugin_error("isend", r);
       if (req == nullptr) break;  // no slot: retry on a later pass
+      op_->record_step(step, kStepSendWait, message_bytes(bytes_, posted_));
       inflight_.push_back(req);
       ++posted_;
       --max_posts;
@@ -75,7 +108,9 @@ class SendPump {
       }
       if (done != 0) {
         inflight_.pop_front();
+        op_->stop_step(static_cast<int>(done_));
         ++done_;
+        if (done_ == total_) op_->stop();
         *moved = true;
       }
     }
@@ -89,8 +124,9 @@ class SendPump {
   size_t bytes_;
   void* mh_;
   int tag_;
+  ProxyOp* op_;
   size_t total_;
-  size_t posted_ = 0, done_ = 0;
+  size_t posted_ = 0, done_ = 0, started_ = 0;
   std::deque<void*> inflight_;
 };
 
@@ -98,13 +134,14 @@ class SendPump {
 // the full slot, completed data is copied out in order.
 class RecvPump {
  public:
-  RecvPump(NetPlugin* net, void* comm, char* slots, void* slots_mh, char* out, size_t bytes, int tag)
-      : net_(net), comm_(comm), slots_(slots), mh_(slots_mh), out_(out), bytes_(bytes), tag_(tag),
+  RecvPump(NetPlugin* net, void* comm, char* slots, void* slots_mh, char* out, size_t bytes, int tag, ProxyOp* op)
+      : net_(net), comm_(comm), slots_(slots), mh_(slots_mh), out_(out), bytes_(bytes), tag_(tag), op_(op),
         total_(message_count(bytes)) {}
 
   void restart() {
     posted_ = 0;
     done_ = 0;
+    started_ = 0;
   }
   bool finished() const { return done_ == total_; }
   size_t done() const { return done_; }
@@ -113,11 +150,17 @@ class RecvPump {
 
   Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
     while (posted_ < total_ && posted_ - done_ < kMaxInFlight && max_posts > 0) {
+      const int step = static_cast<int>(posted_);
+      if (started_ == posted_) {
+        op_->start_step(step);
+        ++started_;
+      }
       void* req = nullptr;
       char* slot = slots_ + (posted_ % kMaxInFlight) * kSliceBytes;
-      ncclResult_t r = net_->irecv(comm_, slot, kSliceBytes, tag_, mh_, &req);
+      ncclResult_t r = net_->irecv(comm_, slot, kSliceBytes, tag_, mh_, op_->phandle(step), &req);
       if (r != ncclSuccess) return plugin_error("irecv", r);
       if (req == nullptr) break;
+      op_->record_step(step, kStepRecvWait, 0);
       inflight_.push_back(req);
       ++posted_;
       --max_posts;
@@ -140,7 +183,9 @@ class RecvPump {
                                              " bytes, the sender sent " + std::to_string(want));
         }
         std::memcpy(out_ + done_ * kSliceBytes, slots_ + (done_ % kMaxInFlight) * kSliceBytes, want);
+        op_->stop_step(static_cast<int>(done_));
         ++done_;
+        if (done_ == total_) op_->stop();
         *moved = true;
       }
     }
@@ -155,8 +200,9 @@ class RecvPump {
   char* out_;
   size_t bytes_;
   int tag_;
+  ProxyOp* op_;
   size_t total_;
-  size_t posted_ = 0, done_ = 0;
+  size_t posted_ = 0, done_ = 0, started_ = 0;
   std::deque<void*> inflight_;
 };
 
@@ -215,15 +261,19 @@ Status drive(Pump& pump, int64_t deadline_ns) {
 // The fault scenarios' sender: streams iterations back to back until the plugin reports the
 // dead peer, or declares a hang 3x the plugin's timeout after the peer's own announcement
 // (or after the last progress, should that announcement never come).
-Status fault_sender(RankCtx& c, SendPump& pump) {
+Status fault_sender(RankCtx& c, SendPump& pump, OpEvents& ev) {
   const int64_t limit_ns = 3ll * effective_timeout_ms(c.opt) * kNsPerMs;
   int64_t peer_event_ns = 0;
   int64_t last_progress_ns = mono_ns();
   int64_t next_poll_ns = 0;
   Backoff backoff;
+  begin_events(c, ev, true);
   pump.restart();
   for (;;) {
-    if (pump.finished()) pump.restart();
+    if (pump.finished()) {
+      begin_events(c, ev, true);
+      pump.restart();
+    }
     bool moved = false;
     Status st = pump.pass(&moved);
     int64_t now = mono_ns();
@@ -263,26 +313,29 @@ Status run_sender(RankCtx& c) {
   MemReg reg(c.net, c.send_comm);
   Status st = reg.reg(buf.data(), std::max<size_t>(o.bytes, 1));
   if (!st.is_ok()) return st;
-  SendPump pump(c.net, c.send_comm, buf.data(), o.bytes, reg.handle(), c.rank);
+  OpEvents ev(c.prof);
+  SendPump pump(c.net, c.send_comm, buf.data(), o.bytes, reg.handle(), c.rank, &ev.send());
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
 
   if (leaves_requests_in_flight(o)) {
     fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
     TRIM_RETURN_IF_ERROR(announce(c, true));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    begin_events(c, ev, true);
     return leave_in_flight(c, pump, reg);
   }
   if (o.fault != Fault::kNone) {
     fill_input(data_key(o.seed, 0, 0), buf.data(), o.bytes);
     TRIM_RETURN_IF_ERROR(announce(c, true));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
-    return fault_sender(c, pump);
+    return fault_sender(c, pump, ev);
   }
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     fill_input(data_key(o.seed, 0, it), buf.data(), o.bytes);
     TRIM_RETURN_IF_ERROR(announce(c, true));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
+    begin_events(c, ev, true);
     pump.restart();
     TRIM_RETURN_IF_ERROR(drive(pump, deadline));
     if (it >= o.warmup) c.report->iter_ns.push_back(mono_ns() - t0);
@@ -296,17 +349,20 @@ Status run_receiver(RankCtx& c) {
   HostBuffer& slots = c.buffers->make(kSliceBytes * kMaxInFlight);
   MemReg reg(c.net, c.recv_comm);
   TRIM_RETURN_IF_ERROR(reg.reg(slots.data(), slots.bytes()));
-  RecvPump pump(c.net, c.recv_comm, slots.data(), reg.handle(), out.data(), o.bytes, c.rank - 1);
+  OpEvents ev(c.prof);
+  RecvPump pump(c.net, c.recv_comm, slots.data(), reg.handle(), out.data(), o.bytes, c.rank - 1, &ev.recv());
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * 1000 * kNsPerMs;
 
   if (leaves_requests_in_flight(o)) {
     TRIM_RETURN_IF_ERROR(announce(c, false));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    begin_events(c, ev, false);
     return leave_in_flight(c, pump, reg);
   }
   if (o.fault != Fault::kNone) {
     TRIM_RETURN_IF_ERROR(announce(c, false));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
+    begin_events(c, ev, false);
     // Halfway through the first iteration (at least one message in), go away.
     const size_t stop_after = std::max<size_t>(1, message_count(o.bytes) / 2);
     Backoff backoff;
@@ -327,6 +383,7 @@ Status run_receiver(RankCtx& c) {
     TRIM_RETURN_IF_ERROR(announce(c, false));
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
+    begin_events(c, ev, false);
     pump.restart();
     TRIM_RETURN_IF_ERROR(drive(pump, deadline));
     if (it >= o.warmup) c.report->iter_ns.push_back(mono_ns() - t0);

@@ -101,12 +101,12 @@ const char* NetPlugin::name() const {
     return v11_->call;                              \
   } while (0)
 
-ncclResult_t NetPlugin::init(uint64_t comm_id) {
+ncclResult_t NetPlugin::init(uint64_t comm_id, ncclProfilerCallback_t profiler) {
   if (v8_ != nullptr) return v8_->init(harness_logger);
   if (v9_ != nullptr) return v9_->init(harness_logger);
-  if (v10_ != nullptr) return v10_->init(harness_logger, nullptr);
+  if (v10_ != nullptr) return v10_->init(harness_logger, profiler);
   ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  return v11_->init(&ctx_, comm_id, &config, harness_logger, nullptr);
+  return v11_->init(&ctx_, comm_id, &config, harness_logger, profiler);
 }
 
 ncclResult_t NetPlugin::finalize() {
@@ -173,16 +173,17 @@ ncclResult_t NetPlugin::reg_mr(void* comm, void* data, size_t bytes, void** mhan
 
 ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { HARNESS_DISPATCH(deregMr(comm, mhandle)); }
 
-ncclResult_t NetPlugin::isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void** request) {
+ncclResult_t NetPlugin::isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void* phandle,
+                              void** request) {
   // Slices are at most 1 MiB, so v8's int size cannot overflow.
   if (v8_ != nullptr) return v8_->isend(send_comm, data, static_cast<int>(bytes), tag, mhandle, request);
   if (v9_ != nullptr) return v9_->isend(send_comm, data, bytes, tag, mhandle, request);
-  if (v10_ != nullptr) return v10_->isend(send_comm, data, bytes, tag, mhandle, nullptr, request);
-  return v11_->isend(send_comm, data, bytes, tag, mhandle, nullptr, request);
+  if (v10_ != nullptr) return v10_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
+  return v11_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
 }
 
 ncclResult_t NetPlugin::irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
-                              void** request) {
+                              void* phandle, void** request) {
   void* datas[1] = {data};
   int tags[1] = {tag};
   void* mhandles[1] = {mhandle};
@@ -193,7 +194,7 @@ ncclResult_t NetPlugin::irecv(void* recv_comm, void* data, size_t capacity_bytes
   }
   size_t sizes[1] = {capacity_bytes};
   if (v9_ != nullptr) return v9_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, request);
-  void* phandles[1] = {nullptr};
+  void* phandles[1] = {phandle};
   if (v10_ != nullptr) return v10_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
   return v11_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
 }

@@ -1,6 +1,7 @@
 // The plugin as NCCL sees it: dlopen, one ncclNetPlugin_vN table, and one call surface over
 // v8..v11 so the modes are written once. Every call returns the plugin's ncclResult_t as is;
-// the only translation is of argument shapes (int vs size_t sizes, ctx, profiler handles).
+// the only translation is of argument shapes (int vs size_t sizes, ctx, profiler handles, which
+// v8/v9 do not take).
 #pragma once
 
 #include <cstddef>
@@ -41,9 +42,12 @@ class NetPlugin {
 
   Api api() const { return api_; }
   const char* name() const;
+  // The dlopen handle: NCCL looks for the profiler plugin in the net plugin's library too.
+  void* library() const { return dl_; }
 
   // v11: per-communicator init returning the ctx every later call gets; v8-v10: global init.
-  ncclResult_t init(uint64_t comm_id);
+  // `profiler` is NCCL's profiler callback, given to v10 and v11 (v8/v9 have no such argument).
+  ncclResult_t init(uint64_t comm_id, ncclProfilerCallback_t profiler);
   // v11 only (no-op before); call after every comm is closed.
   ncclResult_t finalize();
   ncclResult_t devices(int* ndev);
@@ -54,9 +58,11 @@ class NetPlugin {
   ncclResult_t accept(void* listen_comm, void** recv_comm);
   ncclResult_t reg_mr(void* comm, void* data, size_t bytes, void** mhandle);
   ncclResult_t dereg_mr(void* comm, void* mhandle);
-  ncclResult_t isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void** request);
+  // `phandle`: NCCL's per-step profiler handle (ProxyOp::phandle), passed on to v10+.
+  ncclResult_t isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void* phandle,
+                     void** request);
   // n = 1 receive of at most capacity_bytes; *request is preset to null like NCCL's SIMPLE path.
-  ncclResult_t irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
+  ncclResult_t irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle, void* phandle,
                      void** request);
   ncclResult_t test(void* request, int* done, size_t* bytes);
   // v11: announces the op for the isends/irecvs that follow (no-op before v11).

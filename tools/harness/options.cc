@@ -43,15 +43,22 @@ Status check_combination(const Options& o) {
   if (o.fault != Fault::kNone && o.mode != Mode::kSendRecv) {
     return bad("--kill-peer, --freeze-peer, --close-in-flight and --abort-in-flight need --mode sendrecv");
   }
-  if (o.mode == Mode::kAllReduce && o.op != SendRecvOp::kP2p) {
-    return bad("--op applies to --mode sendrecv only (allreduce always announces AllReduce)");
+  if (o.mode != Mode::kSendRecv && o.op != SendRecvOp::kP2p) {
+    return bad("--op applies to --mode sendrecv only (allreduce and mixed announce their own ops)");
   }
   return Status::ok();
 }
 
 }  // namespace
 
-const char* mode_name(Mode mode) { return mode == Mode::kSendRecv ? "sendrecv" : "allreduce"; }
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kSendRecv: return "sendrecv";
+    case Mode::kAllReduce: return "allreduce";
+    case Mode::kMixed: return "mixed";
+  }
+  return "?";
+}
 
 const char* api_name(Api api) {
   switch (api) {
@@ -64,6 +71,10 @@ const char* api_name(Api api) {
 }
 
 const char* op_name(SendRecvOp op) { return op == SendRecvOp::kP2p ? "p2p" : "allreduce"; }
+
+const char* run_op_name(const Options& opt) {
+  return opt.mode == Mode::kSendRecv ? op_name(opt.op) : mode_name(opt.mode);
+}
 
 Result<size_t> parse_bytes(const std::string& text) {
   size_t i = 0;
@@ -93,20 +104,39 @@ int effective_timeout_ms(const Options& opt) {
 
 std::string usage_text() {
   return R"(trim-harness: drives the NCCL net plugin exactly as NCCL's proxy would, one process per
-rank on loopback, and checks what arrives.
+rank on loopback, plays NCCL's side of the profiler plugin API too, and checks what arrives.
 
   --plugin PATH        plugin .so (default: ../lib/libnccl-net-trim.so next to this binary)
-  --api v8|v9|v10|v11  table to use: ncclNetPlugin_vN (default v11; only v11 has setNetAttr,
-                       so only v11 traffic can ever be trimmable)
-  --mode sendrecv|allreduce
+  --api v8|v9|v10|v11  table to use: ncclNetPlugin_vN (default v11). v10 and v11 get NCCL's
+                       profiler callback and a per-step profiler handle with every isend/irecv;
+                       only v11 has setNetAttr. v8/v9 traffic is never trimmable (unless
+                       NCCL_TRIM_FORCE=1).
+  --profiler auto|none auto (default): like NCCL with NCCL_PROFILER_PLUGIN unset, load
+                       ncclProfiler_v6 (else _v5) from the plugin's own library, init it per
+                       rank, and emit NCCL's event chain (GroupApi/CollApi, Group, Coll or P2p,
+                       ProxyOp, ProxyStep) for the event types its activation mask enables; the
+                       callback NCCL passes to net init turns the plugin's step handle into a
+                       NetPlugin event. Every other operation stops its Coll event before its
+                       ProxyOps start, as NCCL's proxy thread may. none: NCCL_PROFILER_PLUGIN=none
+                       (no events; the callback is still passed and does nothing).
+  --mode sendrecv|allreduce|mixed
                        sendrecv: rank 0 sends --bytes to rank 1 per iteration (needs --ranks 2).
-                       allreduce: NCCL's ring reduce-scatter + allgather on fp32 data.
-  --op p2p|allreduce   sendrecv only: what setNetAttr announces (default p2p: Send/Recv, exact;
-                       allreduce: ring AllReduce SIMPLE, trimmable with --trimmable)
+                       allreduce: NCCL's ring AllReduce (RING, SIMPLE) on fp32 data: per loop
+                       2(N-1) ring steps (reduce-scatter, then allgather), each 2 transfers of
+                       one slice (<= 1 MiB; empty slices are sent too), numbered as NCCL's proxy
+                       numbers them.
+                       mixed: per iteration, on the same connections: that fp32 AllReduce, an
+                       int32 AllReduce, a Broadcast from rank 0 along the ring and an fp32
+                       AllReduce announced as LL (1 transfer per ring step). Only the first may
+                       be trimmed; the other three must arrive bit exact (exact_ok).
+  --op p2p|allreduce   sendrecv only: what the operation is announced as (default p2p: Send/Recv,
+                       exact; allreduce: ring AllReduce SIMPLE fp32 over one hop, trimmable; its
+                       transfers fit the reduce-scatter phase rule only by accident, so use
+                       NCCL_TRIM_PHASE=all to trim all of it)
   --ranks N            ranks (processes), default 2
-  --bytes SIZE         bytes per rank and iteration; K, M, G are binary multiples (16M = 16 MiB).
-                       0 and odd sizes work. allreduce: the floor(SIZE/4) fp32 values are summed;
-                       the 1-3 trailing bytes of a size that is not a multiple of 4 are raw: they
+  --bytes SIZE         bytes per rank and collective; K, M, G are binary multiples (16M = 16 MiB).
+                       0 and odd sizes work. AllReduce: the floor(SIZE/4) values are summed; the
+                       1-3 trailing bytes of a size that is not a multiple of 4 are raw: they
                        ride only in the allgather half and every rank ends with the bytes of the
                        rank that owns the last segment (verified exactly).
   --iters N            timed iterations (default 5)       --warmup N   untimed (default 1)
@@ -114,11 +144,14 @@ rank on loopback, and checks what arrives.
   --nmse-max X         largest NMSE accepted when trimming happened (default 1.0)
   --deadline-s S       kill every rank after S seconds and report "deadline" (default 120)
   --seed N             base seed of the data and of NCCL_TRIM_TEST_SEED (default 1)
-Plugin environment, set in every rank before init (other NCCL_TRIM_* are inherited):
+Plugin environment, set in every rank before init (other NCCL_TRIM_* are inherited, e.g.
+NCCL_TRIM_PHASE=all to trim the allgather half too):
   --drop P --dup P --reorder P --trim P
                        NCCL_TRIM_TEST_DROP/DUP/REORDER/TRIM (probabilities at each receiving
-                       engine); NCCL_TRIM_TEST_SEED = seed*1000003 + rank
-  --trimmable          NCCL_TRIM_DTYPE=fp32 (v11 AllReduce SIMPLE messages become trimmable)
+                       engine, on all traffic); NCCL_TRIM_TEST_SEED = seed*1000003 + rank
+  --trimmable          NCCL_TRIM_DTYPE=fp32: the fallback datatype when no profiler answers
+                       (with the default phase rule nothing is trimmable then: the ring phase
+                       of a send is unknown)
   --mtu BYTES          NCCL_TRIM_MTU        --timeout-ms MS   NCCL_TRIM_TIMEOUT_MS
   NCCL_TRIM_IFNAME=lo unless already set.
 Fault scenarios (sendrecv):
@@ -130,10 +163,16 @@ Fault scenarios (sendrecv):
                        without waiting for the rest (buffers are freed after the close)
   --abort-in-flight    the same in the order of NCCL's proxy teardown on abort: deregMr, free
                        the buffers, then close (the plugin must not touch them after deregMr)
-Verify: exact (every rank bit-identical to a reference summed in the ring's order), ok (not
-exact, but the plugin reports trimmed packets accepted, raw tail bytes are exact and the mean
-NMSE <= --nmse-max), fail; skipped for the fault scenarios, which check no data.
-replicas_identical (allreduce: every rank's final buffers hash alike) is reported separately.
+Verify (of the fp32 data: sendrecv's copy, the allreduce, mixed's trimmable AllReduce): exact
+(every rank bit-identical to a reference summed in the ring's order), ok (not exact, but
+explained: the plugin reports trimmed packets accepted, or the traffic may have been encoded
+(profiler on v10+, --trimmable, NCCL_TRIM_FORCE=1) and its NMSE is at rounding level; raw tail
+bytes exact and the mean NMSE <= --nmse-max), fail; skipped for the fault scenarios, which
+check no data. mixed also fails unless exact_ok.
+JSON extras: replicas_identical (allreduce, mixed: every rank's final fp32 buffers hash alike)
+and replica_nmse (the largest NMSE of any rank's result against rank 0's, 0 when identical);
+exact_ok (mixed: the int32 sums, the broadcast payload and the LL sums arrived bit exact);
+profiler (the table loaded: v6, v5 or none).
 Exit status: 0 when verify != fail and no error, 3 as above, 2 for a bad command line, 1
 otherwise.
 )";
@@ -169,11 +208,16 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     } else if (flag == "--mode") {
       if (v == "sendrecv") o.mode = Mode::kSendRecv;
       else if (v == "allreduce") o.mode = Mode::kAllReduce;
-      else return bad("--mode " + v + ": expected sendrecv or allreduce");
+      else if (v == "mixed") o.mode = Mode::kMixed;
+      else return bad("--mode " + v + ": expected sendrecv, allreduce or mixed");
     } else if (flag == "--op") {
       if (v == "p2p") o.op = SendRecvOp::kP2p;
       else if (v == "allreduce") o.op = SendRecvOp::kAllReduce;
       else return bad("--op " + v + ": expected p2p or allreduce");
+    } else if (flag == "--profiler") {
+      if (v == "auto") o.profiler = ProfilerChoice::kAuto;
+      else if (v == "none") o.profiler = ProfilerChoice::kNone;
+      else return bad("--profiler " + v + ": expected auto or none");
     } else if (flag == "--ranks") {
       Result<long long> n = parse_int(flag, v, 2, kMaxRanks);
       if (!n) return n.status();

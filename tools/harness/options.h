@@ -9,17 +9,20 @@
 
 namespace trim::harness {
 
-enum class Mode { kSendRecv, kAllReduce };
+enum class Mode { kSendRecv, kAllReduce, kMixed };
 enum class Api { kV8, kV9, kV10, kV11 };
 // What setNetAttr announces in sendrecv mode: p2p (Send/Recv, always exact) or a ring
 // AllReduce SIMPLE message (trimmable when --trimmable).
 enum class SendRecvOp { kP2p, kAllReduce };
+// Which profiler NCCL would load: kAuto = NCCL_PROFILER_PLUGIN unset (the net plugin's own
+// ncclProfiler_v6/_v5), kNone = NCCL_PROFILER_PLUGIN=none.
+enum class ProfilerChoice { kAuto, kNone };
 // Scenarios that end a run early on purpose.
 // kCloseInFlight closes with requests pending (buffers outlive the comms); kAbortInFlight does
 // what NCCL's proxy teardown does on abort: deregMr, free the buffers, then close.
 enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight, kAbortInFlight };
 
-// Largest message one isend carries: NCCL's ring SIMPLE steps are at most 1 MiB.
+// Largest message one isend carries: NCCL's ring SIMPLE slices are at most 1 MiB.
 inline constexpr size_t kSliceBytes = size_t{1} << 20;
 // Steps in flight per connection (NCCL_STEPS).
 inline constexpr size_t kMaxInFlight = 8;
@@ -28,6 +31,7 @@ struct Options {
   Mode mode = Mode::kSendRecv;
   Api api = Api::kV11;
   SendRecvOp op = SendRecvOp::kP2p;
+  ProfilerChoice profiler = ProfilerChoice::kAuto;
   Fault fault = Fault::kNone;
   std::string plugin_path;  // empty: next to the binary
   int ranks = 2;
@@ -50,6 +54,8 @@ struct Options {
 const char* mode_name(Mode mode);
 const char* api_name(Api api);
 const char* op_name(SendRecvOp op);
+// What the JSON's "op" says: sendrecv's --op, else the mode's own name.
+const char* run_op_name(const Options& opt);
 
 // Parses "16M", "4K", "1G", "1000001" (binary multiples; optional trailing "iB"/"B").
 Result<size_t> parse_bytes(const std::string& text);

@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tools/harness/bootstrap.h"
 #include "tools/harness/rank.h"
+#include "tools/harness/replica.h"
 #include "tools/harness/report.h"
 
 namespace trim::harness {
@@ -60,6 +62,7 @@ class Parent {
   bool everyone_done() const;
 
   const Options& opt_;
+  std::unique_ptr<SharedBuffer> shared_;  // mapped before the fork: every rank sees rank 0's writes
   std::vector<Child> children_;
   std::vector<RankFate> fates_;
   std::vector<RankReport> reports_;
@@ -68,6 +71,7 @@ class Parent {
 
 Status Parent::spawn(int64_t deadline_ns) {
   const size_t n = children_.size();
+  if (opt_.mode != Mode::kSendRecv) shared_ = std::make_unique<SharedBuffer>(opt_.bytes);
   std::vector<int> child_ends(n, -1);
   for (size_t k = 0; k < n; ++k) {
     int sv[2];
@@ -88,7 +92,7 @@ Status Parent::spawn(int64_t deadline_ns) {
         close(children_[j].fd);
         if (j != k) close(child_ends[j]);
       }
-      int code = rank_main(opt_, static_cast<int>(k), child_ends[k], deadline_ns);
+      int code = rank_main(opt_, static_cast<int>(k), child_ends[k], deadline_ns, shared_.get());
       std::fflush(stderr);
       _exit(code);  // no atexit handlers or stdio flushes inherited from the parent
     }

@@ -85,8 +85,8 @@ Status Connections::open(const Options& opt, int rank, RankChannel* chan, RankRe
   if (!handles) return handles.status();
 
   const int n = opt.ranks;
-  const bool sends = opt.mode == Mode::kAllReduce || rank == 0;
-  const bool recvs = opt.mode == Mode::kAllReduce || rank == 1;
+  const bool sends = opt.mode != Mode::kSendRecv || rank == 0;
+  const bool recvs = opt.mode != Mode::kSendRecv || rank == 1;
   // One handle buffer per connection, passed to every connect retry: the plugin may keep its
   // in-progress state inside it.
   std::string peer = (*handles)[static_cast<size_t>((rank + 1) % n)];
@@ -133,26 +133,45 @@ Status Connections::close_all() {
   return first;
 }
 
-// Everything after the fork; the report carries any failure.
-Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* report) {
+Status run_mode(RankCtx& c) {
+  switch (c.opt.mode) {
+    case Mode::kSendRecv: return run_sendrecv(c);
+    case Mode::kAllReduce: return run_allreduce(c);
+    case Mode::kMixed: return run_mixed(c);
+  }
+  return Status(Code::kInternal, "unknown mode");
+}
+
+// Everything after the fork; the report carries any failure. The order of NCCL's comm setup
+// and teardown: net init, profiler init, ..., profiler finalize, net finalize.
+Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* report, SharedBuffer* shared) {
   Result<NetPlugin*> opened = NetPlugin::open(opt.plugin_path, opt.api);
   if (!opened) return opened.status();
   std::unique_ptr<NetPlugin> net(opened.value());
 
-  ncclResult_t r = net->init(kCommIdBase ^ opt.seed);
+  // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while
+  // no profiler is loaded.
+  const uint64_t comm_id = kCommIdBase ^ opt.seed;
+  ncclResult_t r = net->init(comm_id, nccl_profiler_callback);
   if (r != ncclSuccess) return plugin_error("init", r);
+  ProfilerHost prof;
+  if (opt.profiler == ProfilerChoice::kAuto) (void)prof.load(net->library());
+  prof.init(comm_id, opt.ranks, opt.ranks, rank);  // one rank per node
+  report->profiler = prof.version();
   Status st;
   BufferArena buffers;  // outlives the comms: freed after they are closed
   {
     Connections conns(net.get());
     st = conns.open(opt, rank, chan, report);
     if (st.is_ok()) {
-      RankCtx c{opt, rank, net.get(), chan, &buffers, conns.send_comm(), conns.recv_comm(), report};
-      st = opt.mode == Mode::kSendRecv ? run_sendrecv(c) : run_allreduce(c);
+      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared};
+      st = run_mode(c);
     }
     Status closed = conns.close_all();
     if (st.is_ok()) st = closed;
   }
+  prof.finalize();
+  if (st.is_ok() && !prof.misuse().empty()) st = Status(Code::kInternal, prof.misuse());
   r = net->finalize();
   if (st.is_ok() && r != ncclSuccess) st = plugin_error("finalize", r);
   // Counters last: the plugin folds a connection's counters into its process-wide ones when
@@ -229,7 +248,7 @@ void Backoff::idle() {
   nanosleep(&ts, nullptr);
 }
 
-int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns) {
+int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedBuffer* shared) {
   set_log_context(rank, opt.verbose);
   install_crash_handler(rank);
   setup_env(opt, rank);
@@ -237,7 +256,7 @@ int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns) {
   RankChannel chan(fd, deadline_ns + 5ll * 1000000000);
   RankReport report;
   report.rank = rank;
-  Status st = run_rank(opt, rank, &chan, &report);
+  Status st = run_rank(opt, rank, &chan, &report, shared);
   if (!st.is_ok() && report.outcome == Outcome::kOk) {
     report.outcome = Outcome::kError;
     report.error = st.message();

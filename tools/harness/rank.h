@@ -1,5 +1,5 @@
-// One rank's process: plugin setup as NCCL's proxy does it, the chosen mode's data phase, and
-// teardown. Shared pieces the modes use live here too.
+// One rank's process: plugin setup as NCCL does it (net init, then the profiler from the same
+// library), the chosen mode's data phase, and teardown. Shared pieces the modes use live here too.
 #pragma once
 
 #include <cstddef>
@@ -12,20 +12,25 @@
 #include "tools/harness/bootstrap.h"
 #include "tools/harness/net_plugin.h"
 #include "tools/harness/options.h"
+#include "tools/harness/profiler_host.h"
+#include "tools/harness/replica.h"
 #include "tools/harness/report.h"
 
 namespace trim::harness {
 
 // Runs rank `rank` to completion over the parent channel `fd`; returns the process exit status.
-int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns);
+// `shared` (allreduce and mixed modes) is where rank 0 publishes results for replica_nmse.
+int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedBuffer* shared);
 
 // ---- For the modes ----
 
 // setNetAttr masks (v11): 1 << ncclFunc_t, 1 << NCCL_ALGO_*, 1 << NCCL_PROTO_* of NCCL 2.28.
+inline constexpr uint32_t kFuncBroadcast = 1u << 0;
 inline constexpr uint32_t kFuncAllReduce = 1u << 4;
 inline constexpr uint32_t kFuncSend = 1u << 6;
 inline constexpr uint32_t kFuncRecv = 1u << 7;
 inline constexpr uint32_t kAlgoRing = 1u << 1;
+inline constexpr uint32_t kProtoLl = 1u << 0;
 inline constexpr uint32_t kProtoSimple = 1u << 2;
 
 // A plugin call's non-success result as a Status naming the call.
@@ -66,11 +71,13 @@ struct RankCtx {
   const Options& opt;
   int rank;
   NetPlugin* net;
+  ProfilerHost* prof;  // NCCL's profiler side; unloaded with --profiler none
   RankChannel* chan;
   BufferArena* buffers;
   void* send_comm;  // to rank+1; null when this rank never sends
   void* recv_comm;  // from rank-1; null when this rank never receives
   RankReport* report;
+  SharedBuffer* shared;  // null in sendrecv mode
 };
 
 // regMr on construction's request; deregMr exactly once (release() reports the result).
@@ -101,8 +108,9 @@ class Backoff {
   int idle_passes_ = 0;
 };
 
-// The modes' data phases (mode_sendrecv.cc, mode_allreduce.cc).
+// The modes' data phases (mode_sendrecv.cc, mode_allreduce.cc, mode_mixed.cc).
 Status run_sendrecv(RankCtx& c);
 Status run_allreduce(RankCtx& c);
+Status run_mixed(RankCtx& c);
 
 }  // namespace trim::harness

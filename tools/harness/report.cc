@@ -120,12 +120,27 @@ void fill_timing(const Options& opt, const std::vector<RankReport>& reports, Run
   double mean_ns = 0;
   for (int64_t v : worst) mean_ns += static_cast<double>(v);
   mean_ns /= static_cast<double>(worst.size());
-  // bytes * 8 / ns = Gbit/s.
-  s->gbps = mean_ns > 0 ? static_cast<double>(opt.bytes) * 8.0 / mean_ns : 0;
-  double n = opt.ranks;
-  s->busbw_gbps = opt.mode == Mode::kAllReduce ? s->gbps * 2.0 * (n - 1) / n : s->gbps;
+  // bytes * 8 / ns = Gbit/s. Mixed: an iteration is three AllReduces and one Broadcast of
+  // --bytes each; bus bandwidth counts 2(n-1)/n per AllReduce and 1 per Broadcast (nccl-tests).
+  const double n = opt.ranks;
+  const double ar_factor = 2.0 * (n - 1) / n;
+  const double moved = opt.mode == Mode::kMixed ? 4.0 : 1.0;
+  const double bus = opt.mode == Mode::kMixed ? 3.0 * ar_factor + 1.0 : opt.mode == Mode::kAllReduce ? ar_factor : 1.0;
+  const double per_ns = mean_ns > 0 ? static_cast<double>(opt.bytes) * 8.0 / mean_ns : 0;
+  s->gbps = per_ns * moved;
+  s->busbw_gbps = per_ns * bus;
   s->p50_ms = percentile_ms(worst, 0.50);
   s->p99_ms = percentile_ms(worst, 0.99);
+}
+
+// Whether the verified fp32 traffic may have been encoded, so that matching only to rounding is
+// explained: our profiler can classify it (v10+ pass NCCL's step handles), the user declared a
+// fallback dtype, or forced v8/v9 classification. p2p never is.
+bool may_encode(const Options& opt, const std::string& profiler) {
+  if (opt.mode == Mode::kSendRecv && opt.op == SendRecvOp::kP2p) return false;
+  const char* force = std::getenv("NCCL_TRIM_FORCE");
+  if (opt.trimmable || (force != nullptr && std::strcmp(force, "1") == 0)) return true;
+  return profiler != "none" && (opt.api == Api::kV10 || opt.api == Api::kV11);
 }
 
 }  // namespace
@@ -154,9 +169,12 @@ std::string serialize(const RankReport& r) {
   w.pod(r.ref2);
   w.pod(r.nmse);
   w.pod(r.result_hash);
+  w.pod(r.replica_nmse);
+  w.pod(r.exact_ok);
   w.pod(r.error_at_ns);
   w.pod(r.stats);  // trivially copyable, same binary on both ends
   w.str(r.device);
+  w.str(r.profiler);
   w.str(r.error);
   w.pod(static_cast<uint32_t>(r.iter_ns.size()));
   for (int64_t t : r.iter_ns) w.pod(t);
@@ -169,7 +187,8 @@ Result<RankReport> deserialize(const std::string& bytes) {
   uint32_t n = 0;
   bool ok = rd.pod(&r.rank) && rd.pod(&r.outcome) && rd.pod(&r.verified) && rd.pod(&r.exact) &&
             rd.pod(&r.raw_exact) && rd.pod(&r.err2) && rd.pod(&r.ref2) && rd.pod(&r.nmse) && rd.pod(&r.result_hash) &&
-            rd.pod(&r.error_at_ns) && rd.pod(&r.stats) && rd.str(&r.device) && rd.str(&r.error) && rd.pod(&n);
+            rd.pod(&r.replica_nmse) && rd.pod(&r.exact_ok) && rd.pod(&r.error_at_ns) && rd.pod(&r.stats) &&
+            rd.str(&r.device) && rd.str(&r.profiler) && rd.str(&r.error) && rd.pod(&n);
   for (uint32_t i = 0; ok && i < n; ++i) {
     int64_t t = 0;
     ok = rd.pod(&t);
@@ -182,7 +201,12 @@ Result<RankReport> deserialize(const std::string& bytes) {
 RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
                      const std::vector<RankFate>& fates, const std::string& parent_error) {
   RunSummary s;
-  for (const RankReport& r : reports) add_stats(&s.totals, r.stats);
+  for (const RankReport& r : reports) {
+    add_stats(&s.totals, r.stats);
+    if (r.rank == 0) s.profiler = r.profiler;
+    s.exact_ok = s.exact_ok && r.exact_ok;
+    s.replica_nmse = std::max(s.replica_nmse, r.replica_nmse);
+  }
   s.trim_rate = s.totals.received_packets > 0
                     ? static_cast<double>(s.totals.trimmed_accepted) / static_cast<double>(s.totals.received_packets)
                     : 0.0;
@@ -243,15 +267,15 @@ RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
     uint64_t first_hash = reports.empty() ? 0 : reports.front().result_hash;
     for (const RankReport& r : reports) {
       // sendrecv ends with one copy (the receiver's), so it is trivially consistent.
-      if (opt.mode == Mode::kAllReduce) s.replicas_identical = s.replicas_identical && r.result_hash == first_hash;
+      if (opt.mode != Mode::kSendRecv) s.replicas_identical = s.replicas_identical && r.result_hash == first_hash;
     }
     const bool expected_all = static_cast<int>(reports.size()) == opt.ranks;
     const bool trimmed = s.totals.trimmed_accepted > 0;
     // Trimmable traffic is encoded; rht rotates in fp32 and back, so even untrimmed it is
     // exact only to rounding (NMSE ~1e-14), not to the bit.
     constexpr double kRoundingNmse = 1e-9;
-    const bool lossy = trimmed || (opt.trimmable && s.nmse <= kRoundingNmse);
-    if (!error.empty() || verified == 0 || !expected_all) {
+    const bool lossy = trimmed || (may_encode(opt, s.profiler) && s.nmse <= kRoundingNmse);
+    if (!error.empty() || verified == 0 || !expected_all || !s.exact_ok) {
       s.verify = "fail";
     } else if (exact) {
       s.verify = "exact";
@@ -269,19 +293,23 @@ RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
 
 std::string to_json(const Options& opt, const RunSummary& s, const std::string& device) {
   const PluginStats& t = s.totals;
+  // Keys only some modes have: replica_nmse where there are replicas, exact_ok where exact-class
+  // collectives run beside the trimmable one.
+  std::string extra;
+  if (opt.mode != Mode::kSendRecv) extra += fmt::format("\"replica_nmse\":{:.6g},", finite(s.replica_nmse));
+  if (opt.mode == Mode::kMixed) extra += fmt::format("\"exact_ok\":{},", s.exact_ok ? "true" : "false");
   return fmt::format(
       "{{\"bench\":\"harness\",\"mode\":\"{}\",\"api\":\"{}\",\"op\":\"{}\",\"ranks\":{},\"bytes\":{},"
       "\"iters\":{},\"warmup\":{},\"device\":\"{}\",\"gbps\":{:.4f},\"busbw_gbps\":{:.4f},"
       "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"verify\":\"{}\",\"nmse\":{:.6g},\"trim_rate\":{:.6g},"
-      "\"replicas_identical\":{},\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
+      "\"replicas_identical\":{},{}\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
-      "\"stats_available\":{},\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
-      mode_name(opt.mode), api_name(opt.api),
-      opt.mode == Mode::kAllReduce ? "allreduce" : op_name(opt.op), opt.ranks, opt.bytes, opt.iters, opt.warmup,
+      "\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      mode_name(opt.mode), api_name(opt.api), run_op_name(opt), opt.ranks, opt.bytes, opt.iters, opt.warmup,
       json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
-      finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", t.retransmitted_packets,
+      finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", extra, t.retransmitted_packets,
       t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
-      t.available ? "true" : "false", finite(s.detect_ms), json_escape(s.error));
+      t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
 }
 
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {
@@ -291,8 +319,13 @@ std::string to_text(const Options& opt, const RunSummary& s, const std::string& 
                                 opt.warmup, device.empty() ? "?" : device);
   out += fmt::format("  goodput {:.3f} Gbit/s (bus {:.3f})   p50 {:.3f} ms   p99 {:.3f} ms\n", s.gbps,
                      s.busbw_gbps, s.p50_ms, s.p99_ms);
-  out += fmt::format("  verify {}   nmse {:.4g}   replicas identical: {}\n", s.verify, s.nmse,
+  out += fmt::format("  verify {}   nmse {:.4g}   replicas identical: {}", s.verify, s.nmse,
                      s.replicas_identical ? "yes" : "no");
+  if (opt.mode != Mode::kSendRecv) out += fmt::format(" (largest replica nmse {:.4g})", s.replica_nmse);
+  if (opt.mode == Mode::kMixed) {
+    out += fmt::format("   exact-class collectives: {}", s.exact_ok ? "exact" : "CORRUPTED");
+  }
+  out += fmt::format("   profiler {}\n", s.profiler);
   if (t.available) {
     out += fmt::format(
         "  packets: sent {} received {} retransmitted {} trimmed-accepted {} trimmed-nacked {} dup {} bad {}"

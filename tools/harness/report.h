@@ -42,9 +42,12 @@ struct RankReport {
   double err2 = 0, ref2 = 0;  // summed over iterations
   double nmse = 0;            // mean over iterations of per-iteration NMSE
   uint64_t result_hash = 0;   // chained over iterations (allreduce replicas)
+  double replica_nmse = 0;    // largest NMSE of this rank's fp32 result against rank 0's
+  bool exact_ok = true;       // mixed: every exact-class collective arrived bit exact
   int64_t error_at_ns = 0;    // mono_ns when the fault scenario's error was seen
   PluginStats stats;
   std::string device;
+  std::string profiler = "none";  // which profiler table was loaded: v6, v5 or none
   std::string error;
   std::vector<int64_t> iter_ns;  // timed iterations, barrier release to this rank's completion
 };
@@ -64,8 +67,10 @@ struct RankFate {
 struct RunSummary {
   std::string verify = "fail";
   double gbps = 0, busbw_gbps = 0, p50_ms = 0, p99_ms = 0;
-  double nmse = 0, trim_rate = 0, detect_ms = -1;
+  double nmse = 0, trim_rate = 0, detect_ms = -1, replica_nmse = 0;
   bool replicas_identical = true;
+  bool exact_ok = true;
+  std::string profiler = "none";
   PluginStats totals;
   std::string error;
   int exit_status = 1;

@@ -1,0 +1,34 @@
+// The collectives the allreduce and mixed modes run over the plugin, each announced the way NCCL
+// announces it: setNetAttr (v11) and the profiler event chain with NCCL's step numbering.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "tools/harness/data.h"
+#include "tools/harness/pipeline.h"
+#include "tools/harness/rank.h"
+
+namespace trim::harness {
+
+// Network transfers per ring step: SIMPLE's chunkSteps / sliceSteps (NCCL_STEPS/2 over
+// NCCL_STEPS/4); LL and LL128 move one step per transfer.
+inline constexpr int kSimpleSlicesPerStep = 2;
+inline constexpr int kLlSlicesPerStep = 1;
+
+// Staging slot size for a geometry's transfers, 64-byte aligned so reductions read aligned values.
+inline size_t slot_bytes_for(const RingGeometry& geo) { return (geo.max_message_bytes() + 63) / 64 * 64; }
+
+// NCCL's ring AllReduce (reduce-scatter, then allgather) of `elem` values in b.work, announced
+// as RING and `proto` ("SIMPLE" or "LL"). Rank r sends to r+1 and receives from r-1.
+Status ring_allreduce(RankCtx& c, const RingGeometry& geo, Elem elem, const char* proto, const WorkBuffers& b,
+                      int64_t deadline_ns);
+
+// NCCL's ring Broadcast from rank 0: rank 0 sends b.work's `bytes`, every other rank receives
+// them into b.work and all but the last forward them, one transfer per slice of at most
+// b.slot_bytes. Called on fp32 data, RING, SIMPLE (its Coll event says ncclInt8, as NCCL's
+// does): only the op makes it exact.
+Status ring_broadcast(RankCtx& c, size_t bytes, const WorkBuffers& b, int64_t deadline_ns);
+
+}  // namespace trim::harness

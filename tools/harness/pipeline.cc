@@ -1,0 +1,165 @@
+#include "tools/harness/pipeline.h"
+
+#include <deque>
+#include <string>
+
+namespace trim::harness {
+
+namespace {
+
+class Pipeline {
+ public:
+  Pipeline(RankCtx& c, Schedule& s, const WorkBuffers& b, OpEvents& ev)
+      : c_(c), s_(s), b_(b), send_op_(ev.send()), recv_op_(ev.recv()), sends_(s.sends()), recvs_(s.recvs()) {}
+
+  Status run(int64_t deadline_ns, const char* what) {
+    if (sends_ == 0) send_op_.stop();
+    if (recvs_ == 0) recv_op_.stop();
+    Backoff backoff;
+    while (applied_ < recvs_ || send_done_ < sends_) {
+      bool moved = false;
+      post_send_steps();
+      TRIM_RETURN_IF_ERROR(post_sends(&moved));
+      TRIM_RETURN_IF_ERROR(post_recvs(&moved));
+      TRIM_RETURN_IF_ERROR(test_oldest_send(&moved));
+      TRIM_RETURN_IF_ERROR(test_oldest_recv(&moved));
+      TRIM_RETURN_IF_ERROR(apply_ready(&moved, what));
+      if (moved) backoff.progressed(); else backoff.idle();
+      if (mono_ns() > deadline_ns) {
+        return Status(Code::kUnavailable, std::string("deadline in ") + what + ": sends " +
+                                              std::to_string(send_done_) + "/" + std::to_string(sends_) +
+                                              " done, receives " + std::to_string(applied_) + "/" +
+                                              std::to_string(recvs_) + " applied");
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  static int step(size_t i) { return static_cast<int>(i); }
+
+  // NCCL posts a send step (and starts its event) as soon as its slot is free, before its
+  // data is ready: up to 8 ahead of the oldest unfinished one.
+  void post_send_steps() {
+    while (send_started_ < sends_ && send_started_ < send_done_ + kMaxInFlight) {
+      send_op_.start_step(step(send_started_));
+      send_op_.record_step(step(send_started_), kStepSendGpuWait, 0);
+      ++send_started_;
+    }
+  }
+
+  Status post_sends(bool* moved) {
+    while (send_posted_ < send_started_) {
+      size_t i = send_posted_;
+      if (!s_.send_ready(i, applied_)) break;
+      Span sp = s_.send_span(i);
+      send_op_.record_step(step(i), kStepSendPeerWait, sp.bytes);
+      void* req = nullptr;
+      ncclResult_t r =
+          c_.net->isend(c_.send_comm, sp.data, sp.bytes, c_.rank, b_.work_mh, send_op_.phandle(step(i)), &req);
+      if (r != ncclSuccess) return plugin_error("isend", r);
+      if (req == nullptr) break;  // no slot: retry on a later pass
+      send_op_.record_step(step(i), kStepSendWait, sp.bytes);
+      send_reqs_.push_back(req);
+      ++send_posted_;
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
+  Status post_recvs(bool* moved) {
+    const int prev = (c_.rank + c_.opt.ranks - 1) % c_.opt.ranks;
+    while (recv_posted_ < recvs_ && recv_posted_ < applied_ + kMaxInFlight) {
+      size_t i = recv_posted_;
+      if (recv_started_ == i) {  // a retried irecv keeps its step event
+        recv_op_.start_step(step(i));
+        ++recv_started_;
+      }
+      void* req = nullptr;
+      ncclResult_t r = c_.net->irecv(c_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
+                                     recv_op_.phandle(step(i)), &req);
+      if (r != ncclSuccess) return plugin_error("irecv", r);
+      if (req == nullptr) break;
+      recv_op_.record_step(step(i), kStepRecvWait, 0);
+      recv_reqs_.push_back(req);
+      ++recv_posted_;
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
+  Status test_oldest_send(bool* moved) {
+    if (send_reqs_.empty()) return Status::ok();
+    int done = 0;
+    size_t size = 0;
+    ncclResult_t r = c_.net->test(send_reqs_.front(), &done, &size);
+    if (r != ncclSuccess) return plugin_error("test(send)", r);
+    if (done != 0) {
+      send_reqs_.pop_front();
+      send_op_.stop_step(step(send_done_));
+      ++send_done_;
+      if (send_done_ == sends_) send_op_.stop();
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
+  Status test_oldest_recv(bool* moved) {
+    if (recv_reqs_.empty()) return Status::ok();
+    int done = 0;
+    size_t size = 0;
+    ncclResult_t r = c_.net->test(recv_reqs_.front(), &done, &size);
+    if (r != ncclSuccess) return plugin_error("test(recv)", r);
+    if (done != 0) {
+      recv_reqs_.pop_front();
+      recv_sizes_[recv_done_ % kMaxInFlight] = size;
+      recv_op_.record_step(step(recv_done_), kStepRecvGpuWait, size);
+      ++recv_done_;
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
+  Status apply_ready(bool* moved, const char* what) {
+    while (applied_ < recv_done_) {
+      size_t i = applied_;
+      if (!s_.apply_ready(i, send_done_)) break;
+      size_t want = s_.recv_bytes(i);
+      size_t got = recv_sizes_[i % kMaxInFlight];
+      if (got != want) {
+        return Status(Code::kInternal, std::string(what) + ", receive " + std::to_string(i) + ": test reported " +
+                                           (got == SIZE_MAX ? std::string("no size") : std::to_string(got)) +
+                                           " bytes, expected " + std::to_string(want));
+      }
+      s_.apply(i, slot(i));
+      recv_op_.stop_step(step(i));  // NCCL stops a receive step once the GPU consumed it
+      ++applied_;
+      if (applied_ == recvs_) recv_op_.stop();
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
+  char* slot(size_t i) const { return b_.staging + (i % kMaxInFlight) * b_.slot_bytes; }
+
+  RankCtx& c_;
+  Schedule& s_;
+  const WorkBuffers& b_;
+  ProxyOp& send_op_;
+  ProxyOp& recv_op_;
+  size_t sends_, recvs_;
+  size_t send_started_ = 0, send_posted_ = 0, send_done_ = 0;
+  size_t recv_started_ = 0, recv_posted_ = 0, recv_done_ = 0, applied_ = 0;
+  size_t recv_sizes_[kMaxInFlight] = {};
+  std::deque<void*> send_reqs_, recv_reqs_;
+};
+
+}  // namespace
+
+Status run_pipeline(RankCtx& c, Schedule& s, const WorkBuffers& b, OpEvents& ev, int64_t deadline_ns,
+                    const char* what) {
+  Pipeline p(c, s, b, ev);
+  return p.run(deadline_ns, what);
+}
+
+}  // namespace trim::harness
