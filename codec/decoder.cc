@@ -52,6 +52,7 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   }
   row_first_slot_[layout.rows()] = slots;
   got_.assign(slots, -1);
+  slots_filled_ = 0;
   if (layout.dtype() != DType::kF32 && layout.scheme() == Scheme::kRht) {
     rot16_.assign(static_cast<size_t>(layout.typed_rows()) * layout.row_elems(), 0.0f);
   }
@@ -197,6 +198,7 @@ PacketError Decoder::add(const ParsedPacket& p) {
     stats_.duplicate_packets++;
     return PacketError::kOk;
   }
+  if (got < 0) ++slots_filled_;
   got = static_cast<int32_t>(p.payload_received);
   decode_slot(p, info, h.scheme);
   return PacketError::kOk;

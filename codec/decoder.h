@@ -30,6 +30,9 @@ class Decoder {
   // scale) is rejected, counted, and changes nothing. A slot is decoded again only when more of
   // it arrives than before (a retransmission after a trim).
   PacketError add(const ParsedPacket& p);
+  // Packet slots of the message that hold data (whole or trimmed): each counts once, however
+  // often or under whatever psn its packet arrives.
+  uint64_t slots_filled() const { return slots_filled_; }
   // Whether every packet of row r has arrived, whole or trimmed.
   bool row_complete(uint32_t r) const;
   // Estimates what never arrived and inverse-rotates rht rows. Later packets of the row are ignored.
@@ -61,6 +64,7 @@ class Decoder {
   std::vector<RowState> rows_;
   std::vector<uint32_t> row_first_slot_;
   std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none
+  uint64_t slots_filled_ = 0;
   std::vector<float> rot16_;          // rotated values of rht rows of 16-bit dtypes
   std::vector<uint16_t> tmp15_;
   std::vector<float> tmpf_;

@@ -1,30 +1,50 @@
-# make fuzz: libFuzzer (clang from Debian) on the packet parser and decoder for a bounded time.
+# make fuzz: libFuzzer (clang from Debian), FUZZ_SECONDS each, on
+#   packet-fuzz: the data packet parser and the decoder;
+#   wire-fuzz:   the transport's control packets, stream frames, handshake and handle parsers,
+#                and the send/receive state machines behind them (tests/fuzz/wire_fuzz.cc).
 FUZZ_SECONDS ?= 60
 FB := build-fuzz
 CLANG := clang++
 SRCS := $(wildcard common/*.cc codec/*.cc)
+# Only what the protocol state machines need: no sockets, engine or plugin.
+WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc
 OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
+WIRE_OBJS := $(WIRE_SRCS:%.cc=$(FB)/obj/%.o)
 FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
          -Wall -Wextra -Werror -Wno-pass-failed
+# The seed writers are plain (uninstrumented) g++ builds.
+SEED_FLAGS := -std=c++17 -O1 -I. -MMD -MP -Wall -Wextra -Werror
+FUZZ_ARGS := -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1
 
 .PHONY: run
-run: $(FB)/packet-fuzz $(FB)/make-seeds
-	@mkdir -p $(FB)/corpus
+run: $(FB)/packet-fuzz $(FB)/make-seeds $(FB)/wire-fuzz $(FB)/wire-seeds
+	@mkdir -p $(FB)/corpus $(FB)/corpus-wire
 	$(FB)/make-seeds $(FB)/corpus
-	$(FB)/packet-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1 $(FB)/corpus
+	$(FB)/packet-fuzz $(FUZZ_ARGS) $(FB)/corpus
+	$(FB)/wire-seeds $(FB)/corpus-wire
+	$(FB)/wire-fuzz $(FUZZ_ARGS) $(FB)/corpus-wire
 
 # spdlog is used header-only, in this one translation unit only (as in the main build).
-$(FB)/obj/common/log.o: FLAGS += -DSPDLOG_HEADER_ONLY
+$(FB)/obj/common/log.o $(FB)/seed-obj/common/log.o: SPDLOG := -DSPDLOG_HEADER_ONLY
 
 $(FB)/obj/%.o: %.cc
 	@mkdir -p $(@D)
-	$(CLANG) $(FLAGS) -c $< -o $@
+	$(CLANG) $(FLAGS) $(SPDLOG) -c $< -o $@
+
+$(FB)/seed-obj/%.o: %.cc
+	@mkdir -p $(@D)
+	g++ $(SEED_FLAGS) $(SPDLOG) -c $< -o $@
 
 $(FB)/packet-fuzz: $(FB)/obj/tests/fuzz/packet_fuzz.o $(OBJS)
 	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
 
-$(FB)/make-seeds: tests/fuzz/make_seeds.cc $(SRCS)
-	@mkdir -p $(@D)
-	g++ -std=c++17 -O1 -I. -DSPDLOG_HEADER_ONLY tests/fuzz/make_seeds.cc $(SRCS) -o $@ -pthread
+$(FB)/wire-fuzz: $(FB)/obj/tests/fuzz/wire_fuzz.o $(WIRE_OBJS) $(OBJS)
+	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
 
--include $(shell find $(FB)/obj -name '*.d' 2>/dev/null)
+$(FB)/make-seeds: $(FB)/seed-obj/tests/fuzz/make_seeds.o $(SRCS:%.cc=$(FB)/seed-obj/%.o)
+	g++ $^ -o $@ -pthread
+
+$(FB)/wire-seeds: $(FB)/seed-obj/tests/fuzz/wire_seeds.o $(WIRE_SRCS:%.cc=$(FB)/seed-obj/%.o) $(SRCS:%.cc=$(FB)/seed-obj/%.o)
+	g++ $^ -o $@ -pthread
+
+-include $(shell find $(FB)/obj $(FB)/seed-obj -name '*.d' 2>/dev/null)

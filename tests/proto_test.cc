@@ -377,6 +377,34 @@ TEST(ProtoRecv, SelectiveBitmapMatchesWhatArrived) {
   }
 }
 
+// A peer that repeats one packet under fresh psns fills one slot, not the message: the
+// receive must not complete with the rest of its data missing (found by wire-fuzz review).
+TEST(ProtoRecv, OneSlotRepeatedUnderNewPsnsNeverCompletesTheMessage) {
+  Pair p(codec::Scheme::kNone);
+  std::vector<uint8_t> msg = bytes(40000, 13), out(40000);
+  SendOp so;
+  so.data = msg.data();
+  so.bytes = msg.size();
+  RecvOp ro;
+  ro.data = out.data();
+  ro.capacity = out.size();
+  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
+  p.s.on_cts(0, out.size());
+  ASSERT_TRUE(p.s.post(&so).is_ok());
+  p.s.poll_tx(0, 1000, &p.stx);
+  const size_t n = p.stx.packets.size();
+  ASSERT_GE(n, 3u);
+  std::vector<uint8_t> forged = p.stx.packets[0];
+  for (uint32_t psn = 0; psn < n; ++psn) {
+    codec::stamp_transport(forged.data(), psn, 0x0100007f, 9);
+    codec::ParsedPacket parsed;
+    ASSERT_EQ(codec::parse_packet(forged.data(), forged.size(), &parsed), codec::PacketError::kOk);
+    p.r.on_data(parsed, 0);
+  }
+  EXPECT_EQ(ro.result.state(), OpResult::kPending);
+  EXPECT_TRUE(p.r.has_pending());
+}
+
 TEST(ProtoRecv, DuplicatesOutOfWindowAndUnpostedAreCounted) {
   Pair p(codec::Scheme::kRht);
   std::vector<uint8_t> msg = bytes(20000, 10), out(20000);

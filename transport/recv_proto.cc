@@ -98,8 +98,11 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     ++trimmed_accepted_total_;
   }
   ack_due_ = true;
-  if (++m->got == m->layout.packets()) {
-    decoders_[p.hdr.msg_seq % kMaxPostedRecvs]->finish();
+  // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
+  // must not complete a receive with data missing.
+  codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
+  if (dec.slots_filled() == m->layout.packets()) {
+    dec.finish();
     complete(m, m->layout.bytes());
   }
   while (bit(rcv_nxt_)) {

@@ -53,7 +53,6 @@ class RecvProto {
     bool started = false;
     bool failed = false;
     codec::Layout layout;
-    uint64_t got = 0;
   };
   bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
   void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
