@@ -30,11 +30,26 @@ BENCH_SRCS := $(wildcard tools/bench/*.cc)
 BENCH_OBJS := $(BENCH_SRCS:%.cc=$(BUILD)/obj/%.o)
 HARNESS_SRCS := $(wildcard tools/harness/*.cc)
 HARNESS_OBJS := $(HARNESS_SRCS:%.cc=$(BUILD)/obj/%.o)
+# The switch model (switch_sim/*.cc) is shared by the live daemon and the simulator; it is not
+# part of the plugin.
+SW_SRCS := $(wildcard switch_sim/*.cc)
+SW_OBJS := $(SW_SRCS:%.cc=$(BUILD)/obj/%.o)
+SWITCH_SRCS := $(wildcard switch_sim/daemon/*.cc)
+SWITCH_OBJS := $(SWITCH_SRCS:%.cc=$(BUILD)/obj/%.o)
+SIM_SRCS := $(wildcard switch_sim/sim/*.cc)
+SIM_OBJS := $(SIM_SRCS:%.cc=$(BUILD)/obj/%.o)
 
 ARCHIVE := $(BUILD)/lib/libtrim.a
+SW_ARCHIVE := $(BUILD)/lib/libtrimsw.a
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
 TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo \
            $(BUILD)/bin/trim-harness
+ifneq ($(SWITCH_SRCS),)
+  TOOLS += $(BUILD)/bin/trim-switch
+endif
+ifneq ($(SIM_SRCS),)
+  TOOLS += $(BUILD)/bin/trim-sim
+endif
 TESTS   := $(BUILD)/bin/trim-tests
 
 .PHONY: all setup test run-tests asan fuzz demo bench docs clean
@@ -78,14 +93,26 @@ $(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVE)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
 
+$(SW_ARCHIVE): $(SW_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $(SW_OBJS)
+
+$(BUILD)/bin/trim-switch: $(SWITCH_OBJS) $(SW_ARCHIVE) $(ARCHIVE)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $(SWITCH_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -ldl
+
+$(BUILD)/bin/trim-sim: $(SIM_OBJS) $(SW_ARCHIVE) $(ARCHIVE)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $(SIM_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -ldl
+
 $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVE)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVE) $(LDFLAGS) -ldl
 
 # The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(BUILD)/bin/trim-harness
+$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(ARCHIVE) $(LDFLAGS) -lgtest_main -lgtest -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -lgtest_main -lgtest -ldl
 
 setup:
 	@scripts/setup.sh

@@ -1,0 +1,175 @@
+#include "switch_sim/port.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace trim::sw {
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kTrim: return "trim";
+    case Mode::kDrop: return "drop";
+    case Mode::kRandom: return "random";
+    case Mode::kReplay: return "replay";
+  }
+  return "unknown";
+}
+
+bool parse_mode(const std::string& s, Mode* out) {
+  for (Mode m : {Mode::kTrim, Mode::kDrop, Mode::kRandom, Mode::kReplay}) {
+    if (s == mode_name(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string PortCounters::to_json() const {
+  return fmt::format(
+      "{{\"received_packets\":{},\"received_bytes\":{},\"sent_packets\":{},\"sent_bytes\":{},"
+      "\"trimmed_packets\":{},\"trimmed_bytes_removed\":{},\"dropped_packets\":{},\"dropped_bytes\":{},"
+      "\"dropped_header_packets\":{},\"max_data_queue_bytes\":{},\"max_header_queue_bytes\":{}}}",
+      received_packets, received_bytes, sent_packets, sent_bytes, trimmed_packets, trimmed_bytes_removed,
+      dropped_packets, dropped_bytes, dropped_header_packets, max_data_queue_bytes, max_header_queue_bytes);
+}
+
+EgressPort::EgressPort(const PortConfig& cfg)
+    : cfg_(cfg), wrr_header_left_(cfg.wrr_header_weight), wrr_data_left_(cfg.wrr_data_weight), rng_(cfg.seed) {}
+
+uint64_t EgressPort::serialise_ns(uint32_t bytes) const {
+  // Rounded up: a packet is never on the wire for less than its bits take.
+  return static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * 8.0 / cfg_.rate_gbps));
+}
+
+uint64_t EgressPort::next_event_ns() const { return busy_ ? wire_done_ns_ : UINT64_MAX; }
+
+void EgressPort::start_next() {
+  const bool have_header = !header_.empty(), have_data = !data_.empty();
+  if (!have_header && !have_data) return;
+  bool from_header = have_header;
+  if (cfg_.priority == Priority::kWrr && have_header && have_data) {
+    // Serve up to the header weight, then up to the data weight, then start a new round.
+    if (wrr_header_left_ == 0 && wrr_data_left_ == 0) {
+      wrr_header_left_ = cfg_.wrr_header_weight;
+      wrr_data_left_ = cfg_.wrr_data_weight;
+    }
+    from_header = wrr_header_left_ > 0;
+  }
+  std::deque<Packet>& q = from_header ? header_ : data_;
+  on_wire_ = q.front();
+  q.pop_front();
+  if (from_header) {
+    header_bytes_ -= on_wire_.bytes;
+    if (wrr_header_left_ > 0) --wrr_header_left_;
+  } else {
+    data_bytes_ -= on_wire_.bytes;
+    if (wrr_data_left_ > 0) --wrr_data_left_;
+  }
+  busy_ = true;
+  wire_done_ns_ = now_ns_ + serialise_ns(on_wire_.bytes);
+}
+
+void EgressPort::advance(uint64_t now_ns) {
+  while (busy_ && wire_done_ns_ <= now_ns) {
+    const uint64_t done = wire_done_ns_;
+    ++counters_.sent_packets;
+    counters_.sent_bytes += on_wire_.bytes;
+    departed_.push_back(Departure{on_wire_, done + cfg_.prop_delay_ns});
+    busy_ = false;
+    now_ns_ = done;  // the next packet starts the instant this one ends
+    start_next();
+  }
+  now_ns_ = std::max(now_ns_, now_ns);
+  if (!busy_) start_next();
+}
+
+bool EgressPort::data_full(uint32_t extra_bytes) const {
+  if (cfg_.data_queue_bytes != 0 && data_bytes_ + extra_bytes > cfg_.data_queue_bytes) return true;
+  if (cfg_.data_queue_packets != 0 && data_.size() >= cfg_.data_queue_packets) return true;
+  return false;
+}
+
+bool EgressPort::trim(Packet* p) {
+  uint32_t cut = cfg_.trim_bytes;
+  if (cut == 0) {  // plane0: only a packet that says where its heads end can be cut
+    if (!p->trimmable || p->plane0_bytes == 0) return false;
+    cut = p->plane0_bytes;
+  }
+  if (p->bytes > cut) {
+    counters_.trimmed_bytes_removed += p->bytes - cut;
+    p->bytes = cut;
+    p->trimmed = true;
+    ++counters_.trimmed_packets;
+    if (recording_) transcript_.push_back(TranscriptEntry{p->flow, p->msg, p->psn});
+  }
+  return true;
+}
+
+Verdict EgressPort::to_header_queue(Packet p) {
+  p.header_class = true;
+  if (header_bytes_ + p.bytes > cfg_.header_queue_bytes) {
+    ++counters_.dropped_header_packets;
+    return Verdict::kDroppedHeader;
+  }
+  header_bytes_ += p.bytes;
+  header_.push_back(p);
+  counters_.max_header_queue_bytes = std::max(counters_.max_header_queue_bytes, header_bytes_);
+  return Verdict::kQueuedHeader;
+}
+
+void EgressPort::set_replay(const std::vector<TranscriptEntry>& entries) {
+  replay_.clear();
+  replay_.insert(entries.begin(), entries.end());
+}
+
+Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
+  advance(now_ns);
+  ++counters_.received_packets;
+  counters_.received_bytes += p.bytes;
+  Verdict v;
+  // Decide whether this packet is cut regardless of the queue (random, replay) or by it (trim).
+  bool cut_now = false;
+  if (cfg_.mode == Mode::kRandom) {
+    cut_now = p.trimmable && uniform_(rng_) < cfg_.random_p;
+  } else if (cfg_.mode == Mode::kReplay) {
+    cut_now = p.trimmable && replay_.count(TranscriptEntry{p.flow, p.msg, p.psn}) != 0;
+  }
+  if (cut_now && trim(&p)) {
+    v = to_header_queue(p);
+  } else if (!data_full(p.bytes)) {
+    data_bytes_ += p.bytes;
+    data_.push_back(p);
+    counters_.max_data_queue_bytes = std::max(counters_.max_data_queue_bytes, data_bytes_);
+    v = Verdict::kQueued;
+  } else if (cfg_.mode != Mode::kTrim) {
+    v = Verdict::kDropped;  // drop, and the queue overflow of random/replay
+  } else if (cfg_.ndp_coin && !data_.empty() && data_.back().trimmable && uniform_(rng_) < 0.5) {
+    // NDP's choice: cut the tail of the queue and let the arrival take its place.
+    Packet tail = data_.back();
+    data_.pop_back();
+    data_bytes_ -= tail.bytes;
+    if (!data_full(p.bytes)) {
+      data_bytes_ += p.bytes;
+      data_.push_back(p);
+      v = Verdict::kQueued;
+    } else {
+      v = p.trimmable && trim(&p) ? to_header_queue(p) : Verdict::kDropped;
+    }
+    if (trim(&tail)) (void)to_header_queue(tail);
+  } else if (p.trimmable && trim(&p)) {
+    v = to_header_queue(p);
+  } else {
+    v = Verdict::kDropped;
+  }
+  if (v == Verdict::kDropped) {
+    ++counters_.dropped_packets;
+    counters_.dropped_bytes += p.bytes;
+  }
+  if (!busy_) start_next();
+  return v;
+}
+
+}  // namespace trim::sw

@@ -1,0 +1,147 @@
+// One switch egress port: the queue model both drivers share (trim-switch, the live UDP
+// daemon, and trim-sim, the discrete-event simulator). Time is an input (ns), so the model is
+// deterministic and testable on fixed arrival sequences. No sockets, no clocks, no threads.
+//
+// A packet arrives with enqueue(); the port serialises one packet at a time at the link rate,
+// header queue first (strict priority) or by weighted round robin, and a packet leaves the
+// far end of the link prop_delay_ns after its last bit was sent. advance(now) moves the
+// port's clock; departed() lists what has reached the far end by then.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace trim::sw {
+
+enum class Mode {
+  kTrim,    // data queue full: trim a trimmable packet into the header queue, drop the rest
+  kDrop,    // an ordinary tail-drop switch: the baseline
+  kRandom,  // trim each trimmable packet with probability random_p, whatever the queue (seed's experiments)
+  kReplay,  // trim exactly the packets of a recorded transcript, whatever the queue
+};
+enum class Priority { kStrict, kWrr };
+
+const char* mode_name(Mode m);
+bool parse_mode(const std::string& s, Mode* out);
+
+struct PortConfig {
+  double rate_gbps = 10.0;            // serialisation rate of the link behind the port
+  uint64_t prop_delay_ns = 1000;      // link propagation delay
+  uint64_t data_queue_bytes = 262144; // data queue cap in bytes (0: no byte cap)
+  uint32_t data_queue_packets = 0;    // data queue cap in packets (0: no packet cap)
+  uint64_t header_queue_bytes = 65536;
+  Mode mode = Mode::kTrim;
+  // Where a trim cuts: 0 = "plane0" (exactly the packet's own trim point, Packet::plane0_bytes);
+  // else a fixed size as real switches use (64, 128, ... 1024): a packet no longer than it
+  // passes to the header queue untrimmed.
+  uint32_t trim_bytes = 0;
+  bool ndp_coin = false;              // on overflow, trim the arriving packet or the data queue's tail (50/50)
+  Priority priority = Priority::kStrict;
+  uint32_t wrr_header_weight = 4;     // kWrr: packets served from the header queue per round ...
+  uint32_t wrr_data_weight = 1;       // ... and from the data queue
+  double random_p = 0.0;              // kRandom
+  uint64_t seed = 1;                  // kRandom and the NDP coin
+};
+
+// A packet as the model sees it. `bytes` is what serialisation and the queues count (the
+// driver decides whether that includes IP/UDP/Ethernet overhead).
+struct Packet {
+  uint32_t bytes = 0;
+  bool trimmable = false;
+  uint32_t plane0_bytes = 0;  // size after a plane0 trim (header + plane 0); 0 when not trimmable
+  bool trimmed = false;       // set when the model trims it
+  bool header_class = false;  // set when it travels in the header queue (trimmed, or small control)
+  uint64_t flow = 0;          // identity for transcripts: connection cookie,
+  uint32_t msg = 0;           // message sequence,
+  uint32_t psn = 0;           // packet sequence number
+  uint64_t tag = 0;           // opaque to the model: the driver's handle on the payload
+};
+
+struct Departure {
+  Packet packet;
+  uint64_t arrive_ns = 0;  // when the last bit reaches the far end of the link
+};
+
+enum class Verdict {
+  kQueued,         // into the data queue whole
+  kQueuedHeader,   // into the header queue (trimmed, or short enough to pass a fixed trim size)
+  kDropped,        // data queue full and not trimmable (or kDrop mode)
+  kDroppedHeader,  // trimmed, but the header queue was full
+};
+
+struct PortCounters {
+  uint64_t received_packets = 0, received_bytes = 0;
+  uint64_t sent_packets = 0, sent_bytes = 0;
+  uint64_t trimmed_packets = 0, trimmed_bytes_removed = 0;
+  uint64_t dropped_packets = 0, dropped_bytes = 0;
+  uint64_t dropped_header_packets = 0;
+  uint64_t max_data_queue_bytes = 0, max_header_queue_bytes = 0;
+  std::string to_json() const;
+};
+
+// Which packets a port trimmed, in order; what kReplay reproduces.
+struct TranscriptEntry {
+  uint64_t flow = 0;
+  uint32_t msg = 0;
+  uint32_t psn = 0;
+  bool operator==(const TranscriptEntry& o) const { return flow == o.flow && msg == o.msg && psn == o.psn; }
+};
+
+class EgressPort {
+ public:
+  explicit EgressPort(const PortConfig& cfg);
+
+  // Moves the clock to now_ns (never backwards: an earlier time is taken as the current one).
+  void advance(uint64_t now_ns);
+  // A packet arrives at now_ns (the port advances to it first).
+  Verdict enqueue(Packet p, uint64_t now_ns);
+  // When the next packet finishes serialisation (UINT64_MAX when the port is idle and empty).
+  uint64_t next_event_ns() const;
+  // Packets that have left, in order; the driver takes them (and clears the vector).
+  std::vector<Departure>& departed() { return departed_; }
+
+  // kReplay: the packets to trim (by flow, msg, psn).
+  void set_replay(const std::vector<TranscriptEntry>& entries);
+  // Every trim so far, when recording is on.
+  void record_transcript(bool on) { recording_ = on; }
+  const std::vector<TranscriptEntry>& transcript() const { return transcript_; }
+
+  uint64_t data_queue_bytes() const { return data_bytes_; }
+  uint64_t header_queue_bytes() const { return header_bytes_; }
+  size_t data_queue_packets() const { return data_.size(); }
+  const PortCounters& counters() const { return counters_; }
+  const PortConfig& config() const { return cfg_; }
+  uint64_t now_ns() const { return now_ns_; }
+
+ private:
+  bool data_full(uint32_t extra_bytes) const;
+  bool trim(Packet* p);  // false: nothing to cut (plane0 of a non-trimmable packet)
+  Verdict to_header_queue(Packet p);
+  void start_next();     // the link is free: pick the next packet to serialise
+  uint64_t serialise_ns(uint32_t bytes) const;
+
+  PortConfig cfg_;
+  uint64_t now_ns_ = 0;
+  std::deque<Packet> data_, header_;
+  uint64_t data_bytes_ = 0, header_bytes_ = 0;
+  bool busy_ = false;
+  Packet on_wire_;
+  uint64_t wire_done_ns_ = 0;
+  uint32_t wrr_header_left_ = 0, wrr_data_left_ = 0;
+  std::vector<Departure> departed_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  bool recording_ = false;
+  std::vector<TranscriptEntry> transcript_;
+  struct EntryHash {
+    size_t operator()(const TranscriptEntry& e) const { return e.flow * 1000003u ^ e.msg * 7919u ^ e.psn; }
+  };
+  std::unordered_set<TranscriptEntry, EntryHash> replay_;
+  PortCounters counters_;
+};
+
+}  // namespace trim::sw
