@@ -119,8 +119,7 @@ void SendClassifier::count(const net::OpAttr& attr, const net::OpInfo* info, con
   const int f = static_cast<int>(info != nullptr ? info->func : attr.func);
   const int p = static_cast<int>(info != nullptr ? info->proto : attr.proto);
   const int d = static_cast<int>(info != nullptr ? info->dtype : net::DataType::kUnknown);
-  const int ph = static_cast<int>(r.phase);
-  const size_t i = ((((static_cast<size_t>(f) * kProtos + p) * kDtypes + d) * kPhases + ph) * 2) + (r.trimmable ? 1 : 0);
+  const size_t i = slot(f, p, d, static_cast<int>(r.phase), r.trimmable ? 1 : 0);
   if (i < counts_.size()) counts_[i].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -131,8 +130,7 @@ std::string SendClassifier::summary() const {
       for (int d = 0; d < kDtypes; ++d) {
         for (int ph = 0; ph < kPhases; ++ph) {
           for (int t = 0; t < 2; ++t) {
-            const size_t i = ((((static_cast<size_t>(f) * kProtos + p) * kDtypes + d) * kPhases + ph) * 2) + t;
-            const uint64_t n = counts_[i].load(std::memory_order_relaxed);
+            const uint64_t n = counts_[slot(f, p, d, ph, t)].load(std::memory_order_relaxed);
             if (n == 0) continue;
             out += fmt::format("{}{}/{}/{}/{}: {} {}", out.empty() ? "" : "; ", func_name(static_cast<net::Func>(f)),
                                proto_name(static_cast<net::Proto>(p)), data_type_name(static_cast<net::DataType>(d)),

@@ -36,6 +36,9 @@ class SendClassifier {
   std::atomic<bool> logged_source_{false};
   // Indexed by func x proto x dtype x phase x trimmable.
   static constexpr int kFuncs = 7, kProtos = 4, kDtypes = 7, kPhases = 3;
+  static size_t slot(int func, int proto, int dtype, int phase, int trimmable) {
+    return ((((static_cast<size_t>(func) * kProtos + proto) * kDtypes + dtype) * kPhases + phase) * 2) + trimmable;
+  }
   std::array<std::atomic<uint64_t>, kFuncs * kProtos * kDtypes * kPhases * 2> counts_{};
 };
 
