@@ -116,7 +116,6 @@ Verdict EgressPort::to_header_queue(Packet p) {
   }
   header_bytes_ += p.bytes;
   header_.push_back(p);
-  counters_.max_header_queue_bytes = std::max(counters_.max_header_queue_bytes, header_bytes_);
   return Verdict::kQueuedHeader;
 }
 
@@ -142,12 +141,14 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
   } else if (!data_full(p.bytes)) {
     data_bytes_ += p.bytes;
     data_.push_back(p);
-    counters_.max_data_queue_bytes = std::max(counters_.max_data_queue_bytes, data_bytes_);
     v = Verdict::kQueued;
   } else if (cfg_.mode != Mode::kTrim) {
     v = Verdict::kDropped;  // drop, and the queue overflow of random/replay
-  } else if (cfg_.ndp_coin && !data_.empty() && data_.back().trimmable && uniform_(rng_) < 0.5) {
-    // NDP's choice: cut the tail of the queue and let the arrival take its place.
+  } else if (cfg_.ndp_coin && !data_.empty() && data_.back().trimmable &&
+             (cfg_.trim_bytes != 0 || data_.back().plane0_bytes != 0) && uniform_(rng_) < 0.5) {
+    // NDP's choice: cut the tail of the queue and let the arrival take its place. (Only a tail
+    // that can be cut: trim() refuses a plane0 cut without a trim point, and such a tail would
+    // vanish uncounted.)
     Packet tail = data_.back();
     data_.pop_back();
     data_bytes_ -= tail.bytes;
@@ -169,6 +170,10 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
     counters_.dropped_bytes += p.bytes;
   }
   if (!busy_) start_next();
+  // The maxima are taken once the link has its next packet: a packet that goes straight onto an
+  // idle link never waits in a queue (data_queue_bytes() never counts it either).
+  counters_.max_data_queue_bytes = std::max(counters_.max_data_queue_bytes, data_bytes_);
+  counters_.max_header_queue_bytes = std::max(counters_.max_header_queue_bytes, header_bytes_);
   return v;
 }
 

@@ -5,7 +5,8 @@
 // A packet arrives with enqueue(); the port serialises one packet at a time at the link rate,
 // header queue first (strict priority) or by weighted round robin, and a packet leaves the
 // far end of the link prop_delay_ns after its last bit was sent. advance(now) moves the
-// port's clock; departed() lists what has reached the far end by then.
+// port's clock; departed() lists what has finished serialisation by then, each with the time
+// it reaches the far end (which may still be ahead of now).
 #pragma once
 
 #include <cstdint>
