@@ -1,0 +1,242 @@
+// trim-sim: a discrete-event simulator of trimmable gradient traffic on a leaf-spine fabric.
+//
+// Every link direction is one trim::sw::EgressPort (switch_sim/port.h), the same queue model the
+// live daemon uses, so trimming and drops happen where the model says. Time is simulated ns;
+// nothing here reads a clock except main() for wall_seconds.
+//
+// Split by concern: event_queue.* (heap), topology.cc (ports and routes), transport.cc (per-flow
+// window, ACK/NACK, RACK + RTO loss detection), workload.cc (ring allreduce, incast,
+// permutation, background), report.cc (statistics, JSON, htsim .cm export), main.cc (flags).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "switch_sim/port.h"
+#include "switch_sim/sim/event_queue.h"
+
+namespace trim::sim {
+
+enum class Workload { kAllreduce, kIncast, kPermutation };
+enum class Background { kNone, kConstant, kBursty };
+enum class Routing { kEcmp, kSpray };
+enum class RingOrder { kLinear, kRandom };
+enum class Cc { kFixed, kAimd };
+
+// Wire overhead of one codec packet: IPv4+UDP (28) and the trim header (56), as codec/packet.h.
+constexpr uint32_t kOverheadBytes = 28 + 56;
+// ACKs/NACKs are 64-byte control packets; they are modelled out of band (see transport.cc).
+constexpr uint32_t kAckBytes = 64;
+// A flow's window is a span of packet sequence numbers at most this wide (slots are psn % it).
+constexpr uint32_t kMaxWindow = 256;
+
+struct Config {
+  uint32_t hosts = 64;
+  uint32_t hosts_per_leaf = 16;
+  uint32_t oversub = 1;            // host bandwidth : uplink bandwidth at a leaf (1, 2, 4, 8 ...)
+  double link_gbps = 100.0;
+  uint64_t prop_ns = 500;          // per link
+  uint32_t mtu_bytes = 9000;       // IP packet size (what the ports count)
+  uint64_t buffer_bytes = 0;       // per switch port data queue; resolved from buffer_spec
+  std::string buffer_spec = "1bdp";
+  uint64_t nic_buffer_bytes = 0;   // host NIC data queue (0: unbounded = host backpressure)
+  uint64_t header_buffer_bytes = 0;  // header queue per port (0: same as the data queue)
+  uint32_t trim_bytes = 0;         // 0: cut at the packet's plane-0 end; else a fixed trim size
+  sw::Mode mode = sw::Mode::kTrim;
+  Routing routing = Routing::kEcmp;
+  Workload workload = Workload::kAllreduce;
+  uint64_t bytes = 16ull << 20;    // per host (allreduce), per sender (incast, permutation)
+  uint32_t iters = 5;
+  uint32_t incast_senders = 8;
+  bool exact_class = false;        // incast/permutation payload: exact instead of trimmable
+  // NDP-style: exact packets too may be cut, to a bare header (their plane 0 is empty), and the
+  // receiver NACKs the header at once; off: the switch drops exact packets (the brief's model).
+  bool nack_exact = false;
+  Background background = Background::kNone;
+  double bg_load = 0.15;           // background offered load per host, fraction of link rate
+  uint64_t bg_flow_bytes = 1ull << 20;
+  uint32_t window_pkts = 16;
+  Cc cc = Cc::kAimd;
+  uint64_t rto_ns = 200000;
+  uint64_t slice_bytes = 512ull << 10;  // NCCL SIMPLE step size: 4 MiB buffer / 8 steps
+  RingOrder ring = RingOrder::kLinear;
+  uint64_t seed = 1;
+  uint64_t max_sim_ns = 60ull * 1000 * 1000 * 1000;  // guard against a livelocked scenario
+  std::string cm_path;
+};
+
+enum class Tier : uint8_t { kNic = 0, kLeafUp = 1, kSpineDown = 2, kLeafDown = 3 };
+constexpr int kTiers = 4;
+const char* tier_name(Tier t);
+
+// The fabric: hosts → NIC port → leaf; leaf → uplink ports → spines → downlink ports → leaf →
+// host-facing port. One EgressPort per link direction.
+class Topology {
+ public:
+  void build(const Config& cfg);
+  uint32_t leaves() const { return leaves_; }
+  uint32_t spines() const { return spines_; }
+  uint32_t leaf_of(uint32_t host) const { return host / per_leaf_; }
+  // Port a packet takes at hop `hop` (0 = the source NIC); UINT32_MAX once it reached dst.
+  uint32_t port_at(uint32_t src, uint32_t dst, uint32_t spine, uint32_t hop) const;
+  uint32_t hops(uint32_t src, uint32_t dst) const { return leaf_of(src) == leaf_of(dst) ? 2 : 4; }
+  std::vector<sw::EgressPort> ports;
+  std::vector<Tier> tier;
+  double uplink_gbps = 0;
+
+ private:
+  uint32_t hosts_ = 0, per_leaf_ = 1, leaves_ = 0, spines_ = 1;
+};
+
+struct Msg {
+  uint32_t first_psn = 0;
+  uint32_t packets = 0;
+  uint32_t bytes = 0;     // payload bytes
+  uint32_t received = 0;  // distinct packets the receiver has (whole or heads)
+  bool trimmable = false;
+  bool ready = false;     // its dependency (the left neighbour's step) is met
+};
+
+enum class SlotState : uint8_t { kFree, kOut, kAcked, kLost };
+struct Slot {
+  uint64_t xmit_ns = 0;
+  uint32_t psn = 0;
+  uint32_t msg = 0;
+  uint16_t bytes = 0;  // payload bytes (kept here so a late resend needs no message)
+  bool trimmable = false;
+  SlotState state = SlotState::kFree;
+  uint8_t retx = 0;
+};
+
+enum class FlowKind : uint8_t { kRing, kIncast, kPerm, kBgConstant, kBgBursty };
+
+struct Flow {
+  uint32_t src = 0, dst = 0;
+  FlowKind kind = FlowKind::kRing;
+  uint32_t gen = 0;        // bumped when a finished background flow is recycled
+  bool live = false;
+  std::vector<Msg> msgs;   // this iteration's messages (ring) or the flow's messages
+  uint32_t send_msg = 0;   // message whose packets go out next
+  uint32_t next_psn = 0;   // next new sequence number
+  uint32_t snd_una = 0;    // lowest sequence number not yet acknowledged
+  uint32_t base_psn = 0;   // first psn of msgs[0]
+  double cwnd = 0;
+  uint32_t recover_psn = 0;  // AIMD: one decrease per window
+  std::vector<Slot> slots;   // kMaxWindow, indexed psn % kMaxWindow
+  std::vector<uint32_t> rtx;  // sequence numbers waiting to be resent
+  uint64_t timer_at = UINT64_MAX;
+  uint64_t pace_ns = 0, next_send_ns = 0, pace_at = UINT64_MAX;
+  uint64_t last_rtt_ns = 0, min_rtt_ns = UINT64_MAX, last_acked_xmit_ns = 0;
+  uint64_t ack_delay_ns = 0;
+  uint32_t reo_mult = 1;  // RACK reorder window in min_rtt/4 units; grows on DSACK-like reports
+  uint32_t spray_next = 0;
+  uint32_t spine_hash = 0;
+  // receiver side
+  std::vector<uint64_t> rcv_bits;  // one bit per psn received (dedup of resends)
+  uint32_t msgs_done = 0;
+};
+
+// One packet in flight: the pool slot its `tag` names.
+struct PktState {
+  sw::Packet pkt;
+  uint64_t xmit_ns = 0;
+  uint32_t flow = 0, gen = 0, psn = 0, msg = 0;
+  uint32_t spine = 0;
+  uint8_t hop = 0;
+  bool exact = false;  // the data's class (the port sees pkt.trimmable, which --nack-exact sets)
+  bool nack = false;
+  bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
+};
+
+struct Counters {
+  uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
+  uint64_t injected_trimmable = 0, retx = 0, retx_trimmable = 0, retx_rto = 0, retx_rack = 0,
+           retx_nack = 0, retx_nack_trimmable = 0;
+  uint64_t duplicates = 0, stale = 0;
+  uint64_t delivered_trimmed = 0;
+  uint64_t rs_packets = 0, rs_trimmed = 0;  // first deliveries of reduce-scatter packets
+  uint64_t events = 0;
+  uint64_t bg_flows = 0, bg_bytes = 0;
+  double rs_err_weight = 0;                 // sum over trimmed RS packets of (s+1)/n
+};
+
+class Simulator {
+ public:
+  explicit Simulator(const Config& cfg);
+  void run();
+  const Config& cfg() const { return cfg_; }
+  const Topology& topo() const { return topo_; }
+  const Counters& counters() const { return ctr_; }
+  const std::vector<uint64_t>& jct_ns() const { return jct_ns_; }
+  uint64_t end_ns() const { return end_ns_; }
+  uint64_t work_end_ns() const { return work_end_ns_; }
+  uint32_t ring_next(uint32_t rank) const { return ring_[(rank + 1) % ring_.size()]; }
+  const std::vector<uint32_t>& ring() const { return ring_; }
+  uint32_t payload_bytes() const { return cfg_.mtu_bytes - kOverheadBytes; }
+  uint32_t slices_per_step() const;
+  uint64_t chunk_bytes() const;
+  bool hung() const { return hung_; }
+  std::string json(double wall_seconds) const;   // report.cc
+  std::string summary() const;                   // report.cc
+  bool write_cm(const std::string& path) const;  // report.cc
+
+ private:
+  // transport.cc
+  uint32_t new_flow(uint32_t src, uint32_t dst, FlowKind kind);
+  void add_msg(Flow& f, uint64_t bytes, bool trimmable, bool ready);
+  void try_send(uint32_t fid);
+  void send_packet(uint32_t fid, uint32_t psn, bool retx);
+  void on_port(uint32_t port, uint64_t t);
+  void on_arrive(uint32_t slot, uint64_t t);
+  void deliver(uint32_t slot, uint64_t t);
+  void on_ack(uint32_t slot, uint64_t t);
+  void on_timer(uint32_t fid, uint64_t t);
+  void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
+  uint64_t reorder_window(const Flow& f) const;
+  void arm_timer(uint32_t fid, uint64_t at);
+  void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
+  void drain_port(uint32_t port);
+  uint32_t alloc_pkt();
+  void free_pkt(uint32_t slot);
+  bool flow_finished(const Flow& f) const;
+  // workload.cc
+  void start_iteration(uint64_t t);
+  void on_msg_complete(uint32_t fid, uint32_t msg, uint64_t t);
+  void on_bg_arrival(uint32_t host, uint64_t t);
+  void start_background();
+  double uniform();
+  uint32_t random_other(uint32_t host);
+
+  Config cfg_;
+  Topology topo_;
+  EventQueue q_;
+  uint64_t now_ns_ = 0;
+  std::vector<uint64_t> port_next_;  // the time of each port's pending kPort event
+  std::vector<PktState> pool_;
+  std::vector<uint32_t> free_pkts_;
+  std::vector<Flow> flows_;
+  std::vector<uint32_t> free_flows_;
+  std::vector<uint32_t> ring_;         // rank -> host
+  std::vector<uint32_t> ring_flow_;    // rank -> flow id (rank -> rank+1)
+  std::vector<uint32_t> rank_of_host_;
+  std::vector<uint32_t> iter_flows_;   // incast / permutation flows of this iteration
+  std::vector<uint32_t> bg_flow_of_host_;  // constant background
+  std::vector<std::pair<uint32_t, uint32_t>> first_pairs_;  // iteration 0's (src, dst), for --cm
+  uint64_t pending_ = 0;               // messages (or rank-slices) the iteration still waits for
+  uint32_t iter_ = 0;
+  uint64_t iter_start_ns_ = 0;
+  bool work_done_ = false;
+  bool hung_ = false;
+  std::vector<uint64_t> jct_ns_;
+  uint64_t end_ns_ = 0, work_end_ns_ = 0;
+  std::mt19937_64 rng_;
+  Counters ctr_;
+};
+
+// Parses "16M", "512K", "9000"; false on junk.
+bool parse_bytes(const std::string& s, uint64_t* out);
+
+}  // namespace trim::sim

@@ -1,0 +1,404 @@
+// The per-flow transport and the packet path through the ports.
+//
+// Transport model (what --help states):
+// - Window: a flow may have at most `cwnd` sequence numbers between its lowest unacknowledged
+//   packet and its next new one (a span, as TCP's window, capped at kMaxWindow). --cc fixed keeps
+//   cwnd = --window; --cc aimd adds 1/cwnd per ACK and halves it (at most once per window of
+//   data) on a detected loss or on an ACK of a trimmed packet (trimming is a congestion mark).
+// - ACKs: the receiver acknowledges every packet it gets (selective, per sequence number). ACKs
+//   are not queued in the fabric: each reaches the sender after the reverse path's unloaded
+//   latency (hops x (propagation + 64-byte serialisation)). This is a simplification: reverse
+//   congestion and ACK loss are not modelled (they would hit trim and drop alike; with strict
+//   header priority a real trimming switch would also favour ACKs).
+// - Trimmed packets: heads of a trimmable packet are a delivery (acknowledged, never resent);
+//   a trimmed packet of exact class is NACKed and resent at once. The port model drops exact
+//   packets rather than trimming them, so this path is taken only with --nack-exact, which
+//   marks exact packets cuttable down to their bare header (NDP's scheme: the header queue
+//   carries the loss notice, the sender resends after one RTT instead of RACK/RTO).
+// - Loss detection, RACK-like (RFC 8985's rule, simplified): when packet q is acknowledged,
+//   every still-outstanding packet p sent before q is lost once
+//       now >= xmit(p) + rtt(q) + reorder_window,
+//       reorder_window = min(max(m x min_rtt / 4, 1 us), RTO / 2),
+//   m = 1 + the duplicates the receiver has reported (DSACK-like), at most 64; ACKs of trimmed
+//   heads (which overtook the data queue) do not drive the rule;
+//   packets not yet past that deadline are checked again by the flow's timer. A tail loss (no
+//   later packet is acknowledged) is caught by the retransmission timeout: lost once
+//       now >= xmit(p) + RTO  (--rto-us, default 200 us, no backoff).
+//   200 us is far below TCP's 200 ms minimum and RoCE's millisecond timers; a short RTO favours
+//   the drop baseline, so trim/drop ratios measured here are conservative.
+// - Every loss (drop mode, or an exact/background packet dropped in trim mode, or heads lost in
+//   a full header queue) is resent after its detection delay as a whole new transmission.
+#include <algorithm>
+#include <cmath>
+
+#include "switch_sim/sim/sim.h"
+
+namespace trim::sim {
+
+namespace {
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: spreads flow ids over spines
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+uint32_t Simulator::alloc_pkt() {
+  if (free_pkts_.empty()) {
+    pool_.emplace_back();
+    return static_cast<uint32_t>(pool_.size() - 1);
+  }
+  uint32_t i = free_pkts_.back();
+  free_pkts_.pop_back();
+  return i;
+}
+
+void Simulator::free_pkt(uint32_t slot) { free_pkts_.push_back(slot); }
+
+uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
+  uint32_t fid;
+  if (!free_flows_.empty()) {
+    fid = free_flows_.back();
+    free_flows_.pop_back();
+  } else {
+    flows_.emplace_back();
+    fid = static_cast<uint32_t>(flows_.size() - 1);
+    flows_[fid].slots.resize(kMaxWindow);
+  }
+  Flow& f = flows_[fid];
+  const uint32_t gen = f.gen;
+  // Reset every field but keep the vectors' capacity (no allocation for a recycled flow).
+  std::vector<Msg> msgs = std::move(f.msgs);
+  std::vector<Slot> slots = std::move(f.slots);
+  std::vector<uint32_t> rtx = std::move(f.rtx);
+  std::vector<uint64_t> bits = std::move(f.rcv_bits);
+  f = Flow{};
+  f.msgs = std::move(msgs);
+  f.msgs.clear();
+  f.slots = std::move(slots);
+  std::fill(f.slots.begin(), f.slots.end(), Slot{});
+  f.rtx = std::move(rtx);
+  f.rtx.clear();
+  f.rcv_bits = std::move(bits);
+  f.rcv_bits.clear();
+  f.gen = gen;
+  f.live = true;
+  f.src = src;
+  f.dst = dst;
+  f.kind = kind;
+  f.cwnd = cfg_.window_pkts;
+  f.spine_hash = static_cast<uint32_t>(mix(cfg_.seed ^ (static_cast<uint64_t>(fid) << 20) ^ gen));
+  const uint64_t ack_ser_ns = static_cast<uint64_t>(std::ceil(kAckBytes * 8.0 / cfg_.link_gbps));
+  f.ack_delay_ns = topo_.hops(src, dst) * (cfg_.prop_ns + ack_ser_ns);
+  return fid;
+}
+
+void Simulator::add_msg(Flow& f, uint64_t bytes, bool trimmable, bool ready) {
+  Msg m;
+  m.first_psn = f.msgs.empty() ? f.next_psn : f.msgs.back().first_psn + f.msgs.back().packets;
+  m.bytes = static_cast<uint32_t>(bytes);
+  m.packets = std::max<uint32_t>(1, static_cast<uint32_t>((bytes + payload_bytes() - 1) / payload_bytes()));
+  m.trimmable = trimmable;
+  m.ready = ready;
+  if (f.msgs.empty()) f.base_psn = m.first_psn;
+  f.msgs.push_back(m);
+}
+
+bool Simulator::flow_finished(const Flow& f) const {
+  return f.send_msg >= f.msgs.size() && f.snd_una == f.next_psn && f.msgs_done == f.msgs.size();
+}
+
+void Simulator::arm_timer(uint32_t fid, uint64_t at) {
+  Flow& f = flows_[fid];
+  if (at < f.timer_at) {
+    f.timer_at = at;
+    q_.push(at, EventKind::kTimer, fid);
+  }
+}
+
+void Simulator::try_send(uint32_t fid) {
+  Flow& f = flows_[fid];
+  size_t rtx_head = 0;
+  for (;;) {
+    if (rtx_head < f.rtx.size()) {
+      const uint32_t psn = f.rtx[rtx_head++];
+      const Slot& s = f.slots[psn % kMaxWindow];
+      if (s.psn != psn || s.state != SlotState::kLost) continue;  // acknowledged meanwhile
+      send_packet(fid, psn, true);
+      continue;
+    }
+    const uint32_t win = std::min<uint32_t>(kMaxWindow, std::max<uint32_t>(1, static_cast<uint32_t>(f.cwnd)));
+    if (f.next_psn - f.snd_una >= win) break;
+    if (f.send_msg >= f.msgs.size()) {
+      // Constant background keeps going while the workload runs.
+      if (f.kind != FlowKind::kBgConstant || work_done_) break;
+      add_msg(f, cfg_.bg_flow_bytes, false, true);
+      ctr_.bg_bytes += cfg_.bg_flow_bytes;
+    }
+    Msg& m = f.msgs[f.send_msg];
+    if (!m.ready) break;
+    if (f.pace_ns != 0) {
+      if (now_ns_ < f.next_send_ns) {
+        if (f.pace_at != f.next_send_ns) {
+          f.pace_at = f.next_send_ns;
+          q_.push(f.pace_at, EventKind::kPace, fid);
+        }
+        break;
+      }
+      f.next_send_ns = std::max(now_ns_, f.next_send_ns) + f.pace_ns;
+    }
+    const uint32_t psn = f.next_psn++;
+    const uint32_t i = psn - m.first_psn;
+    const uint32_t pay = payload_bytes();
+    const uint64_t off = static_cast<uint64_t>(i) * pay;
+    Slot& s = f.slots[psn % kMaxWindow];
+    s = Slot{};
+    s.psn = psn;
+    s.msg = f.send_msg;
+    s.bytes = static_cast<uint16_t>(m.bytes > off ? std::min<uint64_t>(pay, m.bytes - off) : 0);
+    s.trimmable = m.trimmable;
+    if (i + 1 == m.packets) ++f.send_msg;
+    send_packet(fid, psn, false);
+  }
+  f.rtx.erase(f.rtx.begin(), f.rtx.begin() + static_cast<std::ptrdiff_t>(rtx_head));
+}
+
+void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
+  const uint32_t idx = alloc_pkt();
+  Flow& f = flows_[fid];
+  Slot& s = f.slots[psn % kMaxWindow];
+  PktState& p = pool_[idx];
+  p = PktState{};
+  p.pkt.bytes = s.bytes + kOverheadBytes;
+  p.pkt.trimmable = s.trimmable;
+  // Plane 0 of fp32 rht: one sign bit per element after the header (codec/packet.h layout).
+  p.pkt.plane0_bytes = s.trimmable ? kOverheadBytes + (s.bytes / 4 + 7) / 8 : 0;
+  p.exact = !s.trimmable;
+  if (p.exact && cfg_.nack_exact) {
+    p.pkt.trimmable = true;  // eligible for a cut, to the header alone
+    p.pkt.plane0_bytes = kOverheadBytes;
+  }
+  p.pkt.flow = fid;
+  p.pkt.msg = s.msg;
+  p.pkt.psn = psn;
+  p.pkt.tag = idx;
+  p.xmit_ns = now_ns_;
+  p.flow = fid;
+  p.gen = f.gen;
+  p.psn = psn;
+  p.msg = s.msg;
+  const uint32_t spines = topo_.spines();
+  p.spine = cfg_.routing == Routing::kEcmp ? f.spine_hash % spines : (f.spine_hash + f.spray_next++) % spines;
+  s.xmit_ns = now_ns_;
+  s.state = SlotState::kOut;
+  ++ctr_.injected;
+  if (s.trimmable) ++ctr_.injected_trimmable;
+  if (retx) {
+    ++s.retx;
+    ++ctr_.retx;
+    if (s.trimmable) ++ctr_.retx_trimmable;
+  }
+  if (f.timer_at == UINT64_MAX) arm_timer(fid, now_ns_ + cfg_.rto_ns);
+  enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, now_ns_);
+}
+
+void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint64_t t) {
+  const sw::Verdict v = topo_.ports[port].enqueue(pool_[slot].pkt, t);
+  if (v == sw::Verdict::kDropped || v == sw::Verdict::kDroppedHeader) {
+    ++ctr_.dropped;
+    free_pkt(slot);
+  }
+  drain_port(port);
+}
+
+void Simulator::drain_port(uint32_t port) {
+  sw::EgressPort& ep = topo_.ports[port];
+  auto& dep = ep.departed();
+  for (const sw::Departure& d : dep) {
+    const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
+    PktState& p = pool_[slot];
+    p.pkt = d.packet;  // the port may have cut it
+    ++p.hop;
+    q_.push(d.arrive_ns, EventKind::kArrive, slot);
+  }
+  dep.clear();
+  const uint64_t next = ep.next_event_ns();
+  if (next != port_next_[port]) {
+    port_next_[port] = next;
+    if (next != UINT64_MAX) q_.push(next, EventKind::kPort, port);
+  }
+}
+
+void Simulator::on_port(uint32_t port, uint64_t t) {
+  if (port_next_[port] != t) return;  // superseded
+  port_next_[port] = UINT64_MAX;
+  topo_.ports[port].advance(t);
+  drain_port(port);
+}
+
+void Simulator::on_arrive(uint32_t slot, uint64_t t) {
+  const PktState& p = pool_[slot];
+  const Flow& f = flows_[p.flow];
+  // A recycled flow has new endpoints; a stale packet still follows the old path, so route by
+  // what the packet was sent on: its flow's endpoints at send time equal the current ones
+  // unless gen changed, in which case it is delivered as stale on the spot.
+  if (p.gen != f.gen) {
+    ++ctr_.delivered;
+    ++ctr_.stale;
+    free_pkt(slot);
+    return;
+  }
+  const uint32_t port = topo_.port_at(f.src, f.dst, p.spine, p.hop);
+  if (port == UINT32_MAX) {
+    deliver(slot, t);
+  } else {
+    enqueue_at(port, slot, t);
+  }
+}
+
+void Simulator::deliver(uint32_t slot, uint64_t t) {
+  ++ctr_.delivered;
+  PktState& p = pool_[slot];
+  const uint32_t fid = p.flow;
+  Flow& f = flows_[fid];
+  if (p.pkt.trimmed) ++ctr_.delivered_trimmed;
+  q_.push(t + f.ack_delay_ns, EventKind::kAck, slot);  // the pool slot now carries the ACK
+  // Heads of exact data are useless, and so is a cut shorter than the heads' end (a fixed trim
+  // size below plane 0 leaves part of the rows without signs): ask for the packet again.
+  if (p.pkt.trimmed && (p.exact || p.pkt.bytes < p.pkt.plane0_bytes)) {
+    p.nack = true;
+    return;
+  }
+  const uint32_t word = p.psn / 64;
+  if (f.rcv_bits.size() <= word) f.rcv_bits.resize(word + 1 + f.rcv_bits.size() / 2, 0);
+  const uint64_t bit = 1ull << (p.psn % 64);
+  if (f.rcv_bits[word] & bit) {
+    ++ctr_.duplicates;
+    p.dup = true;
+    return;
+  }
+  f.rcv_bits[word] |= bit;
+  if (p.psn < f.base_psn || p.msg >= f.msgs.size()) return;  // an earlier iteration's packet
+  Msg& m = f.msgs[p.msg];
+  // Trimmable workload data (the reduce-scatter half of a ring; incast/permutation payload
+  // unless --exact), first deliveries only: what the NMSE estimate is built on.
+  if (m.trimmable && f.kind != FlowKind::kBgConstant && f.kind != FlowKind::kBgBursty) {
+    ++ctr_.rs_packets;
+    if (p.pkt.trimmed) {
+      ++ctr_.rs_trimmed;
+      if (f.kind == FlowKind::kRing) {
+        const uint32_t step = p.msg / slices_per_step();
+        ctr_.rs_err_weight += static_cast<double>(step + 1) / cfg_.hosts;
+      }
+    }
+  }
+  if (++m.received == m.packets) on_msg_complete(fid, p.msg, t);
+}
+
+uint64_t Simulator::reorder_window(const Flow& f) const {
+  const uint64_t base = f.min_rtt_ns == UINT64_MAX ? 0 : f.min_rtt_ns / 4;
+  return std::min<uint64_t>(std::max<uint64_t>(base * f.reo_mult, 1000), cfg_.rto_ns / 2);
+}
+
+void Simulator::mark_lost(Flow& f, Slot& s, uint64_t* ctr) {
+  s.state = SlotState::kLost;
+  f.rtx.push_back(s.psn);
+  ++*ctr;
+  if (cfg_.cc == Cc::kAimd && s.psn >= f.recover_psn) {
+    f.cwnd = std::max(1.0, f.cwnd / 2);
+    f.recover_psn = f.next_psn;
+  }
+}
+
+void Simulator::on_ack(uint32_t slot, uint64_t t) {
+  const PktState p = pool_[slot];
+  free_pkt(slot);
+  Flow& f = flows_[p.flow];
+  if (p.gen != f.gen || !f.live) return;
+  // A duplicate means a resend was spurious: widen the reorder window (RFC 8985 does this on
+  // DSACK), so reordering by spraying or by queues of unequal depth stops triggering resends.
+  if (p.dup) f.reo_mult = std::min<uint32_t>(f.reo_mult + 1, 64);
+  Slot& s = f.slots[p.psn % kMaxWindow];
+  if (s.psn != p.psn || s.state == SlotState::kFree || s.state == SlotState::kAcked) return;
+  if (p.nack) {
+    if (s.state == SlotState::kOut) {
+      mark_lost(f, s, &ctr_.retx_nack);
+      if (s.trimmable) ++ctr_.retx_nack_trimmable;
+    }
+    try_send(p.flow);
+    return;
+  }
+  s.state = SlotState::kAcked;
+  const uint64_t rtt = t - p.xmit_ns;
+  f.min_rtt_ns = std::min(f.min_rtt_ns, rtt);
+  if (!p.pkt.trimmed) {
+    f.last_acked_xmit_ns = std::max(f.last_acked_xmit_ns, p.xmit_ns);
+    f.last_rtt_ns = rtt;
+  }
+  if (cfg_.cc == Cc::kAimd) {
+    if (p.pkt.trimmed && p.psn >= f.recover_psn) {
+      f.cwnd = std::max(1.0, f.cwnd / 2);
+      f.recover_psn = f.next_psn;
+    } else {
+      f.cwnd = std::min<double>(kMaxWindow, f.cwnd + 1.0 / f.cwnd);
+    }
+  }
+  while (f.snd_una < f.next_psn) {
+    Slot& u = f.slots[f.snd_una % kMaxWindow];
+    if (u.psn != f.snd_una || u.state != SlotState::kAcked) break;
+    u.state = SlotState::kFree;
+    ++f.snd_una;
+  }
+  // RACK: what was sent before the packet just acknowledged and is still out is late. Heads
+  // of a trimmed packet took the header queue's priority lane past the data queue, so their
+  // early arrival says nothing about the packets sent before them: they do not drive RACK.
+  const uint64_t reo = reorder_window(f);
+  const uint32_t rack_end = p.pkt.trimmed ? f.snd_una : p.psn;
+  for (uint32_t psn = f.snd_una; psn < rack_end; ++psn) {
+    Slot& o = f.slots[psn % kMaxWindow];
+    if (o.psn != psn || o.state != SlotState::kOut || o.xmit_ns >= p.xmit_ns) continue;
+    const uint64_t deadline = o.xmit_ns + rtt + reo;
+    if (t >= deadline) {
+      mark_lost(f, o, &ctr_.retx_rack);
+    } else {
+      arm_timer(p.flow, deadline);
+    }
+  }
+  const uint32_t fid = p.flow;
+  try_send(fid);
+  Flow& g = flows_[fid];
+  if (g.kind == FlowKind::kBgBursty && flow_finished(g)) {
+    g.live = false;
+    ++g.gen;
+    g.timer_at = UINT64_MAX;
+    g.pace_at = UINT64_MAX;
+    free_flows_.push_back(fid);
+  }
+}
+
+void Simulator::on_timer(uint32_t fid, uint64_t t) {
+  Flow& f = flows_[fid];
+  if (f.timer_at != t || !f.live) return;
+  f.timer_at = UINT64_MAX;
+  const uint64_t reo = reorder_window(f);
+  uint64_t next = UINT64_MAX;
+  for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
+    Slot& o = f.slots[psn % kMaxWindow];
+    if (o.psn != psn || o.state != SlotState::kOut) continue;
+    const bool rack = o.xmit_ns < f.last_acked_xmit_ns;
+    const uint64_t rack_deadline = rack ? o.xmit_ns + f.last_rtt_ns + reo : UINT64_MAX;
+    const uint64_t rto_deadline = o.xmit_ns + cfg_.rto_ns;
+    if (t >= rack_deadline) {
+      mark_lost(f, o, &ctr_.retx_rack);
+    } else if (t >= rto_deadline) {
+      mark_lost(f, o, &ctr_.retx_rto);
+    } else {
+      next = std::min(next, std::min(rack_deadline, rto_deadline));
+    }
+  }
+  if (next != UINT64_MAX) arm_timer(fid, next);
+  try_send(fid);
+}
+
+}  // namespace trim::sim

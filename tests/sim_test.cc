@@ -1,0 +1,235 @@
+// trim-sim end to end: runs build/bin/trim-sim and checks its one JSON line. Scenarios are kept
+// small (<= 64 hosts, a few MiB) so the whole file runs in a few seconds on two cores.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string sim_path() {
+  std::string plugin = TRIM_TEST_PLUGIN_PATH;
+  return plugin.substr(0, plugin.rfind('/')) + "/../bin/trim-sim";
+}
+
+struct SimRunResult {
+  int rc = -1;
+  std::string out;   // stdout and stderr
+  std::string json;  // the last line
+};
+
+SimRunResult run_sim(const std::string& args) {
+  SimRunResult r;
+  const std::string cmd = sim_path() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  size_t end = r.out.find_last_not_of('\n');
+  if (end != std::string::npos) {
+    size_t start = r.out.rfind('\n', end);
+    r.json = r.out.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  }
+  return r;
+}
+
+// The numeric (or boolean) value of the first occurrence of "key": in a JSON line; for a
+// per-tier value pass "tier.key".
+double num(const std::string& json, const std::string& key) {
+  std::string k = key;
+  size_t from = 0;
+  const size_t dot = key.find('.');
+  if (dot != std::string::npos) {
+    from = json.find("\"" + key.substr(0, dot) + "\":{");
+    EXPECT_NE(from, std::string::npos) << key;
+    k = key.substr(dot + 1);
+  }
+  const size_t i = json.find("\"" + k + "\":", from);
+  EXPECT_NE(i, std::string::npos) << key << " in " << json;
+  if (i == std::string::npos) return NAN;
+  const size_t v = i + k.size() + 3;
+  if (json.compare(v, 4, "true") == 0) return 1;
+  if (json.compare(v, 5, "false") == 0) return 0;
+  return std::stod(json.substr(v));
+}
+
+std::string strip_wall(std::string json) {
+  const size_t i = json.find("\"wall_seconds\":");
+  if (i != std::string::npos) json.erase(i);
+  return json;
+}
+
+const char kCongested[] = "--hosts 64 --bytes 16M --iters 5 --oversub 4 --background bursty --seed 3 --json";
+
+// The congested scenario in one mode, run once per test binary (three tests read it).
+const SimRunResult& congested(const std::string& mode) {
+  static std::map<std::string, SimRunResult> cache;
+  auto it = cache.find(mode);
+  if (it == cache.end()) it = cache.emplace(mode, run_sim(std::string(kCongested) + " --mode " + mode)).first;
+  return it->second;
+}
+
+TEST(SimCli, BadFlagsNameTheFlagAndExit2) {
+  SimRunResult r = run_sim("--mode maybe");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("--mode"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("trim, drop"), std::string::npos) << r.out;
+  r = run_sim("--workload alltoall");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("allreduce, incast, permutation"), std::string::npos) << r.out;
+  r = run_sim("--hosts 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("--hosts"), std::string::npos) << r.out;
+  r = run_sim("--buffer lots");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("--buffer"), std::string::npos) << r.out;
+  r = run_sim("--frobnicate 3");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("--frobnicate"), std::string::npos) << r.out;
+  r = run_sim("--help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("0.5708"), std::string::npos);  // the NMSE formula is documented
+}
+
+TEST(SimRun, SameSeedSameResults) {
+  const std::string args = "--hosts 32 --bytes 4M --iters 3 --oversub 4 --background bursty --seed 11 --json";
+  SimRunResult a = run_sim(args), b = run_sim(args);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_EQ(strip_wall(a.json), strip_wall(b.json));
+  SimRunResult c = run_sim("--hosts 32 --bytes 4M --iters 3 --oversub 4 --background bursty --seed 12 --json");
+  EXPECT_NE(strip_wall(a.json), strip_wall(c.json)) << "the seed should matter under bursty background";
+}
+
+// Injected = delivered + dropped, globally (every transmission, resends included) and per port
+// (received = sent + dropped + header-dropped), in both modes, under congestion.
+TEST(SimRun, ConservationInBothModes) {
+  for (const char* mode : {"trim", "drop"}) {
+    const SimRunResult& r = congested(mode);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const std::string& j = r.json;
+    EXPECT_GT(num(j, "dropped"), 0) << mode << ": the scenario should be congested";
+    EXPECT_EQ(num(j, "injected"), num(j, "delivered") + num(j, "dropped")) << mode;
+    EXPECT_EQ(num(j, "in_flight_end"), 0) << mode;
+    EXPECT_EQ(num(j, "port_conservation_violations"), 0) << mode;
+    EXPECT_EQ(num(j, "conservation_ok"), 1) << mode;
+    EXPECT_GT(num(j, "retx"), 0) << mode;
+  }
+}
+
+TEST(SimRun, TrimNeverResendsTrimmedAndDropNeverTrims) {
+  const SimRunResult& t = congested("trim");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_GT(num(t.json, "rs_trimmed"), 0);
+  EXPECT_EQ(num(t.json, "retx_nack_trimmable"), 0);
+  // A trimmable packet is resent only if even its heads were lost (a full header queue).
+  double header_drops = 0;
+  for (const char* tier : {"nic", "leaf_up", "spine_down", "leaf_down"}) header_drops += num(t.json, std::string(tier) + ".dropped_header");
+  EXPECT_LE(num(t.json, "retx_trimmable"), header_drops);
+  EXPECT_GT(num(t.json, "nmse"), 0);
+  EXPECT_NEAR(num(t.json, "nmse"), 0.5708 * num(t.json, "rs_trim_fraction"), 1e-4);
+
+  const SimRunResult& d = congested("drop");
+  ASSERT_EQ(d.rc, 0) << d.out;
+  EXPECT_EQ(num(d.json, "trimmed"), 0);
+  EXPECT_EQ(num(d.json, "delivered_trimmed"), 0);
+  EXPECT_EQ(num(d.json, "nmse"), 0);
+  EXPECT_GT(num(d.json, "retx_trimmable"), 0) << "drop mode resends lost reduce-scatter packets";
+}
+
+// No contention: JCT = 2(n-1) steps x (one chunk's serialisation + the path's latency), where
+// the path's latency is hops x propagation + (hops - 1) store-and-forward packet times. The
+// 16 hosts one per leaf make every ring hop cross the spine (4 hops). Tolerance 2%:
+// the model adds only ns rounding of serialisation times.
+TEST(SimRun, UncontendedJctMatchesAnalytical) {
+  struct Case {
+    uint32_t hosts, per_leaf, hops;
+  };
+  for (const Case c : {Case{8, 16, 2}, Case{16, 1, 4}}) {
+    const uint64_t bytes = 1 << 20;
+    SimRunResult r = run_sim("--hosts " + std::to_string(c.hosts) + " --hosts-per-leaf " + std::to_string(c.per_leaf) +
+                    " --bytes 1M --iters 2 --window 64 --json");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const double rate_gbps = 100, prop_ns = 500, mtu = 9000, payload = 9000 - 84;
+    const double chunk = std::ceil(static_cast<double>(bytes) / c.hosts);
+    const double packets = std::ceil(chunk / payload);
+    const double wire = chunk + packets * 84;
+    const double step_ns = wire * 8 / rate_gbps + c.hops * prop_ns + (c.hops - 1) * mtu * 8 / rate_gbps;
+    const double expect_ms = 2.0 * (c.hosts - 1) * step_ns / 1e6;
+    EXPECT_NEAR(num(r.json, "jct_p50_ms"), expect_ms, 0.02 * expect_ms) << c.hosts << " hosts";
+    EXPECT_EQ(num(r.json, "dropped"), 0);
+    EXPECT_EQ(num(r.json, "trimmed"), 0);
+    // bytes x 2(n-1)/n over the link is the bandwidth term the formula is built on.
+    EXPECT_GT(num(r.json, "jct_p50_ms"), bytes * 2.0 * (c.hosts - 1) / c.hosts * 8 / rate_gbps / 1e6);
+  }
+}
+
+TEST(SimRun, TrimP99NoWorseThanDropUnderCongestion) {
+  const SimRunResult& t = congested("trim");
+  const SimRunResult& d = congested("drop");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  ASSERT_EQ(d.rc, 0) << d.out;
+  EXPECT_LE(num(t.json, "jct_p99_ms"), num(d.json, "jct_p99_ms")) << t.json << "\n" << d.json;
+}
+
+// --nack-exact (NDP's scheme): exact packets are cut to a header and NACKed, never dropped
+// while the header queue has room; trimmable ones still are never resent.
+TEST(SimRun, NackExactResendsOnNackNotTimeout) {
+  SimRunResult r = run_sim("--hosts 32 --bytes 4M --iters 3 --oversub 4 --background bursty --seed 5 --nack-exact --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GT(num(r.json, "retx_nack"), 0);
+  EXPECT_EQ(num(r.json, "retx_nack_trimmable"), 0);
+  EXPECT_EQ(num(r.json, "conservation_ok"), 1);
+  double header_drops = 0;
+  for (const char* tier : {"nic", "leaf_up", "spine_down", "leaf_down"}) header_drops += num(r.json, std::string(tier) + ".dropped_header");
+  if (header_drops == 0) {
+    EXPECT_EQ(num(r.json, "dropped"), 0);
+  }
+}
+
+TEST(SimRun, IncastTrimsInsteadOfDropping) {
+  SimRunResult t = run_sim("--hosts 16 --workload incast --incast-senders 8 --bytes 2M --iters 2 --json");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_GT(num(t.json, "leaf_down.trim_rate"), 0);
+  EXPECT_EQ(num(t.json, "retx_trimmable"), 0);
+  SimRunResult d = run_sim("--hosts 16 --workload incast --incast-senders 8 --bytes 2M --iters 2 --mode drop --json");
+  ASSERT_EQ(d.rc, 0) << d.out;
+  EXPECT_GT(num(d.json, "leaf_down.drop_rate"), 0);
+  EXPECT_LT(num(t.json, "jct_p99_ms"), num(d.json, "jct_p99_ms"));
+}
+
+TEST(SimRun, WritesHtsimConnectionMatrix) {
+  const std::string path = ::testing::TempDir() + "/sim_test_ring.cm";
+  SimRunResult r = run_sim("--hosts 4 --bytes 64K --iters 1 --cm " + path);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "Nodes 4");
+  std::getline(in, line);
+  EXPECT_EQ(line, "Connections 24");  // 4 ranks x 2(4-1) steps x 1 slice
+  std::getline(in, line);
+  EXPECT_EQ(line, "Triggers 20");
+  std::getline(in, line);
+  EXPECT_EQ(line, "0->1 id 1 start 0 size 16384 send_done_trigger 1");
+  std::getline(in, line);
+  EXPECT_EQ(line, "0->1 id 2 trigger 16 size 16384 send_done_trigger 2");  // after 3->0's step 0
+  int conns = 2, trigs = 0;
+  while (std::getline(in, line)) {
+    if (line.find("->") != std::string::npos) ++conns;
+    if (line.rfind("trigger id ", 0) == 0) ++trigs;
+  }
+  EXPECT_EQ(conns, 24);
+  EXPECT_EQ(trigs, 20);
+  std::remove(path.c_str());
+}
+
+}  // namespace
