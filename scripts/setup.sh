@@ -11,6 +11,7 @@ declare -A need=(
   [libspdlog-dev]="logging (header-only use)"
   [libfmt-dev]="formatting, compiled into the plugin"
   [gnuplot-nox]="make demo's plot"
+  [python3]="make demo's table"
 )
 if [ "${1:-}" = "--fuzz" ]; then
   need[clang]="libFuzzer builds (make fuzz)"

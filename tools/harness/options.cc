@@ -141,6 +141,8 @@ rank on loopback, plays NCCL's side of the profiler plugin API too, and checks w
                        rank that owns the last segment (verified exactly).
   --iters N            timed iterations (default 5)       --warmup N   untimed (default 1)
   --json               one JSON object on stdout          --verbose    plugin INFO lines too
+  --csv PATH           per timed iteration one line `iter,ms,rank0_ms,...`: ms is the slowest
+                       rank's time (what p50/p99 are taken over)
   --nmse-max X         largest NMSE accepted when trimming happened (default 1.0)
   --deadline-s S       kill every rank after S seconds and report "deadline" (default 120)
   --seed N             base seed of the data and of NCCL_TRIM_TEST_SEED (default 1)
@@ -199,6 +201,8 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     std::string v = argv[++i];
     if (flag == "--plugin") {
       o.plugin_path = v;
+    } else if (flag == "--csv") {
+      o.csv_path = v;
     } else if (flag == "--api") {
       if (v == "v8") o.api = Api::kV8;
       else if (v == "v9") o.api = Api::kV9;

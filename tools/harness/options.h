@@ -39,6 +39,7 @@ struct Options {
   int iters = 5;
   int warmup = 1;
   bool json = false;
+  std::string csv_path;  // --csv: per-iteration times (empty: none)
   bool verbose = false;
   double nmse_max = 1.0;
   int deadline_s = 120;

@@ -252,6 +252,19 @@ int Parent::run() {
   std::string text = opt_.json ? to_json(opt_, s, device) + "\n" : to_text(opt_, s, device);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
+  if (!opt_.csv_path.empty()) {
+    FILE* f = std::fopen(opt_.csv_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "trim-harness: --csv %s: %s\n", opt_.csv_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    const std::string csv = to_csv(reports_);
+    const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
+    if (std::fclose(f) != 0 || !ok) {
+      std::fprintf(stderr, "trim-harness: --csv %s: write failed\n", opt_.csv_path.c_str());
+      return 1;
+    }
+  }
   return s.exit_status;
 }
 

@@ -340,4 +340,28 @@ std::string to_text(const Options& opt, const RunSummary& s, const std::string& 
   return out;
 }
 
+std::string to_csv(const std::vector<RankReport>& reports) {
+  std::vector<const RankReport*> by_rank;
+  size_t iters = 0;
+  for (const RankReport& r : reports) {
+    by_rank.push_back(&r);
+    iters = std::max(iters, r.iter_ns.size());
+  }
+  std::sort(by_rank.begin(), by_rank.end(), [](const RankReport* a, const RankReport* b) { return a->rank < b->rank; });
+  std::string out = "iter,ms";
+  for (const RankReport* r : by_rank) out += fmt::format(",rank{}_ms", r->rank);
+  out += "\n";
+  for (size_t i = 0; i < iters; ++i) {
+    int64_t worst = 0;
+    std::string cols;
+    for (const RankReport* r : by_rank) {
+      const int64_t t = i < r->iter_ns.size() ? r->iter_ns[i] : 0;
+      worst = std::max(worst, t);
+      cols += fmt::format(",{:.4f}", static_cast<double>(t) / 1e6);
+    }
+    out += fmt::format("{},{:.4f}{}\n", i, static_cast<double>(worst) / 1e6, cols);
+  }
+  return out;
+}
+
 }  // namespace trim::harness

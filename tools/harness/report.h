@@ -82,5 +82,7 @@ RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
 
 std::string to_json(const Options& opt, const RunSummary& s, const std::string& device);
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device);
+// --csv: a header line, then per timed iteration `iter,ms,rank0_ms,...` (ms: the slowest rank).
+std::string to_csv(const std::vector<RankReport>& reports);
 
 }  // namespace trim::harness

@@ -1,0 +1,51 @@
+// trim-switch's command line and config file: what the daemon models and where it listens.
+// Every knob is a flag; `--config FILE` reads the same names as `key = value` lines.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "switch_sim/port.h"
+
+namespace trim::sw::daemon {
+
+// One built-in background traffic source (--cross SPEC). Its packets only occupy the egress
+// queue and link of the ports they target; they are discarded where a real one would be sent.
+struct CrossSpec {
+  enum class Kind { kConst, kOnOff, kIncast };
+  Kind kind = Kind::kConst;
+  double rate_gbps = 0;       // per sender and per target port
+  uint32_t on_ms = 0, off_ms = 0;  // kOnOff
+  uint32_t senders = 1;       // kIncast: K senders emit in the same instant each period
+  bool all_ports = false;     // DST = all: every egress port the daemon has seen (now or later)
+  sockaddr_in dst{};          // otherwise this one (its port exists from the start)
+  bool trimmable = false;     // whether the model may trim them (plane0 like a real packet)
+  uint32_t packet_bytes = 4096;  // IP packet size; 4096 is the plugin's default MTU
+  std::string text;           // the spec as given, for the stats
+};
+
+struct Config {
+  sockaddr_in listen{};        // --listen host:port (port 0: the kernel picks; printed first)
+  std::string listen_text = "127.0.0.1:0";
+  PortConfig port;             // the model of every egress port
+  std::string transcript_out;  // --transcript-out: trims as `flow msg psn` lines, written on exit
+  std::string replay;          // --replay: a transcript for --mode replay
+  std::vector<CrossSpec> cross;
+  uint32_t stats_interval_ms = 0;  // 0: no periodic stats lines
+  double duration_s = 0;           // 0: run until SIGINT/SIGTERM
+};
+
+// Parses argv (flags may come from `--config FILE` too). Errors name the flag and what it
+// accepts; *help_printed is set (and the usage printed) for --help.
+Result<Config> parse_config(int argc, char** argv, bool* help_printed);
+const char* usage();
+
+// "host:port" with port 0..65535 (the listen address) or 1..65535 (destinations).
+Result<sockaddr_in> parse_addr(const std::string& flag, const std::string& text, bool allow_port0);
+Result<CrossSpec> parse_cross(const std::string& text);
+
+}  // namespace trim::sw::daemon

@@ -1,0 +1,418 @@
+#include "switch_sim/daemon/switch.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "codec/packet.h"
+#include "codec/rng.h"
+#include "transport/wire.h"
+
+namespace trim::sw::daemon {
+
+namespace {
+
+constexpr uint32_t kBatch = 64;               // datagrams per recvmmsg / sendmmsg
+constexpr uint32_t kRxBufBytes = 65536;       // the largest UDP payload fits
+constexpr int kRxBatchesPerTurn = 8;          // then serve departures again: keeps pacing tight
+constexpr uint32_t kMaxSlots = 1u << 18;      // payload buffers: far above any sane queue
+constexpr uint64_t kCrossMaxLagNs = 10000000;  // a stall longer than 10 ms skips cross instants
+constexpr int kSocketBufBytes = 8 << 20;
+constexpr uint64_t kNsPerMs = 1000000;
+
+uint64_t port_key(uint32_t ip4_be, uint16_t port_host) { return (uint64_t{ip4_be} << 16) | port_host; }
+uint64_t entry_key(const TranscriptEntry& e) { return codec::mix64(e.flow ^ codec::mix64((uint64_t{e.msg} << 32) | e.psn)); }
+
+}  // namespace
+
+Switch::Switch(Config cfg) : cfg_(std::move(cfg)) {}
+
+uint64_t Switch::clock_ns() const { return transport::now_ns() - t0_ns_; }
+
+Status Switch::open() {
+  if (!cfg_.replay.empty()) {
+    std::ifstream in(cfg_.replay);
+    if (!in) return Status(Code::kBadConfig, fmt::format("--replay {}: cannot open", cfg_.replay));
+    TranscriptEntry e;
+    while (in >> e.flow >> e.msg >> e.psn) {
+      replay_.push_back(e);
+      ++replay_left_[entry_key(e)];
+    }
+    if (!in.eof()) return Status(Code::kBadConfig, fmt::format("--replay {}: expected `flow msg psn` lines", cfg_.replay));
+  }
+  sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!sock_.valid()) return transport::errno_status("socket");
+  // Large buffers: a burst of a whole window from several senders must not be lost in the
+  // kernel before the model sees it (the model, not the socket, decides what is dropped).
+  int buf = kSocketBufBytes;
+  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
+    return transport::errno_status("bind " + cfg_.listen_text);
+  }
+  sockaddr_in bound{};
+  socklen_t blen = sizeof(bound);
+  if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
+  bound_port_ = ntohs(bound.sin_port);
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  sigfd_ = transport::Fd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!sigfd_.valid()) return transport::errno_status("signalfd");
+
+  rx_bufs_.assign(kBatch, std::vector<uint8_t>(kRxBufBytes));
+  t0_ns_ = transport::now_ns();
+  for (size_t i = 0; i < cfg_.cross.size(); ++i) {
+    const CrossSpec& s = cfg_.cross[i];
+    // Stagger sources by a seeded fraction of a period, so two equal sources are not in phase.
+    const uint64_t phase = codec::mix64(cfg_.port.seed + i) % 1000000;
+    cross_.emplace_back(s, static_cast<uint32_t>(i), 0, phase);
+    cross_fixed_port_.push_back(s.all_ports ? SIZE_MAX : SIZE_MAX - 1);
+  }
+  for (size_t i = 0; i < cross_.size(); ++i) {
+    const CrossSpec& s = cfg_.cross[i];
+    if (s.all_ports) continue;
+    egress_for(s.dst.sin_addr.s_addr, ntohs(s.dst.sin_port));
+    cross_fixed_port_[i] = port_index_.at(port_key(s.dst.sin_addr.s_addr, ntohs(s.dst.sin_port)));
+  }
+  return Status::ok();
+}
+
+Egress& Switch::egress_for(uint32_t ip4_be, uint16_t port_host) {
+  const uint64_t key = port_key(ip4_be, port_host);
+  auto it = port_index_.find(key);
+  if (it != port_index_.end()) return *ports_[it->second];
+  auto e = std::make_unique<Egress>(transport::make_addr(ip4_be, port_host), cfg_.port);
+  e->name = transport::addr_string(ip4_be, port_host);
+  if (!replay_.empty()) e->port.set_replay(replay_);
+  e->port.record_transcript(!cfg_.transcript_out.empty());
+  e->port.advance(clock_ns());
+  port_index_.emplace(key, ports_.size());
+  ports_.push_back(std::move(e));
+  return *ports_.back();
+}
+
+uint32_t Switch::flow_id(uint64_t cookie) {
+  auto it = flows_.find(cookie);
+  if (it != flows_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(flows_.size());
+  flows_.emplace(cookie, id);
+  return id;
+}
+
+uint64_t Switch::alloc_slot(const uint8_t* data, uint32_t len) {
+  uint32_t idx;
+  if (!free_slots_.empty()) {
+    idx = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    if (slots_.size() >= kMaxSlots) return 0;
+    idx = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    slot_len_.push_back(0);
+  }
+  std::vector<uint8_t>& s = slots_[idx];
+  if (s.size() < len) s.resize(len);
+  std::memcpy(s.data(), data, len);
+  slot_len_[idx] = len;
+  return uint64_t{idx} + 1;
+}
+
+void Switch::free_slot(uint64_t tag) { free_slots_.push_back(static_cast<uint32_t>(tag - 1)); }
+
+void Switch::generate_cross(uint64_t now_ns) {
+  for (size_t i = 0; i < cross_.size(); ++i) {
+    CrossSource& src = cross_[i];
+    if (cross_fixed_port_[i] == SIZE_MAX && ports_.empty()) {
+      (void)src.skip_stale(now_ns, 0);  // nothing to load yet: not a stall, not counted
+      continue;
+    }
+    g_.cross_skipped += src.skip_stale(now_ns, kCrossMaxLagNs);
+    while (src.next_ns() <= now_ns) {
+      const uint64_t at = src.next_ns();
+      const uint32_t n = src.count();
+      const Packet p = src.take();
+      auto put = [&](Egress& e) {
+        for (uint32_t k = 0; k < n; ++k) {
+          (void)e.port.enqueue(p, at);
+          ++e.cross_packets;
+        }
+      };
+      if (cross_fixed_port_[i] == SIZE_MAX) {
+        for (auto& e : ports_) put(*e);
+      } else {
+        put(*ports_[cross_fixed_port_[i]]);
+      }
+    }
+  }
+}
+
+void Switch::on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns) {
+  ++g_.datagrams;
+  codec::ParsedPacket pp;
+  if (transport::is_ctrl(data, len)) {
+    // ACKs and PINGs go direct; one arriving here is misdirected, never forwarded.
+    ++g_.bad;
+    ++g_.bad_ctrl;
+    return;
+  }
+  // A header naming no receiver (address or port 0) is as useless as an unparsable one.
+  if (codec::parse_packet(data, len, &pp) != codec::PacketError::kOk || pp.hdr.dst_port == 0 || pp.hdr.dst_ip4 == 0) {
+    ++g_.bad;
+    return;
+  }
+  Egress& e = egress_for(pp.hdr.dst_ip4, pp.hdr.dst_port);
+  Packet p;
+  // The model counts IP packets: what a real link serialises (Ethernet framing left out).
+  p.bytes = len + codec::kIpv4UdpBytes;
+  p.trimmable = pp.hdr.trimmable() && pp.hdr.trim_bytes > 0 && !pp.trimmed;
+  p.plane0_bytes = p.trimmable ? codec::kIpv4UdpBytes + codec::kHeaderBytes + pp.hdr.trim_bytes : 0;
+  p.flow = flow_id(pp.hdr.cookie);
+  p.msg = pp.hdr.msg_seq;
+  p.psn = pp.hdr.psn;
+  p.tag = alloc_slot(data, len);
+  if (p.tag == 0) {
+    ++g_.pool_exhausted;
+    return;
+  }
+  uint32_t* left = nullptr;
+  if (cfg_.port.mode == Mode::kReplay && p.trimmable) {
+    auto it = replay_left_.find(entry_key(TranscriptEntry{p.flow, p.msg, p.psn}));
+    left = it == replay_left_.end() ? nullptr : &it->second;
+    if (left != nullptr && *left == 0) p.trimmable = false;  // spent: this copy passes whole
+  }
+  const Verdict v = e.port.enqueue(p, now_ns);
+  if (left != nullptr && *left > 0 && (v == Verdict::kQueuedHeader || v == Verdict::kDroppedHeader)) --*left;
+  if (v == Verdict::kDropped || v == Verdict::kDroppedHeader) free_slot(p.tag);
+}
+
+void Switch::receive(int max_batches) {
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  for (int turn = 0; turn < max_batches; ++turn) {
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      iov[i] = iovec{rx_bufs_[i].data(), rx_bufs_[i].size()};
+      msgs[i] = mmsghdr{};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int n = recvmmsg(sock_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return;  // EAGAIN (or a transient error): back to the loop
+    const uint64_t now = clock_ns();
+    for (int i = 0; i < n; ++i) {
+      // A datagram longer than the buffer is truncated: it fails parsing as any bad one.
+      const bool truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+      if (truncated) {
+        ++g_.datagrams;
+        ++g_.bad;
+        continue;
+      }
+      on_datagram(rx_bufs_[i].data(), msgs[i].msg_len, now);
+    }
+    if (static_cast<uint32_t>(n) < kBatch) return;
+  }
+}
+
+void Switch::advance_all(uint64_t now_ns) {
+  for (auto& e : ports_) {
+    e->port.advance(now_ns);
+    std::vector<Departure>& d = e->port.departed();
+    for (const Departure& x : d) e->on_link.push_back(x);
+    d.clear();
+  }
+}
+
+bool Switch::send_due(uint64_t now_ns) {
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  for (auto& ep : ports_) {
+    Egress& e = *ep;
+    while (!e.on_link.empty() && e.on_link.front().arrive_ns <= now_ns) {
+      // Cross packets reach the far end and vanish.
+      if (e.on_link.front().packet.tag == 0) {
+        e.on_link.pop_front();
+        continue;
+      }
+      // A run of due real packets, up to a batch, stopping at the first cross packet.
+      uint32_t n = 0;
+      for (; n < kBatch && n < e.on_link.size(); ++n) {
+        const Departure& d = e.on_link[n];
+        if (d.arrive_ns > now_ns || d.packet.tag == 0) break;
+        const uint32_t idx = static_cast<uint32_t>(d.packet.tag - 1);
+        uint8_t* data = slots_[idx].data();
+        uint32_t len = slot_len_[idx];
+        if (d.packet.trimmed) {
+          // The model's size counts IP + UDP; the header itself always survives (a fixed
+          // trim size below it would leave nothing the receiver could parse).
+          const uint32_t cut = d.packet.bytes > codec::kIpv4UdpBytes ? d.packet.bytes - codec::kIpv4UdpBytes : 0;
+          len = std::min(len, std::max(cut, codec::kHeaderBytes));
+          codec::mark_trimmed(data);
+        }
+        iov[n] = iovec{data, len};
+        msgs[n] = mmsghdr{};
+        msgs[n].msg_hdr.msg_name = &e.dst;
+        msgs[n].msg_hdr.msg_namelen = sizeof(e.dst);
+        msgs[n].msg_hdr.msg_iov = &iov[n];
+        msgs[n].msg_hdr.msg_iovlen = 1;
+      }
+      const int sent = sendmmsg(sock_.get(), msgs, n, 0);
+      uint32_t done = 0;
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return false;
+        ++e.send_errors;  // e.g. the receiver's port is gone: lose this packet, keep going
+        done = 1;
+      } else {
+        done = static_cast<uint32_t>(sent);
+        for (uint32_t k = 0; k < done; ++k) {
+          ++e.forwarded_packets;
+          e.forwarded_bytes += iov[k].iov_len;
+          if (e.on_link[k].packet.trimmed) ++e.forwarded_trimmed;
+        }
+      }
+      for (uint32_t k = 0; k < done; ++k) {
+        free_slot(e.on_link.front().packet.tag);
+        e.on_link.pop_front();
+      }
+      if (done < n && sent >= 0) return false;  // partial: the socket buffer is full
+    }
+  }
+  return true;
+}
+
+uint64_t Switch::next_wake_ns() const {
+  uint64_t t = UINT64_MAX;
+  for (const auto& e : ports_) {
+    t = std::min(t, e->port.next_event_ns());
+    if (!e->on_link.empty()) t = std::min(t, e->on_link.front().arrive_ns);
+  }
+  for (size_t i = 0; i < cross_.size(); ++i) {
+    // A source for `all` with no port seen yet has nowhere to go: no reason to wake for it.
+    if (cross_fixed_port_[i] == SIZE_MAX && ports_.empty()) continue;
+    t = std::min(t, cross_[i].next_ns());
+  }
+  return t;
+}
+
+Status Switch::run() {
+  const uint64_t end_ns =
+      cfg_.duration_s > 0 ? static_cast<uint64_t>(cfg_.duration_s * 1e9) : UINT64_MAX;
+  const uint64_t interval_ns = uint64_t{cfg_.stats_interval_ms} * kNsPerMs;
+  uint64_t next_stats_ns = interval_ns > 0 ? interval_ns : UINT64_MAX;
+  bool stop = false;
+  while (!stop) {
+    ++g_.loop_wakeups;
+    uint64_t now = clock_ns();
+    generate_cross(now);
+    receive(kRxBatchesPerTurn);
+    now = clock_ns();
+    advance_all(now);
+    want_pollout_ = !send_due(now);
+    if (now >= next_stats_ns) {
+      std::printf("%s\n", stats_json("interval", now).c_str());
+      std::fflush(stdout);
+      while (next_stats_ns <= now) next_stats_ns += interval_ns;
+    }
+    if (now >= end_ns) break;
+
+    const uint64_t wake = std::min({next_wake_ns(), next_stats_ns, end_ns});
+    now = clock_ns();
+    timespec ts{0, 0};
+    if (wake > now) {
+      const uint64_t d = wake - now;
+      ts.tv_sec = static_cast<time_t>(d / 1000000000);
+      ts.tv_nsec = static_cast<long>(d % 1000000000);
+    }
+    pollfd fds[2] = {{sock_.get(), static_cast<short>(POLLIN | (want_pollout_ ? POLLOUT : 0)), 0},
+                     {sigfd_.get(), POLLIN, 0}};
+    const bool forever = wake == UINT64_MAX && !want_pollout_;
+    const int r = ppoll(fds, 2, forever ? nullptr : &ts, nullptr);
+    if (r < 0 && errno != EINTR) return transport::errno_status("ppoll");
+    if (r > 0 && (fds[1].revents & POLLIN) != 0) {
+      signalfd_siginfo si;
+      while (::read(sigfd_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+        if (si.ssi_signo == SIGUSR1) {
+          std::printf("%s\n", stats_json("stats", clock_ns()).c_str());
+          std::fflush(stdout);
+        } else {
+          stop = true;
+        }
+      }
+    }
+  }
+  std::printf("%s\n", stats_json("final", clock_ns()).c_str());
+  std::fflush(stdout);
+  return write_transcript();
+}
+
+Status Switch::write_transcript() const {
+  if (cfg_.transcript_out.empty()) return Status::ok();
+  std::ofstream out(cfg_.transcript_out, std::ios::trunc);
+  if (!out) return Status(Code::kBadConfig, fmt::format("--transcript-out {}: cannot write", cfg_.transcript_out));
+  for (const auto& e : ports_) {
+    for (const TranscriptEntry& t : e->port.transcript()) {
+      if ((t.flow & kCrossFlowBit) != 0) continue;  // synthetic: not reproducible, not replayed
+      out << t.flow << ' ' << t.msg << ' ' << t.psn << '\n';
+    }
+  }
+  out.flush();
+  if (!out) return Status(Code::kInternal, fmt::format("--transcript-out {}: write failed", cfg_.transcript_out));
+  return Status::ok();
+}
+
+std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
+  PortCounters tot;
+  uint64_t fwd = 0, fwd_bytes = 0, fwd_trimmed = 0, cross = 0, send_err = 0, max_q = 0;
+  std::string per_port;
+  for (const auto& ep : ports_) {
+    const Egress& e = *ep;
+    const PortCounters& c = e.port.counters();
+    tot.received_packets += c.received_packets;
+    tot.received_bytes += c.received_bytes;
+    tot.sent_packets += c.sent_packets;
+    tot.sent_bytes += c.sent_bytes;
+    tot.trimmed_packets += c.trimmed_packets;
+    tot.dropped_packets += c.dropped_packets;
+    tot.dropped_header_packets += c.dropped_header_packets;
+    fwd += e.forwarded_packets;
+    fwd_bytes += e.forwarded_bytes;
+    fwd_trimmed += e.forwarded_trimmed;
+    cross += e.cross_packets;
+    send_err += e.send_errors;
+    max_q = std::max(max_q, c.max_data_queue_bytes);
+    if (!per_port.empty()) per_port += ',';
+    per_port += fmt::format(
+        "{{\"dst\":\"{}\",\"received\":{},\"sent\":{},\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},"
+        "\"bytes\":{},\"max_queue\":{},\"queue_bytes\":{},\"queue_packets\":{},\"header_queue_bytes\":{},"
+        "\"forwarded\":{},\"forwarded_trimmed\":{},\"forwarded_bytes\":{},\"cross\":{},\"send_errors\":{},"
+        "\"model\":{}}}",
+        e.name, c.received_packets, c.sent_packets, c.trimmed_packets, c.dropped_packets, c.dropped_header_packets,
+        c.sent_bytes, c.max_data_queue_bytes, e.port.data_queue_bytes(), e.port.data_queue_packets(),
+        e.port.header_queue_bytes(), e.forwarded_packets, e.forwarded_trimmed, e.forwarded_bytes, e.cross_packets,
+        e.send_errors, c.to_json());
+  }
+  return fmt::format(
+      "{{\"event\":\"{}\",\"t_ms\":{:.3f},\"mode\":\"{}\",\"rate_gbps\":{},\"received\":{},\"sent\":{},"
+      "\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},\"bytes\":{},\"bad\":{},\"bad_ctrl\":{},"
+      "\"max_queue\":{},\"datagrams\":{},\"forwarded\":{},\"forwarded_trimmed\":{},\"forwarded_bytes\":{},"
+      "\"cross\":{},\"cross_skipped\":{},\"send_errors\":{},\"pool_exhausted\":{},\"flows\":{},"
+      "\"wakeups\":{},\"ports\":[{}]}}",
+      event, static_cast<double>(now_ns) / 1e6, mode_name(cfg_.port.mode), cfg_.port.rate_gbps,
+      tot.received_packets, tot.sent_packets, tot.trimmed_packets, tot.dropped_packets, tot.dropped_header_packets,
+      tot.sent_bytes, g_.bad, g_.bad_ctrl, max_q, g_.datagrams, fwd, fwd_trimmed, fwd_bytes, cross,
+      g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, per_port);
+}
+
+}  // namespace trim::sw::daemon

@@ -1,0 +1,98 @@
+// trim-switch's engine: one UDP socket, one modelled egress port per destination, real time
+// driving the model. Single-threaded: the loop receives a batch, feeds the ports, sends what
+// has reached the far end of its link and sleeps (ppoll) until the next such instant.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "switch_sim/daemon/config.h"
+#include "switch_sim/daemon/cross.h"
+#include "switch_sim/port.h"
+#include "transport/socket.h"
+
+namespace trim::sw::daemon {
+
+// One destination: its modelled port, the packets on its link, and what reached the receiver.
+struct Egress {
+  Egress(const sockaddr_in& to, const PortConfig& cfg) : dst(to), port(cfg) {}
+  sockaddr_in dst;
+  std::string name;               // host:port
+  EgressPort port;
+  std::deque<Departure> on_link;  // serialised, not yet at the far end (propagation delay)
+  uint64_t forwarded_packets = 0, forwarded_bytes = 0, forwarded_trimmed = 0;
+  uint64_t cross_packets = 0;     // synthetic packets enqueued here
+  uint64_t send_errors = 0;       // sendmmsg failed for good (not EAGAIN)
+};
+
+// Counters that belong to no port.
+struct GlobalCounters {
+  uint64_t datagrams = 0;          // everything received
+  uint64_t bad = 0;                // not a valid data packet: garbage, truncated, control
+  uint64_t bad_ctrl = 0;           // ... of which control packets (they should go direct)
+  uint64_t cross_skipped = 0;      // cross instants skipped after a stall
+  uint64_t pool_exhausted = 0;     // real packets dropped because no payload buffer was free
+  uint64_t loop_wakeups = 0;
+};
+
+class Switch {
+ public:
+  explicit Switch(Config cfg);
+  // Binds the socket (and reads the replay transcript); the bound port is port().
+  Status open();
+  uint16_t port() const { return bound_port_; }
+  // Runs until SIGINT/SIGTERM (the caller has blocked them; they arrive on a signalfd) or the
+  // configured duration. Prints stats lines on SIGUSR1, every interval and at the end.
+  Status run();
+  // Writes --transcript-out (called by run() on exit).
+  Status write_transcript() const;
+
+  // {"event":EVENT,...}: totals and per-port counters and queue occupancy.
+  std::string stats_json(const char* event, uint64_t now_ns) const;
+
+ private:
+  Egress& egress_for(uint32_t ip4_be, uint16_t port_host);
+  void generate_cross(uint64_t now_ns);
+  void receive(int max_batches);
+  void on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns);
+  void advance_all(uint64_t now_ns);
+  bool send_due(uint64_t now_ns);  // false: the socket is full, wait for POLLOUT
+  uint64_t next_wake_ns() const;
+  uint64_t clock_ns() const;
+  uint32_t flow_id(uint64_t cookie);
+
+  // Payload buffers of queued real packets, by tag - 1 (tag 0 is a cross packet).
+  uint64_t alloc_slot(const uint8_t* data, uint32_t len);
+  void free_slot(uint64_t tag);
+
+  Config cfg_;
+  transport::Fd sock_;
+  transport::Fd sigfd_;
+  uint16_t bound_port_ = 0;
+  uint64_t t0_ns_ = 0;
+  std::vector<std::unique_ptr<Egress>> ports_;     // in the order first seen
+  std::unordered_map<uint64_t, size_t> port_index_;  // (ip4 << 16 | port) -> ports_ index
+  std::vector<CrossSource> cross_;
+  std::vector<size_t> cross_fixed_port_;           // per source: ports_ index, or SIZE_MAX for all
+  std::unordered_map<uint64_t, uint32_t> flows_;   // cookie -> ordinal (transcript flow ids)
+  std::vector<TranscriptEntry> replay_;
+  // Replay: how many more times each listed packet is to be trimmed. The model's replay set
+  // would trim every retransmission of a listed psn again (a NACKed one forever); the transcript
+  // lists each trim once, so each listing is spent by one trim.
+  std::unordered_map<uint64_t, uint32_t> replay_left_;
+  std::vector<std::vector<uint8_t>> slots_;
+  std::vector<uint32_t> slot_len_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<std::vector<uint8_t>> rx_bufs_;
+  GlobalCounters g_;
+  bool want_pollout_ = false;
+};
+
+}  // namespace trim::sw::daemon
