@@ -142,6 +142,38 @@ TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
   EXPECT_EQ(s.counters().rto_events, 0u);  // a probe, not a timeout: no window cut, no backoff
 }
 
+// A trimming switch forwards trimmed packets through its priority header queue, past data
+// still queued: while the receiver reports trims, a hole that young is reordering, not loss.
+TEST(ProtoSend, TrimmedPacketsOvertakingQueuedDataDoNotTriggerResends) {
+  for (bool trims : {false, true}) {
+    SendProto s(params(codec::Scheme::kRht, 100'000'000));  // timeouts out of the way
+    Capture tx;
+    std::vector<uint8_t> msg = bytes(1 << 20, 6);
+    SendOp op;
+    op.data = msg.data();
+    op.bytes = msg.size();
+    ASSERT_TRUE(s.post(&op).is_ok());
+    s.on_cts(0, msg.size());
+    // psn 0..3 at t = 0, acknowledged 2 ms later: the RTT (queueing included) is 2 ms.
+    ASSERT_EQ(s.poll_tx(0, 4, &tx), 4u);
+    CtrlPacket a = ack_upto(4);
+    s.on_ack(a, 2'000'000);
+    // psn 4 leaves at 2.0 ms and queues; psn 5 leaves at 2.9 ms and, trimmed, overtakes it.
+    ASSERT_EQ(s.poll_tx(2'000'000, 1, &tx), 1u);
+    ASSERT_EQ(s.poll_tx(2'900'000, 1, &tx), 1u);
+    tx.packets.clear();
+    CtrlPacket b = ack_upto(4);
+    b.set_sack(1);  // psn 5
+    b.accepted_total = 5;
+    b.trimmed_accepted_total = trims ? 1 : 0;
+    s.on_ack(b, 3'000'000);
+    s.poll_tx(3'000'000, 1, &tx);  // a resend, if any, goes first
+    const bool resent_4 = !tx.packets.empty() && psn_of(tx.packets[0]) == 4;
+    // Without trims a 0.9 ms hole is beyond a quarter RTT: lost. With trims, a full RTT is allowed.
+    EXPECT_EQ(resent_4, !trims) << (trims ? "with" : "without") << " trims";
+  }
+}
+
 TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
   SendProto s(params(codec::Scheme::kRht, 10'000'000));
   Capture tx;

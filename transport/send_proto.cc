@@ -326,8 +326,15 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
   bool lost = false;
+  if (ack.trimmed_accepted_total > last_trimmed_) trim_seen_ns_ = now_ns;
   if (rack_sent_ns_ != 0) {
-    const uint64_t reo_wnd = std::max<uint64_t>(srtt_ns_ / 4, kMinReorderNs);
+    uint64_t reo_wnd = std::max<uint64_t>(srtt_ns_ / 4, kMinReorderNs);
+    // A trimming switch sends trimmed packets through its priority header queue, past the data
+    // queued ahead of them: while trims are arriving, reordering by up to the queueing delay
+    // (< one RTT) is normal, not loss.
+    if (trim_seen_ns_ != 0 && now_ns - trim_seen_ns_ < 8 * std::max<uint64_t>(srtt_ns_, kMinReorderNs)) {
+      reo_wnd = std::max(reo_wnd, srtt_ns_);
+    }
     for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
       Slot& s = slot(p);
       if (!s.acked && !s.queued && s.sent_ns + reo_wnd < rack_sent_ns_) {

@@ -102,6 +102,7 @@ class SendProto {
   uint64_t probe_deadline_ns_ = 0;  // tail loss probe; 0: not armed
   uint64_t probe_armed_ns_ = 0;
   uint64_t rack_sent_ns_ = 0;       // latest send time of a packet known delivered (RACK)
+  uint64_t trim_seen_ns_ = 0;       // last ACK that reported newly trimmed packets
   uint64_t pace_next_ns_ = 0;
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
