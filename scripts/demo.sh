@@ -41,6 +41,7 @@ rate=${DEMO_RATE_GBPS:-1}
 buffer_packets=${DEMO_BUFFER_PACKETS:-8}
 prop_us=${DEMO_PROP_US:-200}
 cross=${DEMO_CROSS:-incast:8:0.04:all}
+trim_exact=${DEMO_TRIM_EXACT:-0}
 bytes=${DEMO_BYTES:-1M}
 iters=${DEMO_ITERS:-60}
 ranks=${DEMO_RANKS:-4}
@@ -70,6 +71,7 @@ run_mode() {
   rm -f "$log"
   "$build/bin/trim-switch" --mode "$mode" --rate-gbps "$rate" --buffer-packets "$buffer_packets" \
     --buffer-bytes 0 --prop-delay-us "$prop_us" --cross "$cross" --seed "$seed" \
+    --trim-exact "$( [ "$mode" = trim ] && echo "$trim_exact" || echo 0 )" \
     --stats-interval-ms 100 >"$log" &
   local sw=$!
   pids+=("$sw")

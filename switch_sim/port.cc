@@ -31,9 +31,11 @@ std::string PortCounters::to_json() const {
   return fmt::format(
       "{{\"received_packets\":{},\"received_bytes\":{},\"sent_packets\":{},\"sent_bytes\":{},"
       "\"trimmed_packets\":{},\"trimmed_bytes_removed\":{},\"dropped_packets\":{},\"dropped_bytes\":{},"
-      "\"dropped_header_packets\":{},\"max_data_queue_bytes\":{},\"max_header_queue_bytes\":{}}}",
+      "\"dropped_header_packets\":{},\"exact_cut_packets\":{},\"max_data_queue_bytes\":{},"
+      "\"max_header_queue_bytes\":{}}}",
       received_packets, received_bytes, sent_packets, sent_bytes, trimmed_packets, trimmed_bytes_removed,
-      dropped_packets, dropped_bytes, dropped_header_packets, max_data_queue_bytes, max_header_queue_bytes);
+      dropped_packets, dropped_bytes, dropped_header_packets, exact_cut_packets, max_data_queue_bytes,
+      max_header_queue_bytes);
 }
 
 EgressPort::EgressPort(const PortConfig& cfg)
@@ -161,6 +163,13 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
     }
     if (trim(&tail)) (void)to_header_queue(tail);
   } else if (p.trimmable && trim(&p)) {
+    v = to_header_queue(p);
+  } else if (!p.trimmable && cfg_.trim_exact_to_header && p.header_bytes > 0 && p.header_bytes < p.bytes) {
+    // Not a trim in the codec's sense (nothing of the payload survives): a loss notice.
+    counters_.trimmed_bytes_removed += p.bytes - p.header_bytes;
+    p.bytes = p.header_bytes;
+    p.trimmed = true;
+    ++counters_.exact_cut_packets;
     v = to_header_queue(p);
   } else {
     v = Verdict::kDropped;

@@ -41,6 +41,10 @@ struct PortConfig {
   // passes to the header queue untrimmed.
   uint32_t trim_bytes = 0;
   bool ndp_coin = false;              // on overflow, trim the arriving packet or the data queue's tail (50/50)
+  // kTrim, a non-trimmable packet at a full data queue: false = dropped (its sender finds out by
+  // RACK or timeout); true = cut to its header alone (Packet::header_bytes) and sent on the
+  // header queue, so the receiver learns of the loss at once and NACKs it (NDP's rule).
+  bool trim_exact_to_header = false;
   Priority priority = Priority::kStrict;
   uint32_t wrr_header_weight = 4;     // kWrr: packets served from the header queue per round ...
   uint32_t wrr_data_weight = 1;       // ... and from the data queue
@@ -54,6 +58,7 @@ struct Packet {
   uint32_t bytes = 0;
   bool trimmable = false;
   uint32_t plane0_bytes = 0;  // size after a plane0 trim (header + plane 0); 0 when not trimmable
+  uint32_t header_bytes = 0;  // size cut to the header alone (trim_exact_to_header); 0 = cannot be
   bool trimmed = false;       // set when the model trims it
   bool header_class = false;  // set when it travels in the header queue (trimmed, or small control)
   uint64_t flow = 0;          // identity for transcripts: connection cookie,
@@ -80,6 +85,7 @@ struct PortCounters {
   uint64_t trimmed_packets = 0, trimmed_bytes_removed = 0;
   uint64_t dropped_packets = 0, dropped_bytes = 0;
   uint64_t dropped_header_packets = 0;
+  uint64_t exact_cut_packets = 0;  // non-trimmable packets cut to their header (trim_exact_to_header)
   uint64_t max_data_queue_bytes = 0, max_header_queue_bytes = 0;
   std::string to_json() const;
 };

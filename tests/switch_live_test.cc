@@ -279,6 +279,23 @@ TEST(SwitchLive, MixedExactClassStaysExactThroughTrims) {
   EXPECT_GT(num(st, "forwarded_trimmed"), 0) << sw.context();
 }
 
+// --trim-exact: exact-class packets at a full queue arrive as bare headers; the receivers NACK
+// them and the senders resend, so the result is still bit exact.
+TEST(SwitchLive, ExactPacketsCutToHeadersAreNackedAndResent) {
+  std::vector<std::string> args = congested("trim");
+  args.insert(args.end(), {"--trim-exact", "1"});
+  SwitchProc sw(args);
+  ASSERT_GT(sw.port(), 0) << sw.context();
+  HarnessResult h = run_harness(sw, {"--mode", "allreduce", "--ranks", "4", "--bytes", "2M", "--iters", "3",
+                                     "--warmup", "1", "--seed", "3", "--profiler", "none"});
+  auto st = sw.stop();
+  EXPECT_EQ(h.exit_code, 0) << h.context;
+  EXPECT_EQ(str(h.json, "verify"), "exact") << h.context;
+  EXPECT_GT(num(h.json, "trimmed_nacked"), 0) << h.context;
+  EXPECT_EQ(num(h.json, "trimmed_accepted"), 0) << h.context;
+  EXPECT_GT(num(st, "forwarded_trimmed"), 0) << sw.context();
+}
+
 TEST(SwitchLive, DropModeRetransmitsAndNeverTrims) {
   SwitchProc sw(congested("drop"));
   ASSERT_GT(sw.port(), 0) << sw.context();

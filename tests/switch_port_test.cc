@@ -1027,3 +1027,55 @@ TEST(SwitchPort, ModeNames) {
 
 }  // namespace
 }  // namespace trim::sw
+
+namespace trim::sw {
+namespace {
+
+// NDP's rule for exact traffic: at a full queue the packet is cut to its header and sent on the
+// header queue (the receiver NACKs it at once) instead of vanishing until a timeout.
+TEST(SwitchPort, ExactPacketsCutToTheirHeaderOnlyWhenAsked) {
+  for (bool cut : {false, true}) {
+    PortConfig c;
+    c.rate_gbps = 10;
+    c.mode = Mode::kTrim;
+    c.data_queue_bytes = 4 * 9000;
+    c.header_queue_bytes = 1 << 20;
+    c.trim_exact_to_header = cut;
+    EgressPort port(c);
+    const uint64_t gap_ns = 3600;  // 9000 B every 3.6 us: twice the 10 Gbit/s line rate
+    uint64_t dropped = 0, to_header = 0;
+    for (uint32_t i = 0; i < 2000; ++i) {
+      Packet p;
+      p.bytes = 9000;
+      p.header_bytes = 84;  // IP + UDP + our 56-byte header
+      p.psn = i;
+      const Verdict v = port.enqueue(p, i * gap_ns);
+      dropped += v == Verdict::kDropped;
+      to_header += v == Verdict::kQueuedHeader;
+    }
+    port.advance(UINT64_MAX / 2);
+    const PortCounters& k = port.counters();
+    if (!cut) {
+      EXPECT_GT(dropped, 900u);  // about half the packets
+      EXPECT_EQ(to_header, 0u);
+      EXPECT_EQ(k.exact_cut_packets, 0u);
+      continue;
+    }
+    EXPECT_EQ(dropped, 0u);
+    EXPECT_EQ(k.exact_cut_packets, to_header);
+    EXPECT_GT(to_header, 900u);
+    EXPECT_EQ(k.trimmed_packets, 0u) << "a loss notice is not a codec trim";
+    EXPECT_EQ(k.received_packets, k.sent_packets);
+    uint64_t notices = 0;
+    for (const Departure& d : port.departed()) {
+      if (!d.packet.trimmed) continue;
+      ++notices;
+      EXPECT_EQ(d.packet.bytes, 84u);
+      EXPECT_TRUE(d.packet.header_class);
+    }
+    EXPECT_EQ(notices, to_header);
+  }
+}
+
+}  // namespace
+}  // namespace trim::sw

@@ -119,9 +119,10 @@ Status apply(Config* c, const std::string& name, const std::string& v, int depth
     Result<double> x = parse_num(flag, v, 0, 1, "a probability, 0..1");
     if (!x) return x.status();
     p.random_p = *x;
-  } else if (name == "ndp-coin") {
-    if (v == "1" || v == "true") p.ndp_coin = true;
-    else if (v == "0" || v == "false") p.ndp_coin = false;
+  } else if (name == "ndp-coin" || name == "trim-exact") {
+    bool& b = name == "ndp-coin" ? p.ndp_coin : p.trim_exact_to_header;
+    if (v == "1" || v == "true") b = true;
+    else if (v == "0" || v == "false") b = false;
     else return bad(fmt::format("{} '{}': expected 0 or 1", flag, v));
   } else if (name == "seed") {
     Result<uint64_t> x = parse_uint(flag, v, 0, UINT64_MAX);
@@ -273,6 +274,8 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                            --random-p; replay: trim exactly the packets of --replay FILE
   --random-p P             0..1 (mode random)
   --ndp-coin 0|1           on overflow trim the arrival or the queue's tail, 50/50 (NDP)
+  --trim-exact 0|1         mode trim: cut a full queue's exact-class packets to their header
+                           instead of dropping them; the receiver NACKs at once (NDP's rule)
   --seed N                 random mode, NDP coin and cross-traffic phases (default 1)
   --transcript-out FILE    on exit, the trimmed real packets as `flow msg psn` lines; flow =
                            the order in which the daemon first saw the connection

@@ -180,6 +180,7 @@ void Switch::on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns) {
   p.bytes = len + codec::kIpv4UdpBytes;
   p.trimmable = pp.hdr.trimmable() && pp.hdr.trim_bytes > 0 && !pp.trimmed;
   p.plane0_bytes = p.trimmable ? codec::kIpv4UdpBytes + codec::kHeaderBytes + pp.hdr.trim_bytes : 0;
+  p.header_bytes = codec::kIpv4UdpBytes + codec::kHeaderBytes;  // a loss notice (--trim-exact)
   p.flow = flow_id(pp.hdr.cookie);
   p.msg = pp.hdr.msg_seq;
   p.psn = pp.hdr.psn;
