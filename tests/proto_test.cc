@@ -275,6 +275,28 @@ struct Pair {
   SendProto s;
   RecvProto r;
   Capture stx, rtx;
+  std::vector<uint8_t> msg, out;
+  SendOp so;
+  RecvOp ro;
+
+  // One exact message of n bytes (pattern `seed`) into a receive of `capacity` bytes (n when
+  // 0): the receive is posted and says so in a CTS, the sender gets that CTS (with `cts_bytes`
+  // instead of the capacity when given: a lying peer), then the send is posted.
+  void post_exact(size_t n, uint32_t seed, size_t capacity = 0, uint64_t cts_bytes = 0) {
+    msg = bytes(n, seed);
+    out.assign(capacity != 0 ? capacity : n, 0);
+    so.data = msg.data();
+    so.bytes = msg.size();
+    ro.data = out.data();
+    ro.capacity = out.size();
+    ASSERT_TRUE(r.post(&ro, &rtx).is_ok());
+    ASSERT_FALSE(rtx.frames.empty());
+    const Frame cts = rtx.frames.back();
+    ASSERT_EQ(cts.type, FrameType::kCts);
+    ASSERT_EQ(cts.value, out.size());
+    s.on_cts(cts.seq, cts_bytes != 0 ? cts_bytes : cts.value);
+    ASSERT_TRUE(s.post(&so).is_ok());
+  }
 };
 
 void run_pair(Pair* p, double drop, double trim, uint32_t seed, uint64_t max_ns) {
@@ -311,21 +333,11 @@ void run_pair(Pair* p, double drop, double trim, uint32_t seed, uint64_t max_ns)
 
 TEST(ProtoPair, ExactTrafficSurvivesLossAndTrimsBitExact) {
   Pair p(codec::Scheme::kRht);
-  std::vector<uint8_t> msg = bytes(3 << 20, 6), out(3 << 20);
-  SendOp so;
-  so.data = msg.data();
-  so.bytes = msg.size();
-  RecvOp ro;
-  ro.data = out.data();
-  ro.capacity = out.size();
-  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
-  ASSERT_EQ(p.rtx.frames.size(), 1u);
-  p.s.on_cts(p.rtx.frames[0].seq, p.rtx.frames[0].value);
-  ASSERT_TRUE(p.s.post(&so).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(3 << 20, 6));
   run_pair(&p, 0.3, 0.2, 7, 60'000'000'000ull);
-  ASSERT_EQ(ro.result.state(), OpResult::kDone);
-  ASSERT_EQ(so.result.state(), OpResult::kDone);
-  EXPECT_EQ(0, std::memcmp(msg.data(), out.data(), msg.size()));
+  ASSERT_EQ(p.ro.result.state(), OpResult::kDone);
+  ASSERT_EQ(p.so.result.state(), OpResult::kDone);
+  EXPECT_EQ(0, std::memcmp(p.msg.data(), p.out.data(), p.msg.size()));
   EXPECT_GT(p.r.counters().trimmed_nacked, 0u);
   EXPECT_EQ(p.r.counters().trimmed_accepted, 0u);
   EXPECT_GT(p.s.counters().retransmitted, 0u);
@@ -371,16 +383,7 @@ TEST(ProtoPair, TrimmedTrimmablePacketsAreAcceptedNeverResent) {
 // wrapping around the end of the ring.
 TEST(ProtoRecv, SelectiveBitmapMatchesWhatArrived) {
   Pair p(codec::Scheme::kNone);
-  std::vector<uint8_t> msg = bytes(8 << 20, 12), out(8 << 20);
-  SendOp so;
-  so.data = msg.data();
-  so.bytes = msg.size();
-  RecvOp ro;
-  ro.data = out.data();
-  ro.capacity = out.size();
-  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
-  p.s.on_cts(0, out.size());
-  ASSERT_TRUE(p.s.post(&so).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(8 << 20, 12));
   const std::set<uint32_t> holes = {1000, 1003, 1064, 1065, 1130, 1400};
   std::set<uint32_t> delivered;
   CtrlPacket last;
@@ -413,16 +416,7 @@ TEST(ProtoRecv, SelectiveBitmapMatchesWhatArrived) {
 // receive must not complete with the rest of its data missing (found by wire-fuzz review).
 TEST(ProtoRecv, OneSlotRepeatedUnderNewPsnsNeverCompletesTheMessage) {
   Pair p(codec::Scheme::kNone);
-  std::vector<uint8_t> msg = bytes(40000, 13), out(40000);
-  SendOp so;
-  so.data = msg.data();
-  so.bytes = msg.size();
-  RecvOp ro;
-  ro.data = out.data();
-  ro.capacity = out.size();
-  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
-  p.s.on_cts(0, out.size());
-  ASSERT_TRUE(p.s.post(&so).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(40000, 13));
   p.s.poll_tx(0, 1000, &p.stx);
   const size_t n = p.stx.packets.size();
   ASSERT_GE(n, 3u);
@@ -433,22 +427,13 @@ TEST(ProtoRecv, OneSlotRepeatedUnderNewPsnsNeverCompletesTheMessage) {
     ASSERT_EQ(codec::parse_packet(forged.data(), forged.size(), &parsed), codec::PacketError::kOk);
     p.r.on_data(parsed, 0);
   }
-  EXPECT_EQ(ro.result.state(), OpResult::kPending);
+  EXPECT_EQ(p.ro.result.state(), OpResult::kPending);
   EXPECT_TRUE(p.r.has_pending());
 }
 
 TEST(ProtoRecv, DuplicatesOutOfWindowAndUnpostedAreCounted) {
   Pair p(codec::Scheme::kRht);
-  std::vector<uint8_t> msg = bytes(20000, 10), out(20000);
-  SendOp so;
-  so.data = msg.data();
-  so.bytes = msg.size();
-  RecvOp ro;
-  ro.data = out.data();
-  ro.capacity = out.size();
-  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
-  p.s.on_cts(0, out.size());
-  ASSERT_TRUE(p.s.post(&so).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(20000, 10));
   p.s.poll_tx(0, 1000, &p.stx);
   ASSERT_GE(p.stx.packets.size(), 2u);
   codec::ParsedPacket first;
@@ -465,26 +450,17 @@ TEST(ProtoRecv, DuplicatesOutOfWindowAndUnpostedAreCounted) {
   other.hdr.msg_seq = 7;  // no such receive posted
   p.r.on_data(other, 0);
   EXPECT_EQ(p.r.counters().bad_packets, 1u);
-  EXPECT_TRUE(ro.result.pending());
+  EXPECT_TRUE(p.ro.result.pending());
 }
 
 TEST(ProtoRecv, OversizedMessageFailsTheReceive) {
   Pair p(codec::Scheme::kRht);
-  std::vector<uint8_t> msg = bytes(20000, 11), out(100);
-  SendOp so;
-  so.data = msg.data();
-  so.bytes = msg.size();
-  RecvOp ro;
-  ro.data = out.data();
-  ro.capacity = out.size();
-  ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
-  p.s.on_cts(0, 1 << 20);  // a lying CTS: the receiver must still refuse to overflow
-  ASSERT_TRUE(p.s.post(&so).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(20000, 11, 100, 1 << 20));  // a lying CTS: still no overflow
   p.s.poll_tx(0, 1000, &p.stx);
   codec::ParsedPacket first;
   ASSERT_EQ(codec::parse_packet(p.stx.packets[0].data(), p.stx.packets[0].size(), &first), codec::PacketError::kOk);
   p.r.on_data(first, 0);
-  EXPECT_EQ(ro.result.state(), OpResult::kFailed);
+  EXPECT_EQ(p.ro.result.state(), OpResult::kFailed);
 }
 
 TEST(WireCtrl, RoundTripAndRejects) {
