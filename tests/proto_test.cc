@@ -60,14 +60,24 @@ CtrlPacket ack_upto(uint32_t cum) {
   return a;
 }
 
-TEST(ProtoSend, NothingLeavesBeforeClearToSendThenWindowLimits) {
-  SendProto s(params());
+// A sender with one exact message of n bytes (pattern `seed`) posted, cleared to send unless
+// `cts` is false. Tests take its parts as `auto& [s, tx, msg, op] = one;`.
+struct OneSend {
+  OneSend(size_t n, uint32_t seed, const ConnParams& p = params(), bool cts = true) : s(p), msg(bytes(n, seed)) {
+    op.data = msg.data();
+    op.bytes = msg.size();
+    EXPECT_TRUE(s.post(&op).is_ok());
+    if (cts) s.on_cts(0, msg.size());
+  }
+  SendProto s;
   Capture tx;
-  std::vector<uint8_t> msg = bytes(1 << 20, 1);
+  std::vector<uint8_t> msg;
   SendOp op;
-  op.data = msg.data();
-  op.bytes = msg.size();
-  ASSERT_TRUE(s.post(&op).is_ok());
+};
+
+TEST(ProtoSend, NothingLeavesBeforeClearToSendThenWindowLimits) {
+  OneSend one(1 << 20, 1, params(), false);
+  auto& [s, tx, msg, op] = one;
   EXPECT_EQ(s.poll_tx(0, 1000, &tx), 0u) << "no CTS yet";
   s.on_cts(0, msg.size());
   const uint32_t n = s.poll_tx(0, 1000, &tx);
@@ -77,14 +87,8 @@ TEST(ProtoSend, NothingLeavesBeforeClearToSendThenWindowLimits) {
 }
 
 TEST(ProtoSend, CompletesOnCumulativeAckAndGrowsInSlowStart) {
-  SendProto s(params());
-  Capture tx;
-  std::vector<uint8_t> msg = bytes(100000, 2);
-  SendOp op;
-  op.data = msg.data();
-  op.bytes = msg.size();
-  ASSERT_TRUE(s.post(&op).is_ok());
-  s.on_cts(0, msg.size());
+  OneSend one(100000, 2);
+  auto& [s, tx, msg, op] = one;
   uint64_t now = 0;
   uint32_t sent = 0;
   while (op.result.pending() && now < 1000) {
@@ -99,14 +103,8 @@ TEST(ProtoSend, CompletesOnCumulativeAckAndGrowsInSlowStart) {
 }
 
 TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
-  SendProto s(params(codec::Scheme::kRht, 10'000'000));  // timeouts out of the way
-  Capture tx;
-  std::vector<uint8_t> msg = bytes(1 << 20, 3);
-  SendOp op;
-  op.data = msg.data();
-  op.bytes = msg.size();
-  ASSERT_TRUE(s.post(&op).is_ok());
-  s.on_cts(0, msg.size());
+  OneSend one(1 << 20, 3, params(codec::Scheme::kRht, 10'000'000));  // timeouts out of the way
+  auto& [s, tx, msg, op] = one;
   // psn 0..5 leave at t = 0, psn 6..31 at t = 1 ms.
   ASSERT_EQ(s.poll_tx(0, 6, &tx), 6u);
   ASSERT_EQ(s.poll_tx(1'000'000, 1000, &tx), 26u);
@@ -146,14 +144,8 @@ TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
 // still queued: while the receiver reports trims, a hole that young is reordering, not loss.
 TEST(ProtoSend, TrimmedPacketsOvertakingQueuedDataDoNotTriggerResends) {
   for (bool trims : {false, true}) {
-    SendProto s(params(codec::Scheme::kRht, 100'000'000));  // timeouts out of the way
-    Capture tx;
-    std::vector<uint8_t> msg = bytes(1 << 20, 6);
-    SendOp op;
-    op.data = msg.data();
-    op.bytes = msg.size();
-    ASSERT_TRUE(s.post(&op).is_ok());
-    s.on_cts(0, msg.size());
+    OneSend one(1 << 20, 6, params(codec::Scheme::kRht, 100'000'000));  // timeouts out of the way
+    auto& [s, tx, msg, op] = one;
     // psn 0..3 at t = 0, acknowledged 2 ms later: the RTT (queueing included) is 2 ms.
     ASSERT_EQ(s.poll_tx(0, 4, &tx), 4u);
     CtrlPacket a = ack_upto(4);
@@ -175,14 +167,8 @@ TEST(ProtoSend, TrimmedPacketsOvertakingQueuedDataDoNotTriggerResends) {
 }
 
 TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
-  SendProto s(params(codec::Scheme::kRht, 10'000'000));
-  Capture tx;
-  std::vector<uint8_t> msg = bytes(20000, 5);
-  SendOp op;
-  op.data = msg.data();
-  op.bytes = msg.size();
-  ASSERT_TRUE(s.post(&op).is_ok());
-  s.on_cts(0, msg.size());
+  OneSend one(20000, 5, params(codec::Scheme::kRht, 10'000'000));
+  auto& [s, tx, msg, op] = one;
   const uint32_t n = s.poll_tx(0, 1000, &tx);
   ASSERT_GE(n, 3u);
   // Everything but the last packet arrives; nothing above the hole can ever expose it.
@@ -209,14 +195,8 @@ TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
 }
 
 TEST(ProtoSend, TimeoutResendsOldestAndBacksOff) {
-  SendProto s(params());
-  Capture tx;
-  std::vector<uint8_t> msg = bytes(8000, 4);
-  SendOp op;
-  op.data = msg.data();
-  op.bytes = msg.size();
-  ASSERT_TRUE(s.post(&op).is_ok());
-  s.on_cts(0, msg.size());
+  OneSend one(8000, 4);
+  auto& [s, tx, msg, op] = one;
   const uint32_t n = s.poll_tx(0, 1000, &tx);
   ASSERT_GE(n, 2u);
   tx.packets.clear();
