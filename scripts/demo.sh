@@ -23,6 +23,10 @@
 #                          background incast toward every receiver: 8 senders at 0.04 Gbit/s
 #                          each, in step, so that every 0.8 ms a burst of 8 packets lands at once
 #                          and fills the buffer (0.32 Gbit/s on average, a third of the port).
+#   DEMO_TRIM_EXACT=1      the trimming switch cuts exact-class packets (allgather half,
+#                          small messages) to a bare header, which the receiver NACKs at once
+#                          (NDP's and UEC's rule, trim-switch's default); 0 drops them as the
+#                          tail-drop switch does.
 #   DEMO_BYTES=1M DEMO_ITERS=60 DEMO_RANKS=4 DEMO_SEED=7
 #                          per-rank AllReduce size, timed iterations, ranks, seed (the data,
 #                          the switch's random choices and the cross-traffic phases).
@@ -41,7 +45,7 @@ rate=${DEMO_RATE_GBPS:-1}
 buffer_packets=${DEMO_BUFFER_PACKETS:-8}
 prop_us=${DEMO_PROP_US:-200}
 cross=${DEMO_CROSS:-incast:8:0.04:all}
-trim_exact=${DEMO_TRIM_EXACT:-0}
+trim_exact=${DEMO_TRIM_EXACT:-1}
 bytes=${DEMO_BYTES:-1M}
 iters=${DEMO_ITERS:-60}
 ranks=${DEMO_RANKS:-4}

@@ -74,7 +74,9 @@ live_run() {
   local t0; t0=$(date +%s.%N)
   # setsid: the switch leads a process group of its own. A background job of a non-interactive
   # script is no group leader, so setsid execs in place and $! is the switch = the group id.
-  setsid "$BUILD/bin/trim-switch" "${sw_args[@]}" >"$log" 2>"$OUT/$tag.switch.err" &
+  # LIVE_TRIM_EXACT=0 reproduces the runs recorded before exact-class header cuts became the
+  # switch's default (docs/RESULTS.md); a scenario's own --trim-exact comes later and wins.
+  setsid "$BUILD/bin/trim-switch" --trim-exact "${LIVE_TRIM_EXACT:-1}" "${sw_args[@]}" >"$log" 2>"$OUT/$tag.switch.err" &
   local sw=$!
   live_groups+=("$sw")
   local port=""

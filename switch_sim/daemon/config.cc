@@ -275,7 +275,8 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
   --random-p P             0..1 (mode random)
   --ndp-coin 0|1           on overflow trim the arrival or the queue's tail, 50/50 (NDP)
   --trim-exact 0|1         mode trim: cut a full queue's exact-class packets to their header
-                           instead of dropping them; the receiver NACKs at once (NDP's rule)
+                           instead of dropping them; the receiver NACKs at once (NDP's and
+                           UEC's rule; default 1); 0: drop them
   --seed N                 random mode, NDP coin and cross-traffic phases (default 1)
   --transcript-out FILE    on exit, the trimmed real packets as `flow msg psn` lines; flow =
                            the order in which the daemon first saw the connection

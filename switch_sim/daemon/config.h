@@ -31,7 +31,13 @@ struct CrossSpec {
 struct Config {
   sockaddr_in listen{};        // --listen host:port (port 0: the kernel picks; printed first)
   std::string listen_text = "127.0.0.1:0";
-  PortConfig port;             // the model of every egress port
+  // The model of every egress port. Our exact-class packets are cut to a bare header at a full
+  // queue (NDP's and UEC's rule; the receiver NACKs them at once) unless --trim-exact 0.
+  PortConfig port = [] {
+    PortConfig p;
+    p.trim_exact_to_header = true;
+    return p;
+  }();
   std::string transcript_out;  // --transcript-out: trims as `flow msg psn` lines, written on exit
   std::string replay;          // --replay: a transcript for --mode replay
   std::vector<CrossSpec> cross;

@@ -30,7 +30,7 @@ Usage: trim-sim [flags]
   --nic-buffer B         host NIC queue cap in bytes (default 0 = unbounded: a host backpressures)
   --trim-bytes B         0 or plane0: cut at the packet's plane-0 end (1-bit heads, ~1/25 of a
                          9000-byte fp32 packet); else a fixed switch trim size >= 64 (default 0);
-                         a cut shorter than the heads' end is useless and is NACKed and resent
+                         a cut inside plane 0 delivers the heads that survived (never resent)
   --mode trim|drop       trimming switches or tail-drop switches (default trim)
   --routing ecmp|spray   per-flow hash or per-packet round robin over spines (default ecmp)
   --workload allreduce|incast|permutation   (default allreduce)
@@ -38,8 +38,10 @@ Usage: trim-sim [flags]
   --iters N              iterations (default 5); JCT p50/p99 are over iterations (nearest rank)
   --incast-senders K     incast senders into host 0 (default 8)
   --exact                incast/permutation payload is exact (default: trimmable)
-  --nack-exact           NDP-style: in trim mode exact packets (allgather, background) are cut
-                         to a bare header instead of dropped and the receiver NACKs it at once
+  --trim-exact 0|1       1 (default, NDP/UEC, as trim-switch --trim-exact 1): in trim mode exact
+                         packets (allgather, background) are cut to a bare header instead of
+                         dropped and the receiver NACKs it at once; 0: they are dropped
+                         (--nack-exact is the same as --trim-exact 1)
   --background none|constant|bursty   exact background traffic (default none):
                          constant: one paced flow per host to a random peer at --bg-load of
                          the link; bursty: per host, flows of --bg-flow bytes to random hosts
@@ -49,7 +51,8 @@ Usage: trim-sim [flags]
   --window W             packets per flow window, 1..256 (default 16)
   --cc fixed|aimd        fixed window, or AIMD (+1/cwnd per ACK, halve on loss or trimmed ACK;
                          default aimd, starting at --window)
-  --rto-us T             retransmission timeout (default 200)
+  --rto-us T             minimum retransmission timeout, as NCCL_TRIM_MIN_RTO_US (default 10000)
+  --tlp 0|1              tail loss probes after max(2 srtt, RTO/4), as the plugin (default 1)
   --slice B              ring step slice (NCCL SIMPLE step; default 512K)
   --ring linear|random   ring order: host order (topology-aware, as NCCL) or shuffled
   --seed S               (default 1)
@@ -61,14 +64,17 @@ Transport: per-packet selective ACKs, delivered after the reverse path's unloade
 queued). Trimmed trimmable packets are deliveries (heads), never resent; trimmed exact packets are
 NACKed and resent. Loss detection: RACK-like, p is lost once a later-sent, untrimmed packet is
 ACKed and now >= xmit(p) + rtt + min(max(m * min_rtt/4, 1 us), RTO/2), m = 1 + duplicates the
-receiver reported (DSACK-like, <= 64); tail losses by RTO (now >= xmit(p) + RTO, no backoff).
+receiver reported (DSACK-like, <= 64). Tail losses, as the plugin: a probe resends the newest
+packet max(2 srtt, RTO/4) after the last send or ACK (again at doubling intervals), and the RTO
+resends what has been out that long when nothing was ACKed for an RTO (doubling, <= 64x).
 Ring allreduce: n chunks per buffer, 2(n-1) steps; a rank sends slice j of step s+1 once it has
 received slice j of step s; steps < n-1 (reduce-scatter) are trimmable, the rest exact.
-NMSE: nmse = 0.5708 * f, f = fraction of reduce-scatter packets delivered trimmed (rht 1-bit
-heads decode a row at NMSE pi/2-1 relative to the partial sum the packet carried; assumes whole
-rows per packet and independent errors). nmse_final_indep = the error left in the reduced
-result if ranks' gradients are independent with equal energy: 0.5708 * mean over chunk
-positions of sum over trimmed steps s of (s+1)/n.
+NMSE: nmse = mean over reduce-scatter packets of e, e = 0 untrimmed, pi/2-1 = 0.5708 trimmed (rht
+1-bit heads decode a row at NMSE pi/2-1 relative to the partial sum the packet carried), and
+0.5708 (1-u) + u when a fixed trim size cut a fraction u of the heads (assumes whole rows per
+packet and independent errors). nmse_final_indep = the error left in the reduced
+result if ranks' gradients are independent with equal energy: mean over chunk
+positions of sum over trimmed steps s of e (s+1)/n.
 )";
 
 [[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& allowed) {
@@ -115,7 +121,7 @@ int main(int argc, char** argv) {
       json = true;
       continue;
     }
-    if (a == "--nack-exact") {
+    if (a == "--nack-exact") {  // the name earlier results used; the default now
       cfg.nack_exact = true;
       continue;
     }
@@ -165,6 +171,8 @@ int main(int argc, char** argv) {
       else if (v == "aimd") cfg.cc = trim::sim::Cc::kAimd;
       else bad(a, v, "fixed, aimd");
     } else if (a == "--rto-us") cfg.rto_ns = to_u64(a, v, 1, 10000000) * 1000;
+    else if (a == "--tlp") cfg.tlp = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--trim-exact") cfg.nack_exact = to_u64(a, v, 0, 1) == 1;
     else if (a == "--slice") cfg.slice_bytes = to_bytes(a, v);
     else if (a == "--ring") {
       if (v == "linear") cfg.ring = trim::sim::RingOrder::kLinear;

@@ -2,12 +2,14 @@
 //
 // NMSE estimate (what --help states). A trimmed reduce-scatter packet delivers only its 1-bit
 // heads; rht decodes a fully trimmed row with NMSE ~ pi/2 - 1 = 0.5708 relative to the values the
-// packet carried (docs/RESULTS.md, DRIVE's bound for Gaussian-like rotated rows). Assuming each
-// packet holds whole rows and trim errors of different packets are independent:
-//   nmse             = 0.5708 * f,  f = trimmed / all first deliveries of reduce-scatter packets
+// packet carried (docs/RESULTS.md, DRIVE's bound for Gaussian-like rotated rows); a cut inside
+// plane 0 (fixed trim size) leaves a fraction u of the elements without a head, which decode as
+// 0: e = 0.5708 (1 - u) + u. Assuming each packet holds whole rows and trim errors of different
+// packets are independent:
+//   nmse             = sum of e over trimmed / all first deliveries of reduce-scatter packets
 //                      (of the trimmable payload for incast / permutation):
 //                      the mean error of the rows as sent, relative to the partial sums they carried.
-//   nmse_final_indep = 0.5708 * sum over trimmed RS packets of (s+1)/n  /  (RS packets / (n-1)):
+//   nmse_final_indep = sum over trimmed RS packets of e (s+1)/n  /  (RS packets / (n-1)):
 //                      the error this leaves in the fully reduced chunk if the n ranks' gradients
 //                      are independent with equal energy (a step-s partial sum holds s+1 of n
 //                      contributions, so its energy is (s+1)/n of the result's; later steps add
@@ -26,7 +28,6 @@ namespace trim::sim {
 
 namespace {
 
-constexpr double kTrimmedRowNmse = 1.5707963267948966 - 1.0;
 
 const char* workload_name(Workload w) {
   switch (w) {
@@ -111,10 +112,11 @@ std::string Simulator::json(double wall_seconds) const {
   const bool conserved = ctr_.injected == ctr_.delivered + ctr_.dropped && in_flight == 0 && port_violations == 0;
   const double inj = std::max<double>(1, ctr_.injected);
   const double f = ctr_.rs_packets ? static_cast<double>(ctr_.rs_trimmed) / ctr_.rs_packets : 0.0;
+  const double nmse = ctr_.rs_packets ? ctr_.rs_err_sum / ctr_.rs_packets : 0.0;
   const double rs_positions = ctr_.rs_packets ? static_cast<double>(ctr_.rs_packets) / (cfg_.hosts - 1) : 1.0;
   const double nmse_final = ctr_.rs_packets && cfg_.workload == Workload::kAllreduce
-                                ? kTrimmedRowNmse * ctr_.rs_err_weight / rs_positions
-                                : kTrimmedRowNmse * f;  // one hop: the packet's values are the result
+                                ? ctr_.rs_err_weight / rs_positions
+                                : nmse;  // one hop: the packet's values are the result
 
   std::string jct = "[";
   for (size_t i = 0; i < jct_ns_.size(); ++i) jct += fmt::format("{}{:.4f}", i ? "," : "", jct_ns_[i] / 1e6);
@@ -136,12 +138,13 @@ std::string Simulator::json(double wall_seconds) const {
       "{{\"hosts\":{},\"hosts_per_leaf\":{},\"leaves\":{},\"spines\":{},\"oversub\":{},\"uplink_gbps\":{:.3f},"
       "\"workload\":\"{}\",\"mode\":\"{}\",\"routing\":\"{}\",\"background\":\"{}\",\"bg_load\":{},"
       "\"bytes\":{},\"iters\":{},\"mtu\":{},\"link_gbps\":{},\"buffer_bytes\":{},\"trim_bytes\":{},"
-      "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"rto_us\":{},\"ring\":\"{}\",\"seed\":{},"
+      "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
       "\"jct_ms\":{},\"jct_p50_ms\":{:.4f},\"jct_p99_ms\":{:.4f},"
       "\"injected\":{},\"delivered\":{},\"dropped\":{},\"in_flight_end\":{},\"port_conservation_violations\":{},"
       "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"drop_rate\":{:.6f},"
       "\"retx\":{},\"retx_trimmable\":{},\"retx_nack\":{},\"retx_nack_trimmable\":{},\"retx_rto\":{},"
-      "\"retx_rack\":{},\"duplicates\":{},\"delivered_trimmed\":{},\"rs_packets\":{},\"rs_trimmed\":{},"
+      "\"retx_rack\":{},\"retx_tlp\":{},\"rto_events\":{},\"duplicates\":{},\"delivered_trimmed\":{},"
+      "\"rs_packets\":{},\"rs_trimmed\":{},\"rs_cut_heads\":{},"
       "\"rs_trim_fraction\":{:.6f},\"nmse\":{:.6f},\"nmse_final_indep\":{:.6f},\"bg_flows\":{},"
       "\"tiers\":{},\"events\":{},\"hung\":{},\"sim_seconds\":{:.6f},\"work_seconds\":{:.6f},"
       "\"wall_seconds\":{:.3f}}}",
@@ -149,12 +152,13 @@ std::string Simulator::json(double wall_seconds) const {
       topo_.uplink_gbps, workload_name(cfg_.workload), sw::mode_name(cfg_.mode),
       cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background), cfg_.bg_load, cfg_.bytes,
       cfg_.iters, cfg_.mtu_bytes, cfg_.link_gbps, cfg_.buffer_bytes, cfg_.trim_bytes, cfg_.window_pkts,
-      cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact ? "true" : "false", cfg_.rto_ns / 1000.0, cfg_.ring == RingOrder::kLinear ? "linear" : "random",
+      cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact ? "true" : "false", cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
       cfg_.seed, jct, percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99), ctr_.injected, ctr_.delivered,
       ctr_.dropped, in_flight, port_violations, conserved ? "true" : "false", trimmed_total, trimmed_total / inj,
       ctr_.dropped / inj, ctr_.retx, ctr_.retx_trimmable, ctr_.retx_nack, ctr_.retx_nack_trimmable, ctr_.retx_rto,
-      ctr_.retx_rack, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets, ctr_.rs_trimmed, f,
-      kTrimmedRowNmse * f, nmse_final, ctr_.bg_flows, tj, ctr_.events, hung_ ? "true" : "false", end_ns_ / 1e9,
+      ctr_.retx_rack, ctr_.retx_tlp, ctr_.rto_events, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets,
+      ctr_.rs_trimmed, ctr_.rs_cut_heads, f,
+      nmse, nmse_final, ctr_.bg_flows, tj, ctr_.events, hung_ ? "true" : "false", end_ns_ / 1e9,
       work_end_ns_ / 1e9, wall_seconds);
 }
 
@@ -176,8 +180,8 @@ std::string Simulator::summary() const {
       ctr_.injected, ctr_.retx, ctr_.delivered, ctr_.delivered_trimmed, ctr_.dropped, trimmed / inj, ctr_.dropped / inj);
   if (ctr_.rs_packets) {
     const double f = static_cast<double>(ctr_.rs_trimmed) / ctr_.rs_packets;
-    s += fmt::format("  reduce-scatter packets trimmed: {:.4f} -> NMSE of trimmed rows ~ {:.4f}\n", f,
-                     kTrimmedRowNmse * f);
+    s += fmt::format("  reduce-scatter packets trimmed: {:.4f} ({} cut inside plane 0) -> NMSE of the rows ~ {:.4f}\n",
+                     f, ctr_.rs_cut_heads, ctr_.rs_err_sum / ctr_.rs_packets);
   }
   s += fmt::format("  simulated {:.6f} s ({} events){}\n", end_ns_ / 1e9, ctr_.events,
                    hung_ ? "  ** did not finish (see --max-sim-ms) **" : "");

@@ -32,6 +32,11 @@ constexpr uint32_t kOverheadBytes = 28 + 56;
 constexpr uint32_t kAckBytes = 64;
 // A flow's window is a span of packet sequence numbers at most this wide (slots are psn % it).
 constexpr uint32_t kMaxWindow = 256;
+// Retransmission timeout backoff and ceiling, as the plugin's send_proto.cc.
+constexpr uint32_t kMaxBackoff = 64;
+constexpr uint64_t kMaxRtoNs = 1'000'000'000;
+// rht with 1-bit heads decodes a fully trimmed row at NMSE ~ pi/2 - 1 relative to its values.
+constexpr double kTrimmedRowNmse = 1.5707963267948966 - 1.0;
 
 struct Config {
   uint32_t hosts = 64;
@@ -52,15 +57,20 @@ struct Config {
   uint32_t iters = 5;
   uint32_t incast_senders = 8;
   bool exact_class = false;        // incast/permutation payload: exact instead of trimmable
-  // NDP-style: exact packets too may be cut, to a bare header (their plane 0 is empty), and the
-  // receiver NACKs the header at once; off: the switch drops exact packets (the brief's model).
-  bool nack_exact = false;
+  // NDP/UEC-style (default): the switch cuts exact packets of our traffic class too, to a bare
+  // header (their plane 0 is empty), and the receiver NACKs the header at once, as trim-switch
+  // --trim-exact 1 and the plugin do; off: the switch drops exact packets.
+  bool nack_exact = true;
   Background background = Background::kNone;
   double bg_load = 0.15;           // background offered load per host, fraction of link rate
   uint64_t bg_flow_bytes = 1ull << 20;
   uint32_t window_pkts = 16;
   Cc cc = Cc::kAimd;
-  uint64_t rto_ns = 200000;
+  // Loss recovery as the plugin's send_proto.cc: minimum RTO (NCCL_TRIM_MIN_RTO_US, default
+  // 10 ms; doubling backoff, reset by progress) and tail loss probes after
+  // max(2 x srtt, rto_ns / 4), repeated at doubling intervals while the RTO is ahead.
+  uint64_t rto_ns = 10'000'000;
+  bool tlp = true;
   uint64_t slice_bytes = 512ull << 10;  // NCCL SIMPLE step size: 4 MiB buffer / 8 steps
   RingOrder ring = RingOrder::kLinear;
   uint64_t seed = 1;
@@ -128,6 +138,11 @@ struct Flow {
   std::vector<Slot> slots;   // kMaxWindow, indexed psn % kMaxWindow
   std::vector<uint32_t> rtx;  // sequence numbers waiting to be resent
   uint64_t timer_at = UINT64_MAX;
+  uint64_t rto_at = 0;        // retransmission timeout; 0: not armed
+  uint64_t probe_at = 0;      // tail loss probe; 0: not armed
+  uint64_t probe_armed_ns = 0;
+  uint32_t backoff = 1;
+  uint64_t srtt_ns = 0;
   uint64_t pace_ns = 0, next_send_ns = 0, pace_at = UINT64_MAX;
   uint64_t last_rtt_ns = 0, min_rtt_ns = UINT64_MAX, last_acked_xmit_ns = 0;
   uint64_t ack_delay_ns = 0;
@@ -154,13 +169,15 @@ struct PktState {
 struct Counters {
   uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
   uint64_t injected_trimmable = 0, retx = 0, retx_trimmable = 0, retx_rto = 0, retx_rack = 0,
-           retx_nack = 0, retx_nack_trimmable = 0;
+           retx_nack = 0, retx_nack_trimmable = 0, retx_tlp = 0, rto_events = 0;
   uint64_t duplicates = 0, stale = 0;
   uint64_t delivered_trimmed = 0;
   uint64_t rs_packets = 0, rs_trimmed = 0;  // first deliveries of reduce-scatter packets
+  uint64_t rs_cut_heads = 0;                // of rs_trimmed: cut inside plane 0 (some heads lost)
+  double rs_err_sum = 0;                    // sum over RS packets of the NMSE their rows carry
   uint64_t events = 0;
   uint64_t bg_flows = 0, bg_bytes = 0;
-  double rs_err_weight = 0;                 // sum over trimmed RS packets of (s+1)/n
+  double rs_err_weight = 0;                 // sum over trimmed RS packets of nmse x (s+1)/n
 };
 
 class Simulator {
@@ -194,6 +211,9 @@ class Simulator {
   void deliver(uint32_t slot, uint64_t t);
   void on_ack(uint32_t slot, uint64_t t);
   void on_timer(uint32_t fid, uint64_t t);
+  uint64_t rto_ns(const Flow& f) const;
+  void arm_probe(Flow& f, uint64_t now) const;
+  uint64_t next_deadline(const Flow& f) const;
   void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
   uint64_t reorder_window(const Flow& f) const;
   void arm_timer(uint32_t fid, uint64_t at);

@@ -10,22 +10,26 @@
 //   latency (hops x (propagation + 64-byte serialisation)). This is a simplification: reverse
 //   congestion and ACK loss are not modelled (they would hit trim and drop alike; with strict
 //   header priority a real trimming switch would also favour ACKs).
-// - Trimmed packets: heads of a trimmable packet are a delivery (acknowledged, never resent);
-//   a trimmed packet of exact class is NACKed and resent at once. The port model drops exact
-//   packets rather than trimming them, so this path is taken only with --nack-exact, which
-//   marks exact packets cuttable down to their bare header (NDP's scheme: the header queue
-//   carries the loss notice, the sender resends after one RTT instead of RACK/RTO).
+// - Trimmed packets: heads of a trimmable packet are a delivery (acknowledged, never resent),
+//   also when a fixed trim size cut into plane 0 (the rows decode with the heads that survived,
+//   as the plugin's receiver does); a trimmed packet of exact class is NACKed and resent at
+//   once. Exact packets are cut (to a bare header) only with --trim-exact 1, the default: NDP's
+//   and UEC's scheme, where the header queue carries the loss notice and the sender resends after
+//   one RTT instead of waiting for RACK, a probe or the RTO. --trim-exact 0 drops them.
 // - Loss detection, RACK-like (RFC 8985's rule, simplified): when packet q is acknowledged,
 //   every still-outstanding packet p sent before q is lost once
 //       now >= xmit(p) + rtt(q) + reorder_window,
 //       reorder_window = min(max(m x min_rtt / 4, 1 us), RTO / 2),
 //   m = 1 + the duplicates the receiver has reported (DSACK-like), at most 64; ACKs of trimmed
 //   heads (which overtook the data queue) do not drive the rule;
-//   packets not yet past that deadline are checked again by the flow's timer. A tail loss (no
-//   later packet is acknowledged) is caught by the retransmission timeout: lost once
-//       now >= xmit(p) + RTO  (--rto-us, default 200 us, no backoff).
-//   200 us is far below TCP's 200 ms minimum and RoCE's millisecond timers; a short RTO favours
-//   the drop baseline, so trim/drop ratios measured here are conservative.
+//   packets not yet past that deadline are checked again by the flow's timer.
+// - Tail losses (no later packet is acknowledged), as the plugin's send_proto.cc: a tail loss
+//   probe max(2 x srtt, RTO/4) after the last send or ACK resends the newest outstanding packet
+//   (its ACK lets RACK repair the rest); a lost probe earns another, twice as late, while the
+//   timeout is ahead. The retransmission timeout (--rto-us, default 10 ms = the plugin's
+//   NCCL_TRIM_MIN_RTO_US) fires when nothing was acknowledged for that long: everything out for
+//   at least the RTO is resent (at least the oldest packet) and the RTO doubles (at most 64x)
+//   until an ACK makes progress.
 // - Every loss (drop mode, or an exact/background packet dropped in trim mode, or heads lost in
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
@@ -199,7 +203,9 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
     ++ctr_.retx;
     if (s.trimmable) ++ctr_.retx_trimmable;
   }
-  if (f.timer_at == UINT64_MAX) arm_timer(fid, now_ns_ + cfg_.rto_ns);
+  if (f.rto_at == 0) f.rto_at = now_ns_ + rto_ns(f);
+  if (!retx) arm_probe(f, now_ns_);
+  arm_timer(fid, next_deadline(f));
   enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, now_ns_);
 }
 
@@ -264,9 +270,8 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
   Flow& f = flows_[fid];
   if (p.pkt.trimmed) ++ctr_.delivered_trimmed;
   q_.push(t + f.ack_delay_ns, EventKind::kAck, slot);  // the pool slot now carries the ACK
-  // Heads of exact data are useless, and so is a cut shorter than the heads' end (a fixed trim
-  // size below plane 0 leaves part of the rows without signs): ask for the packet again.
-  if (p.pkt.trimmed && (p.exact || p.pkt.bytes < p.pkt.plane0_bytes)) {
+  // Heads of exact data are useless: ask for the packet again.
+  if (p.pkt.trimmed && p.exact) {
     p.nack = true;
     return;
   }
@@ -286,10 +291,19 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
   if (m.trimmable && f.kind != FlowKind::kBgConstant && f.kind != FlowKind::kBgBursty) {
     ++ctr_.rs_packets;
     if (p.pkt.trimmed) {
+      // A cut inside plane 0 (a fixed trim size) leaves some elements without a head; those
+      // decode as 0, an error of their whole energy (NMSE 1), the rest at the 1-bit level.
+      const double heads = p.pkt.plane0_bytes > kOverheadBytes && p.pkt.bytes < p.pkt.plane0_bytes
+                               ? static_cast<double>(p.pkt.bytes > kOverheadBytes ? p.pkt.bytes - kOverheadBytes : 0) /
+                                     (p.pkt.plane0_bytes - kOverheadBytes)
+                               : 1.0;
+      const double nmse = heads * kTrimmedRowNmse + (1.0 - heads);
       ++ctr_.rs_trimmed;
+      if (heads < 1.0) ++ctr_.rs_cut_heads;
+      ctr_.rs_err_sum += nmse;
       if (f.kind == FlowKind::kRing) {
         const uint32_t step = p.msg / slices_per_step();
-        ctr_.rs_err_weight += static_cast<double>(step + 1) / cfg_.hosts;
+        ctr_.rs_err_weight += nmse * static_cast<double>(step + 1) / cfg_.hosts;
       }
     }
   }
@@ -335,6 +349,7 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   if (!p.pkt.trimmed) {
     f.last_acked_xmit_ns = std::max(f.last_acked_xmit_ns, p.xmit_ns);
     f.last_rtt_ns = rtt;
+    f.srtt_ns = f.srtt_ns == 0 ? rtt : (7 * f.srtt_ns + rtt) / 8;
   }
   if (cfg_.cc == Cc::kAimd) {
     if (p.pkt.trimmed && p.psn >= f.recover_psn) {
@@ -350,6 +365,10 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
     u.state = SlotState::kFree;
     ++f.snd_una;
   }
+  // Progress: the timeout restarts from now and its backoff ends; the probe re-arms.
+  f.backoff = 1;
+  f.rto_at = f.snd_una != f.next_psn ? t + rto_ns(f) : 0;
+  arm_probe(f, t);
   // RACK: what was sent before the packet just acknowledged and is still out is late. Heads
   // of a trimmed packet took the header queue's priority lane past the data queue, so their
   // early arrival says nothing about the packets sent before them: they do not drive RACK.
@@ -377,6 +396,25 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   }
 }
 
+uint64_t Simulator::rto_ns(const Flow& f) const {
+  return std::min<uint64_t>(cfg_.rto_ns * f.backoff, kMaxRtoNs);
+}
+
+void Simulator::arm_probe(Flow& f, uint64_t now) const {
+  f.probe_at = 0;
+  if (!cfg_.tlp || f.rto_at == 0) return;
+  // Floor: a quarter of the minimum RTO, as the plugin (an ACK late by less is not lost).
+  const uint64_t pto = std::max<uint64_t>(2 * f.srtt_ns, cfg_.rto_ns / 4);
+  if (now + pto < f.rto_at) f.probe_at = now + pto;
+  f.probe_armed_ns = now;
+}
+
+uint64_t Simulator::next_deadline(const Flow& f) const {
+  uint64_t d = f.rto_at == 0 ? UINT64_MAX : f.rto_at;
+  if (f.probe_at != 0) d = std::min(d, f.probe_at);
+  return d;
+}
+
 void Simulator::on_timer(uint32_t fid, uint64_t t) {
   Flow& f = flows_[fid];
   if (f.timer_at != t || !f.live) return;
@@ -385,18 +423,51 @@ void Simulator::on_timer(uint32_t fid, uint64_t t) {
   uint64_t next = UINT64_MAX;
   for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
     Slot& o = f.slots[psn % kMaxWindow];
-    if (o.psn != psn || o.state != SlotState::kOut) continue;
-    const bool rack = o.xmit_ns < f.last_acked_xmit_ns;
-    const uint64_t rack_deadline = rack ? o.xmit_ns + f.last_rtt_ns + reo : UINT64_MAX;
-    const uint64_t rto_deadline = o.xmit_ns + cfg_.rto_ns;
+    if (o.psn != psn || o.state != SlotState::kOut || o.xmit_ns >= f.last_acked_xmit_ns) continue;
+    const uint64_t rack_deadline = o.xmit_ns + f.last_rtt_ns + reo;
     if (t >= rack_deadline) {
       mark_lost(f, o, &ctr_.retx_rack);
-    } else if (t >= rto_deadline) {
-      mark_lost(f, o, &ctr_.retx_rto);
     } else {
-      next = std::min(next, std::min(rack_deadline, rto_deadline));
+      next = std::min(next, rack_deadline);
     }
   }
+  if (f.probe_at != 0 && t >= f.probe_at) {
+    const uint64_t again = t + 2 * (t - f.probe_armed_ns);
+    f.probe_at = again < f.rto_at ? again : 0;
+    f.probe_armed_ns = t;
+    // The newest packet still out: resent without the window cut of a loss.
+    for (uint32_t psn = f.next_psn; psn != f.snd_una;) {
+      --psn;
+      Slot& o = f.slots[psn % kMaxWindow];
+      if (o.psn == psn && o.state == SlotState::kOut) {
+        o.state = SlotState::kLost;
+        f.rtx.push_back(psn);
+        ++ctr_.retx_tlp;
+        break;
+      }
+    }
+  }
+  if (f.rto_at != 0 && t >= f.rto_at) {
+    if (f.snd_una == f.next_psn) {
+      f.rto_at = 0;
+    } else {
+      ++ctr_.rto_events;
+      const uint64_t rto = rto_ns(f);
+      bool resent = false;
+      for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
+        Slot& o = f.slots[psn % kMaxWindow];
+        if (o.psn == psn && o.state == SlotState::kOut && t - o.xmit_ns >= rto) {
+          mark_lost(f, o, &ctr_.retx_rto);
+          resent = true;
+        }
+      }
+      Slot& una = f.slots[f.snd_una % kMaxWindow];
+      if (!resent && una.psn == f.snd_una && una.state == SlotState::kOut) mark_lost(f, una, &ctr_.retx_rto);
+      f.backoff = std::min<uint32_t>(f.backoff * 2, kMaxBackoff);
+      f.rto_at = t + rto_ns(f);
+    }
+  }
+  next = std::min(next, next_deadline(f));
   if (next != UINT64_MAX) arm_timer(fid, next);
   try_send(fid);
 }
