@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""torch.distributed.all_reduce bandwidth, nccl-tests style (all_reduce_perf).
+
+For each size from --min-bytes to --max-bytes (doubling), fp32, sum: --warmup untimed calls,
+then --iters calls issued back to back and timed together (one device sync at the end), so
+the time per call is the collective's own, not the launch latency's. Reported per size:
+  time_us   mean time per call, the slowest rank's (max over ranks)
+  algbw     bytes / time
+  busbw     algbw * 2(n-1)/n: what each rank's link carries in a ring AllReduce, comparable
+            across rank counts (nccl-tests' definition)
+  max_err   one extra out-of-place check per size: every rank contributes rank+1 in every
+            element, so every element of the sum must be n(n+1)/2 exactly
+Launched like any torchrun job (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). Rank 0 prints
+JSON lines ({"event": "config" | "size" | "final"}) and, after them, a table whose lines start
+with '#'. --json-out PATH: every rank writes its JSON lines there ("{rank}" is replaced).
+"""
+import argparse
+import datetime
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_train import Logger, versions  # noqa: E402  (same directory; plain helpers)
+
+
+def parse_size(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B").rstrip("I")
+    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"), help="default 1M")
+    p.add_argument("--max-bytes", type=parse_size, default=parse_size("256M"), help="default 256M")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    p.add_argument("--timeout-s", type=float, default=300)
+    p.add_argument("--json-out", default=None)
+    p.add_argument("--label", default="", help="free text copied into every line (e.g. the transport)")
+    return p.parse_args(argv)
+
+
+def main():
+    args = parse_args()
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())  # ranks may share a GPU
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    log = Logger(rank, args.json_out)
+    log("config", label=args.label, world_size=world, backend=backend, device=str(device),
+        args=vars(args), versions=versions(torch, device),
+        env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
+
+    def sync():
+        if use_cuda:
+            torch.cuda.synchronize(device)
+
+    def barrier():
+        dist.barrier(device_ids=[device.index] if use_cuda else None)
+
+    bus_factor = 2.0 * (world - 1) / world if world > 1 else 1.0
+    rows = []
+    size = args.min_bytes
+    gen = torch.Generator(device=device).manual_seed(1234 + rank)
+    while size <= args.max_bytes:
+        count = size // 4
+        buf = torch.randn(count, generator=gen, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(buf)
+        # An in-place sum grows by a factor of n per call: refill after the warmup so that the
+        # timed calls (n^iters) stay finite, with values shaped like gradients (not zeros).
+        buf.normal_(generator=gen)
+        sync()
+        barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.iters):
+            dist.all_reduce(buf)
+        sync()
+        elapsed = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        t = elapsed.item()
+        # Correctness, out of the timed loop: every element must sum to n(n+1)/2 exactly.
+        chk = torch.full((count,), float(rank + 1), device=device)
+        dist.all_reduce(chk)
+        err = (chk - world * (world + 1) / 2).abs().max().item()
+        algbw = size / t / 1e9
+        row = {"bytes": size, "count": count, "dtype": "float32", "time_us": t * 1e6,
+               "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor, "max_err": err}
+        rows.append(row)
+        log("size", label=args.label, **row)
+        size *= 2
+        del buf, chk
+
+    peak = max((r["busbw_GBps"] for r in rows), default=None)
+    avg = sum(r["busbw_GBps"] for r in rows) / len(rows) if rows else None
+    log("final", label=args.label, world_size=world, sizes=len(rows), peak_busbw_GBps=peak,
+        avg_busbw_GBps=avg, all_exact=all(r["max_err"] == 0 for r in rows))
+    if rank == 0:
+        print(f"# all_reduce fp32 sum, {world} ranks, backend {backend}{', ' + args.label if args.label else ''}")
+        print(f"# {'bytes':>12} {'count':>11} {'time(us)':>11} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'max_err':>9}")
+        for r in rows:
+            print(f"# {r['bytes']:>12} {r['count']:>11} {r['time_us']:>11.1f} {r['algbw_GBps']:>12.3f} "
+                  f"{r['busbw_GBps']:>12.3f} {r['max_err']:>9.3g}")
+        print(f"# avg busbw {avg:.3f} GB/s, peak {peak:.3f} GB/s" if rows else "# no sizes")
+        sys.stdout.flush()
+    barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

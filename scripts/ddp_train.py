@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""An ordinary PyTorch DDP training script on data that needs no download.
+
+Tasks:
+  digits  a small CNN (or MLP) on scikit-learn's bundled 8x8 digits set (1797 images)
+  charlm  a small character-level (byte-level) transformer on the Python standard library's
+          own *.py files (sorted paths, first --charlm-bytes bytes; last 10% is the val split)
+
+Nothing here knows about any network plugin: the job is launched like any torchrun job
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in the environment) and uses the
+NCCL backend when CUDA is available, else gloo, so the same script runs on a laptop CPU.
+
+Output, as JSON lines (rank 0 on stdout; every rank into --json-out, where "{rank}" in the
+path is replaced by the rank, and a path without it is written by rank 0 only):
+  {"event": "config", ...}   arguments, data, model size, versions, NCCL_* environment
+  {"event": "epoch", ...}    per epoch: train loss, val loss/accuracy, wall clock, iteration
+                             time p50/p99 (epoch 0 is the untrained model, before any step)
+  {"event": "target", ...}   the first epoch whose val accuracy reached --target-acc
+  {"event": "final", ...}    sha256 of every rank's parameters (gathered), whether all are
+                             identical, their spread, whether the val loss decreased, and
+                             iteration time p50/p99 over the whole run
+An iteration is one optimizer step (forward, backward with DDP's all-reduces, step), timed with
+the device synchronized at both ends. The run's very first step is left out of the statistics
+(it includes the lazy connection setup) and logged as first_step_ms.
+"""
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import socket
+import sysconfig
+import time
+from pathlib import Path
+
+TASK_DEFAULTS = {
+    # lr and optimizer per task: plain SGD+momentum trains the CNN in a few epochs; the
+    # transformer needs Adam to get anywhere in the few hundred steps a smoke budget allows.
+    "digits": {"lr": 0.05, "optimizer": "sgd", "batch_size": 32, "epochs": 20},
+    "charlm": {"lr": 2e-3, "optimizer": "adam", "batch_size": 32, "epochs": 3},
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=sorted(TASK_DEFAULTS), default="digits")
+    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="digits only")
+    p.add_argument("--epochs", type=int, default=None, help="default: 20 digits, 3 charlm")
+    p.add_argument("--batch-size", type=int, default=None, help="per rank (default 32)")
+    p.add_argument("--lr", type=float, default=None, help="default: 0.05 (sgd) digits, 2e-3 (adam) charlm")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default=None)
+    p.add_argument("--seed", type=int, default=0, help="model init and data order (same on every rank)")
+    p.add_argument("--data-seed", type=int, default=0, help="train/val split of digits")
+    p.add_argument("--digits-csv", default=None,
+                   help="digits.csv.gz to use instead of scikit-learn's (default: scikit-learn's)")
+    p.add_argument("--target-acc", type=float, default=None,
+                   help="log the wall-clock time at which val accuracy first reaches this (0..1)")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop after this many optimizer steps in all (0: no limit); for smoke runs")
+    p.add_argument("--json-out", default=None, help='JSON-lines log; "{rank}" is replaced by the rank')
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+                   help="auto: nccl on CUDA, else gloo")
+    p.add_argument("--timeout-s", type=float, default=300, help="collective timeout")
+    p.add_argument("--seq-len", type=int, default=128, help="charlm context length")
+    p.add_argument("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
+    p.add_argument("--d-model", type=int, default=128, help="charlm width")
+    p.add_argument("--layers", type=int, default=4, help="charlm depth")
+    args = p.parse_args(argv)
+    d = TASK_DEFAULTS[args.task]
+    for k in ("lr", "optimizer", "batch_size", "epochs"):
+        if getattr(args, k) is None:
+            setattr(args, k, d[k])
+    return args
+
+
+# ---------------------------------------------------------------- data
+
+def digits_csv_path(explicit):
+    """scikit-learn's bundled copy of the digits set (sklearn/datasets/data/digits.csv.gz: 64
+    pixel values 0..16 and the label per line), found without importing sklearn; or a copy of
+    that file given with --digits-csv (for a machine that has torch but no scikit-learn)."""
+    if explicit:
+        return Path(explicit)
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("digits: scikit-learn is not installed; pass --digits-csv with a copy of "
+                         "sklearn/datasets/data/digits.csv.gz")
+    return Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+
+
+def load_digits_data(csv_path, data_seed):
+    """8x8 digit images scaled to [0, 1]; a fixed 80/20 split that does not depend on --seed,
+    so that runs with different training seeds are evaluated on the same images. Plain Python
+    (gzip, csv, random) so that neither numpy nor scikit-learn is needed at run time."""
+    import csv
+    import gzip
+    import random
+    with gzip.open(csv_path, "rt") as f:
+        rows = [[int(v) for v in r] for r in csv.reader(f) if r]
+    x = [[v / 16.0 for v in r[:64]] for r in rows]
+    y = [r[64] for r in rows]
+    order = list(range(len(rows)))
+    random.Random(data_seed).shuffle(order)
+    n_val = len(rows) // 5
+    val, train = order[:n_val], order[n_val:]
+    info = {"dataset": "scikit-learn digits (digits.csv.gz)", "path": str(csv_path),
+            "train": len(train), "val": len(val)}
+    return ([x[i] for i in train], [y[i] for i in train]), ([x[i] for i in val], [y[i] for i in val]), info
+
+
+def stdlib_corpus(max_bytes):
+    """The standard library's *.py files in sorted path order, as raw bytes (a byte-level
+    vocabulary of 256 needs no tokenizer and no decoding). Third-party packages and test suites
+    are left out: they differ between installations and hold deliberately odd files."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test"}
+    files = sorted((p for p in root.rglob("*.py") if not skip.intersection(p.relative_to(root).parts)),
+                   key=lambda p: p.relative_to(root).as_posix())
+    chunks, total, used = [], 0, 0
+    for f in files:
+        try:
+            b = f.read_bytes()
+        except OSError:
+            continue
+        chunks.append(b + b"\n")
+        total += len(b) + 1
+        used += 1
+        if total >= max_bytes:
+            break
+    data = b"".join(chunks)[:max_bytes]
+    info = {"dataset": "stdlib *.py", "root": str(root), "files": used, "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest()[:16]}
+    return data, info
+
+
+# ---------------------------------------------------------------- models
+
+def build_model(args, nn, torch):
+    if args.task == "digits":
+        if args.model == "mlp":
+            return nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU(),
+                                 nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        # ~283k parameters (1.1 MB of fp32 gradient per step): large enough that the ring's
+        # messages are not all below a transport's "small message" threshold.
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    class CharTransformer(nn.Module):
+        """Pre-norm causal transformer over bytes. The causal mask is a plain attribute, not a
+        registered buffer: DDP would otherwise broadcast it from rank 0 before every forward."""
+
+        def __init__(self, d, layers, seq_len):
+            super().__init__()
+            self.tok = nn.Embedding(256, d)
+            self.pos = nn.Embedding(seq_len, d)
+            layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=4 * d, dropout=0.0,
+                                               batch_first=True, norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, 256)
+            self._mask = None
+
+        def forward(self, x):
+            t = x.shape[1]
+            if self._mask is None or self._mask.shape[0] != t or self._mask.device != x.device:
+                self._mask = nn.Transformer.generate_square_subsequent_mask(t, device=x.device)
+            h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
+            h = self.blocks(h, mask=self._mask, is_causal=True)
+            return self.head(self.norm(h))
+
+    return CharTransformer(args.d_model, args.layers, args.seq_len)
+
+
+# ---------------------------------------------------------------- helpers
+
+def percentile(values, q):
+    """Nearest-rank percentile (p99 of fewer than 100 samples is the worst one)."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
+
+
+def tensor_bytes(torch, t):
+    """The raw bytes of a CPU tensor (through numpy when present; torch alone needs none)."""
+    try:
+        return t.contiguous().numpy().tobytes()
+    except (ImportError, RuntimeError):
+        return bytes(t.contiguous().view(-1).view(torch.uint8).tolist())
+
+
+def nccl_version(torch):
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # no CUDA build, or no NCCL in it
+        return None
+    if isinstance(v, tuple):
+        return ".".join(str(x) for x in v)
+    # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def versions(torch, device):
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "torch_cuda": torch.version.cuda, "hostname": socket.gethostname()}
+    for mod in ("numpy", "sklearn"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = None
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+        out["nccl"] = nccl_version(torch)
+    return out
+
+
+class Logger:
+    def __init__(self, rank, path):
+        self.rank = rank
+        self.f = None
+        if path and ("{rank}" in path or rank == 0):
+            path = path.replace("{rank}", str(rank))
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.f = open(path, "w")
+
+    def __call__(self, event, **fields):
+        line = json.dumps({"event": event, "rank": self.rank, **fields})
+        if self.f:
+            self.f.write(line + "\n")
+            self.f.flush()
+        if self.rank == 0:
+            print(line, flush=True)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    args = parse_args()
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        # Several ranks may share one GPU (a one-GPU test machine): wrap the local rank around.
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
+    backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    log = Logger(rank, args.json_out)
+
+    # Data: every rank loads the whole (small) set onto its device once, and indexes batches
+    # from it; a DataLoader's per-batch overhead would dominate steps this small.
+    if args.task == "digits":
+        (xt, yt), (xv, yv), data_info = load_digits_data(digits_csv_path(args.digits_csv), args.data_seed)
+
+        def images(rows):
+            return torch.tensor(rows, dtype=torch.float32, device=device).reshape(-1, 1, 8, 8)
+
+        train_x, val_x = images(xt), images(xv)
+        train_y = torch.tensor(yt, dtype=torch.long, device=device)
+        val_y = torch.tensor(yv, dtype=torch.long, device=device)
+        n_train, n_val = len(yt), len(yv)
+
+        def train_batch(idx):
+            return train_x[idx], train_y[idx]
+
+        def val_batch(idx):
+            return val_x[idx], val_y[idx]
+    else:
+        corpus, data_info = stdlib_corpus(args.charlm_bytes)
+        buf = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).to(device=device, dtype=torch.long)
+        split = len(corpus) * 9 // 10
+        L = args.seq_len
+        # Non-overlapping windows of L+1 bytes (input + shifted target), train windows before
+        # the split point, val windows after it.
+        train_starts = torch.arange(0, split - L - 1, L, device=device)
+        val_starts = torch.arange(split, len(corpus) - L - 1, L, device=device)
+        n_train, n_val = len(train_starts), len(val_starts)
+        offs = torch.arange(L + 1, device=device)
+        data_info.update(train_windows=n_train, val_windows=n_val, seq_len=L)
+
+        def train_batch(idx):
+            w = buf[train_starts[idx][:, None] + offs]
+            return w[:, :-1], w[:, 1:]
+
+        def val_batch(idx):
+            w = buf[val_starts[idx][:, None] + offs]
+            return w[:, :-1], w[:, 1:]
+
+    # Same seed on every rank: replicas start identical (DDP also broadcasts rank 0's weights).
+    torch.manual_seed(args.seed)
+    model = build_model(args, nn, torch).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+
+    def sync():
+        if use_cuda:
+            torch.cuda.synchronize(device)
+
+    def loss_and_correct(net, x, y):
+        out = net(x)
+        out2 = out.reshape(-1, out.shape[-1])
+        y2 = y.reshape(-1)
+        return F.cross_entropy(out2, y2), (out2.argmax(1) == y2).sum()
+
+    @torch.no_grad()
+    def evaluate():
+        """Val loss and accuracy (per byte for charlm) over the whole val set, sharded across
+        ranks and summed in float64 (a few bytes: no transport touches values that small)."""
+        model.eval()
+        idx_all = torch.arange(rank, n_val, world, device=device)
+        tot = torch.zeros(3, dtype=torch.float64, device=device)
+        eb = max(args.batch_size, 256)
+        for i in range(0, len(idx_all), eb):
+            x, y = val_batch(idx_all[i:i + eb])
+            loss, correct = loss_and_correct(model, x, y)  # no DDP hooks for eval
+            tot += torch.stack([loss.double() * y.numel(), correct.double(),
+                                torch.tensor(float(y.numel()), dtype=torch.float64, device=device)])
+        dist.all_reduce(tot)
+        model.train()
+        return (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item()
+
+    log("config", world_size=world, backend=backend, device=str(device), params=n_params,
+        data=data_info, args=vars(args), versions=versions(torch, device),
+        env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
+
+    t0 = time.perf_counter()
+    train_s = 0.0
+    val_loss0, val_acc0 = evaluate()
+    log("epoch", epoch=0, steps=0, train_loss=None, val_loss=val_loss0, val_acc=val_acc0,
+        wall_s=time.perf_counter() - t0, train_s=0.0)
+    per_rank = n_train // world
+    steps_per_epoch = per_rank // args.batch_size
+    if steps_per_epoch == 0:
+        raise SystemExit(f"batch size {args.batch_size} > {per_rank} training samples per rank")
+    gen = torch.Generator().manual_seed(args.seed)
+    total_steps, reached, val_loss, val_acc, epoch = 0, None, val_loss0, val_acc0, 0
+    # Iteration times of the whole run, without the very first step: that one includes the
+    # communicator's lazy connection setup and says nothing about the steady state.
+    all_ms, first_step_ms = [], None
+    ddp.train()
+    for epoch in range(1, args.epochs + 1):
+        # One permutation per epoch, the same on every rank (same generator, same seed); rank r
+        # takes every world-th sample, and every rank runs the same number of steps (DDP needs it).
+        perm = torch.randperm(n_train, generator=gen).to(device)
+        mine = perm[rank:per_rank * world:world]
+        times, loss_sum = [], torch.zeros((), device=device)
+        steps = 0
+        for s in range(steps_per_epoch):
+            if args.max_steps and total_steps >= args.max_steps:
+                break
+            sync()
+            ts = time.perf_counter()
+            x, y = train_batch(mine[s * args.batch_size:(s + 1) * args.batch_size])
+            opt.zero_grad(set_to_none=True)
+            loss, _ = loss_and_correct(ddp, x, y)
+            loss.backward()  # DDP all-reduces the gradient buckets during backward
+            opt.step()
+            sync()  # the step ends when the GPU is done, not when the launch returns
+            times.append(time.perf_counter() - ts)
+            loss_sum += loss.detach()
+            steps += 1
+            total_steps += 1
+        train_s += sum(times)
+        val_loss, val_acc = evaluate()
+        wall = time.perf_counter() - t0
+        ms = [t * 1e3 for t in times]
+        if epoch == 1 and ms:
+            first_step_ms, ms = ms[0], ms[1:]
+        all_ms += ms
+        log("epoch", epoch=epoch, steps=steps, train_loss=(loss_sum / max(1, steps)).item(),
+            val_loss=val_loss, val_acc=val_acc, wall_s=wall, train_s=train_s,
+            iter_p50_ms=percentile(ms, 50), iter_p99_ms=percentile(ms, 99),
+            iter_mean_ms=sum(ms) / len(ms) if ms else None,
+            samples_per_s=steps * args.batch_size * world / sum(times) if times else None)
+        if args.target_acc is not None and reached is None and val_acc >= args.target_acc:
+            reached = {"epoch": epoch, "wall_s": wall, "train_s": train_s, "val_acc": val_acc}
+            log("target", target_acc=args.target_acc, **reached)
+        if args.max_steps and total_steps >= args.max_steps:
+            break
+
+    # Replica check: each rank hashes its own parameter bytes; the hashes are gathered. The
+    # parameters themselves are gathered as int32 bit patterns, so that the spread between
+    # replicas is measured on exactly the bits each rank holds.
+    flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
+    digest = hashlib.sha256(tensor_bytes(torch, flat.cpu())).hexdigest()
+    digests = [None] * world
+    dist.all_gather_object(digests, digest)
+    bits = [torch.empty_like(flat.view(torch.int32)) for _ in range(world)]
+    dist.all_gather(bits, flat.view(torch.int32).contiguous())
+    ref = bits[0].view(torch.float32).double()
+    spread = []
+    for b in bits:
+        diff = b.view(torch.float32).double() - ref
+        spread.append({"max_abs_diff": diff.abs().max().item(),
+                       "rel_l2_diff": (diff.norm() / ref.norm().clamp_min(1e-30)).item()})
+    wall = time.perf_counter() - t0
+    log("final", epochs=epoch, steps=total_steps, wall_s=wall, train_s=train_s,
+        val_loss=val_loss, val_acc=val_acc, initial_val_loss=val_loss0, initial_val_acc=val_acc0,
+        loss_decreased=val_loss < val_loss0, target_acc=args.target_acc,
+        time_to_target_s=reached["wall_s"] if reached else None,
+        train_time_to_target_s=reached["train_s"] if reached else None,
+        epochs_to_target=reached["epoch"] if reached else None,
+        iter_p50_ms=percentile(all_ms, 50), iter_p99_ms=percentile(all_ms, 99),
+        iter_max_ms=max(all_ms, default=None), iter_count=len(all_ms), first_step_ms=first_step_ms,
+        param_sha256=digests, params_identical=len(set(digests)) == 1,
+        params_vs_rank0=spread, params=n_params)
+    dist.barrier(device_ids=[device.index] if use_cuda else None)
+    # A clean shutdown closes the transport's connections (and lets it log its counters).
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
