@@ -22,8 +22,26 @@ ifneq ($(SAN),)
   LDFLAGS  += -fsanitize=address,undefined
 endif
 
-LIB_SRCS  := $(wildcard common/*.cc codec/*.cc transport/*.cc plugin/*.cc)
-LIB_OBJS  := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o)
+# GPU codec (cuda/): kernels when nvcc is found, else a stub whose gpu_available() says
+# "built without nvcc". cudart is linked statically, so the plugin loads (and reports no GPU)
+# on a machine without a driver; NVCC= (empty) forces the stub.
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifneq ($(NVCC),)
+  CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
+  GPU_SRCS  := cuda/gpu_codec.cc
+  CU_SRCS   := $(wildcard cuda/*.cu)
+  # --fmad=false: no FMA contraction, the same bits as the CPU build's -ffp-contract=off.
+  NVCCFLAGS := -std=c++17 -O3 --fmad=false -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=[sm_90,compute_90] \
+               -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings
+  LDFLAGS   += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl
+else
+  GPU_SRCS  := cuda/gpu_stub.cc
+  CU_SRCS   :=
+endif
+
+LIB_SRCS  := $(wildcard common/*.cc codec/*.cc transport/*.cc plugin/*.cc) $(GPU_SRCS)
+LIB_OBJS  := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
 BENCH_SRCS := $(wildcard tools/bench/*.cc)
@@ -68,6 +86,12 @@ $(BUILD)/obj/tests/%.o: CPPFLAGS += -DTRIM_TEST_PLUGIN_PATH='"$(abspath $(PLUGIN
 $(BUILD)/obj/%.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/cuda/gpu_codec.o: CPPFLAGS += -I$(CUDA_HOME)/include
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -I. -MMD -MP -MF $(@:.o=.d) $(NVCCFLAGS) -c $< -o $@
 
 $(ARCHIVE): $(LIB_OBJS)
 	@mkdir -p $(@D)
@@ -124,6 +148,7 @@ test: setup
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
+	scripts/check_ddp_scripts.sh
 
 asan:
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-asan SAN=1 all build-asan/bin/trim-tests

@@ -39,9 +39,15 @@ Decoder::Decoder(const CodecConfig& cfg) : cfg_(cfg) {}
 
 Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   if (out == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "decoder output is null");
+  begin_collect(layout, id);
+  out_ = static_cast<uint8_t*>(out);
+  return Status::ok();
+}
+
+void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
   layout_ = layout;
   id_ = id;
-  out_ = static_cast<uint8_t*>(out);
+  out_ = nullptr;
   stats_ = DecodeStats();
   rows_.assign(layout.rows(), RowState());
   row_first_slot_.resize(layout.rows() + 1);
@@ -56,7 +62,6 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   if (layout.dtype() != DType::kF32 && layout.scheme() == Scheme::kRht) {
     rot16_.assign(static_cast<size_t>(layout.typed_rows()) * layout.row_elems(), 0.0f);
   }
-  return Status::ok();
 }
 
 Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const {
@@ -166,7 +171,8 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
   }
 }
 
-PacketError Decoder::add(const ParsedPacket& p) {
+PacketError Decoder::admit(const ParsedPacket& p, uint32_t* slot) {
+  *slot = UINT32_MAX;
   const PacketHeader& h = p.hdr;
   if (h.cookie != id_.cookie) return reject(PacketError::kWrongCookie, h);
   if (h.msg_seq != id_.msg_seq || h.msg_bytes != layout_.bytes() || h.dtype != layout_.dtype() ||
@@ -193,15 +199,24 @@ PacketError Decoder::add(const ParsedPacket& p) {
   row.seen = true;
   row.scheme = h.scheme;
   row.scale = h.scale;
-  int32_t& got = got_[row_first_slot_[h.row] + slot_in_row];
+  const uint32_t s = row_first_slot_[h.row] + slot_in_row;
+  int32_t& got = got_[s];
   if (static_cast<int32_t>(p.payload_received) <= got) {
     stats_.duplicate_packets++;
     return PacketError::kOk;
   }
   if (got < 0) ++slots_filled_;
   got = static_cast<int32_t>(p.payload_received);
-  decode_slot(p, info, h.scheme);
+  *slot = s;
   return PacketError::kOk;
+}
+
+PacketError Decoder::add(const ParsedPacket& p) {
+  if (out_ == nullptr && layout_.bytes() != 0) return reject(PacketError::kInconsistent, p.hdr);  // collect mode
+  uint32_t slot;
+  const PacketError e = admit(p, &slot);
+  if (e == PacketError::kOk && slot != UINT32_MAX) decode_slot(p, layout_.row(p.hdr.row), p.hdr.scheme);
+  return e;
 }
 
 bool Decoder::row_complete(uint32_t r) const {

@@ -26,6 +26,14 @@ class Decoder {
   // Starts a message; `out` receives layout.bytes() bytes (and holds rotated fp32 rows until
   // they are finished).
   Status begin(const Layout& layout, const MessageId& id, void* out);
+  // Starts a message whose packets are decoded elsewhere (the GPU): only admit() may be used,
+  // which validates and counts each packet as add() does.
+  void begin_collect(const Layout& layout, const MessageId& id);
+  // add() without the decoding: checks that p belongs to the message (cookie, message,
+  // geometry, scheme, scale; a reject is counted and changes nothing) and records how much of
+  // its slot arrived. *slot = the packet's slot in message order when it brings more bytes than
+  // before (the caller keeps them), else UINT32_MAX (duplicate, or its row already finished).
+  PacketError admit(const ParsedPacket& p, uint32_t* slot);
   // Adds one parsed packet. A packet that does not belong (cookie, message, geometry, scheme or
   // scale) is rejected, counted, and changes nothing. A slot is decoded again only when more of
   // it arrives than before (a retransmission after a trim).

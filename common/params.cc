@@ -225,6 +225,22 @@ std::string params_markdown() {
     out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", info.env, kind_name(info.kind),
                        info.default_text, cell(allowed_text(info)), cell(info.doc));
   }
+  out +=
+      "\n## GPU buffers: what NCCL needs to hand the plugin GPU memory\n\n"
+      "With `NCCL_TRIM_GPU=auto` and a GPU present, the plugin advertises `NCCL_PTR_CUDA`, but NCCL\n"
+      "only registers GPU buffers with a network device it considers close enough to the GPU\n"
+      "(GPUDirect RDMA). The plugin reports a NIC's PCI path when `/sys/class/net/<if>/device` has\n"
+      "one; a virtual or loopback interface has none and counts as attached to the CPU, so NCCL keeps\n"
+      "giving the plugin pinned host buffers unless the user sets:\n\n"
+      "| NCCL variable | Value | Effect |\n"
+      "|---|---|---|\n"
+      "| `NCCL_NET_GDR_LEVEL` | `SYS` | receive buffers (and send buffers, see next line) in GPU memory for any NIC-GPU distance |\n"
+      "| `NCCL_NET_GDR_READ` | `1` | send buffers in GPU memory too (NCCL's default depends on the platform) |\n\n"
+      "The `NET/Trim: GPU buffers: ...` INFO line at init says which path is active; NCCL's own\n"
+      "`NCCL_DEBUG=INFO` lines show `GDRDMA` on the connections that use GPU buffers. With the GPU path\n"
+      "on, sends from GPU memory are encoded by the plugin's kernels into pinned staging (a chunk of\n"
+      "rows at a time, packets leaving as each chunk completes), receives are decoded by one kernel\n"
+      "launch into the GPU buffer before the request completes, so `iflush` has nothing to do.\n";
   return out;
 }
 

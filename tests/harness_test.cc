@@ -436,3 +436,54 @@ TEST(HarnessCli, MissingPluginIsAnError) {
 }
 
 }  // namespace
+
+// ---- The GPU path, emulated (NCCL_TRIM_TEST_GPU=emulate; the real kernels need a GPU) ----
+// Buffers registered as NCCL_PTR_CUDA go through the DeviceCodec: encoded per chunk of rows into
+// staging, each packet sent only once its chunk's ticket completed, received packets kept in
+// staging and decoded in one deferred launch that completes the receive. The emulator poisons
+// encode staging until its ticket completes, so a packet sent early fails its CRC (bad_packets).
+
+TEST(HarnessGpuPath, DeviceBuffersStayExactUnderFaults) {
+  trim::testing::EnvGuard gpu{"NCCL_TRIM_TEST_GPU", "emulate"};
+  HarnessRun r = run_harness("--mode sendrecv --bytes 1000003 --ptr cuda --profiler none");
+  expect_exact(r);
+  EXPECT_EQ(r.count("device_msgs"), 2 * (5 + 1)) << r.context();  // one message per op, warmup included
+  EXPECT_EQ(r.count("bad_packets"), 0) << r.context();
+  r = run_harness("--mode sendrecv --bytes 3M --ptr cuda --profiler none --drop 0.05 --dup 0.02 --reorder 0.05");
+  expect_exact(r);
+  EXPECT_GT(r.count("retransmits"), 0) << r.context();
+  EXPECT_GT(r.count("device_msgs"), 2 * (5 + 1)) << r.context();  // 3M: several NCCL steps per op
+}
+
+// Encoded, untrimmed, through the device path: rounding only, identical replicas. (The rht
+// signs are keyed by a random per-connection cookie, so two runs never round alike; the codec
+// level equality of device and host paths is DeviceCodec.* in device_codec_test.cc.)
+TEST(HarnessGpuPath, EncodedAllReduceIsExactToRounding) {
+  trim::testing::EnvGuard gpu{"NCCL_TRIM_TEST_GPU", "emulate"};
+  HarnessRun r = run_harness("--mode allreduce --ranks 3 --bytes 1000004 --ptr cuda");
+  expect_rounding_only(r);
+  EXPECT_GT(r.num("nmse"), 0.0) << r.context();  // encoded, not sent raw
+  EXPECT_GT(r.count("device_msgs"), 0) << r.context();
+}
+
+TEST(HarnessGpuPath, MixedTrafficTrimsOnlyTheReduceScatterHalf) {
+  trim::testing::EnvGuard gpu{"NCCL_TRIM_TEST_GPU", "emulate"};
+  const double p = 0.3;
+  const int n = 3;
+  HarnessRun r = run_harness("--mode mixed --ranks 3 --bytes 2M --iters 1 --trim 0.3 --ptr cuda");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("exact_ok"), "true") << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_GT(r.count("device_msgs"), 0) << r.context();
+  EXPECT_GT(r.num("nmse"), 0.0) << r.context();
+  EXPECT_LE(r.num("nmse"), kRhtOneBitNmse * p * (n - 1)) << r.context();
+}
+
+// No GPU and no emulation: getProperties has no NCCL_PTR_CUDA (Loopback.CudaRegistration... checks
+// that a registration of CUDA memory is refused with a reason).
+TEST(HarnessGpuPath, NoGpuMeansHostOnly) {
+  HarnessRun r = run_harness("--mode sendrecv --bytes 64K --ptr cuda");
+  EXPECT_NE(r.exit_code, 0) << r.context();
+  EXPECT_NE(r.str("error").find("NCCL_PTR_CUDA"), std::string::npos) << r.context();
+}

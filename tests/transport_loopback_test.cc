@@ -235,6 +235,20 @@ TEST_F(Loopback, TrimmableAllreduceTrafficArrivesWholeWithoutCongestion) {
   EXPECT_EQ(0, std::memcmp(in.data(), out.data(), 1 << 20));
 }
 
+// No GPU here (and no NCCL_TRIM_TEST_GPU=emulate): the device advertises host memory only and a
+// registration of CUDA memory fails, saying why, instead of being treated as host memory.
+TEST_F(Loopback, CudaRegistrationWithoutAGpuPathIsRefused) {
+  Result<DeviceProps> props = device_props(0);
+  ASSERT_TRUE(props.is_ok());
+  if ((props->ptr_support & kPtrCuda) != 0) GTEST_SKIP() << "this machine has a GPU path";
+  std::vector<uint8_t> buf(4096);
+  MemRegion region{buf.data(), buf.size()};
+  region.type = MemType::kCuda;
+  Result<MemHandle*> m = reg_mr(as_comm(send_), region);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("GPU path is off"), std::string::npos) << m.status().to_string();
+}
+
 TEST_F(Loopback, CloseWithOperationsInFlight) {
   // Members, not locals: TearDown closes both ends with data moving, and the buffers must
   // outlive the close (NCCL frees them after close on a normal teardown).

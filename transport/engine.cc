@@ -351,6 +351,10 @@ void Engine::run() {
         if (n == kTxBudgetPerConn) busy = true;
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
       }
+      if (c->recv && !c->dead) {
+        c->recv->poll_device();
+        deadline = std::min(deadline, c->recv->next_deadline_ns(now));
+      }
       deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
     tx.flush();
@@ -368,6 +372,7 @@ void GlobalStats::add(const ConnCounters& c) {
   dup_packets += c.dup_packets;
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
+  device_msgs += c.device_msgs;
 }
 
 std::string GlobalStats::to_json() const {
@@ -375,12 +380,12 @@ std::string GlobalStats::to_json() const {
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
-      "\"gso_sends\":{},\"gro_batches\":{}}}",
+      "\"gso_sends\":{},\"gro_batches\":{},\"device_msgs\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
-      gso_sends.load(), gro_batches.load());
+      gso_sends.load(), gro_batches.load(), device_msgs.load());
 }
 
 GlobalStats& global_stats() {

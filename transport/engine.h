@@ -165,7 +165,8 @@ struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
-      gso_sends{0}, gro_batches{0};  // segmentation offload: super-datagrams sent, coalesced runs received
+      gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
+      device_msgs{0};  // messages in GPU memory, encoded/decoded by the DeviceCodec
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

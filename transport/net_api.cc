@@ -12,9 +12,11 @@
 #include <mutex>
 
 #include "codec/rng.h"
+#include "cuda/gpu_codec.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "transport/classify.h"
+#include "transport/device_codec.h"
 #include "transport/devices.h"
 #include "transport/engine.h"
 #include "transport/send_class.h"
@@ -33,6 +35,7 @@ class Context {
   codec::CodecConfig codec;
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
   std::unique_ptr<transport::SendClassifier> classifier;
+  transport::DeviceMode device_mode = transport::DeviceMode::kNone;  // GPU buffers: how, if at all
 };
 
 class Comm {
@@ -108,6 +111,9 @@ struct Globals {
   std::vector<transport::NetIf> devices;
   std::vector<std::unique_ptr<Engine>> engines;  // one per device, started on first use
   int contexts = 0;
+  // The GPU path of the latest init: getProperties (which has no context) advertises
+  // NCCL_PTR_CUDA by it. NCCL uses one params set per process.
+  transport::DeviceMode device_mode = transport::DeviceMode::kNone;
 };
 
 Globals& globals() {
@@ -214,6 +220,7 @@ transport::ConnParams conn_params(const Context& ctx, uint64_t cookie, uint32_t 
   cp.target_trim = ctx.params.target_trim;
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
+  cp.device = ctx.device_mode;
   return cp;
 }
 
@@ -283,6 +290,24 @@ Result<Context*> init(const InitOptions& options) {
   ctx->params = p.value();
   ctx->codec = cfg.value();
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
+  std::string why;
+  ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, ctx->params.test_gpu == 1, &why);
+  switch (ctx->device_mode) {
+    case transport::DeviceMode::kCuda:
+      TRIM_INFO("NET/Trim: GPU buffers: on (NCCL_PTR_CUDA; encoded and decoded by the plugin's CUDA kernels)");
+      break;
+    case transport::DeviceMode::kEmulated:
+      TRIM_WARN("NET/Trim: TEST-ONLY GPU emulation is on (NCCL_TRIM_TEST_GPU=emulate): never use this in a real job");
+      break;
+    case transport::DeviceMode::kNone:
+      TRIM_INFO("NET/Trim: GPU buffers: off ({}); host buffers, CPU codec", why);
+      break;
+  }
+  {
+    Globals& g = globals();
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.device_mode = ctx->device_mode;
+  }
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
       ctx->params.test_trim > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
@@ -323,7 +348,7 @@ Result<DeviceProps> device_props(int dev) {
   p.name = d.name;
   p.pci_path = d.pci_path;
   p.guid = d.guid;
-  p.ptr_support = kPtrHost;
+  p.ptr_support = kPtrHost | (g.device_mode != transport::DeviceMode::kNone ? kPtrCuda : 0);
   p.speed_mbps = d.speed_mbps;
   p.port = 0;
   p.latency_us = 0;
@@ -506,8 +531,17 @@ RecvComm* as_recv(Comm* comm) {
 Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
   if (comm == nullptr) return null_argument("reg_mr", "comm");
   if (region.data == nullptr && region.bytes != 0) return null_argument("reg_mr", "data");
-  if (region.type != MemType::kHost) {
-    return Status(Code::kInvalidArgument, "reg_mr: only host memory is supported (ptrSupport = NCCL_PTR_HOST)");
+  if (region.type == MemType::kCuda) {
+    const transport::DeviceMode mode = comm->ctx()->device_mode;
+    if (mode == transport::DeviceMode::kNone) {
+      return Status(Code::kInvalidArgument,
+                    "reg_mr: NCCL_PTR_CUDA memory, but the GPU path is off (ptrSupport = NCCL_PTR_HOST)");
+    }
+    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !gpu::is_device_pointer(region.data)) {
+      return Status(Code::kInvalidArgument, "reg_mr: NCCL_PTR_CUDA memory the CUDA runtime does not know as device memory");
+    }
+  } else if (region.type != MemType::kHost) {
+    return Status(Code::kInvalidArgument, "reg_mr: unknown memory type");
   }
   auto m = std::make_unique<MemHandle>();
   m->region = region;
@@ -534,7 +568,6 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
 
 Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
   (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
-  (void)mem;
   if (comm == nullptr) return null_argument("isend", "comm");
   if (data == nullptr && bytes != 0) return null_argument("isend", "data");
   Conn* c = comm->core.conn.get();
@@ -552,6 +585,7 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
   op.bytes = bytes;
   op.seq = comm->core.next_seq++;
   op.trimmable = cls.trimmable;
+  op.on_device = mem != nullptr && mem->region.type == MemType::kCuda;
   op.dtype = cls.dtype;
   op.result.reset();
   {
@@ -577,6 +611,7 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
   transport::RecvOp& op = r->recv;
   op.data = static_cast<uint8_t*>(buffers[0].data);
   op.capacity = buffers[0].capacity_bytes;
+  op.on_device = buffers[0].mem != nullptr && buffers[0].mem->region.type == MemType::kCuda;
   op.seq = comm->core.next_seq++;
   op.result.reset();
   {
@@ -591,7 +626,9 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
   if (comm == nullptr) return null_argument("iflush", "comm");
   if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
-  return static_cast<Request*>(nullptr);  // host memory: the data is already where the CPU sees it
+  // Host memory: the data is where the CPU sees it. GPU memory: a receive completes only after
+  // our decode kernel, on our stream, has written it; NCCL's later kernels see it.
+  return static_cast<Request*>(nullptr);
 }
 
 Status test(Request* request, Completion* out) {

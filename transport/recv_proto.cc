@@ -2,12 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
+#include "codec/packet.h"
 #include "common/log.h"
 
 namespace trim::transport {
 
 RecvProto::RecvProto(const ConnParams& params) : params_(params) {}
-RecvProto::~RecvProto() = default;
+RecvProto::~RecvProto() { drain_device(); }
+
+void RecvProto::drain_device() {
+  if (!device_) return;
+  for (Msg& m : msgs_) {
+    while (m.op != nullptr && m.decode != 0 && !device_->poll(m.decode)) {
+    }
+  }
+}
 
 Status RecvProto::post(RecvOp* op, TxSink* sink) {
   if (op->seq != static_cast<uint32_t>(posted_)) {
@@ -41,10 +52,60 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
   const uint32_t idx = m->op->seq % kMaxPostedRecvs;
   if (!decoders_[idx]) decoders_[idx] = std::make_unique<codec::Decoder>(params_.codec);
   codec::MessageId id{params_.cookie, m->op->seq, h.trimmable()};
-  if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) return false;
   m->layout = layout.value();
+  if (m->op->on_device) {
+    if (!begin_device(m, id)) return false;
+  } else if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) {
+    return false;
+  }
   m->started = true;
   return true;
+}
+
+bool RecvProto::begin_device(Msg* m, const codec::MessageId& id) {
+  Status st;
+  if (!device_) {
+    Result<std::unique_ptr<DeviceCodec>> d = make_device_codec(params_.device, params_.codec, m->op->data);
+    if (!d || !*d) {
+      st = d ? Status(Code::kUnavailable, "irecv into GPU memory, but this process has no GPU path") : d.status();
+    } else {
+      device_ = std::move(d.value());
+    }
+  }
+  if (st.is_ok()) {
+    const size_t need = static_cast<size_t>(m->layout.packets()) * params_.codec.packet_bytes;
+    std::string err;
+    m->staging = device_->alloc_staging(need, &err);
+    if (!m->staging) st = Status(Code::kSystem, fmt::format("receive staging of {} bytes: {}", need, err));
+  }
+  if (!st.is_ok()) {
+    m->failed = true;
+    m->op->result.fail(st);
+    return false;
+  }
+  m->got_bytes.assign(m->layout.packets(), 0);
+  ++counters_.device_msgs;
+  decoders_[m->op->seq % kMaxPostedRecvs]->begin_collect(m->layout, id);
+  return true;
+}
+
+void RecvProto::keep_for_device(Msg* m, const codec::ParsedPacket& p, uint32_t slot) {
+  // The packet as it arrived (header and whatever payload survived): the GPU decodes it.
+  const uint32_t bytes = codec::kHeaderBytes + p.payload_received;
+  std::memcpy(m->staging->data() + static_cast<size_t>(slot) * params_.codec.packet_bytes,
+              p.payload - codec::kHeaderBytes, bytes);
+  m->got_bytes[slot] = bytes;
+}
+
+void RecvProto::poll_device() {
+  if (decoding_ == 0) return;
+  for (Msg& m : msgs_) {
+    if (m.op == nullptr || m.decode == 0 || !device_->poll(m.decode)) continue;
+    m.decode = 0;
+    --decoding_;
+    m.staging.reset();
+    complete(&m, m.layout.bytes());
+  }
 }
 
 void RecvProto::complete(Msg* m, uint64_t bytes) {
@@ -83,7 +144,15 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     ++counters_.bad_packets;
     return;
   }
-  const codec::PacketError e = decoders_[p.hdr.msg_seq % kMaxPostedRecvs]->add(p);
+  codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
+  codec::PacketError e;
+  if (m->op->on_device) {
+    uint32_t slot = UINT32_MAX;
+    e = m->decode != 0 ? codec::PacketError::kOk : dec.admit(p, &slot);  // decoding: it has what it needs
+    if (e == codec::PacketError::kOk && slot != UINT32_MAX) keep_for_device(m, p, slot);
+  } else {
+    e = dec.add(p);
+  }
   if (e != codec::PacketError::kOk) {
     ++counters_.bad_packets;
     TRIM_DEBUG("NET/Trim: packet psn {} of message {} rejected: {}", psn, p.hdr.msg_seq, codec::packet_error_name(e));
@@ -100,8 +169,19 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   ack_due_ = true;
   // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
   // must not complete a receive with data missing.
-  codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
-  if (dec.slots_filled() == m->layout.packets()) {
+  if (m->op->on_device) {
+    if (m->decode == 0 && dec.slots_filled() == m->layout.packets()) {
+      const codec::MessageId id{params_.cookie, m->op->seq, p.hdr.trimmable()};
+      m->decode = device_->decode_rows(m->layout, id, m->staging->data(), params_.codec.packet_bytes,
+                                       m->got_bytes.data(), 0, m->layout.rows(), m->op->data);
+      if (m->decode == 0) {
+        m->failed = true;
+        m->op->result.fail(Status(Code::kInternal, fmt::format("GPU decode: {}", device_->last_error())));
+      } else {
+        ++decoding_;
+      }
+    }
+  } else if (dec.slots_filled() == m->layout.packets()) {
     dec.finish();
     complete(m, m->layout.bytes());
   }
@@ -157,6 +237,8 @@ bool RecvProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
 }
 
 void RecvProto::fail_all(const Status& error) {
+  drain_device();
+  decoding_ = 0;
   for (Msg& m : msgs_) {
     if (m.op != nullptr) m.op->result.fail(error);
     m = Msg{};

@@ -21,6 +21,7 @@ struct RecvOp {
   uint8_t* data = nullptr;
   uint64_t capacity = 0;
   uint32_t seq = 0;
+  bool on_device = false;  // data is GPU memory: decoded by the connection's DeviceCodec
   OpResult result;
 };
 
@@ -39,6 +40,10 @@ class RecvProto {
   // or unconditionally when `force` (a duplicate asks for a fresh ACK too).
   void flush_ack(TxSink* sink);
   void fail_all(const Status& error);
+  // Completes device-memory receives whose decode has finished.
+  void poll_device();
+  // The earliest time poll_device has something to check (UINT64_MAX: nothing).
+  uint64_t next_deadline_ns(uint64_t now_ns) const { return decoding_ > 0 ? now_ns + kDevicePollNs : UINT64_MAX; }
 
   bool has_pending() const { return posted_ != completed_; }
   // Whether a pending operation's buffer overlaps [lo, hi): the proto may still write into it.
@@ -53,6 +58,12 @@ class RecvProto {
     bool started = false;
     bool failed = false;
     codec::Layout layout;
+    // Device receives: packets are kept (whole or trimmed, as they arrived) in staging and
+    // decoded on the GPU in one launch once every slot is filled; the receive completes when
+    // that launch has.
+    std::unique_ptr<StagingBuffer> staging;
+    std::vector<uint32_t> got_bytes;  // per slot: bytes kept, header included; 0 = none
+    DeviceCodec::Ticket decode = 0;
   };
   bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
   void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
@@ -60,6 +71,9 @@ class RecvProto {
   Msg* find(uint32_t seq);
   bool begin_msg(Msg* m, const codec::PacketHeader& h);
   void complete(Msg* m, uint64_t bytes);
+  bool begin_device(Msg* m, const codec::MessageId& id);
+  void keep_for_device(Msg* m, const codec::ParsedPacket& p, uint32_t slot);
+  void drain_device();
 
   ConnParams params_;
   std::array<Msg, kMaxPostedRecvs> msgs_;
@@ -71,6 +85,8 @@ class RecvProto {
   std::vector<uint32_t> nacks_;
   bool ack_due_ = false;
   ConnCounters counters_;
+  std::unique_ptr<DeviceCodec> device_;
+  uint32_t decoding_ = 0;  // device receives whose decode is in flight
 };
 
 }  // namespace trim::transport

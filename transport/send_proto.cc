@@ -28,6 +28,11 @@ struct SendProto::Msg {
   uint32_t zc_row = 0;              // row of packet `next`
   std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
+  // Device messages: packets land in dstaging, one encode launch per chunk of rows.
+  std::unique_ptr<StagingBuffer> dstaging;
+  std::vector<DeviceCodec::Ticket> chunk_tickets;
+  uint32_t rows_per_chunk = 1;
+  uint8_t* packets() { return dstaging ? dstaging->data() : staging.data(); }
 };
 
 namespace {
@@ -45,7 +50,17 @@ SendProto::SendProto(const ConnParams& params)
       ring_(kSackBits),
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes) {}
 
-SendProto::~SendProto() = default;
+SendProto::~SendProto() { drain_device(); }
+
+void SendProto::drain_device() {
+  if (!device_) return;
+  for (auto& m : msgs_) {
+    for (DeviceCodec::Ticket t : m->chunk_tickets) {
+      while (t != 0 && !device_->poll(t)) {
+      }
+    }
+  }
+}
 
 Status SendProto::post(SendOp* op) {
   if (op->seq != next_seq_) {
@@ -105,6 +120,7 @@ Status SendProto::start(Msg* m) {
   m->row_first[m->layout.rows()] = first;
   m->psn_base = snd_nxt_;
   m->started = true;
+  if (op.on_device) return start_device(m);
   m->zero_copy = scheme == codec::Scheme::kNone;
   if (m->zero_copy) return Status::ok();
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
@@ -121,8 +137,54 @@ Status SendProto::start(Msg* m) {
   return Status::ok();
 }
 
-Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
-  if (m->zero_copy) return Status::ok();
+Status SendProto::start_device(Msg* m) {
+  // GPU memory cannot be a socket's iovec: exact messages too go through the device codec
+  // (scheme none: header + raw bytes, copied into host staging).
+  if (!device_) {
+    Result<std::unique_ptr<DeviceCodec>> d = make_device_codec(params_.device, params_.codec, m->op->data);
+    if (!d) return d.status();
+    if (!*d) return Status(Code::kUnavailable, "isend of GPU memory, but this process has no GPU path");
+    device_ = std::move(d.value());
+  }
+  const size_t stride = params_.codec.packet_bytes;
+  const size_t need = static_cast<size_t>(m->npackets) * stride;
+  for (auto it = device_staging_pool_.begin(); it != device_staging_pool_.end(); ++it) {
+    if ((*it)->size() >= need) {
+      m->dstaging = std::move(*it);
+      device_staging_pool_.erase(it);
+      break;
+    }
+  }
+  if (!m->dstaging) {
+    std::string err;
+    m->dstaging = device_->alloc_staging(need, &err);
+    if (!m->dstaging) return Status(Code::kSystem, fmt::format("staging of {} bytes: {}", need, err));
+  }
+  m->sizes.assign(m->npackets, 0);
+  ++counters_.device_msgs;
+  m->rows_per_chunk = device_rows_per_chunk(m->layout);
+  const codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
+  for (uint32_t r = 0; r < m->layout.rows(); r += m->rows_per_chunk) {
+    const uint32_t n = std::min(m->rows_per_chunk, m->layout.rows() - r);
+    const DeviceCodec::Ticket t = device_->encode_rows(m->layout, id, m->op->data, r, n,
+                                                       m->dstaging->data() + m->row_first[r] * stride, stride,
+                                                       m->sizes.data() + m->row_first[r]);
+    if (t == 0) return Status(Code::kInternal, fmt::format("GPU encode: {}", device_->last_error()));
+    m->chunk_tickets.push_back(t);
+  }
+  return Status::ok();
+}
+
+Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
+  if (m->zero_copy) return true;
+  if (m->dstaging) {
+    while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
+      const uint32_t chunk = m->rows_encoded / m->rows_per_chunk;
+      if (!device_->poll(m->chunk_tickets[chunk])) return false;
+      m->rows_encoded = std::min(m->layout.rows(), (chunk + 1) * m->rows_per_chunk);
+    }
+    return true;
+  }
   while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
     const uint32_t r = m->rows_encoded;
     codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
@@ -133,7 +195,7 @@ Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
     if (!n) return n.status();
     ++m->rows_encoded;
   }
-  return Status::ok();
+  return true;
 }
 
 Status SendProto::build_zero_copy_header(Msg* m, uint32_t psn) {
@@ -158,7 +220,7 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
     sink->data(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes);
     bytes = codec::kHeaderBytes + s.payload_bytes;
   } else {
-    uint8_t* pkt = m->staging.data() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
+    uint8_t* pkt = m->packets() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
     bytes = m->sizes[s.pkt];
     if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
     sink->data(pkt, bytes, nullptr, 0);
@@ -198,6 +260,7 @@ SendProto::Msg* SendProto::next_to_send() {
 
 uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
   uint32_t n = 0;
+  device_waiting_ = false;
   const bool paced = params_.rate_gbps > 0;
   while (n < budget && !retx_.empty()) {
     if (paced && now_ns < pace_next_ns_) return n;
@@ -224,16 +287,22 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
       Status st = start(m);
       if (!st.is_ok()) {
         TRIM_WARN("NET/Trim: {}", st.message());
+        drain_device();
         m->op->result.fail(st);
         msgs_.remove_if([m](const std::unique_ptr<Msg>& x) { return x.get() == m; });
         continue;
       }
     }
-    Status st = encode_rows_through(m, m->next);
-    if (!st.is_ok()) {
-      fail_all(st);
+    Result<bool> ready = encode_rows_through(m, m->next);
+    if (!ready) {
+      fail_all(ready.status());
       return n;
     }
+    if (!*ready) {
+      device_waiting_ = true;  // FIFO: nothing later may overtake it
+      break;
+    }
+    Status st;
     const uint32_t psn = m->psn_base + m->next;
     Slot& s = slot(psn);
     s = Slot{m, m->next, 0, 0, false, false};
@@ -404,6 +473,7 @@ void SendProto::on_timer(uint64_t now_ns) {
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
   uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
+  if (device_waiting_) d = std::min(d, now_ns + kDevicePollNs);
   if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
@@ -417,6 +487,7 @@ void SendProto::complete_finished() {
     if (m->sent_all && m->acked == m->npackets) {
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
+      if (m->dstaging && device_staging_pool_.size() < 4) device_staging_pool_.push_back(std::move(m->dstaging));
       it = msgs_.erase(it);
     } else {
       ++it;
@@ -425,6 +496,7 @@ void SendProto::complete_finished() {
 }
 
 void SendProto::fail_all(const Status& error) {
+  drain_device();
   for (auto& m : msgs_) m->op->result.fail(error);
   msgs_.clear();
   for (Slot& s : ring_) s = Slot{};

@@ -22,6 +22,7 @@ struct SendOp {
   uint64_t bytes = 0;
   uint32_t seq = 0;  // position in the connection's FIFO
   bool trimmable = false;
+  bool on_device = false;  // data is GPU memory: encoded by the connection's DeviceCodec
   codec::DType dtype = codec::DType::kRaw;  // kRaw when exact
   OpResult result;
 };
@@ -72,7 +73,12 @@ class SendProto {
   Slot& slot(uint32_t psn) { return ring_[psn % kSackBits]; }
   bool in_flight_psn(uint32_t psn) const;
   Status start(Msg* m);
-  Status encode_rows_through(Msg* m, uint32_t pkt);
+  Status start_device(Msg* m);
+  // Whether packet `pkt` of m is encoded (host: encodes the rows up to it; device: polls the
+  // encode of its chunk of rows).
+  Result<bool> encode_rows_through(Msg* m, uint32_t pkt);
+  // Waits for the device work in flight (it reads NCCL's buffer and writes our staging).
+  void drain_device();
   // Header of the zero-copy packet m->next, sent as `psn` (kept in headers_ until acknowledged).
   Status build_zero_copy_header(Msg* m, uint32_t psn);
   uint8_t* header(uint32_t psn) { return headers_.data() + static_cast<size_t>(psn % kSackBits) * codec::kHeaderBytes; }
@@ -107,6 +113,10 @@ class SendProto {
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
   std::vector<std::vector<uint8_t>> staging_pool_;
+  // Device-memory messages: the connection's GPU codec (created on first use) and its staging.
+  std::unique_ptr<DeviceCodec> device_;
+  std::vector<std::unique_ptr<StagingBuffer>> device_staging_pool_;
+  bool device_waiting_ = false;  // the next packet waits for a device encode
 };
 
 }  // namespace trim::transport

@@ -168,7 +168,8 @@ ncclResult_t NetPlugin::accept(void* listen_comm, void** recv_comm) {
 }
 
 ncclResult_t NetPlugin::reg_mr(void* comm, void* data, size_t bytes, void** mhandle) {
-  HARNESS_DISPATCH(regMr(comm, data, bytes, NCCL_PTR_HOST, mhandle));
+  const int type = ptr_cuda_ ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+  HARNESS_DISPATCH(regMr(comm, data, bytes, type, mhandle));
 }
 
 ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { HARNESS_DISPATCH(deregMr(comm, mhandle)); }

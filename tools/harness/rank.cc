@@ -76,6 +76,9 @@ Status Connections::open(const Options& opt, int rank, RankChannel* chan, RankRe
                                        " outside (0, 1 TiB]");
   }
   if ((info.ptr_support & NCCL_PTR_HOST) == 0) return Status(Code::kInternal, "getProperties: no NCCL_PTR_HOST");
+  if (opt.ptr_cuda && (info.ptr_support & NCCL_PTR_CUDA) == 0) {
+    return Status(Code::kUnavailable, "--ptr cuda, but getProperties has no NCCL_PTR_CUDA (no GPU path)");
+  }
 
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   r = net_->listen(0, handle, &listen_);
@@ -148,6 +151,7 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   Result<NetPlugin*> opened = NetPlugin::open(opt.plugin_path, opt.api);
   if (!opened) return opened.status();
   std::unique_ptr<NetPlugin> net(opened.value());
+  net->set_ptr_cuda(opt.ptr_cuda);
 
   // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while
   // no profiler is loaded.

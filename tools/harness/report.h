@@ -20,6 +20,7 @@ struct PluginStats {
   int64_t trimmed_accepted = 0;
   int64_t trimmed_nacked = 0;
   int64_t dup_packets = 0;
+  int64_t device_msgs = 0;
   int64_t bad_packets = 0;
 };
 

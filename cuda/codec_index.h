@@ -1,0 +1,403 @@
+// Index math and per-element arithmetic of the GPU codec, as TRIM_HD inline functions: the
+// kernels in cuda/*.cu call them on the device, and tests/cuda_index_test.cc runs the very
+// same functions on the host against codec::Encoder / codec::Decoder (no GPU needed). Each
+// function mirrors one piece of the CPU codec; the comment names which.
+// No CUDA headers and no host-only calls: nvcc and g++ both compile this file.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "codec/rng.h"
+#include "codec/types.h"
+
+namespace trim::gpu {
+
+using codec::DType;
+using codec::Scheme;
+
+constexpr uint32_t kHeaderBytes = 56;  // codec::kHeaderBytes
+constexpr uint32_t kCrcOffset = 52;
+constexpr uint8_t kFlagTrimmable = 0x02, kFlagTail = 0x04;
+
+// A codec::Layout reduced to plain fields the device can read (cuda/geom_host.h builds it).
+struct RowGeom {
+  uint64_t bytes;
+  uint64_t typed_elems;
+  uint32_t row_elems;
+  uint32_t typed_rows;
+  uint32_t tail_bytes;
+  uint32_t epp;       // elements per packet of typed rows
+  uint32_t tail_epp;  // of the tail row
+  uint8_t dtype, scheme, head_planes, row_log2;
+};
+
+// codec::RowInfo.
+struct RowDesc {
+  uint32_t row, elems, epp, packets;
+  uint64_t byte_offset;
+  bool tail;
+  Scheme scheme;
+};
+
+TRIM_HD uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+TRIM_HD uint32_t geom_rows(const RowGeom& g) { return g.typed_rows + (g.tail_bytes != 0 ? 1u : 0u); }
+
+// Layout::row.
+TRIM_HD RowDesc row_desc(const RowGeom& g, uint32_t r) {
+  RowDesc d{};
+  d.row = r;
+  if (r >= g.typed_rows) {
+    d.tail = true;
+    d.elems = g.tail_bytes;
+    d.byte_offset = g.bytes - g.tail_bytes;
+    d.epp = g.tail_epp;
+    d.packets = 1;
+    d.scheme = Scheme::kNone;
+    return d;
+  }
+  const uint64_t first = static_cast<uint64_t>(r) * g.row_elems;
+  const uint64_t left = g.typed_elems - first;
+  d.tail = false;
+  d.elems = left < g.row_elems ? static_cast<uint32_t>(left) : g.row_elems;
+  d.byte_offset = first * codec::dtype_bytes(static_cast<DType>(g.dtype));
+  d.epp = g.epp;
+  d.packets = (d.elems + g.epp - 1) / g.epp;
+  d.scheme = static_cast<Scheme>(g.scheme);
+  return d;
+}
+
+// Index of packet 0 of row r among all packets of the message (every typed row but the last
+// is full, and the tail row comes last, so no table is needed).
+TRIM_HD uint64_t row_first_slot(const RowGeom& g, uint32_t r) {
+  const uint64_t full_packets = (g.row_elems + g.epp - 1) / g.epp;
+  if (r < g.typed_rows) return static_cast<uint64_t>(r) * full_packets;
+  if (g.typed_rows == 0) return 0;
+  return static_cast<uint64_t>(g.typed_rows - 1) * full_packets + row_desc(g, g.typed_rows - 1).packets;
+}
+
+// codec::plane_bits / plane_bytes / trim_point_bytes.
+struct Planes {
+  uint32_t b0, b1, b2;  // bits per element
+  uint32_t p0, p1, p2;  // bytes of each plane for a packet's element count
+  TRIM_HD uint32_t total() const { return p0 + p1 + p2; }
+};
+
+TRIM_HD Planes packet_planes(Scheme scheme, DType dtype, bool tail, uint32_t n) {
+  Planes p{};
+  if (tail) {
+    p.b2 = 8;
+  } else if (scheme == Scheme::kNone) {
+    p.b2 = 8 * codec::dtype_bytes(dtype);
+  } else {
+    p.b0 = 1;
+    p.b1 = (scheme == Scheme::kSq || scheme == Scheme::kSd) ? 16 : 15;
+    p.b2 = dtype == DType::kF32 ? 16 : 0;
+  }
+  p.p0 = static_cast<uint32_t>((static_cast<uint64_t>(n) * p.b0 + 7) / 8);
+  p.p1 = static_cast<uint32_t>((static_cast<uint64_t>(n) * p.b1 + 7) / 8);
+  p.p2 = static_cast<uint32_t>((static_cast<uint64_t>(n) * p.b2 + 7) / 8);
+  return p;
+}
+
+TRIM_HD uint32_t trim_bytes_of(const Planes& p, Scheme scheme, uint8_t head_planes) {
+  if (scheme == Scheme::kNone) return 0;
+  return head_planes >= 2 ? p.p0 + p.p1 : p.p0;
+}
+
+// ---- Header (codec::write_header; psn, dst_ip4 and dst_port are 0 as the encoder leaves them).
+
+TRIM_HD uint32_t crc32c_bitwise(const uint8_t* data, uint32_t len) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (uint32_t i = 0; i < len; ++i) {
+    c ^= data[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+TRIM_HD void put_le(uint8_t* p, uint64_t v, uint32_t bytes) {
+  for (uint32_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+TRIM_HD uint32_t get_le(const uint8_t* p, uint32_t bytes) {
+  uint32_t v = 0;
+  for (uint32_t i = 0; i < bytes; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+struct HeaderFields {
+  uint8_t flags, scheme, dtype, head_planes, row_log2;
+  uint64_t cookie;
+  uint32_t msg_seq, msg_bytes, row;
+  uint16_t first_elem, elem_count, payload_bytes, trim_bytes;
+  float scale;
+};
+
+// The header of packet k of a row (Encoder::row_header + set_packet_range).
+TRIM_HD HeaderFields packet_header(const RowGeom& g, const RowDesc& d, uint64_t cookie, uint32_t msg_seq,
+                                   bool trimmable, Scheme scheme, float scale, uint32_t k) {
+  HeaderFields h{};
+  h.flags = static_cast<uint8_t>((d.tail ? kFlagTail : 0) | (trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
+  h.scheme = static_cast<uint8_t>(scheme);
+  h.dtype = g.dtype;
+  h.head_planes = g.head_planes;
+  h.row_log2 = g.row_log2;
+  h.cookie = cookie;
+  h.msg_seq = msg_seq;
+  h.msg_bytes = static_cast<uint32_t>(g.bytes);
+  h.row = d.row;
+  h.scale = scale;
+  const uint32_t first = k * d.epp, n = min_u32(d.epp, d.elems - first);
+  const Planes p = packet_planes(scheme, static_cast<DType>(g.dtype), d.tail, n);
+  h.first_elem = static_cast<uint16_t>(first);
+  h.elem_count = static_cast<uint16_t>(n);
+  h.payload_bytes = static_cast<uint16_t>(p.total());
+  h.trim_bytes = static_cast<uint16_t>(trim_bytes_of(p, scheme, g.head_planes));
+  return h;
+}
+
+TRIM_HD void header_bytes(const HeaderFields& h, uint8_t out[kHeaderBytes]) {
+  put_le(out + 0, 0x5254, 2);
+  out[2] = 1;
+  out[3] = h.flags;
+  out[4] = h.scheme;
+  out[5] = h.dtype;
+  out[6] = h.head_planes;
+  out[7] = h.row_log2;
+  put_le(out + 8, h.cookie, 8);
+  put_le(out + 16, h.msg_seq, 4);
+  put_le(out + 20, h.msg_bytes, 4);
+  put_le(out + 24, h.row, 4);
+  put_le(out + 28, h.first_elem, 2);
+  put_le(out + 30, h.elem_count, 2);
+  put_le(out + 32, h.payload_bytes, 2);
+  put_le(out + 34, h.trim_bytes, 2);
+  put_le(out + 36, codec::f32_bits(h.scale), 4);
+  for (uint32_t i = 40; i < kCrcOffset; ++i) out[i] = 0;  // psn, dst_ip4, dst_port, reserved
+  // The encoder never sets TRIMMED, so the CRC runs over the bytes as they are.
+  put_le(out + kCrcOffset, crc32c_bitwise(out, kCrcOffset), 4);
+}
+
+// ---- Packing, 8 elements (one "group": 1 byte of plane 0, 15 or 16 of plane 1, 16 of plane 2).
+// Group q of a packet holds its elements [8q, 8q + 8); the last group of a row may hold fewer
+// (r valid ones), whose missing fields are zero, exactly as the CPU's partial packing leaves
+// the unused bits of the last bytes.
+
+struct Group {
+  uint8_t p0;
+  uint8_t p1[16];
+  uint8_t p2[16];
+};
+
+// Eight 15-bit fields as a little-endian bitstream of 15 bytes (planes.cc pack15).
+TRIM_HD void pack15x8(const uint32_t f[8], uint8_t out[15]) {
+  const uint64_t lo = static_cast<uint64_t>(f[0]) | (static_cast<uint64_t>(f[1]) << 15) |
+                      (static_cast<uint64_t>(f[2]) << 30) | (static_cast<uint64_t>(f[3]) << 45) |
+                      (static_cast<uint64_t>(f[4]) << 60);
+  const uint64_t hi = (static_cast<uint64_t>(f[4]) >> 4) | (static_cast<uint64_t>(f[5]) << 11) |
+                      (static_cast<uint64_t>(f[6]) << 26) | (static_cast<uint64_t>(f[7]) << 41);
+  put_le(out, lo, 8);
+  put_le(out + 8, hi, 7);
+}
+
+// Bytes of plane 1 and plane 2 a group of r valid elements occupies.
+TRIM_HD uint32_t group_p1_bytes(uint32_t b1, uint32_t r) { return (b1 * r + 7) / 8; }
+TRIM_HD uint32_t group_p2_bytes(uint32_t b2, uint32_t r) { return b2 * r / 8; }
+
+// fp32 sign layout (sign, rht): plane 0 = bit 31, plane 1 = bits 30..16, plane 2 = bits 15..0.
+TRIM_HD void pack_group_f32_sign(const uint32_t x[8], uint32_t r, Group* g) {
+  uint32_t f[8];
+  g->p0 = 0;
+  for (uint32_t k = 0; k < 8; ++k) {
+    const uint32_t v = k < r ? x[k] : 0u;
+    g->p0 = static_cast<uint8_t>(g->p0 | ((v >> 31) << k));
+    f[k] = (v >> 16) & 0x7FFFu;
+    put_le(g->p2 + 2 * k, v & 0xFFFFu, 2);
+  }
+  pack15x8(f, g->p1);
+}
+
+// fp32 value layout (sq, sd): plane 0 = the random heads, plane 1 = bits 31..16, plane 2 = 15..0.
+TRIM_HD void pack_group_f32_value(const uint32_t x[8], uint32_t r, uint8_t heads, Group* g) {
+  g->p0 = heads;
+  for (uint32_t k = 0; k < 8; ++k) {
+    const uint32_t v = k < r ? x[k] : 0u;
+    put_le(g->p1 + 2 * k, v >> 16, 2);
+    put_le(g->p2 + 2 * k, v & 0xFFFFu, 2);
+  }
+}
+
+// 16-bit sign layout: plane 0 = bit 15, plane 1 = bits 14..0.
+TRIM_HD void pack_group_16_sign(const uint16_t h[8], uint32_t r, Group* g) {
+  uint32_t f[8];
+  g->p0 = 0;
+  for (uint32_t k = 0; k < 8; ++k) {
+    const uint32_t v = k < r ? h[k] : 0u;
+    g->p0 = static_cast<uint8_t>(g->p0 | ((v >> 15) << k));
+    f[k] = v & 0x7FFFu;
+  }
+  pack15x8(f, g->p1);
+}
+
+// 16-bit value layout: plane 0 = the random heads, plane 1 = the whole value.
+TRIM_HD void pack_group_16_value(const uint16_t h[8], uint32_t r, uint8_t heads, Group* g) {
+  g->p0 = heads;
+  for (uint32_t k = 0; k < 8; ++k) put_le(g->p1 + 2 * k, k < r ? h[k] : 0u, 2);
+}
+
+// The sq/sd head of element `elem` of a row (planes.cc scalar::random_heads).
+TRIM_HD bool random_head(uint64_t key, uint32_t elem, float v, float clip, bool sd) {
+  const float lo = v != v ? -clip : (v < -clip ? -clip : v);  // max(v, -L), NaN -> -L
+  const float x = clip < lo ? clip : lo;                       // min(., L)
+  const float u = codec::rng_uniform(key, elem);
+  if (sd) return x + (2.0f * u - 1.0f) * clip > 0.0f;
+  const float two_l = 2.0f * clip;
+  return u * two_l < clip + x;
+}
+
+// ---- RHT (codec/rht.h, codec/fwht.h)
+
+// Sign of row element e: bit e % 64 of word e / 64 of the row's kRhtSigns stream.
+TRIM_HD bool rht_sign(const uint64_t* words, uint32_t e) { return (words[e >> 6] >> (e & 63)) & 1u; }
+
+// Which binary block of a row of `elems` elements element e falls in (for_each_rht_block:
+// largest block first). Returns the block's log2 size and sets *offset.
+TRIM_HD int rht_block_of(uint32_t elems, uint32_t e, uint32_t* offset) {
+  uint32_t off = 0;
+  for (int b = 31; b >= 0; --b) {
+    if (elems & (1u << b)) {
+      if (e < off + (1u << b)) {
+        *offset = off;
+        return b;
+      }
+      off += 1u << b;
+    }
+  }
+  *offset = off;
+  return -1;
+}
+
+// Shared-memory slot of row element i: one pad float every 32 keeps the FWHT passes free of
+// bank conflicts (a thread's 32 consecutive elements, and a warp's elements 32 apart, each
+// land in 32 different banks).
+TRIM_HD uint32_t smem_index(uint32_t i) { return i + (i >> 5); }
+TRIM_HD uint32_t smem_floats(uint32_t row_elems) { return smem_index(row_elems) + 1; }
+
+// Element index of register r of group g in an FWHT pass over stages [s, s + k) of a block:
+// the group's 2^k elements are spaced 2^s apart.
+TRIM_HD uint32_t fwht_pass_elem(uint32_t g, int s, int k, uint32_t r) {
+  const uint32_t h = 1u << s;
+  const uint32_t base = ((g >> s) << (s + k)) | (g & (h - 1u));
+  return base + r * h;
+}
+
+// ---- Packet staging in shared memory
+// The kernels build (encode) or gather (decode) the payloads of a few packets at a time in a
+// shared-memory stage, payload j of a round at j * payload_stride, so global memory sees
+// whole 4-byte words from consecutive threads instead of scattered byte stores.
+struct StagePlan {
+  uint32_t payload_stride;  // largest payload of the layout, rounded up to 16 bytes
+  uint32_t packets;         // packets per round
+  uint32_t bytes;           // packets * payload_stride
+};
+
+constexpr uint32_t kStageTargetBytes = 16384;
+
+TRIM_HD StagePlan stage_plan(const RowGeom& g) {
+  StagePlan p{};
+  const uint32_t payload = packet_planes(static_cast<Scheme>(g.scheme), static_cast<DType>(g.dtype), false, g.epp).total();
+  p.payload_stride = (payload + 15u) & ~15u;
+  p.packets = p.payload_stride >= kStageTargetBytes ? 1u : kStageTargetBytes / p.payload_stride;
+  p.bytes = p.packets * p.payload_stride;
+  return p;
+}
+
+// Bytes [4w, 4w + n) of a payload of `payload` bytes that word w of a copy covers (n = 0: none).
+TRIM_HD uint32_t stage_word_bytes(uint32_t payload, uint32_t w) {
+  return 4 * w >= payload ? 0u : min_u32(4, payload - 4 * w);
+}
+
+// ---- Decoding (codec::Decoder)
+
+// Decoder::Levels: elements [0,n2) whole, [n2,n1) 16-bit prefix, [n1,n0) head only, [n0,n) missing.
+struct Levels {
+  uint32_t n, n0, n1, n2;
+};
+
+TRIM_HD Levels decode_levels(const Planes& pb, uint32_t n, uint32_t received) {
+  Levels l{n, 0, 0, 0};
+  if (received == 0) return l;
+  const uint32_t c = received;
+  if (pb.b0 == 0) {
+    l.n0 = l.n1 = l.n2 = min_u32(n, c / (pb.b2 / 8));
+    return l;
+  }
+  const uint64_t c8 = static_cast<uint64_t>(c) * 8;
+  l.n0 = c8 < n ? static_cast<uint32_t>(c8) : n;
+  if (c > pb.p0) {
+    const uint64_t f = (static_cast<uint64_t>(c - pb.p0) * 8) / pb.b1;
+    l.n1 = f < n ? static_cast<uint32_t>(f) : n;
+  }
+  if (pb.b2 == 0) {
+    l.n2 = l.n1;
+  } else if (c > pb.p0 + pb.p1) {
+    l.n2 = min_u32(n, (c - pb.p0 - pb.p1) / 2);
+  }
+  return l;
+}
+
+TRIM_HD uint32_t head_bit(const uint8_t* p0, uint32_t i) { return (p0[i >> 3] >> (i & 7)) & 1u; }
+
+// Field i of a 15-bit stream, reading only the bytes that hold it.
+TRIM_HD uint32_t field15(const uint8_t* p1, uint32_t i) {
+  const uint32_t bit = 15 * i, shift = bit & 7;
+  return (get_le(p1 + (bit >> 3), (shift + 15 + 7) / 8) >> shift) & 0x7FFFu;
+}
+
+TRIM_HD uint32_t midpoint_fill(uint32_t top16) {
+  const uint32_t exp = (top16 >> 7) & 0xFFu;
+  return (exp != 0 && exp != 0xFFu) ? 0x8000u : 0u;
+}
+
+TRIM_HD float head_estimate(Scheme scheme, uint32_t head, float scale) {
+  const bool positive = (scheme == Scheme::kSq || scheme == Scheme::kSd) ? head != 0 : head == 0;
+  return positive ? scale : -scale;
+}
+
+// Head-only value of element i of a packet (fill_heads, then subtract_dither for sd).
+TRIM_HD float head_value(Scheme scheme, const uint8_t* p0, uint32_t i, float scale, uint64_t dither_key,
+                         uint32_t elem_in_row) {
+  float v = head_estimate(scheme, head_bit(p0, i), scale);
+  if (scheme == Scheme::kSd) v -= (2.0f * codec::rng_uniform(dither_key, elem_in_row) - 1.0f) * scale;
+  return v;
+}
+
+// Decoder::decode_f32 for element i of a packet: payload points at the packet's plane 0.
+TRIM_HD float decode_f32_elem(const uint8_t* payload, const Planes& pb, const Levels& l, uint32_t i, Scheme scheme,
+                              float scale, uint64_t dither_key, uint32_t elem_in_row) {
+  if (i >= l.n0) return 0.0f;
+  if (i >= l.n1) return head_value(scheme, payload, i, scale, dither_key, elem_in_row);
+  const uint8_t* p1 = payload + pb.p0;
+  const bool value_layout = pb.b1 == 16;
+  const uint32_t top = value_layout ? get_le(p1 + 2 * i, 2) : (head_bit(payload, i) << 15) | field15(p1, i);
+  const uint32_t low = i < l.n2 ? get_le(p1 + pb.p1 + 2 * i, 2) : midpoint_fill(top);
+  return codec::bits_f32((top << 16) | low);
+}
+
+// The whole 16-bit value of element i < l.n1 (assemble16).
+TRIM_HD uint16_t decode_16_whole(const uint8_t* payload, const Planes& pb, uint32_t i) {
+  const uint8_t* p1 = payload + pb.p0;
+  if (pb.b1 == 16) return static_cast<uint16_t>(get_le(p1 + 2 * i, 2));
+  return static_cast<uint16_t>((head_bit(payload, i) << 15) | field15(p1, i));
+}
+
+TRIM_HD float widen16(uint16_t h, bool bf16) { return bf16 ? codec::bf16_to_f32(h) : codec::f16_to_f32(h); }
+TRIM_HD uint16_t narrow16(float f, bool bf16) { return bf16 ? codec::f32_to_bf16(f) : codec::f32_to_f16(f); }
+
+// RMS as the encoder computes it from a double sum of squares.
+TRIM_HD float rms_of(double sum_sq, uint32_t n) {
+  return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n));
+}
+
+}  // namespace trim::gpu

@@ -1,0 +1,135 @@
+// GPU codec: encodes rows of a message held in GPU memory into the exact packets
+// codec::Encoder writes, and decodes (possibly trimmed or missing) packets into GPU memory
+// exactly as codec::Decoder does. Plain C++: no CUDA header, so g++ code (transport/) can
+// include it. Built from cuda/gpu_codec.cc + cuda/*.cu when nvcc is found, else from
+// cuda/gpu_stub.cc, where gpu_available() says "built without nvcc".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codec/layout.h"
+
+namespace trim::gpu {
+
+// Whether a CUDA device can run the kernels. Probed once (cudaGetDeviceCount), then cached;
+// when false, *why says why ("CUDA driver not found", "no CUDA device", "built without nvcc", ...).
+bool gpu_available(std::string* why = nullptr);
+
+// "NVIDIA H100 80GB HBM3 (sm_90)" for the current device; empty without one.
+std::string gpu_device_name();
+
+// True when p is device (or managed) memory; *device gets its device ordinal. False for host
+// memory, unregistered pointers, or no GPU; never aborts.
+bool is_device_pointer(const void* p, int* device = nullptr);
+
+// Page-locked host memory (cudaHostAlloc), so the GPU can write packets straight into it.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  // Empty (data() == nullptr) when the allocation fails; *err says why.
+  explicit PinnedBuffer(size_t bytes, std::string* err = nullptr);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Device memory (cudaMalloc) with RAII; for tests, benchmarks and device-side staging.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes, std::string* err = nullptr);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  // Synchronous copies (tests, tools).
+  bool upload(const void* host, size_t bytes, size_t offset = 0);
+  bool download(void* host, size_t bytes, size_t offset = 0) const;
+  // Synchronous device-to-device copy of `bytes` from src (benchmarks' baseline).
+  bool copy_from(const DeviceBuffer& src, size_t bytes);
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// One per engine thread: owns a non-blocking CUDA stream, its events and the device scratch.
+// Calls are asynchronous on that stream and run in order; a ticket names the work queued by
+// one call, and poll()/wait() tell when it (and all earlier work) has finished. Not thread-safe.
+class GpuCodec {
+ public:
+  using Ticket = uint64_t;  // 0 = the call failed (last_error() says why)
+
+  // On `device` (>= 0), else the calling thread's current device. NCCL may drive comms of
+  // several GPUs from one engine thread, so callers pass the device their buffers live on.
+  static std::unique_ptr<GpuCodec> create(const codec::CodecConfig& cfg, std::string* err, int device = -1);
+  ~GpuCodec();
+  GpuCodec(const GpuCodec&) = delete;
+  GpuCodec& operator=(const GpuCodec&) = delete;
+
+  const codec::CodecConfig& config() const { return cfg_; }
+  int device() const { return device_; }
+
+  // Encodes rows [first_row, first_row + n_rows) of the message at dev_msg (device memory,
+  // layout.bytes() bytes, aligned to the element size). Packet j of the range (rows in order, each row's
+  // packets in order) goes to out + j * stride (stride >= config().packet_bytes; out is pinned
+  // host memory or device memory) and is byte for byte what codec::Encoder::encode_row writes
+  // (psn/dst fields 0). sizes[j] gets packet j's size before this returns (known from the
+  // layout). The bytes are valid once poll/wait says the ticket is done.
+  Ticket encode_rows_async(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg,
+                           uint32_t first_row, uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes);
+
+  // Decodes rows [first_row, first_row + n_rows) from their packets, laid out as encode lays
+  // them (packet j of the range at packets + j * stride, pinned host or device memory).
+  // received_bytes[j] (host memory, read before this returns) is how many bytes of packet j
+  // arrived, header included: 0 (or fewer than the 56 header bytes) = missing. Every packet
+  // passed must already have been validated (codec::parse_packet, and the Decoder's checks
+  // that it belongs to this message and row). Output: the rows' bytes of the message at
+  // dev_out (device memory), exactly as codec::Decoder writes them after finish_row.
+  // Packets in host memory are copied to the device on the stream: keep them unchanged until
+  // the ticket is done.
+  Ticket decode_rows_async(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets,
+                           size_t stride, const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows,
+                           void* dev_out);
+
+  // Packets of rows [first_row, first_row + n_rows): the size of the sizes[] / received_bytes[] arrays.
+  static uint64_t packets_in_rows(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows);
+
+  bool poll(Ticket t);  // true once t's work has finished (or t is 0 / unknown and old)
+  bool wait(Ticket t);  // blocks; false when the stream reported an error
+  bool synchronize();   // waits for everything queued
+  const std::string& last_error() const { return error_; }
+
+  // The CUDA stream (a cudaStream_t), for callers that want to order their own copies after it.
+  void* stream() const { return stream_; }
+
+ private:
+  struct Impl;
+  GpuCodec(const codec::CodecConfig& cfg, int device);
+  Ticket record(std::string* err);
+  bool fail(const std::string& what);
+
+  codec::CodecConfig cfg_;
+  int device_ = 0;
+  void* stream_ = nullptr;
+  std::unique_ptr<Impl> impl_;
+  std::string error_;
+};
+
+}  // namespace trim::gpu

@@ -1,0 +1,136 @@
+// Device building blocks shared by the encode and decode kernels: one thread block owns one
+// row, held as fp32 in shared memory at smem_index(i) (cuda/codec_index.h).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/codec_index.h"
+
+namespace trim::gpu {
+
+constexpr uint32_t kFullMask = 0xFFFFFFFFu;
+
+// One FWHT pass: stages [st, st + K) of the block of 2^log2n elements at row offset `off`.
+// Each thread takes groups of 2^K elements spaced 2^st apart into registers and runs the K
+// butterfly stages in increasing stride order (the fwht.h contract: (a + b, a - b) in fp32,
+// no FMA). The last pass also multiplies by `scale` and, for the inverse, negates where the
+// row's sign bit is set (inverse_signs != nullptr).
+template <int K>
+__device__ void fwht_pass(float* s, uint32_t off, int log2n, int st, bool last, float scale,
+                          const uint64_t* inverse_signs) {
+  constexpr uint32_t kRegs = 1u << K;
+  const uint32_t groups = (1u << log2n) >> K;
+  for (uint32_t g = threadIdx.x; g < groups; g += blockDim.x) {
+    float x[kRegs];
+    uint32_t idx[kRegs];
+#pragma unroll
+    for (uint32_t r = 0; r < kRegs; ++r) {
+      idx[r] = off + fwht_pass_elem(g, st, K, r);
+      x[r] = s[smem_index(idx[r])];
+    }
+#pragma unroll
+    for (int b = 0; b < K; ++b) {
+      const uint32_t h = 1u << b;
+#pragma unroll
+      for (uint32_t r = 0; r < kRegs; ++r) {
+        if ((r & h) == 0) {
+          const float a = x[r], c = x[r + h];
+          x[r] = a + c;
+          x[r + h] = a - c;
+        }
+      }
+    }
+    if (last) {
+#pragma unroll
+      for (uint32_t r = 0; r < kRegs; ++r) {
+        const float y = x[r] * scale;
+        x[r] = (inverse_signs != nullptr && rht_sign(inverse_signs, idx[r])) ? -y : y;
+      }
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < kRegs; ++r) s[smem_index(idx[r])] = x[r];
+  }
+}
+
+// Normalized FWHT of one block, in place in shared memory; passes of up to 5 stages.
+// Starts and ends with a barrier-complete state (the caller synchronized before).
+__device__ inline void fwht_block(float* s, uint32_t off, int log2n, float scale, const uint64_t* inverse_signs) {
+  int st = 0;
+  do {
+    const int k = log2n - st < 5 ? log2n - st : 5;
+    const bool last = st + k >= log2n;
+    switch (k) {
+      case 0: fwht_pass<0>(s, off, log2n, st, last, scale, inverse_signs); break;
+      case 1: fwht_pass<1>(s, off, log2n, st, last, scale, inverse_signs); break;
+      case 2: fwht_pass<2>(s, off, log2n, st, last, scale, inverse_signs); break;
+      case 3: fwht_pass<3>(s, off, log2n, st, last, scale, inverse_signs); break;
+      case 4: fwht_pass<4>(s, off, log2n, st, last, scale, inverse_signs); break;
+      default: fwht_pass<5>(s, off, log2n, st, last, scale, inverse_signs); break;
+    }
+    __syncthreads();
+    st += k;
+  } while (st < log2n);
+}
+
+// The RHT of a whole row (rht_row_forward without the sign flip, which the loader applies,
+// or rht_row_inverse): each block of its binary decomposition in turn.
+__device__ inline void fwht_row(float* s, uint32_t elems, const float* scales, const uint64_t* inverse_signs) {
+  uint32_t off = 0;
+  for (int b = 31; b >= 0; --b) {
+    if (elems & (1u << b)) {
+      fwht_block(s, off, b, scales[b], inverse_signs);
+      off += 1u << b;
+    }
+  }
+}
+
+// The row's kRhtSigns words into shared memory (followed by a barrier).
+__device__ inline void load_sign_words(uint64_t* words, uint64_t key, uint32_t elems) {
+  for (uint32_t w = threadIdx.x; w < (elems + 63) / 64; w += blockDim.x) words[w] = codec::rng_word(key, w);
+  __syncthreads();
+}
+
+struct LaneNorms {
+  double sum_sq, sum_abs;
+  bool finite;
+};
+
+// Norms of s[first + i], i in [0, n), in codec::scalar::sum_squares / sum_abs order: lane
+// j = i % 8 sums sequentially (non-finite values add 0 to the squares and clear `finite`),
+// then the 8 lanes combine as ((0+1)+(2+3))+((4+5)+(6+7)). Called by all 32 lanes of a warp;
+// lanes 8q..8q+7 form one group (lane j = lane % 8) and must pass the same first and n. The
+// result is valid in every lane of the group.
+__device__ inline LaneNorms group_norms(const float* s, uint32_t first, uint32_t n) {
+  const uint32_t j = threadIdx.x & 7u;
+  double sq = 0.0, ab = 0.0;
+  bool finite = true;
+#pragma unroll 8
+  for (uint32_t i = j; i < n; i += 8) {
+    const float x = s[smem_index(first + i)];
+    const bool ok = isfinite(x);
+    finite = finite && ok;
+    const double xd = static_cast<double>(x);
+    sq += ok ? xd * xd : 0.0;
+    ab += fabs(xd);
+  }
+  int fin = finite ? 1 : 0;
+#pragma unroll
+  for (int m = 1; m <= 4; m <<= 1) {
+    sq += __shfl_xor_sync(kFullMask, sq, m);
+    ab += __shfl_xor_sync(kFullMask, ab, m);
+    fin &= __shfl_xor_sync(kFullMask, fin, m);
+  }
+  return LaneNorms{sq, ab, fin != 0};
+}
+
+// Whole-row norms (sum_squares(v, d) / sum_abs(v, d) over the row): warp 0's first group.
+// Every thread of the block must call it; the result is broadcast through *out.
+__device__ inline void row_norms(const float* s, uint32_t elems, LaneNorms* out) {
+  if (threadIdx.x < 32) {
+    const LaneNorms n = group_norms(s, 0, threadIdx.x < 8 ? elems : 0);
+    if (threadIdx.x == 0) *out = n;
+  }
+  __syncthreads();
+}
+
+}  // namespace trim::gpu

@@ -1,0 +1,68 @@
+// The GPU side of a connection's codec, as the send and receive state machines see it: encode
+// rows of a message in device memory into packets in host staging, and decode staged packets
+// into device memory, asynchronously, with tickets the engine thread polls. Two backends:
+//   kCuda      cuda/gpu_codec.h (the fused kernels), when the CUDA runtime finds a GPU;
+//   kEmulated  the CPU codec behind the same interface (NCCL_TRIM_TEST_GPU=emulate, tests only):
+//              "device memory" is host memory, and a ticket completes only after a few polls,
+//              so the staging, pipelining and deferred-completion paths run on machines with
+//              no GPU and are tested there.
+// One DeviceCodec per connection half (the codec seed is per connection); used only by the
+// engine thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codec/layout.h"
+#include "common/status.h"
+
+namespace trim::transport {
+
+enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated };
+const char* device_mode_name(DeviceMode m);
+
+// Host memory the device writes packets into (pinned for kCuda).
+class StagingBuffer {
+ public:
+  virtual ~StagingBuffer() = default;
+  virtual uint8_t* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+class DeviceCodec {
+ public:
+  using Ticket = uint64_t;  // 0: the call failed, last_error() says why
+  virtual ~DeviceCodec() = default;
+  virtual DeviceMode mode() const = 0;
+  virtual std::unique_ptr<StagingBuffer> alloc_staging(size_t bytes, std::string* err) = 0;
+  // Rows [first_row, first_row + n_rows) of dev_msg into out + j * stride (packet j of the
+  // range), byte for byte what codec::Encoder::encode_row writes; sizes[j] set before return.
+  virtual Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg,
+                             uint32_t first_row, uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes) = 0;
+  // The rows' packets (slot j at packets + j * stride, received_bytes[j] of it arrived, header
+  // included; 0 = missing), validated by codec::Decoder::admit, decoded into dev_out as
+  // codec::Decoder would.
+  virtual Ticket decode_rows(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets,
+                             size_t stride, const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows,
+                             void* dev_out) = 0;
+  // True once t's work (and everything queued before it) has finished.
+  virtual bool poll(Ticket t) = 0;
+  virtual const std::string& last_error() const = 0;
+};
+
+// The backend for `mode` (kNone: null), or an error saying why it cannot run here. kCuda runs
+// on the GPU that holds `buffer` (the first message's).
+Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const codec::CodecConfig& cfg,
+                                                       const void* buffer = nullptr);
+
+// Which device path this process can use, from NCCL_TRIM_GPU=off (gpu_off), NCCL_TRIM_TEST_GPU=
+// emulate (emulate) and what the CUDA runtime finds (probed once); *why says why when kNone.
+DeviceMode probe_device_mode(bool gpu_off, bool emulate, std::string* why);
+
+// Rows per encode launch: small enough that the first packets leave before a whole message is
+// encoded, large enough that each launch fills the GPU (one block per row).
+uint32_t device_rows_per_chunk(const codec::Layout& layout);
+
+}  // namespace trim::transport
