@@ -69,34 +69,77 @@ TRIM_AVX512 inline void pack15x16(__m256i f, const Pack15Consts& k, uint8_t* p1)
   _mm256_mask_storeu_epi8(p1, 0x3FFFFFFFu, bytes);
 }
 
+// The norms in the scalar reference's exact order (planes.cc): element i goes to double lane
+// i % 8, each lane adds in element order, and the lanes combine in a fixed tree. A float's
+// square is exact in double, so an FMA rounds exactly as the reference's multiply-then-add.
+// Bit-identical norms on every ISA (and on the GPU, cuda/) make the header's scale, and so
+// every packet, the same wherever it is encoded.
+struct Lanes8 {
+  __m512d sq, ab;
+};
+
+TRIM_AVX512 inline Lanes8 lanes8_zero() { return Lanes8{_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+
+// Adds 16 values (elements 16k .. 16k+15 of the run: lanes 0..7 twice, in order).
+TRIM_AVX512 inline void lanes8_add16(__m512 x, Lanes8* a) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  a->sq = _mm512_fmadd_pd(lo, lo, a->sq);
+  a->sq = _mm512_fmadd_pd(hi, hi, a->sq);
+  const __m512d sign = _mm512_set1_pd(-0.0);
+  a->ab = _mm512_add_pd(a->ab, _mm512_andnot_pd(sign, lo));
+  a->ab = _mm512_add_pd(a->ab, _mm512_andnot_pd(sign, hi));
+}
+
+inline double tree8(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
+// The lanes' totals after the scalar elements [i, n) of the same run (i a multiple of 8).
+TRIM_AVX512 inline void lanes8_finish(const Lanes8& a, const float* v, uint32_t i, uint32_t n, double* sum_sq,
+                                      double* sum_ab) {
+  alignas(64) double sq[8], ab[8];
+  _mm512_store_pd(sq, a.sq);
+  _mm512_store_pd(ab, a.ab);
+  for (; i < n; ++i) {
+    const double x = v[i];
+    sq[i & 7] += x * x;
+    ab[i & 7] += std::fabs(x);
+  }
+  if (sum_sq != nullptr) *sum_sq = tree8(sq);
+  if (sum_ab != nullptr) *sum_ab = tree8(ab);
+}
+
+TRIM_AVX512 inline __mmask16 non_finite16(__m512 x) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), exp_mask), exp_mask);
+}
+
 // 16 fp32 values per step, read once: plane 0 from the sign mask, plane 2 by narrowing,
-// plane 1 by pack15x16, and the norms in fp32 lanes.
+// plane 1 by pack15x16, and the norms in the reference's lanes.
 TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                                       Norms* norms) {
   const Pack15Consts k = pack15_consts();
-  // fp32 lanes suffice here: a call covers one packet (~1000 values, ~64 per lane), and the
-  // per-packet totals are summed in double by the caller's Norms.
-  __m512 sq = _mm512_setzero_ps(), ab = _mm512_setzero_ps();
+  Lanes8 acc = lanes8_zero();
+  __mmask16 bad = 0;
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 xf = _mm512_loadu_ps(v + i);
     const __m512i x = _mm512_castps_si512(xf);
-    sq = _mm512_fmadd_ps(xf, xf, sq);
-    ab = _mm512_add_ps(ab, _mm512_abs_ps(xf));
+    bad |= non_finite16(xf);
+    lanes8_add16(xf, &acc);
     const uint16_t signs = _mm512_movepi32_mask(x);
     std::memcpy(p0 + i / 8, &signs, 2);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2 + 2 * i), _mm512_cvtepi32_epi16(x));
     pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, p1 + (15 * i) / 8);
   }
+  const uint32_t full = i;
   if (i < n) {
-    // The last r < 16 values with masks: zero lanes add nothing to the norms and leave the
-    // unused bits of the last bytes zero, as the reference does.
+    // The last r < 16 values with masks, leaving the unused bits of the last bytes zero as the
+    // reference does (their norms are added in scalar order below).
     const uint32_t r = n - i;
     const __mmask16 m = static_cast<__mmask16>((1u << r) - 1);
     const __m512 xf = _mm512_maskz_loadu_ps(m, v + i);
     const __m512i x = _mm512_castps_si512(xf);
-    sq = _mm512_fmadd_ps(xf, xf, sq);
-    ab = _mm512_add_ps(ab, _mm512_abs_ps(xf));
+    bad |= non_finite16(xf) & m;
     const uint16_t signs = _mm512_movepi32_mask(x);
     const uint32_t sign_bytes = (r + 7) / 8, p1_bytes = (15 * r + 7) / 8;
     std::memcpy(p0 + i / 8, &signs, sign_bytes);
@@ -104,22 +147,16 @@ TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, u
     alignas(32) uint8_t tmp[32];
     pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, tmp);
     std::memcpy(p1 + (15 * i) / 8, tmp, p1_bytes);
-    i = n;
   }
-  alignas(64) float sq_lanes[16], ab_lanes[16];
-  _mm512_store_ps(sq_lanes, sq);
-  _mm512_store_ps(ab_lanes, ab);
-  double sum_sq = 0.0, sum_ab = 0.0;
-  for (int k = 0; k < 16; ++k) {
-    sum_sq += sq_lanes[k];
-    sum_ab += ab_lanes[k];
-  }
+  double sum_sq, sum_ab;
   bool finite = true;
-  if (!(std::isfinite(sum_sq) && std::isfinite(sum_ab))) {
-    // A NaN or inf, or finite values whose squares overflow fp32 (|x| > 1.8e19): redo this
-    // packet in double, which also tells the two apart.
-    sum_sq = sum_squares(v, i, &finite);
-    sum_ab = sum_abs(v, i);
+  if (bad != 0) {
+    // A NaN or inf: the reference skips it in the squares (and reports it); rare, so redo the
+    // packet that way.
+    sum_sq = scalar::sum_squares(v, n, &finite);
+    sum_ab = scalar::sum_abs(v, n);
+  } else {
+    lanes8_finish(acc, v, full, n, &sum_sq, &sum_ab);
   }
   norms->sum_sq += sum_sq;
   norms->sum_abs += sum_ab;
@@ -299,35 +336,32 @@ TRIM_AVX512 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float
 }
 
 TRIM_AVX512 double sum_squares(const float* v, uint32_t n, bool* all_finite) {
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  Lanes8 acc = lanes8_zero();
   __mmask16 bad = 0;
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 x = _mm512_loadu_ps(v + i);
-    bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), exp_mask), exp_mask);
-    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    a0 = _mm512_fmadd_pd(lo, lo, a0);
-    a1 = _mm512_fmadd_pd(hi, hi, a1);
+    bad |= non_finite16(x);
+    lanes8_add16(x, &acc);
   }
   // A NaN or inf anywhere: the reference skips it; it is rare, so redo the row that way.
   if (bad != 0) return scalar::sum_squares(v, n, all_finite);
-  bool tail_finite = true;
-  const double tail = scalar::sum_squares(v + i, n - i, &tail_finite);
-  *all_finite = tail_finite;
-  return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1)) + tail;
+  for (uint32_t j = i; j < n; ++j) {
+    if (!std::isfinite(v[j])) return scalar::sum_squares(v, n, all_finite);
+  }
+  *all_finite = true;
+  double sum_sq;
+  lanes8_finish(acc, v, i, n, &sum_sq, nullptr);
+  return sum_sq;
 }
 
 TRIM_AVX512 double sum_abs(const float* v, uint32_t n) {
-  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  Lanes8 acc = lanes8_zero();
   uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_abs_ps(_mm512_loadu_ps(v + i));
-    a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
-    a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-  }
-  return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1)) + scalar::sum_abs(v + i, n - i);
+  for (; i + 16 <= n; i += 16) lanes8_add16(_mm512_loadu_ps(v + i), &acc);
+  double sum_ab;
+  lanes8_finish(acc, v, i, n, nullptr, &sum_ab);
+  return sum_ab;
 }
 
 }  // namespace trim::codec::avx512

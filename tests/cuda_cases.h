@@ -89,7 +89,6 @@ struct CpuPackets {
 };
 
 inline CpuPackets cpu_encode(const CodecConfig& cfg, const Layout& layout, const MessageId& id, const uint8_t* msg) {
-  codec::kernels_force_scalar(true);
   CpuPackets p;
   p.stride = cfg.packet_bytes;
   p.buf.assign(layout.packets() * p.stride, 0);
@@ -101,7 +100,6 @@ inline CpuPackets cpu_encode(const CodecConfig& cfg, const Layout& layout, const
     EXPECT_TRUE(n.is_ok());
     slot += layout.row(r).packets;
   }
-  codec::kernels_force_scalar(false);
   return p;
 }
 
@@ -126,7 +124,6 @@ inline std::vector<uint32_t> random_cuts(const CpuPackets& p, uint64_t seed, boo
 // codec::Decoder's output for those cuts (TRIMMED flag set on cut packets, as a switch does).
 inline std::vector<uint8_t> cpu_decode(const CodecConfig& cfg, const Layout& layout, const MessageId& id,
                                        const CpuPackets& p, const std::vector<uint32_t>& got) {
-  codec::kernels_force_scalar(true);
   std::vector<uint8_t> out(layout.bytes(), 0xCD);
   codec::Decoder dec(cfg);
   EXPECT_TRUE(dec.begin(layout, id, out.data()).is_ok());
@@ -139,7 +136,6 @@ inline std::vector<uint8_t> cpu_decode(const CodecConfig& cfg, const Layout& lay
     EXPECT_EQ(dec.add(pp), codec::PacketError::kOk);
   }
   dec.finish();
-  codec::kernels_force_scalar(false);
   return out;
 }
 
