@@ -210,6 +210,21 @@ TEST(SimRun, ExactPacketsAreCutAndNackedOrDroppedWithTrimExact0) {
   EXPECT_EQ(num(d.json, "conservation_ok"), 1);
 }
 
+// Exact packets are cut to their bare header whatever the fixed trim size (trim-switch's rule):
+// a 1024-byte cut of exact data would carry nothing useful and crowd the header queue. With it,
+// the run behaves like the plane-0 one, whose exact cuts are headers too.
+TEST(SimRun, ExactCutsAreHeadersWhateverTheTrimSize) {
+  const std::string args = "--hosts 32 --bytes 4M --iters 2 --oversub 4 --ring random --background bursty --seed 2 --json";
+  SimRunResult fixed = run_sim(args + " --trim-bytes 1024");
+  SimRunResult plane0 = run_sim(args);
+  ASSERT_EQ(fixed.rc, 0) << fixed.out;
+  ASSERT_EQ(plane0.rc, 0) << plane0.out;
+  EXPECT_EQ(num(fixed.json, "hung"), 0);
+  EXPECT_GT(num(fixed.json, "exact_cut"), 0);
+  EXPECT_GT(num(fixed.json, "trimmed"), 0);
+  EXPECT_LT(num(fixed.json, "jct_p99_ms"), 1.5 * num(plane0.json, "jct_p99_ms")) << fixed.json << "\n" << plane0.json;
+}
+
 // A fixed trim size inside plane 0 delivers the heads that survived, as the plugin's receiver
 // does (never NACKed), and the NMSE counts the headless elements as lost energy: it lies
 // between the full-heads error 0.5708 f and f (every trimmed row's energy lost).

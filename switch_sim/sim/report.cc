@@ -57,7 +57,7 @@ double percentile_ms(std::vector<uint64_t> v, double q) {
 
 struct TierStats {
   uint32_t ports = 0;
-  uint64_t received = 0, sent = 0, trimmed = 0, dropped = 0, dropped_header = 0;
+  uint64_t received = 0, sent = 0, trimmed = 0, exact_cut = 0, dropped = 0, dropped_header = 0;
   uint64_t max_queue_bytes = 0, max_header_queue_bytes = 0;
   double util_sum = 0, util_max = 0;
 };
@@ -86,7 +86,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 std::string Simulator::json(double wall_seconds) const {
   TierStats tiers[kTiers];
-  uint64_t port_violations = 0, trimmed_total = 0;
+  uint64_t port_violations = 0, trimmed_total = 0, exact_cut_total = 0;
   const double work_ns = static_cast<double>(std::max<uint64_t>(1, work_end_ns_ ? work_end_ns_ : end_ns_));
   for (size_t i = 0; i < topo_.ports.size(); ++i) {
     const sw::EgressPort& p = topo_.ports[i];
@@ -96,6 +96,7 @@ std::string Simulator::json(double wall_seconds) const {
     t.received += c.received_packets;
     t.sent += c.sent_packets;
     t.trimmed += c.trimmed_packets;
+    t.exact_cut += c.exact_cut_packets;
     t.dropped += c.dropped_packets;
     t.dropped_header += c.dropped_header_packets;
     t.max_queue_bytes = std::max(t.max_queue_bytes, c.max_data_queue_bytes);
@@ -104,6 +105,7 @@ std::string Simulator::json(double wall_seconds) const {
     t.util_sum += util;
     t.util_max = std::max(t.util_max, util);
     trimmed_total += c.trimmed_packets;
+    exact_cut_total += c.exact_cut_packets;
     // Per port: every arrival left, was dropped (data or header queue), or is still queued.
     const uint64_t queued = p.data_queue_packets() + (p.header_queue_bytes() > 0 ? 1 : 0) + (p.next_event_ns() != UINT64_MAX ? 1 : 0);
     if (c.received_packets != c.sent_packets + c.dropped_packets + c.dropped_header_packets + queued) ++port_violations;
@@ -125,11 +127,12 @@ std::string Simulator::json(double wall_seconds) const {
   for (int i = 0; i < kTiers; ++i) {
     const TierStats& t = tiers[i];
     tj += fmt::format(
-        "{}\"{}\":{{\"ports\":{},\"received\":{},\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},"
-        "\"trim_rate\":{:.6f},\"drop_rate\":{:.6f},\"util_mean\":{:.4f},\"util_max\":{:.4f},"
+        "{}\"{}\":{{\"ports\":{},\"received\":{},\"trimmed\":{},\"exact_cut\":{},\"dropped\":{},"
+        "\"dropped_header\":{},\"trim_rate\":{:.6f},\"exact_cut_rate\":{:.6f},\"drop_rate\":{:.6f},\"util_mean\":{:.4f},\"util_max\":{:.4f},"
         "\"max_queue_bytes\":{},\"max_header_queue_bytes\":{}}}",
-        i ? "," : "", tier_name(static_cast<Tier>(i)), t.ports, t.received, t.trimmed, t.dropped, t.dropped_header,
-        t.received ? static_cast<double>(t.trimmed) / t.received : 0.0,
+        i ? "," : "", tier_name(static_cast<Tier>(i)), t.ports, t.received, t.trimmed, t.exact_cut, t.dropped,
+        t.dropped_header, t.received ? static_cast<double>(t.trimmed) / t.received : 0.0,
+        t.received ? static_cast<double>(t.exact_cut) / t.received : 0.0,
         t.received ? static_cast<double>(t.dropped + t.dropped_header) / t.received : 0.0,
         t.ports ? t.util_sum / t.ports : 0.0, t.util_max, t.max_queue_bytes, t.max_header_queue_bytes);
   }
@@ -141,7 +144,8 @@ std::string Simulator::json(double wall_seconds) const {
       "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
       "\"jct_ms\":{},\"jct_p50_ms\":{:.4f},\"jct_p99_ms\":{:.4f},"
       "\"injected\":{},\"delivered\":{},\"dropped\":{},\"in_flight_end\":{},\"port_conservation_violations\":{},"
-      "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"drop_rate\":{:.6f},"
+      "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
+      "\"drop_rate\":{:.6f},"
       "\"retx\":{},\"retx_trimmable\":{},\"retx_nack\":{},\"retx_nack_trimmable\":{},\"retx_rto\":{},"
       "\"retx_rack\":{},\"retx_tlp\":{},\"rto_events\":{},\"duplicates\":{},\"delivered_trimmed\":{},"
       "\"rs_packets\":{},\"rs_trimmed\":{},\"rs_cut_heads\":{},"
@@ -155,6 +159,7 @@ std::string Simulator::json(double wall_seconds) const {
       cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact ? "true" : "false", cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
       cfg_.seed, jct, percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99), ctr_.injected, ctr_.delivered,
       ctr_.dropped, in_flight, port_violations, conserved ? "true" : "false", trimmed_total, trimmed_total / inj,
+      exact_cut_total, exact_cut_total / inj,
       ctr_.dropped / inj, ctr_.retx, ctr_.retx_trimmable, ctr_.retx_nack, ctr_.retx_nack_trimmable, ctr_.retx_rto,
       ctr_.retx_rack, ctr_.retx_tlp, ctr_.rto_events, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets,
       ctr_.rs_trimmed, ctr_.rs_cut_heads, f,
@@ -173,11 +178,16 @@ std::string Simulator::summary() const {
   for (uint64_t j : jct_ns_) s += fmt::format(" {:.3f}", j / 1e6);
   s += fmt::format("\n  p50 {:.3f} ms, p99 {:.3f} ms\n", percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99));
   const double inj = std::max<double>(1, ctr_.injected);
-  uint64_t trimmed = 0;
-  for (const auto& p : topo_.ports) trimmed += p.counters().trimmed_packets;
+  uint64_t trimmed = 0, exact_cut = 0;
+  for (const auto& p : topo_.ports) {
+    trimmed += p.counters().trimmed_packets;
+    exact_cut += p.counters().exact_cut_packets;
+  }
   s += fmt::format(
-      "  packets: {} sent ({} resent), {} delivered ({} trimmed), {} dropped; trim rate {:.4f}, drop rate {:.4f}\n",
-      ctr_.injected, ctr_.retx, ctr_.delivered, ctr_.delivered_trimmed, ctr_.dropped, trimmed / inj, ctr_.dropped / inj);
+      "  packets: {} sent ({} resent), {} delivered ({} trimmed or cut), {} dropped; trim rate {:.4f}, exact cut to "
+      "headers {:.4f}, drop rate {:.4f}\n",
+      ctr_.injected, ctr_.retx, ctr_.delivered, ctr_.delivered_trimmed, ctr_.dropped, trimmed / inj, exact_cut / inj,
+      ctr_.dropped / inj);
   if (ctr_.rs_packets) {
     const double f = static_cast<double>(ctr_.rs_trimmed) / ctr_.rs_packets;
     s += fmt::format("  reduce-scatter packets trimmed: {:.4f} ({} cut inside plane 0) -> NMSE of the rows ~ {:.4f}\n",

@@ -161,7 +161,7 @@ struct PktState {
   uint32_t flow = 0, gen = 0, psn = 0, msg = 0;
   uint32_t spine = 0;
   uint8_t hop = 0;
-  bool exact = false;  // the data's class (the port sees pkt.trimmable, which --nack-exact sets)
+  bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
 };

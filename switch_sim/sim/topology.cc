@@ -41,6 +41,9 @@ void Topology::build(const Config& cfg) {
   base.header_queue_bytes = cfg.header_buffer_bytes ? cfg.header_buffer_bytes : cfg.buffer_bytes;
   base.mode = cfg.mode;
   base.trim_bytes = cfg.trim_bytes;
+  // Exact packets of our class are cut to their bare header whatever the trim size, as
+  // trim-switch --trim-exact 1 does (a loss notice; the receiver NACKs it).
+  base.trim_exact_to_header = cfg.nack_exact;
   base.priority = sw::Priority::kStrict;
 
   const size_t total = 2ull * hosts_ + (leaves_ > 1 ? 2ull * leaves_ * spines_ : 0);

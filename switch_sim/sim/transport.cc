@@ -179,10 +179,7 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   // Plane 0 of fp32 rht: one sign bit per element after the header (codec/packet.h layout).
   p.pkt.plane0_bytes = s.trimmable ? kOverheadBytes + (s.bytes / 4 + 7) / 8 : 0;
   p.exact = !s.trimmable;
-  if (p.exact && cfg_.nack_exact) {
-    p.pkt.trimmable = true;  // eligible for a cut, to the header alone
-    p.pkt.plane0_bytes = kOverheadBytes;
-  }
+  p.pkt.header_bytes = kOverheadBytes;  // what a cut of an exact packet leaves (--trim-exact 1)
   p.pkt.flow = fid;
   p.pkt.msg = s.msg;
   p.pkt.psn = psn;
