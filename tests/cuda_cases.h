@@ -39,7 +39,9 @@ struct Case {
 };
 
 // Every scheme and dtype, sizes 1, 3, 1000, 32769 and a multi-row message, row sizes across
-// NCCL_TRIM_ROW_ELEMS' range, MTUs and head widths rotating so each value meets each scheme.
+// NCCL_TRIM_ROW_ELEMS' range, MTUs and head widths rotating so each value meets each scheme;
+// then raw bytes (scheme none, exact traffic such as NCCL's LL lines) of sizes around packet
+// and 8-byte boundaries.
 inline std::vector<Case> all_cases() {
   std::vector<Case> out;
   const Scheme schemes[] = {Scheme::kNone, Scheme::kSign, Scheme::kSq, Scheme::kSd, Scheme::kRht};
@@ -57,6 +59,12 @@ inline std::vector<Case> all_cases() {
           ++n;
         }
       }
+    }
+  }
+  for (uint32_t e : {1u, 7u, 8u, 1000u, 4013u, 32769u, 100003u}) {
+    for (uint32_t r : rows) {
+      out.push_back(Case{Scheme::kNone, DType::kRaw, e, 0, r, mtus[n % 3], 1, false});
+      ++n;
     }
   }
   return out;
@@ -77,6 +85,21 @@ inline std::vector<uint8_t> case_message(const Case& c, uint64_t seed) {
     }
   }
   return m;
+}
+
+// A case's config, message and layout (layout.row_elems() == 0 when Layout::make failed).
+struct Prepared {
+  CodecConfig cfg;
+  std::vector<uint8_t> msg;
+  Layout layout;
+};
+
+inline Prepared prepare(const Case& c, uint64_t seed) {
+  Prepared p{c.config(), case_message(c, seed), Layout()};
+  auto layout = Layout::make(p.cfg, c.dtype, c.scheme, p.msg.size());
+  EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
+  if (layout.is_ok()) p.layout = *layout;
+  return p;
 }
 
 // The CPU encoder's packets of a whole message in slot order (packet j at j * stride), with

@@ -3,7 +3,9 @@
 // is usable; tests/cuda_index_test.cc checks the same index math on the host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "cuda/gpu_codec.h"
 #include "tests/cuda_cases.h"
@@ -78,68 +80,118 @@ std::vector<uint8_t> gpu_encode(GpuCodec* gc, const Layout& layout, const Messag
   return out;
 }
 
+// A GpuCodec for a case's config, and its message in device memory.
+struct GpuCase {
+  Prepared pc;
+  std::unique_ptr<GpuCodec> gc;
+  DeviceBuffer msg;
+};
+
+GpuCase gpu_case(const Case& c, uint64_t seed) {
+  GpuCase g{prepare(c, seed), nullptr, DeviceBuffer()};
+  std::string err;
+  g.gc = GpuCodec::create(g.pc.cfg, &err);
+  EXPECT_NE(g.gc, nullptr) << err;
+  g.msg = DeviceBuffer(g.pc.msg.size(), &err);
+  EXPECT_TRUE(g.msg.upload(g.pc.msg.data(), g.pc.msg.size())) << err;
+  return g;
+}
+
 TEST(CudaCodec, EncodeMatchesCpuEncoderByteForByte) {
   REQUIRE_GPU();
   const MessageId id = codec::testing::test_id(21);
   uint64_t seed = 1000;
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(c.name());
-    const CodecConfig cfg = c.config();
-    std::string err;
-    std::unique_ptr<GpuCodec> gc = GpuCodec::create(cfg, &err);
-    ASSERT_NE(gc, nullptr) << err;
-    const std::vector<uint8_t> msg = case_message(c, ++seed);
-    auto layout = Layout::make(cfg, c.dtype, c.scheme, msg.size());
-    ASSERT_TRUE(layout.is_ok());
-    DeviceBuffer dmsg(msg.size(), &err);
-    ASSERT_TRUE(dmsg.upload(msg.data(), msg.size()));
-    const CpuPackets want = cpu_encode(cfg, *layout, id, msg.data());
+    const GpuCase g = gpu_case(c, ++seed);
+    ASSERT_TRUE(g.gc != nullptr && g.pc.layout.row_elems() != 0);
+    const CpuPackets want = cpu_encode(g.pc.cfg, g.pc.layout, id, g.pc.msg.data());
     std::vector<uint32_t> sizes;
-    const std::vector<uint8_t> got = gpu_encode(gc.get(), *layout, id, dmsg, want.stride, seed % 2 == 0, &sizes);
+    const std::vector<uint8_t> got = gpu_encode(g.gc.get(), g.pc.layout, id, g.msg, want.stride, seed % 2 == 0, &sizes);
     EXPECT_EQ(sizes, want.sizes);
     ASSERT_EQ(first_packet_diff(want, got.data(), want.stride), "");
   }
 }
 
+// Decoded into a destination offset by a multiple of the element size (any offset for raw
+// bytes), so raw rows' 8-byte stores start after an unaligned head.
 TEST(CudaCodec, DecodeMatchesCpuDecoderWithCutsAndLosses) {
   REQUIRE_GPU();
   const MessageId id = codec::testing::test_id(22);
   uint64_t seed = 2000;
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(c.name());
-    const CodecConfig cfg = c.config();
+    const GpuCase g = gpu_case(c, ++seed);
+    ASSERT_TRUE(g.gc != nullptr && g.pc.layout.row_elems() != 0);
+    const Layout& layout = g.pc.layout;
+    const CpuPackets pk = cpu_encode(g.pc.cfg, layout, id, g.pc.msg.data());
     std::string err;
-    std::unique_ptr<GpuCodec> gc = GpuCodec::create(cfg, &err);
-    ASSERT_NE(gc, nullptr) << err;
-    const std::vector<uint8_t> msg = case_message(c, ++seed);
-    auto layout = Layout::make(cfg, c.dtype, c.scheme, msg.size());
-    ASSERT_TRUE(layout.is_ok());
-    const CpuPackets pk = cpu_encode(cfg, *layout, id, msg.data());
     PinnedBuffer pinned(pk.buf.size(), &err);
     DeviceBuffer dpk(pk.buf.size(), &err);
     ASSERT_NE(pinned.data(), nullptr) << err;
     std::memcpy(pinned.data(), pk.buf.data(), pk.buf.size());
     ASSERT_TRUE(dpk.upload(pk.buf.data(), pk.buf.size()));
-    DeviceBuffer dout(msg.size(), &err);
+    DeviceBuffer dout(g.pc.msg.size() + 8, &err);
     for (int untrimmed = 1; untrimmed >= 0; --untrimmed) {
       const std::vector<uint32_t> got = random_cuts(pk, seed * 7 + untrimmed, untrimmed != 0);
-      const std::vector<uint8_t> want = cpu_decode(cfg, *layout, id, pk, got);
+      const std::vector<uint8_t> want = cpu_decode(g.pc.cfg, layout, id, pk, got);
       const uint8_t* src = (seed + untrimmed) % 2 == 0 ? dpk.data() : pinned.data();
+      const size_t offset = (seed + untrimmed) % 8 / codec::dtype_bytes(c.dtype) * codec::dtype_bytes(c.dtype);
+      uint8_t* dst = dout.data() + offset;
       // Two calls: row 0, then the rest, as a caller finishing rows one chunk at a time does.
-      const uint64_t first = layout->row(0).packets;
-      GpuCodec::Ticket t = gc->decode_rows_async(*layout, id, src, pk.stride, got.data(), 0, 1, dout.data());
-      ASSERT_NE(t, 0u) << gc->last_error();
-      if (layout->rows() > 1) {
-        t = gc->decode_rows_async(*layout, id, src + first * pk.stride, pk.stride, got.data() + first, 1,
-                                  layout->rows() - 1, dout.data());
-        ASSERT_NE(t, 0u) << gc->last_error();
+      const uint64_t first = layout.row(0).packets;
+      GpuCodec::Ticket t = g.gc->decode_rows_async(layout, id, src, pk.stride, got.data(), 0, 1, dst);
+      ASSERT_NE(t, 0u) << g.gc->last_error();
+      if (layout.rows() > 1) {
+        t = g.gc->decode_rows_async(layout, id, src + first * pk.stride, pk.stride, got.data() + first, 1,
+                                    layout.rows() - 1, dst);
+        ASSERT_NE(t, 0u) << g.gc->last_error();
       }
-      ASSERT_TRUE(gc->wait(t)) << gc->last_error();
-      std::vector<uint8_t> out(msg.size());
-      ASSERT_TRUE(dout.download(out.data(), out.size()));
+      ASSERT_TRUE(g.gc->wait(t)) << g.gc->last_error();
+      std::vector<uint8_t> out(g.pc.msg.size());
+      ASSERT_TRUE(dout.download(out.data(), out.size(), offset));
       ASSERT_EQ(std::memcmp(want.data(), out.data(), out.size()), 0) << "untrimmed=" << untrimmed;
     }
   }
+}
+
+// Bad calls give ticket 0 and a reason, and leave the codec (and the thread's CUDA error
+// state) usable: a launch that cannot get its shared memory must not make the next, valid
+// launch read as failed.
+TEST(CudaCodec, FailedCallsGiveTicketZeroAndNoStaleError) {
+  REQUIRE_GPU();
+  const MessageId id = codec::testing::test_id(24);
+  std::string err;
+  // 89-byte packets (8 fp32 elements each) of 2^15 rows: ~230 KiB of shared memory a block.
+  CodecConfig tiny = codec::testing::config(Scheme::kSign, 4096, 32768);
+  tiny.packet_bytes = 89;
+  const CodecConfig ok_cfg = codec::testing::config(Scheme::kSign, 4096, 1024);
+  std::unique_ptr<GpuCodec> bad = GpuCodec::create(tiny, &err), good = GpuCodec::create(ok_cfg, &err);
+  ASSERT_TRUE(bad != nullptr && good != nullptr) << err;
+  const std::vector<float> v = codec::testing::gaussian(32768, 5);
+  DeviceBuffer dmsg(v.size() * 4 + 4, &err), dpk(1 << 24, &err);
+  ASSERT_TRUE(dmsg.upload(v.data(), v.size() * 4));
+  auto big = Layout::make(tiny, DType::kF32, Scheme::kSign, v.size() * 4);
+  auto small = Layout::make(ok_cfg, DType::kF32, Scheme::kSign, v.size() * 4);
+  ASSERT_TRUE(big.is_ok() && small.is_ok());
+  std::vector<uint32_t> sizes(std::max(big->packets(), small->packets()));
+  if (bad->encode_rows_async(*big, id, dmsg.data(), 0, 1, dpk.data(), tiny.packet_bytes, sizes.data()) == 0) {
+    EXPECT_FALSE(bad->last_error().empty());
+  }  // else this GPU has the shared memory for it
+  const GpuCodec::Ticket t =
+      good->encode_rows_async(*small, id, dmsg.data(), 0, small->rows(), dpk.data(), ok_cfg.packet_bytes, sizes.data());
+  ASSERT_NE(t, 0u) << good->last_error();
+  EXPECT_TRUE(good->wait(t)) << good->last_error();
+  // A misaligned fp32 output, host memory as the message, and rows past the message.
+  std::vector<uint32_t> got(small->packets(), 0);
+  EXPECT_EQ(good->decode_rows_async(*small, id, dpk.data(), ok_cfg.packet_bytes, got.data(), 0, 1, dmsg.data() + 2),
+            0u);
+  EXPECT_NE(good->last_error().find("aligned"), std::string::npos) << good->last_error();
+  EXPECT_EQ(good->encode_rows_async(*small, id, v.data(), 0, 1, dpk.data(), ok_cfg.packet_bytes, sizes.data()), 0u);
+  EXPECT_EQ(good->encode_rows_async(*small, id, dmsg.data(), small->rows(), 1, dpk.data(), ok_cfg.packet_bytes,
+                                    sizes.data()),
+            0u);
+  EXPECT_TRUE(good->poll(0));
 }
 
 // GPU encode then GPU decode of whole packets: rht fp32 within the codec's bound per row,

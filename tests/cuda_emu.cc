@@ -36,58 +36,36 @@ void load_row(const Ctx& c, const uint8_t* msg, const RowDesc& d, std::vector<fl
   }
 }
 
+// The 16-bit input bits of element e of a row (In16At in cuda/encode.cu).
+struct In16Bytes {
+  const uint8_t* row;
+  uint16_t operator()(uint32_t e) const {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * static_cast<size_t>(e), 2);
+    return h;
+  }
+};
+
 void pack_row(const Ctx& c, const uint8_t* msg, uint8_t* out, const RowDesc& d, uint64_t slot0,
               const std::vector<float>& s, Scheme scheme, float scale) {
   const DType dtype = static_cast<DType>(c.g.dtype);
-  const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
-  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
-  const bool rotated = scheme == Scheme::kRht;
   const uint64_t dither_key = codec::rng_key(c.cfg->seed, c.id->msg_seq, d.row, codec::RngStream::kDither);
-  const Planes full = packet_planes(scheme, dtype, false, d.epp);
-  const uint32_t groups_per_packet = d.epp / 8;
   const StagePlan plan = stage_plan(c.g);
+  const RowValues row_at{s.data()};
+  const In16Bytes in16{msg + d.byte_offset};
   // Poisoned, so a byte the kernel would copy out without having built it shows up.
   std::vector<uint8_t> stage(plan.bytes, 0xA5);
   for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
     const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
-    const uint32_t g_begin = k0 * groups_per_packet, g_end = (min_u32(k1 * d.epp, d.elems) + 7) / 8;
-    for (uint32_t gi = g_begin; gi < g_end; ++gi) {
-      const uint32_t k = gi / groups_per_packet, q = gi - k * groups_per_packet;
-      const uint32_t first = k * d.epp, e0 = 8 * gi;
-      const uint32_t r = min_u32(8, d.elems - e0);
-      const Planes pl = (first + d.epp <= d.elems) ? full : packet_planes(scheme, dtype, false, d.elems - first);
-      uint8_t heads = 0;
-      if (value_layout) {
-        for (uint32_t j = 0; j < r; ++j) {
-          const bool h = random_head(dither_key, e0 + j, s[smem_index(e0 + j)], scale, scheme == Scheme::kSd);
-          heads = static_cast<uint8_t>(heads | (static_cast<uint32_t>(h) << j));
-        }
-      }
-      Group g;
-      if (f32) {
-        uint32_t x[8];
-        for (uint32_t j = 0; j < 8; ++j) x[j] = j < r ? codec::f32_bits(s[smem_index(e0 + j)]) : 0u;
-        value_layout ? pack_group_f32_value(x, r, heads, &g) : pack_group_f32_sign(x, r, &g);
-      } else {
-        uint16_t h[8];
-        for (uint32_t j = 0; j < 8; ++j) {
-          uint16_t in = 0;
-          if (j < r) std::memcpy(&in, msg + d.byte_offset + 2 * (e0 + j), 2);
-          h[j] = j >= r ? 0 : rotated ? narrow16(s[smem_index(e0 + j)], bf16) : in;
-        }
-        value_layout ? pack_group_16_value(h, r, heads, &g) : pack_group_16_sign(h, r, &g);
-      }
-      uint8_t* payload = stage.data() + (k - k0) * plan.payload_stride;
-      payload[q] = g.p0;
-      std::memcpy(payload + pl.p0 + q * pl.b1, g.p1, group_p1_bytes(pl.b1, r));
-      std::memcpy(payload + pl.p0 + pl.p1 + 16 * q, g.p2, group_p2_bytes(pl.b2, r));
+    const GroupRange gr = round_groups(d, k0, k1);
+    for (uint32_t gi = gr.begin; gi < gr.end; ++gi) {
+      stage_group(stage.data(), plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in16);
     }
-    const uint32_t words = plan.payload_stride / 4;
-    for (uint32_t idx = 0; idx < (k1 - k0) * words; ++idx) {
-      const uint32_t j = idx / words, w = idx - j * words, k = k0 + j;
-      const uint32_t payload = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp)).total();
-      uint8_t* dst = out + (slot0 + k - c.first_slot) * c.stride + kHeaderBytes;
-      std::memcpy(dst + 4 * w, stage.data() + j * plan.payload_stride + 4 * w, stage_word_bytes(payload, w));
+    for (uint32_t idx = 0; idx < (k1 - k0) * (plan.payload_stride / 4); ++idx) {
+      const StageWord sw = stage_word(plan, d, scheme, dtype, k0, idx);
+      uint8_t* dst = out + (slot0 + sw.k - c.first_slot) * c.stride + kHeaderBytes;
+      std::memcpy(dst + 4 * sw.w, stage.data() + sw.j * plan.payload_stride + 4 * sw.w,
+                  stage_word_bytes(sw.payload, sw.w));
     }
   }
 }
@@ -106,8 +84,8 @@ void encode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
       const uint32_t esize = d.tail ? 1u : codec::dtype_bytes(layout.dtype());
       const uint32_t packet_payload = d.epp * esize;
       for (uint32_t i = 0; i < d.elems * esize; ++i) {
-        const uint32_t k = i / packet_payload;
-        out[(slot0 + k - c.first_slot) * stride + kHeaderBytes + (i - k * packet_payload)] = msg[d.byte_offset + i];
+        const RawPos at = raw_pos(i, packet_payload);
+        out[(slot0 + at.packet - c.first_slot) * stride + kHeaderBytes + at.within] = msg[d.byte_offset + i];
       }
       write_headers(c, out, d, slot0, Scheme::kNone, 0.0f);
       continue;
@@ -178,13 +156,25 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
     const uint64_t slot0 = row_first_slot(g, row);
     uint8_t* dst = out + d.byte_offset;
     if (d.tail || d.scheme == Scheme::kNone) {
+      // decode_raw_row: 8-byte units at 8-byte-aligned addresses, the unaligned ends byte by byte.
       const uint32_t esize = d.tail ? 1u : codec::dtype_bytes(layout.dtype());
-      const uint32_t packet_payload = d.epp * esize;
-      for (uint32_t i = 0; i < d.elems * esize; ++i) {
-        const uint32_t k = i / packet_payload, within = i - k * packet_payload;
+      const uint32_t row_bytes = d.elems * esize, packet_payload = d.epp * esize;
+      auto byte_at = [&](uint32_t i) {
+        const RawPos at = raw_pos(i, packet_payload);
         uint32_t pr;
-        const uint8_t* pk = slot(slot0 + k, &pr);
-        dst[i] = (pk != nullptr && within < (pr / esize) * esize) ? pk[kHeaderBytes + within] : 0;
+        const uint8_t* pk = slot(slot0 + at.packet, &pr);
+        return raw_decoded_byte(pk == nullptr ? nullptr : pk + kHeaderBytes, pr, esize, at.within);
+      };
+      const RawSplit sp = raw_split(reinterpret_cast<uintptr_t>(dst), row_bytes);
+      for (uint32_t u = 0; u < sp.units; ++u) {
+        const uint32_t i0 = sp.head + 8 * u;
+        uint64_t v = 0;
+        for (uint32_t b = 0; b < 8; ++b) v |= static_cast<uint64_t>(byte_at(i0 + b)) << (8 * b);
+        std::memcpy(dst + i0, &v, 8);  // little-endian, as on the GPU
+      }
+      for (uint32_t j = 0; j < row_bytes - 8 * sp.units; ++j) {
+        const uint32_t i = j < sp.head ? j : sp.rest + (j - sp.head);
+        dst[i] = byte_at(i);
       }
       continue;
     }
@@ -204,18 +194,16 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
     const uint64_t dither_key = codec::rng_key(cfg.seed, id.msg_seq, row, codec::RngStream::kDither);
     const StagePlan plan = stage_plan(g);
     std::vector<uint8_t> stage(plan.bytes, 0xA5);
-    const uint32_t words = plan.payload_stride / 4;
     for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
       const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
       std::fill(stage.begin(), stage.end(), 0xA5);  // bytes that did not arrive are never read
-      for (uint32_t idx = 0; idx < (k1 - k0) * words; ++idx) {
-        const uint32_t j = idx / words, w = idx - j * words, k = k0 + j;
+      for (uint32_t idx = 0; idx < (k1 - k0) * (plan.payload_stride / 4); ++idx) {
+        const StageWord sw = stage_word(plan, d, scheme, dtype, k0, idx);
         uint32_t pr;
-        const uint8_t* pk = slot(slot0 + k, &pr);
+        const uint8_t* pk = slot(slot0 + sw.k, &pr);
         if (pk == nullptr) continue;
-        const uint32_t payload = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp)).total();
-        std::memcpy(stage.data() + j * plan.payload_stride + 4 * w, pk + kHeaderBytes + 4 * w,
-                    stage_word_bytes(min_u32(pr, payload), w));
+        std::memcpy(stage.data() + sw.j * plan.payload_stride + 4 * sw.w, pk + kHeaderBytes + 4 * sw.w,
+                    stage_word_bytes(min_u32(pr, sw.payload), sw.w));
       }
       for (uint32_t e = k0 * d.epp; e < min_u32(k1 * d.epp, d.elems); ++e) {
         const uint32_t k = e / d.epp, first = k * d.epp, i = e - first, n = min_u32(d.epp, d.elems - first);
@@ -225,18 +213,8 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
         bool whole = false;
         uint16_t w16 = 0;
         if (pk != nullptr) {
-          const Planes pl = packet_planes(scheme, dtype, false, n);
-          const Levels l = decode_levels(pl, n, pr);
-          const uint8_t* payload = stage.data() + (k - k0) * plan.payload_stride;
-          if (dtype == DType::kF32) {
-            v = decode_f32_elem(payload, pl, l, i, scheme, scale, dither_key, e);
-          } else if (i < l.n1) {
-            whole = true;
-            w16 = decode_16_whole(payload, pl, i);
-            v = widen16(w16, bf16);
-          } else if (i < l.n0) {
-            v = head_value(scheme, payload, i, scale, dither_key, e);
-          }
+          v = decode_elem(dtype, scheme, scale, dither_key, stage.data() + (k - k0) * plan.payload_stride, pr, n, i, e,
+                          &w16, &whole);
         }
         if (scheme == Scheme::kRht) {
           s[smem_index(e)] = v;

@@ -50,41 +50,26 @@ inline Norms group_norms(const std::vector<float>& s, uint32_t first, uint32_t n
   return Norms{sq[0], ab[0], fin[0]};
 }
 
-// fwht_pass / fwht_block / fwht_row.
+// fwht_pass / fwht_block / fwht_row: the same passes and groups, one group after another.
 inline void fwht_row(std::vector<float>& s, uint32_t elems, const uint64_t* inverse_signs) {
   uint32_t off = 0;
   for (int b = 31; b >= 0; --b) {
     if (!(elems & (1u << b))) continue;
     const int log2n = b;
+    const float scale = codec::fwht_scale(log2n);
     int st = 0;
     do {
-      const int k = log2n - st < 5 ? log2n - st : 5;
+      const int k = fwht_pass_stages(log2n, st);
       const bool last = st + k >= log2n;
-      const uint32_t regs = 1u << k, groups = (1u << log2n) >> k;
-      for (uint32_t g = 0; g < groups; ++g) {
-        float x[32];
-        uint32_t idx[32];
-        for (uint32_t r = 0; r < regs; ++r) {
-          idx[r] = off + fwht_pass_elem(g, st, k, r);
-          x[r] = s[smem_index(idx[r])];
+      for (uint32_t g = 0; g < ((1u << log2n) >> k); ++g) {
+        switch (k) {
+          case 0: fwht_group<0>(s.data(), off, st, g, last, scale, inverse_signs); break;
+          case 1: fwht_group<1>(s.data(), off, st, g, last, scale, inverse_signs); break;
+          case 2: fwht_group<2>(s.data(), off, st, g, last, scale, inverse_signs); break;
+          case 3: fwht_group<3>(s.data(), off, st, g, last, scale, inverse_signs); break;
+          case 4: fwht_group<4>(s.data(), off, st, g, last, scale, inverse_signs); break;
+          default: fwht_group<5>(s.data(), off, st, g, last, scale, inverse_signs); break;
         }
-        for (int bb = 0; bb < k; ++bb) {
-          const uint32_t h = 1u << bb;
-          for (uint32_t r = 0; r < regs; ++r) {
-            if ((r & h) == 0) {
-              const float a = x[r], c = x[r + h];
-              x[r] = a + c;
-              x[r + h] = a - c;
-            }
-          }
-        }
-        if (last) {
-          for (uint32_t r = 0; r < regs; ++r) {
-            const float y = x[r] * codec::fwht_scale(log2n);
-            x[r] = (inverse_signs != nullptr && rht_sign(inverse_signs, idx[r])) ? -y : y;
-          }
-        }
-        for (uint32_t r = 0; r < regs; ++r) s[smem_index(idx[r])] = x[r];
       }
       st += k;
     } while (st < log2n);

@@ -106,39 +106,60 @@ TEST(CudaEmu, EncodeMatchesCpuEncoderByteForByte) {
   uint64_t seed = 100;
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(c.name());
-    const CodecConfig cfg = c.config();
-    const std::vector<uint8_t> msg = case_message(c, ++seed);
-    auto layout = Layout::make(cfg, c.dtype, c.scheme, msg.size());
-    ASSERT_TRUE(layout.is_ok());
-    const CpuPackets want = cpu_encode(cfg, *layout, id, msg.data());
+    const Prepared pc = prepare(c, ++seed);
+    ASSERT_NE(pc.layout.row_elems(), 0u);
+    const CpuPackets want = cpu_encode(pc.cfg, pc.layout, id, pc.msg.data());
     std::vector<uint8_t> got(want.buf.size(), 0);
     // Two calls, as a pipelining caller makes them: the first row alone, then the rest.
-    emu::encode_rows(cfg, *layout, id, msg.data(), 0, 1, got.data(), want.stride);
-    if (layout->rows() > 1) {
-      const uint64_t first = layout->row(0).packets;
-      emu::encode_rows(cfg, *layout, id, msg.data(), 1, layout->rows() - 1, got.data() + first * want.stride,
+    emu::encode_rows(pc.cfg, pc.layout, id, pc.msg.data(), 0, 1, got.data(), want.stride);
+    if (pc.layout.rows() > 1) {
+      const uint64_t first = pc.layout.row(0).packets;
+      emu::encode_rows(pc.cfg, pc.layout, id, pc.msg.data(), 1, pc.layout.rows() - 1, got.data() + first * want.stride,
                        want.stride);
     }
     ASSERT_EQ(first_packet_diff(want, got.data(), want.stride), "");
   }
 }
 
+// Decoded into a destination at every offset mod 8: the raw rows' 8-byte stores (raw_split)
+// start where the destination's alignment puts them, and the result does not depend on it.
 TEST(CudaEmu, DecodeMatchesCpuDecoderBitForBit) {
   const MessageId id = codec::testing::test_id(12);
   uint64_t seed = 500;
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(c.name());
-    const CodecConfig cfg = c.config();
-    const std::vector<uint8_t> msg = case_message(c, ++seed);
-    auto layout = Layout::make(cfg, c.dtype, c.scheme, msg.size());
-    ASSERT_TRUE(layout.is_ok());
-    const CpuPackets pk = cpu_encode(cfg, *layout, id, msg.data());
+    const Prepared pc = prepare(c, ++seed);
+    ASSERT_NE(pc.layout.row_elems(), 0u);
+    const CpuPackets pk = cpu_encode(pc.cfg, pc.layout, id, pc.msg.data());
     for (int untrimmed = 1; untrimmed >= 0; --untrimmed) {
       const std::vector<uint32_t> got = random_cuts(pk, seed * 3 + untrimmed, untrimmed != 0);
-      const std::vector<uint8_t> want = cpu_decode(cfg, *layout, id, pk, got);
-      std::vector<uint8_t> out(msg.size(), 0xEE);
-      emu::decode_rows(cfg, *layout, id, pk.buf.data(), pk.stride, got.data(), 0, layout->rows(), out.data());
-      ASSERT_EQ(std::memcmp(want.data(), out.data(), out.size()), 0) << "untrimmed=" << untrimmed;
+      const std::vector<uint8_t> want = cpu_decode(pc.cfg, pc.layout, id, pk, got);
+      const size_t offset = (seed + untrimmed) % 8;
+      std::vector<uint8_t> out(pc.msg.size() + 8, 0xEE);
+      emu::decode_rows(pc.cfg, pc.layout, id, pk.buf.data(), pk.stride, got.data(), 0, pc.layout.rows(),
+                       out.data() + offset);
+      ASSERT_EQ(std::memcmp(want.data(), out.data() + offset, want.size()), 0)
+          << "untrimmed=" << untrimmed << " offset=" << offset;
+    }
+  }
+}
+
+// raw_split: every 8-byte store lands on an 8-byte-aligned address, and head + units + rest
+// cover the row exactly once.
+TEST(CudaEmu, RawSplitStoresWholeAlignedLines) {
+  for (uint64_t addr = 0x1000; addr < 0x1010; ++addr) {
+    for (uint32_t bytes : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 4012u, 32768u, 131072u}) {
+      const RawSplit sp = raw_split(addr, bytes);
+      ASSERT_LE(sp.head, 7u);
+      ASSERT_EQ(sp.rest, sp.head + 8 * sp.units);
+      ASSERT_LE(sp.rest, bytes);
+      ASSERT_LT(bytes - sp.rest, 8u);
+      if (sp.units > 0) {
+        ASSERT_EQ((addr + sp.head) % 8, 0u) << addr << " " << bytes;
+      }
+      // No aligned line is left to the byte-by-byte ends.
+      const uint64_t first_line = (addr + 7) / 8 * 8, end_lines = (addr + bytes) / 8 * 8;
+      ASSERT_EQ(sp.units, first_line < end_lines ? (end_lines - first_line) / 8 : 0u) << addr << " " << bytes;
     }
   }
 }

@@ -125,10 +125,11 @@ TEST(DeviceCodec, ChunksAreAboutHalfAMebibyteOfRows) {
 
 TEST(DeviceCodec, ProbeHonoursTheParams) {
   std::string why;
-  EXPECT_EQ(probe_device_mode(false, true, &why), DeviceMode::kEmulated);
-  EXPECT_EQ(probe_device_mode(true, false, &why), DeviceMode::kNone);
+  EXPECT_EQ(probe_device_mode(false, 1, &why), DeviceMode::kEmulated);
+  EXPECT_EQ(probe_device_mode(false, 2, &why), DeviceMode::kEmulatedFault);
+  EXPECT_EQ(probe_device_mode(true, 0, &why), DeviceMode::kNone);
   EXPECT_EQ(why, "NCCL_TRIM_GPU=off");
-  const DeviceMode m = probe_device_mode(false, false, &why);
+  const DeviceMode m = probe_device_mode(false, 0, &why);
   if (m == DeviceMode::kNone) {
     EXPECT_FALSE(why.empty());  // no GPU here: says why
   }

@@ -487,3 +487,15 @@ TEST(HarnessGpuPath, NoGpuMeansHostOnly) {
   EXPECT_NE(r.exit_code, 0) << r.context();
   EXPECT_NE(r.str("error").find("NCCL_PTR_CUDA"), std::string::npos) << r.context();
 }
+
+// A device that faults (a crashed kernel) fails the operations (test() returns
+// ncclSystemError; the plugin's WARN says "GPU encode failed: ..."): the run ends with an error,
+// promptly, and no rank hangs or takes data that was never encoded.
+TEST(HarnessGpuPath, DeviceFaultFailsTheOperations) {
+  trim::testing::EnvGuard gpu{"NCCL_TRIM_TEST_GPU", "emulate_fault"};
+  HarnessRun r = run_harness("--mode sendrecv --bytes 3M --iters 2 --ptr cuda --profiler none");
+  EXPECT_NE(r.exit_code, 0) << r.context();
+  EXPECT_NE(r.str("error").find("ncclSystemError"), std::string::npos) << r.context();
+  EXPECT_NE(r.str("verify"), "exact") << r.context();
+  EXPECT_LT(r.wall_s, 30.0) << r.context();
+}

@@ -20,6 +20,7 @@ const char* device_mode_name(DeviceMode m) {
     case DeviceMode::kNone: return "none";
     case DeviceMode::kCuda: return "cuda";
     case DeviceMode::kEmulated: return "emulated";
+    case DeviceMode::kEmulatedFault: return "emulated, faulting";
   }
   return "?";
 }
@@ -61,11 +62,20 @@ class CudaDeviceCodec final : public DeviceCodec {
                      const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows, void* dev_out) override {
     return g_->decode_rows_async(layout, id, packets, stride, received_bytes, first_row, n_rows, dev_out);
   }
-  bool poll(Ticket t) override { return g_->poll(t); }
+  bool poll(Ticket t) override {
+    // GpuCodec::poll records a failed event query in last_error and counts the work as over.
+    if (failed_) return true;
+    const std::string before = g_->last_error();
+    const bool done = g_->poll(t);
+    if (g_->last_error() != before) failed_ = true;
+    return done;
+  }
+  bool failed() const override { return failed_; }
   const std::string& last_error() const override { return g_->last_error(); }
 
  private:
   std::unique_ptr<gpu::GpuCodec> g_;
+  bool failed_ = false;
 };
 
 // ---- kEmulated: the CPU codec, deferred ----
@@ -85,8 +95,8 @@ class VectorStaging final : public StagingBuffer {
 // before its ticket completed is caught by the receiver's CRC check (and by the tests).
 class EmulatedDeviceCodec final : public DeviceCodec {
  public:
-  explicit EmulatedDeviceCodec(const codec::CodecConfig& cfg) : cfg_(cfg), enc_(cfg), dec_(cfg) {}
-  DeviceMode mode() const override { return DeviceMode::kEmulated; }
+  EmulatedDeviceCodec(const codec::CodecConfig& cfg, bool fault) : cfg_(cfg), enc_(cfg), dec_(cfg), fault_(fault) {}
+  DeviceMode mode() const override { return fault_ ? DeviceMode::kEmulatedFault : DeviceMode::kEmulated; }
   std::unique_ptr<StagingBuffer> alloc_staging(size_t bytes, std::string*) override {
     return std::make_unique<VectorStaging>(bytes);
   }
@@ -134,11 +144,16 @@ class EmulatedDeviceCodec final : public DeviceCodec {
     while (!queue_.empty() && queue_.front().ticket <= t) {
       Item& it = queue_.front();
       if (--it.polls_left > 0) return false;
-      it.work();
+      if (fault_ && it.ticket >= 2 && !failed_) {
+        failed_ = true;  // like a faulted kernel: no output, and the context is gone
+        error_ = "emulated device fault (NCCL_TRIM_TEST_GPU=emulate_fault)";
+      }
+      if (!failed_) it.work();
       queue_.pop_front();
     }
     return true;
   }
+  bool failed() const override { return failed_; }
   const std::string& last_error() const override { return error_; }
 
  private:
@@ -163,6 +178,8 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   std::deque<Item> queue_;
   Ticket last_ = 0;
   std::string error_;
+  bool fault_ = false;
+  bool failed_ = false;
 };
 
 }  // namespace
@@ -171,7 +188,9 @@ Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const co
                                                        const void* buffer) {
   switch (mode) {
     case DeviceMode::kNone: return std::unique_ptr<DeviceCodec>();
-    case DeviceMode::kEmulated: return std::unique_ptr<DeviceCodec>(std::make_unique<EmulatedDeviceCodec>(cfg));
+    case DeviceMode::kEmulated:
+    case DeviceMode::kEmulatedFault:
+      return std::unique_ptr<DeviceCodec>(std::make_unique<EmulatedDeviceCodec>(cfg, mode == DeviceMode::kEmulatedFault));
     case DeviceMode::kCuda: {
       std::string err;
       int device = -1;
@@ -184,8 +203,9 @@ Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const co
   return Status(Code::kInternal, "make_device_codec: unknown mode");
 }
 
-DeviceMode probe_device_mode(bool gpu_off, bool emulate, std::string* why) {
-  if (emulate) return DeviceMode::kEmulated;
+DeviceMode probe_device_mode(bool gpu_off, int test_gpu, std::string* why) {
+  if (test_gpu == 1) return DeviceMode::kEmulated;
+  if (test_gpu == 2) return DeviceMode::kEmulatedFault;
   if (gpu_off) {
     if (why != nullptr) *why = "NCCL_TRIM_GPU=off";
     return DeviceMode::kNone;

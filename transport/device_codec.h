@@ -20,7 +20,7 @@
 
 namespace trim::transport {
 
-enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated };
+enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated, kEmulatedFault };
 const char* device_mode_name(DeviceMode m);
 
 // Host memory the device writes packets into (pinned for kCuda).
@@ -47,8 +47,12 @@ class DeviceCodec {
   virtual Ticket decode_rows(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets,
                              size_t stride, const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows,
                              void* dev_out) = 0;
-  // True once t's work (and everything queued before it) has finished.
+  // True once t's work (and everything queued before it) has finished, or failed: check
+  // failed() before trusting what it wrote.
   virtual bool poll(Ticket t) = 0;
+  // Sticky: the device reported an error while running queued work (a faulted kernel leaves
+  // the CUDA context unusable), so nothing it wrote since can be trusted.
+  virtual bool failed() const = 0;
   virtual const std::string& last_error() const = 0;
 };
 
@@ -57,9 +61,10 @@ class DeviceCodec {
 Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const codec::CodecConfig& cfg,
                                                        const void* buffer = nullptr);
 
-// Which device path this process can use, from NCCL_TRIM_GPU=off (gpu_off), NCCL_TRIM_TEST_GPU=
-// emulate (emulate) and what the CUDA runtime finds (probed once); *why says why when kNone.
-DeviceMode probe_device_mode(bool gpu_off, bool emulate, std::string* why);
+// Which device path this process can use, from NCCL_TRIM_GPU=off (gpu_off), NCCL_TRIM_TEST_GPU
+// (test_gpu: 0 off, 1 emulate, 2 emulate_fault) and what the CUDA runtime finds (probed once);
+// *why says why when kNone.
+DeviceMode probe_device_mode(bool gpu_off, int test_gpu, std::string* why);
 
 // Rows per encode launch: small enough that the first packets leave before a whole message is
 // encoded, large enough that each launch fills the GPU (one block per row).

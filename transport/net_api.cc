@@ -291,13 +291,15 @@ Result<Context*> init(const InitOptions& options) {
   ctx->codec = cfg.value();
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
   std::string why;
-  ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, ctx->params.test_gpu == 1, &why);
+  ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, static_cast<int>(ctx->params.test_gpu), &why);
   switch (ctx->device_mode) {
     case transport::DeviceMode::kCuda:
       TRIM_INFO("NET/Trim: GPU buffers: on (NCCL_PTR_CUDA; encoded and decoded by the plugin's CUDA kernels)");
       break;
     case transport::DeviceMode::kEmulated:
-      TRIM_WARN("NET/Trim: TEST-ONLY GPU emulation is on (NCCL_TRIM_TEST_GPU=emulate): never use this in a real job");
+    case transport::DeviceMode::kEmulatedFault:
+      TRIM_WARN("NET/Trim: TEST-ONLY GPU emulation is on (NCCL_TRIM_TEST_GPU={}): never use this in a real job",
+                ctx->device_mode == transport::DeviceMode::kEmulated ? "emulate" : "emulate_fault");
       break;
     case transport::DeviceMode::kNone:
       TRIM_INFO("NET/Trim: GPU buffers: off ({}); host buffers, CPU codec", why);

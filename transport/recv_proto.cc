@@ -104,6 +104,11 @@ void RecvProto::poll_device() {
     m.decode = 0;
     --decoding_;
     m.staging.reset();
+    if (device_->failed()) {
+      m.failed = true;
+      m.op->result.fail(Status(Code::kSystem, fmt::format("GPU decode failed: {}", device_->last_error())));
+      continue;
+    }
     complete(&m, m.layout.bytes());
   }
 }

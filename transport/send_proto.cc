@@ -181,6 +181,7 @@ Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
     while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
       const uint32_t chunk = m->rows_encoded / m->rows_per_chunk;
       if (!device_->poll(m->chunk_tickets[chunk])) return false;
+      if (device_->failed()) return Status(Code::kSystem, fmt::format("GPU encode failed: {}", device_->last_error()));
       m->rows_encoded = std::min(m->layout.rows(), (chunk + 1) * m->rows_per_chunk);
     }
     return true;
