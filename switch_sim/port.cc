@@ -138,7 +138,11 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
   } else if (cfg_.mode == Mode::kReplay) {
     cut_now = p.trimmable && replay_.count(TranscriptEntry{p.flow, p.msg, p.psn}) != 0;
   }
-  if (cut_now && trim(&p)) {
+  if (p.trimmed) {
+    // Cut at an earlier hop: trimmed packets are remarked to the header class (NDP, UEC), so
+    // they keep their priority, and their last chance, at every later hop.
+    v = to_header_queue(p);
+  } else if (cut_now && trim(&p)) {
     v = to_header_queue(p);
   } else if (!data_full(p.bytes)) {
     data_bytes_ += p.bytes;
