@@ -11,6 +11,13 @@
 #include "codec/rng.h"
 #include "codec/types.h"
 
+// #pragma unroll in device code; host compilers would warn about an unknown pragma.
+#ifdef __CUDA_ARCH__
+#define TRIM_UNROLL _Pragma("unroll")
+#else
+#define TRIM_UNROLL
+#endif
+
 namespace trim::gpu {
 
 using codec::DType;
@@ -41,6 +48,15 @@ struct RowDesc {
 };
 
 TRIM_HD uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+TRIM_HD float widen16(uint16_t h, bool bf16) { return bf16 ? codec::bf16_to_f32(h) : codec::f16_to_f32(h); }
+TRIM_HD uint16_t narrow16(float f, bool bf16) { return bf16 ? codec::f32_to_bf16(f) : codec::f32_to_f16(f); }
+
+// Shared-memory slot of row element i: one pad float every 32 keeps the FWHT passes free of
+// bank conflicts (a thread's 32 consecutive elements, and a warp's elements 32 apart, each
+// land in 32 different banks).
+TRIM_HD uint32_t smem_index(uint32_t i) { return i + (i >> 5); }
+TRIM_HD uint32_t smem_floats(uint32_t row_elems) { return smem_index(row_elems) + 1; }
 
 TRIM_HD uint32_t geom_rows(const RowGeom& g) { return g.typed_rows + (g.tail_bytes != 0 ? 1u : 0u); }
 
@@ -228,24 +244,6 @@ TRIM_HD void pack_group_f32_value(const uint32_t x[8], uint32_t r, uint8_t heads
   }
 }
 
-// 16-bit sign layout: plane 0 = bit 15, plane 1 = bits 14..0.
-TRIM_HD void pack_group_16_sign(const uint16_t h[8], uint32_t r, Group* g) {
-  uint32_t f[8];
-  g->p0 = 0;
-  for (uint32_t k = 0; k < 8; ++k) {
-    const uint32_t v = k < r ? h[k] : 0u;
-    g->p0 = static_cast<uint8_t>(g->p0 | ((v >> 15) << k));
-    f[k] = v & 0x7FFFu;
-  }
-  pack15x8(f, g->p1);
-}
-
-// 16-bit value layout: plane 0 = the random heads, plane 1 = the whole value.
-TRIM_HD void pack_group_16_value(const uint16_t h[8], uint32_t r, uint8_t heads, Group* g) {
-  g->p0 = heads;
-  for (uint32_t k = 0; k < 8; ++k) put_le(g->p1 + 2 * k, k < r ? h[k] : 0u, 2);
-}
-
 // The sq/sd head of element `elem` of a row (planes.cc scalar::random_heads).
 TRIM_HD bool random_head(uint64_t key, uint32_t elem, float v, float clip, bool sd) {
   const float lo = v != v ? -clip : (v < -clip ? -clip : v);  // max(v, -L), NaN -> -L
@@ -254,6 +252,57 @@ TRIM_HD bool random_head(uint64_t key, uint32_t elem, float v, float clip, bool 
   if (sd) return x + (2.0f * u - 1.0f) * clip > 0.0f;
   const float two_l = 2.0f * clip;
   return u * two_l < clip + x;
+}
+
+// The row's fp32 values at smem_index(e), as build_group reads them.
+struct RowValues {
+  const float* s;
+  TRIM_HD float operator()(uint32_t e) const { return s[smem_index(e)]; }
+};
+
+// Group e0 / 8 of a lossy row (elements [e0, e0 + r), r <= 8) as the encoder packs it
+// (Encoder::pack_*_payloads). s(e) is the row's element e as fp32 (rotated for rht), in16(e)
+// the input bits of a 16-bit element. A 16-bit value v packs as the fp32 pattern v << 16: its
+// sign is then bit 31, its low 15 bits land in plane 1, and its (empty) plane 2 is not written.
+template <class RowAt, class In16At>
+TRIM_HD void build_group(RowAt s, In16At in16, uint32_t e0, uint32_t r, Scheme scheme, DType dtype, float scale,
+                         uint64_t dither_key, Group* g) {
+  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  uint8_t heads = 0;
+  if (value_layout) {
+    for (uint32_t j = 0; j < r; ++j) {
+      const bool h = random_head(dither_key, e0 + j, s(e0 + j), scale, scheme == Scheme::kSd);
+      heads = static_cast<uint8_t>(heads | (static_cast<uint32_t>(h) << j));
+    }
+  }
+  const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
+  uint32_t x[8];
+  for (uint32_t j = 0; j < 8; ++j) {
+    if (j >= r) {
+      x[j] = 0;
+    } else if (f32) {
+      x[j] = codec::f32_bits(s(e0 + j));
+    } else {
+      // Rotated rows send the rotated values rounded to the dtype; others their input bits.
+      const uint16_t h = scheme == Scheme::kRht ? narrow16(s(e0 + j), bf16) : in16(e0 + j);
+      x[j] = static_cast<uint32_t>(h) << 16;
+    }
+  }
+  if (value_layout) {
+    pack_group_f32_value(x, r, heads, g);
+  } else {
+    pack_group_f32_sign(x, r, g);
+  }
+}
+
+// Group q (r valid elements) into the payload of a packet with planes pl, at its place in each plane.
+TRIM_HD void place_group(uint8_t* payload, const Planes& pl, uint32_t q, uint32_t r, const Group& g) {
+  payload[q] = g.p0;
+  uint8_t* p1 = payload + pl.p0 + q * pl.b1;  // a group holds b1 bytes of plane 1
+  const uint32_t n1 = group_p1_bytes(pl.b1, r), n2 = group_p2_bytes(pl.b2, r);
+  for (uint32_t b = 0; b < n1; ++b) p1[b] = g.p1[b];
+  uint8_t* p2 = payload + pl.p0 + pl.p1 + 16 * q;
+  for (uint32_t b = 0; b < n2; ++b) p2[b] = g.p2[b];
 }
 
 // ---- RHT (codec/rht.h, codec/fwht.h)
@@ -278,11 +327,6 @@ TRIM_HD int rht_block_of(uint32_t elems, uint32_t e, uint32_t* offset) {
   return -1;
 }
 
-// Shared-memory slot of row element i: one pad float every 32 keeps the FWHT passes free of
-// bank conflicts (a thread's 32 consecutive elements, and a warp's elements 32 apart, each
-// land in 32 different banks).
-TRIM_HD uint32_t smem_index(uint32_t i) { return i + (i >> 5); }
-TRIM_HD uint32_t smem_floats(uint32_t row_elems) { return smem_index(row_elems) + 1; }
 
 // Element index of register r of group g in an FWHT pass over stages [s, s + k) of a block:
 // the group's 2^k elements are spaced 2^s apart.
@@ -291,6 +335,48 @@ TRIM_HD uint32_t fwht_pass_elem(uint32_t g, int s, int k, uint32_t r) {
   const uint32_t base = ((g >> s) << (s + k)) | (g & (h - 1u));
   return base + r * h;
 }
+
+// One group of an FWHT pass over stages [st, st + K) of the block of 2^log2n elements at row
+// offset `off`: its 2^K elements, spaced 2^st apart, go through the K butterfly stages in
+// increasing stride order (the fwht.h contract: (a + b, a - b) in fp32, no FMA). The last pass
+// also multiplies by `scale` and, for the inverse, negates where the row's sign bit is set
+// (inverse_signs != nullptr). s is the row at smem_index(i).
+template <int K>
+TRIM_HD void fwht_group(float* s, uint32_t off, int st, uint32_t g, bool last, float scale,
+                        const uint64_t* inverse_signs) {
+  constexpr uint32_t kRegs = 1u << K;
+  float x[kRegs];
+  uint32_t idx[kRegs];
+TRIM_UNROLL
+  for (uint32_t r = 0; r < kRegs; ++r) {
+    idx[r] = off + fwht_pass_elem(g, st, K, r);
+    x[r] = s[smem_index(idx[r])];
+  }
+TRIM_UNROLL
+  for (int b = 0; b < K; ++b) {
+    const uint32_t h = 1u << b;
+TRIM_UNROLL
+    for (uint32_t r = 0; r < kRegs; ++r) {
+      if ((r & h) == 0) {
+        const float a = x[r], c = x[r + h];
+        x[r] = a + c;
+        x[r + h] = a - c;
+      }
+    }
+  }
+  if (last) {
+TRIM_UNROLL
+    for (uint32_t r = 0; r < kRegs; ++r) {
+      const float y = x[r] * scale;
+      x[r] = (inverse_signs != nullptr && rht_sign(inverse_signs, idx[r])) ? -y : y;
+    }
+  }
+TRIM_UNROLL
+  for (uint32_t r = 0; r < kRegs; ++r) s[smem_index(idx[r])] = x[r];
+}
+
+// Stages in the FWHT pass that starts at stage st of a block of 2^log2n elements (at most 5).
+TRIM_HD int fwht_pass_stages(int log2n, int st) { return log2n - st < 5 ? log2n - st : 5; }
 
 // ---- Packet staging in shared memory
 // The kernels build (encode) or gather (decode) the payloads of a few packets at a time in a
@@ -316,6 +402,80 @@ TRIM_HD StagePlan stage_plan(const RowGeom& g) {
 // Bytes [4w, 4w + n) of a payload of `payload` bytes that word w of a copy covers (n = 0: none).
 TRIM_HD uint32_t stage_word_bytes(uint32_t payload, uint32_t w) {
   return 4 * w >= payload ? 0u : min_u32(4, payload - 4 * w);
+}
+
+// The groups of a lossy row that pack_row builds in the round of packets [k0, k1): [begin, end).
+struct GroupRange {
+  uint32_t begin, end;
+};
+TRIM_HD GroupRange round_groups(const RowDesc& d, uint32_t k0, uint32_t k1) {
+  return GroupRange{k0 * (d.epp / 8), (min_u32(k1 * d.epp, d.elems) + 7) / 8};
+}
+
+// Group gi of a lossy row (elements [8 gi, 8 gi + 8) of the row) packed into its packet's
+// payload in the stage of the round that starts at packet k0 (epp is a multiple of 8).
+template <class RowAt, class In16At>
+TRIM_HD void stage_group(uint8_t* stage, const StagePlan& plan, const RowDesc& d, uint32_t k0, uint32_t gi,
+                         Scheme scheme, DType dtype, float scale, uint64_t dither_key, RowAt s, In16At in16) {
+  const uint32_t groups_per_packet = d.epp / 8;
+  const uint32_t k = gi / groups_per_packet, q = gi - k * groups_per_packet;
+  const uint32_t e0 = 8 * gi, r = min_u32(8, d.elems - e0);
+  const Planes pl = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp));
+  Group g;
+  build_group(s, in16, e0, r, scheme, dtype, scale, dither_key, &g);
+  place_group(stage + (k - k0) * plan.payload_stride, pl, q, r, g);
+}
+
+// Word idx of a round's copy between the stage and the packets (packets [k0, k1) of a lossy
+// row, payload_stride / 4 words each): word w of packet k's payload, at stage slot j; the
+// payload holds `payload` bytes.
+struct StageWord {
+  uint32_t j, w, k, payload;
+};
+TRIM_HD StageWord stage_word(const StagePlan& plan, const RowDesc& d, Scheme scheme, DType dtype, uint32_t k0,
+                             uint32_t idx) {
+  StageWord sw{};
+  const uint32_t words = plan.payload_stride / 4;
+  sw.j = idx / words;
+  sw.w = idx - sw.j * words;
+  sw.k = k0 + sw.j;
+  sw.payload = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - sw.k * d.epp)).total();
+  return sw;
+}
+
+// ---- Raw rows (scheme none, and the tail: Encoder::encode_raw_row, Decoder::decode_slot)
+// Byte i of a raw row sits at payload byte i % pp of the row's packet i / pp, where pp is a
+// packet's payload (epp elements of the row's element size).
+
+struct RawPos {
+  uint32_t packet, within;
+};
+TRIM_HD RawPos raw_pos(uint32_t i, uint32_t packet_payload) {
+  const uint32_t k = i / packet_payload;
+  return RawPos{k, i - k * packet_payload};
+}
+
+// The decoded byte at payload offset `within` of a raw packet of which `payload_received`
+// bytes arrived (payload == nullptr: missing). Only whole elements are kept; the rest is 0.
+TRIM_HD uint8_t raw_decoded_byte(const uint8_t* payload, uint32_t payload_received, uint32_t esize,
+                                 uint32_t within) {
+  return (payload != nullptr && within < payload_received / esize * esize) ? payload[within] : 0;
+}
+
+// How a raw row's `row_bytes` bytes are written at address `dst`: bytes [0, head) one by one
+// until dst + head is 8-byte aligned, then `units` 8-byte stores, then bytes [rest, row_bytes)
+// one by one (fewer than 8). NCCL's LL protocol polls 8-byte lines (4 data bytes + a 4-byte
+// flag) while they land, so each aligned line must be written by one 8-byte store, never in
+// pieces.
+struct RawSplit {
+  uint32_t head, units, rest;
+};
+TRIM_HD RawSplit raw_split(uint64_t dst, uint32_t row_bytes) {
+  RawSplit sp{};
+  sp.head = min_u32(row_bytes, static_cast<uint32_t>((8u - (dst & 7u)) & 7u));
+  sp.units = (row_bytes - sp.head) / 8;
+  sp.rest = sp.head + 8 * sp.units;
+  return sp;
 }
 
 // ---- Decoding (codec::Decoder)
@@ -392,10 +552,27 @@ TRIM_HD uint16_t decode_16_whole(const uint8_t* payload, const Planes& pb, uint3
   return static_cast<uint16_t>((head_bit(payload, i) << 15) | field15(p1, i));
 }
 
-TRIM_HD float widen16(uint16_t h, bool bf16) { return bf16 ? codec::bf16_to_f32(h) : codec::f16_to_f32(h); }
-TRIM_HD uint16_t narrow16(float f, bool bf16) { return bf16 ? codec::f32_to_bf16(f) : codec::f32_to_f16(f); }
 
 // RMS as the encoder computes it from a double sum of squares.
+// Element i of a packet of n elements whose first `received` payload bytes are at `payload`,
+// as fp32 (the rotated domain for rht); for 16-bit rows also the exact value when it arrived
+// whole (*whole = true, *whole16). Decoder::decode_f32 / decode_16 for one element; e is its
+// index in the row (the sd dither's).
+TRIM_HD float decode_elem(DType dtype, Scheme scheme, float scale, uint64_t dither_key, const uint8_t* payload,
+                          uint32_t received, uint32_t n, uint32_t i, uint32_t e, uint16_t* whole16, bool* whole) {
+  const Planes pl = packet_planes(scheme, dtype, false, n);
+  const Levels l = decode_levels(pl, n, received);
+  *whole = false;
+  if (dtype == DType::kF32) return decode_f32_elem(payload, pl, l, i, scheme, scale, dither_key, e);
+  if (i < l.n1) {
+    *whole = true;
+    *whole16 = decode_16_whole(payload, pl, i);
+    return widen16(*whole16, dtype == DType::kBF16);
+  }
+  if (i < l.n0) return head_value(scheme, payload, i, scale, dither_key, e);
+  return 0.0f;
+}
+
 TRIM_HD float rms_of(double sum_sq, uint32_t n) {
   return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n));
 }

@@ -28,35 +28,55 @@ __device__ inline Slot slot_of(const DecodeParams& p, uint64_t slot) {
   return Slot{p.packets + j * p.c.stride, got - kHeaderBytes};
 }
 
+// Payload byte `at` of a raw packet of the row, as decoded (0 where it did not arrive).
+__device__ inline uint8_t raw_byte(const DecodeParams& p, uint64_t slot0, uint32_t esize, RawPos at) {
+  const Slot sl = slot_of(p, slot0 + at.packet);
+  return raw_decoded_byte(sl.packet == nullptr ? nullptr : sl.packet + kHeaderBytes, sl.payload_received, esize,
+                          at.within);
+}
+
+// 8 bytes at src, with the widest loads its alignment allows.
+__device__ inline uint64_t load8(const uint8_t* src) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  if ((a & 7u) == 0) return *reinterpret_cast<const uint64_t*>(src);
+  if ((a & 3u) == 0) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(src);
+    return static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32);
+  }
+  uint64_t v = 0;
+#pragma unroll
+  for (uint32_t b = 0; b < 8; ++b) v |= static_cast<uint64_t>(src[b]) << (8 * b);
+  return v;
+}
+
+// scheme none and the tail (Decoder::decode_slot): the row's bytes as they arrived, 0 for
+// missing ones. Each 8-byte-aligned 8 bytes of the destination is written by one 8-byte store
+// (raw_split): NCCL's LL protocol reads its 8-byte lines while they land.
 __device__ void decode_raw_row(const DecodeParams& p, const RowDesc& d, uint64_t slot0) {
   const uint32_t esize = d.tail ? 1u : codec::dtype_bytes(static_cast<DType>(p.c.geom.dtype));
   const uint32_t row_bytes = d.elems * esize, packet_payload = d.epp * esize;
   uint8_t* dst = p.out + d.byte_offset;
-  for (uint32_t i = threadIdx.x; i < row_bytes; i += blockDim.x) {
-    const uint32_t k = i / packet_payload, within = i - k * packet_payload;
-    const Slot sl = slot_of(p, slot0 + k);
-    // Only whole elements are kept (Decoder::decode_slot).
-    const uint32_t whole_bytes = (sl.payload_received / esize) * esize;
-    dst[i] = (sl.packet != nullptr && within < whole_bytes) ? sl.packet[kHeaderBytes + within] : 0;
+  const RawSplit sp = raw_split(reinterpret_cast<uintptr_t>(dst), row_bytes);
+  for (uint32_t u = threadIdx.x; u < sp.units; u += blockDim.x) {
+    const uint32_t i0 = sp.head + 8 * u;
+    const RawPos at = raw_pos(i0, packet_payload);
+    const Slot sl = slot_of(p, slot0 + at.packet);
+    uint64_t v = 0;
+    if (sl.packet != nullptr && at.within + 8 <= sl.payload_received / esize * esize) {
+      v = load8(sl.packet + kHeaderBytes + at.within);  // all 8 bytes arrived, in one packet
+    } else {
+#pragma unroll
+      for (uint32_t b = 0; b < 8; ++b) {
+        v |= static_cast<uint64_t>(raw_byte(p, slot0, esize, raw_pos(i0 + b, packet_payload))) << (8 * b);
+      }
+    }
+    *reinterpret_cast<uint64_t*>(dst + i0) = v;
   }
-}
-
-// The decoded value of element i of a packet of n elements whose first `received` payload
-// bytes are at `payload` (fp32; the rotated domain for rht), and for 16-bit rows the exact
-// value when it arrived whole (*whole = true).
-__device__ float decode_elem(DType dtype, Scheme scheme, float scale, uint64_t dither_key, const uint8_t* payload,
-                             uint32_t received, uint32_t n, uint32_t i, uint32_t e, uint16_t* whole16, bool* whole) {
-  const Planes pl = packet_planes(scheme, dtype, false, n);
-  const Levels l = decode_levels(pl, n, received);
-  *whole = false;
-  if (dtype == DType::kF32) return decode_f32_elem(payload, pl, l, i, scheme, scale, dither_key, e);
-  if (i < l.n1) {
-    *whole = true;
-    *whole16 = decode_16_whole(payload, pl, i);
-    return widen16(*whole16, dtype == DType::kBF16);
+  // The unaligned ends, fewer than 8 bytes each: [0, head) and [rest, row_bytes).
+  for (uint32_t j = threadIdx.x; j < row_bytes - 8 * sp.units; j += blockDim.x) {
+    const uint32_t i = j < sp.head ? j : sp.rest + (j - sp.head);
+    dst[i] = raw_byte(p, slot0, esize, raw_pos(i, packet_payload));
   }
-  if (i < l.n0) return head_value(scheme, payload, i, scale, dither_key, e);
-  return 0.0f;
 }
 
 // Word w of what arrived of a payload into the stage: global memory sees whole 4-byte words
@@ -73,9 +93,9 @@ __device__ inline void copy_word_in(uint8_t* dst, const uint8_t* src, uint32_t r
 __global__ void __launch_bounds__(kMaxRowThreads) decode_rows_kernel(DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const RowGeom& geom = p.c.geom;
-  const uint32_t row = p.c.first_row + blockIdx.x;
-  const RowDesc d = row_desc(geom, row);
-  const uint64_t slot0 = row_first_slot(geom, row);
+  uint64_t slot0;
+  const RowDesc d = block_row(p.c, &slot0);
+  const uint32_t row = d.row;
   if (d.tail || d.scheme == Scheme::kNone) {
     decode_raw_row(p, d, slot0);
     return;
@@ -110,15 +130,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) decode_rows_kernel(DecodeParam
   if (rht) load_sign_words(signs, codec::rng_key(p.c.seed, p.c.msg_seq, row, codec::RngStream::kRhtSigns), d.elems);
 
   // Rounds of plan.packets packets: gather what arrived into the stage, then decode from it.
-  const uint32_t words = plan.payload_stride / 4;
   for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
     const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
-    for (uint32_t idx = threadIdx.x; idx < (k1 - k0) * words; idx += blockDim.x) {
-      const uint32_t j = idx / words, w = idx - j * words, k = k0 + j;
-      const Slot sl = slot_of(p, slot0 + k);
+    for (uint32_t idx = threadIdx.x; idx < (k1 - k0) * (plan.payload_stride / 4); idx += blockDim.x) {
+      const StageWord sw = stage_word(plan, d, scheme, dtype, k0, idx);
+      const Slot sl = slot_of(p, slot0 + sw.k);
       if (sl.packet == nullptr) continue;
-      const uint32_t payload = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp)).total();
-      copy_word_in(stage + j * plan.payload_stride, sl.packet + kHeaderBytes, min_u32(sl.payload_received, payload), w);
+      copy_word_in(stage + sw.j * plan.payload_stride, sl.packet + kHeaderBytes,
+                   min_u32(sl.payload_received, sw.payload), sw.w);
     }
     __syncthreads();
     const uint32_t e_end = min_u32(k1 * d.epp, d.elems);
@@ -159,13 +178,7 @@ size_t decode_smem_bytes(const RowGeom& g) {
 }
 
 int launch_decode(const DecodeParams& p, void* stream) {
-  if (p.c.n_rows == 0) return 0;
-  const size_t smem = decode_smem_bytes(p.c.geom);
-  cudaError_t e = cudaFuncSetAttribute(decode_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return static_cast<int>(e);
-  decode_rows_kernel<<<p.c.n_rows, row_block_threads(p.c.geom.row_elems), smem, static_cast<cudaStream_t>(stream)>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  return launch_rows(decode_rows_kernel, p, p.c, decode_smem_bytes(p.c.geom), stream);
 }
 
 }  // namespace trim::gpu

@@ -23,32 +23,29 @@ __device__ inline uint8_t* packet_ptr(const EncodeParams& p, uint64_t slot) {
   return p.out + (slot - p.c.first_slot) * p.c.stride;
 }
 
-// n bytes of a local array to global memory; 8- or 4-byte stores where the target allows.
+// Bytes [0, N) of src as little-endian words of type W at dst (W-aligned).
+template <class W, uint32_t N>
+__device__ inline void store_words(uint8_t* dst, const uint8_t (&src)[N]) {
+#pragma unroll
+  for (uint32_t w = 0; w < N / sizeof(W); ++w) {
+    W v = 0;
+#pragma unroll
+    for (uint32_t b = 0; b < sizeof(W); ++b) v |= static_cast<W>(src[sizeof(W) * w + b]) << (8 * b);
+    reinterpret_cast<W*>(dst)[w] = v;
+  }
+}
+
+// A local array to global memory; 8- or 4-byte stores where the target allows.
 template <uint32_t N>
-__device__ inline void store_bytes(uint8_t* dst, const uint8_t (&src)[N], uint32_t n) {
-  if ((reinterpret_cast<uintptr_t>(dst) & 7u) == 0 && n == N && N % 8 == 0) {
+__device__ inline void store_bytes(uint8_t* dst, const uint8_t (&src)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (N % 8 == 0 && (a & 7u) == 0) {
+    store_words<uint64_t>(dst, src);
+  } else if (N % 4 == 0 && (a & 3u) == 0) {
+    store_words<uint32_t>(dst, src);
+  } else {
 #pragma unroll
-    for (uint32_t w = 0; w < N / 8; ++w) {
-      uint64_t v = 0;
-#pragma unroll
-      for (uint32_t b = 0; b < 8; ++b) v |= static_cast<uint64_t>(src[8 * w + b]) << (8 * b);
-      reinterpret_cast<uint64_t*>(dst)[w] = v;
-    }
-    return;
-  }
-  if ((reinterpret_cast<uintptr_t>(dst) & 3u) == 0 && n == N && N % 4 == 0) {
-#pragma unroll
-    for (uint32_t w = 0; w < N / 4; ++w) {
-      uint32_t v = 0;
-#pragma unroll
-      for (uint32_t b = 0; b < 4; ++b) v |= static_cast<uint32_t>(src[4 * w + b]) << (8 * b);
-      reinterpret_cast<uint32_t*>(dst)[w] = v;
-    }
-    return;
-  }
-#pragma unroll
-  for (uint32_t b = 0; b < N; ++b) {
-    if (b < n) dst[b] = src[b];
+    for (uint32_t b = 0; b < N; ++b) dst[b] = src[b];
   }
 }
 
@@ -57,7 +54,7 @@ __device__ void write_headers(const EncodeParams& p, const RowDesc& d, uint64_t 
     const HeaderFields h = packet_header(p.c.geom, d, p.c.cookie, p.c.msg_seq, p.c.trimmable, scheme, scale, k);
     uint8_t bytes[kHeaderBytes];
     header_bytes(h, bytes);
-    store_bytes(packet_ptr(p, slot0 + k), bytes, kHeaderBytes);
+    store_bytes(packet_ptr(p, slot0 + k), bytes);
   }
 }
 
@@ -67,8 +64,8 @@ __device__ void encode_raw_row(const EncodeParams& p, const RowDesc& d, uint64_t
   const uint32_t row_bytes = d.elems * esize, packet_payload = d.epp * esize;
   const uint8_t* src = p.msg + d.byte_offset;
   for (uint32_t i = threadIdx.x; i < row_bytes; i += blockDim.x) {
-    const uint32_t k = i / packet_payload;
-    packet_ptr(p, slot0 + k)[kHeaderBytes + (i - k * packet_payload)] = src[i];
+    const RawPos at = raw_pos(i, packet_payload);
+    packet_ptr(p, slot0 + at.packet)[kHeaderBytes + at.within] = src[i];
   }
   write_headers(p, d, slot0, Scheme::kNone, 0.0f);
 }
@@ -163,70 +160,30 @@ __device__ inline void copy_word_out(uint8_t* dst, const uint8_t* src, uint32_t 
   for (uint32_t b = 0; b < n; ++b) dst[4 * w + b] = src[4 * w + b];
 }
 
+// build_group's view of the 16-bit input, in global memory.
+struct In16At {
+  const uint16_t* v;
+  TRIM_HD uint16_t operator()(uint32_t e) const { return v[e]; }
+};
+
 // Planes of every packet of a lossy row: rounds of plan.packets packets, each built in the
 // shared-memory stage by groups of 8 elements, then copied out word by word.
 __device__ void pack_row(const EncodeParams& p, const RowDesc& d, uint64_t slot0, const float* s, Scheme scheme,
                          float scale, uint8_t* stage, const StagePlan& plan) {
   const DType dtype = static_cast<DType>(p.c.geom.dtype);
-  const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
-  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
-  const bool rotated = scheme == Scheme::kRht;
   const uint64_t dither_key = codec::rng_key(p.c.seed, p.c.msg_seq, d.row, codec::RngStream::kDither);
-  const Planes full = packet_planes(scheme, dtype, false, d.epp);
-  const uint32_t groups_per_packet = d.epp / 8;
-  const uint16_t* src16 = reinterpret_cast<const uint16_t*>(p.msg + d.byte_offset);
+  const RowValues row_at{s};
+  const In16At in16{reinterpret_cast<const uint16_t*>(p.msg + d.byte_offset)};
   for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
     const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
-    const uint32_t g_begin = k0 * groups_per_packet, g_end = (min_u32(k1 * d.epp, d.elems) + 7) / 8;
-    for (uint32_t gi = g_begin + threadIdx.x; gi < g_end; gi += blockDim.x) {
-      const uint32_t k = gi / groups_per_packet, q = gi - k * groups_per_packet;
-      const uint32_t first = k * d.epp, e0 = 8 * gi;
-      const uint32_t r = min_u32(8, d.elems - e0);
-      const Planes pl = (first + d.epp <= d.elems) ? full : packet_planes(scheme, dtype, false, d.elems - first);
-      uint8_t heads = 0;
-      if (value_layout) {
-        for (uint32_t j = 0; j < r; ++j) {
-          const bool h = random_head(dither_key, e0 + j, s[smem_index(e0 + j)], scale, scheme == Scheme::kSd);
-          heads = static_cast<uint8_t>(heads | (static_cast<uint32_t>(h) << j));
-        }
-      }
-      Group g;
-      if (f32) {
-        uint32_t x[8];
-#pragma unroll
-        for (uint32_t j = 0; j < 8; ++j) x[j] = j < r ? codec::f32_bits(s[smem_index(e0 + j)]) : 0u;
-        if (value_layout) {
-          pack_group_f32_value(x, r, heads, &g);
-        } else {
-          pack_group_f32_sign(x, r, &g);
-        }
-      } else {
-        // Rotated rows send the rotated values rounded to the dtype; others their input bits.
-        uint16_t h[8];
-#pragma unroll
-        for (uint32_t j = 0; j < 8; ++j) {
-          h[j] = j >= r ? 0 : rotated ? narrow16(s[smem_index(e0 + j)], bf16) : src16[e0 + j];
-        }
-        if (value_layout) {
-          pack_group_16_value(h, r, heads, &g);
-        } else {
-          pack_group_16_sign(h, r, &g);
-        }
-      }
-      uint8_t* payload = stage + (k - k0) * plan.payload_stride;
-      payload[q] = g.p0;
-      uint8_t* p1 = payload + pl.p0 + q * pl.b1;  // a group holds b1 bytes of plane 1
-      const uint32_t n1 = group_p1_bytes(pl.b1, r), n2 = group_p2_bytes(pl.b2, r);
-      for (uint32_t b = 0; b < n1; ++b) p1[b] = g.p1[b];
-      uint8_t* p2 = payload + pl.p0 + pl.p1 + 16 * q;
-      for (uint32_t b = 0; b < n2; ++b) p2[b] = g.p2[b];
+    const GroupRange gr = round_groups(d, k0, k1);
+    for (uint32_t gi = gr.begin + threadIdx.x; gi < gr.end; gi += blockDim.x) {
+      stage_group(stage, plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in16);
     }
     __syncthreads();
-    const uint32_t words = plan.payload_stride / 4;
-    for (uint32_t idx = threadIdx.x; idx < (k1 - k0) * words; idx += blockDim.x) {
-      const uint32_t j = idx / words, w = idx - j * words, k = k0 + j;
-      const uint32_t payload = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp)).total();
-      copy_word_out(packet_ptr(p, slot0 + k) + kHeaderBytes, stage + j * plan.payload_stride, payload, w);
+    for (uint32_t idx = threadIdx.x; idx < (k1 - k0) * (plan.payload_stride / 4); idx += blockDim.x) {
+      const StageWord sw = stage_word(plan, d, scheme, dtype, k0, idx);
+      copy_word_out(packet_ptr(p, slot0 + sw.k) + kHeaderBytes, stage + sw.j * plan.payload_stride, sw.payload, sw.w);
     }
     __syncthreads();  // the next round rebuilds the stage
   }
@@ -235,9 +192,9 @@ __device__ void pack_row(const EncodeParams& p, const RowDesc& d, uint64_t slot0
 __global__ void __launch_bounds__(kMaxRowThreads) encode_rows_kernel(EncodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const RowGeom& geom = p.c.geom;
-  const uint32_t row = p.c.first_row + blockIdx.x;
-  const RowDesc d = row_desc(geom, row);
-  const uint64_t slot0 = row_first_slot(geom, row);
+  uint64_t slot0;
+  const RowDesc d = block_row(p.c, &slot0);
+  const uint32_t row = d.row;
   if (d.tail || d.scheme == Scheme::kNone) {
     encode_raw_row(p, d, slot0);
     return;
@@ -324,13 +281,7 @@ size_t encode_smem_bytes(const RowGeom& g) {
 }
 
 int launch_encode(const EncodeParams& p, void* stream) {
-  if (p.c.n_rows == 0) return 0;
-  const size_t smem = encode_smem_bytes(p.c.geom);
-  cudaError_t e = cudaFuncSetAttribute(encode_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return static_cast<int>(e);
-  encode_rows_kernel<<<p.c.n_rows, row_block_threads(p.c.geom.row_elems), smem, static_cast<cudaStream_t>(stream)>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  return launch_rows(encode_rows_kernel, p, p.c, encode_smem_bytes(p.c.geom), stream);
 }
 
 }  // namespace trim::gpu

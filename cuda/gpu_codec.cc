@@ -87,81 +87,103 @@ bool is_device_pointer(const void* p, int* device) {
 
 // ---- buffers
 
-PinnedBuffer::PinnedBuffer(size_t bytes, std::string* err) {
+namespace {
+
+void free_pinned(void* p) { cudaFreeHost(p); }
+void free_device(void* p) { cudaFree(p); }
+
+// bytes (at least 1) from alloc, or nullptr with *err saying why.
+template <class Alloc>
+uint8_t* allocate(size_t bytes, Alloc alloc, const char* what, std::string* err) {
   std::string why;
   if (!gpu_available(&why)) {
     if (err != nullptr) *err = why;
-    return;
+    return nullptr;
   }
   void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  const cudaError_t e = alloc(&p, std::max<size_t>(bytes, 1));
   if (e != cudaSuccess) {
-    if (err != nullptr) *err = cuda_error("cudaHostAlloc", e);
+    if (err != nullptr) *err = cuda_error(what, e);
     cudaGetLastError();
-    return;
+    return nullptr;
   }
-  data_ = static_cast<uint8_t*>(p);
-  bytes_ = bytes;
-}
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) cudaFreeHost(data_);
-}
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  if (this != &o) {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
+  return static_cast<uint8_t*>(p);
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes, std::string* err) {
-  std::string why;
-  if (!gpu_available(&why)) {
-    if (err != nullptr) *err = why;
-    return;
-  }
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
-  if (e != cudaSuccess) {
-    if (err != nullptr) *err = cuda_error("cudaMalloc", e);
-    cudaGetLastError();
-    return;
-  }
-  data_ = static_cast<uint8_t*>(p);
-  bytes_ = bytes;
+}  // namespace
+
+PinnedBuffer::PinnedBuffer(size_t bytes, std::string* err)
+    : OwnedMemory(allocate(bytes, [](void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocPortable); },
+                           "cudaHostAlloc", err),
+                  bytes, free_pinned) {
+  if (data() == nullptr) *this = PinnedBuffer();
 }
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) cudaFree(data_);
+
+DeviceBuffer::DeviceBuffer(size_t bytes, std::string* err)
+    : OwnedMemory(allocate(bytes, [](void** p, size_t n) { return cudaMalloc(p, n); }, "cudaMalloc", err), bytes,
+                  free_device) {
+  if (data() == nullptr) *this = DeviceBuffer();
 }
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
-}
+
 bool DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
-  if (data_ == nullptr || offset + bytes > bytes_) return false;
-  return cudaMemcpy(data_ + offset, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+  if (data() == nullptr || offset + bytes > size()) return false;
+  return cudaMemcpy(data() + offset, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
 }
 bool DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
-  if (data_ == nullptr || offset + bytes > bytes_) return false;
-  return cudaMemcpy(host, data_ + offset, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  if (data() == nullptr || offset + bytes > size()) return false;
+  return cudaMemcpy(host, data() + offset, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
 }
 
 bool DeviceBuffer::copy_from(const DeviceBuffer& src, size_t bytes) {
-  if (data_ == nullptr || src.data_ == nullptr || bytes > bytes_ || bytes > src.bytes_) return false;
-  return cudaMemcpy(data_, src.data_, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+  if (data() == nullptr || src.data() == nullptr || bytes > size() || bytes > src.size()) return false;
+  return cudaMemcpy(data(), src.data(), bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
          cudaDeviceSynchronize() == cudaSuccess;
 }
 
 // ---- GpuCodec
+
+namespace {
+
+// Makes `device` current for one call and gives the caller's current device back after: the
+// engine thread may drive comms of several GPUs, and the device is per thread state.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&prev_) == cudaSuccess && prev_ == device) return;
+    err_ = cudaSetDevice(device);
+    switched_ = err_ == cudaSuccess && prev_ >= 0;
+    if (err_ != cudaSuccess) cudaGetLastError();
+  }
+  ~DeviceScope() {
+    if (switched_) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  cudaError_t error() const { return err_; }
+
+ private:
+  int prev_ = -1;
+  bool switched_ = false;
+  cudaError_t err_ = cudaSuccess;
+};
+
+// Why the kernels on `device` cannot use p (empty: they can): not device (or managed) memory,
+// or plain device memory of another GPU.
+std::string device_memory_problem(const void* p, int device) {
+  cudaPointerAttributes a{};
+  if (p == nullptr || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return "not in device memory";
+  }
+  if (a.type == cudaMemoryTypeManaged) return "";
+  if (a.type != cudaMemoryTypeDevice) return "not in device memory";
+  if (a.device != device) {
+    return "on GPU " + std::to_string(a.device) + ", the codec on GPU " + std::to_string(device);
+  }
+  return "";
+}
+
+}  // namespace
 
 struct GpuCodec::Impl {
   // Device staging for packets that live in host memory (one kernel write or read of device
@@ -171,7 +193,6 @@ struct GpuCodec::Impl {
   std::vector<uint32_t> host_received;  // pageable copy of the caller's received sizes
   std::deque<std::pair<Ticket, cudaEvent_t>> pending;  // in ticket order
   Ticket next = 1;
-  Ticket done = 0;
   float fwht_scales[16];
 };
 
@@ -190,20 +211,19 @@ std::unique_ptr<GpuCodec> GpuCodec::create(const codec::CodecConfig& cfg, std::s
     if (err != nullptr) *err = st.to_string();
     return nullptr;
   }
-  if (device >= 0) {
-    const cudaError_t se = cudaSetDevice(device);
-    if (se != cudaSuccess) {
-      if (err != nullptr) *err = cuda_error("cudaSetDevice", se);
-      return nullptr;
-    }
+  int dev = device;
+  if (dev < 0 && cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  const DeviceScope scope(dev);
+  if (scope.error() != cudaSuccess) {
+    if (err != nullptr) *err = cuda_error("cudaSetDevice", scope.error());
+    return nullptr;
   }
-  int dev = 0;
-  cudaGetDevice(&dev);
   std::unique_ptr<GpuCodec> c(new GpuCodec(cfg, dev));
   cudaStream_t s = nullptr;
   const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     if (err != nullptr) *err = cuda_error("cudaStreamCreateWithFlags", e);
+    cudaGetLastError();
     return nullptr;
   }
   c->stream_ = s;
@@ -211,22 +231,19 @@ std::unique_ptr<GpuCodec> GpuCodec::create(const codec::CodecConfig& cfg, std::s
 }
 
 GpuCodec::~GpuCodec() {
+  // The staging buffers (impl_) are freed after this body; the stream must be idle by then.
+  const DeviceScope scope(device_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
     for (auto& p : impl_->pending) cudaEventDestroy(p.second);
     cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   }
+  impl_.reset();
 }
 
 bool GpuCodec::fail(const std::string& what) {
   error_ = what;
   return false;
-}
-
-uint64_t GpuCodec::packets_in_rows(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows) {
-  uint64_t n = 0;
-  for (uint32_t r = first_row; r < first_row + n_rows && r < layout.rows(); ++r) n += layout.row(r).packets;
-  return n;
 }
 
 GpuCodec::Ticket GpuCodec::record(std::string* err) {
@@ -236,6 +253,7 @@ GpuCodec::Ticket GpuCodec::record(std::string* err) {
   if (e != cudaSuccess) {
     if (ev != nullptr) cudaEventDestroy(ev);
     *err = cuda_error("cudaEventRecord", e);
+    cudaGetLastError();
     return 0;
   }
   const Ticket t = impl_->next++;
@@ -255,20 +273,48 @@ bool ensure(DeviceBuffer* b, size_t bytes, cudaStream_t s, std::string* err) {
   return b->data() != nullptr;
 }
 
+// The launch parameters both kernels share.
+KernelCommon kernel_common(const codec::CodecConfig& cfg, const RowGeom& g, const codec::MessageId& id,
+                           uint32_t first_row, uint32_t n_rows, size_t stride, const float (&fwht_scales)[16]) {
+  KernelCommon c{};
+  c.geom = g;
+  c.first_row = first_row;
+  c.n_rows = n_rows;
+  c.first_slot = row_first_slot(g, first_row);
+  c.stride = stride;
+  c.cookie = id.cookie;
+  c.seed = cfg.seed;
+  c.msg_seq = id.msg_seq;
+  c.trimmable = id.trimmable;
+  c.clip_sigmas = cfg.clip_sigmas;
+  std::copy(fwht_scales, fwht_scales + 16, c.fwht_scale);
+  return c;
+}
+
 }  // namespace
+
+// Checks shared by encode and decode: the rows and the device buffer (the message).
+bool GpuCodec::check_call(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows, const void* dev_msg,
+                          const char* what) {
+  if (layout.row_elems() != cfg_.row_elems) return fail("layout built for another config");
+  if (static_cast<uint64_t>(first_row) + n_rows > layout.rows()) return fail("rows past the message");
+  if (n_rows == 0) return fail("no rows");
+  const std::string problem = device_memory_problem(dev_msg, device_);
+  if (!problem.empty()) return fail(std::string(what) + " is " + problem);
+  // The kernels read and write elements with loads and stores of the element's size.
+  if (reinterpret_cast<uintptr_t>(dev_msg) % codec::dtype_bytes(layout.dtype()) != 0) {
+    return fail(std::string(what) + " is not aligned to its element size");
+  }
+  return true;
+}
 
 GpuCodec::Ticket GpuCodec::encode_rows_async(const codec::Layout& layout, const codec::MessageId& id,
                                              const void* dev_msg, uint32_t first_row, uint32_t n_rows, uint8_t* out,
                                              size_t stride, uint32_t* sizes) {
-  if (layout.row_elems() != cfg_.row_elems) return fail("layout built for another config"), 0;
   if (stride < cfg_.packet_bytes) return fail("packet stride below packet_bytes"), 0;
-  if (static_cast<uint64_t>(first_row) + n_rows > layout.rows()) return fail("rows past the message"), 0;
-  if (n_rows == 0) return fail("no rows"), 0;
-  if (layout.bytes() != 0 && !is_device_pointer(dev_msg)) return fail("the message is not in device memory"), 0;
-  if (reinterpret_cast<uintptr_t>(dev_msg) % codec::dtype_bytes(layout.dtype()) != 0) {
-    return fail("the message is not aligned to its element size"), 0;
-  }
-  cudaSetDevice(device_);
+  if (!check_call(layout, first_row, n_rows, dev_msg, "the message")) return 0;
+  const DeviceScope scope(device_);
+  if (scope.error() != cudaSuccess) return fail(cuda_error("cudaSetDevice", scope.error())), 0;
   const RowGeom g = make_geom(cfg_, layout);
   // Sizes are the layout's: the rht -> sign fallback keeps every plane's size.
   uint64_t n_packets = 0;
@@ -281,28 +327,19 @@ GpuCodec::Ticket GpuCodec::encode_rows_async(const codec::Layout& layout, const 
     }
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  const bool direct = is_device_pointer(out);
+  // Packets for host memory are written to device staging, then copied in one DMA.
+  const bool direct = device_memory_problem(out, device_).empty();
   const size_t span = (n_packets - 1) * stride + sizes[n_packets - 1];
   if (!direct && !ensure(&impl_->packets, span, s, &error_)) return 0;
 
   EncodeParams p{};
-  p.c.geom = g;
-  p.c.first_row = first_row;
-  p.c.n_rows = n_rows;
-  p.c.first_slot = row_first_slot(g, first_row);
-  p.c.stride = stride;
-  p.c.cookie = id.cookie;
-  p.c.seed = cfg_.seed;
-  p.c.msg_seq = id.msg_seq;
-  p.c.trimmable = id.trimmable;
-  p.c.clip_sigmas = cfg_.clip_sigmas;
-  std::copy(impl_->fwht_scales, impl_->fwht_scales + 16, p.c.fwht_scale);
+  p.c = kernel_common(cfg_, g, id, first_row, n_rows, stride, impl_->fwht_scales);
   p.msg = static_cast<const uint8_t*>(dev_msg);
   p.out = direct ? out : impl_->packets.data();
   int e = launch_encode(p, stream_);
   if (e != 0) return fail(cuda_error("encode kernel launch", e)), 0;
   if (!direct) {
-    e = cudaMemcpyAsync(out, impl_->packets.data(), span, cudaMemcpyDeviceToHost, s);
+    e = cudaMemcpyAsync(out, impl_->packets.data(), span, cudaMemcpyDefault, s);
     if (e != 0) return fail(cuda_error("cudaMemcpyAsync", e)), 0;
   }
   return record(&error_);
@@ -311,16 +348,14 @@ GpuCodec::Ticket GpuCodec::encode_rows_async(const codec::Layout& layout, const 
 GpuCodec::Ticket GpuCodec::decode_rows_async(const codec::Layout& layout, const codec::MessageId& id,
                                              const uint8_t* packets, size_t stride, const uint32_t* received_bytes,
                                              uint32_t first_row, uint32_t n_rows, void* dev_out) {
-  if (layout.row_elems() != cfg_.row_elems) return fail("layout built for another config"), 0;
-  if (static_cast<uint64_t>(first_row) + n_rows > layout.rows()) return fail("rows past the message"), 0;
-  if (n_rows == 0) return fail("no rows"), 0;
-  if (!is_device_pointer(dev_out)) return fail("the output is not in device memory"), 0;
-  cudaSetDevice(device_);
-  const RowGeom g = make_geom(cfg_, layout);
+  if (!check_call(layout, first_row, n_rows, dev_out, "the output")) return 0;
   const uint64_t n_packets = packets_in_rows(layout, first_row, n_rows);
   for (uint64_t j = 0; j < n_packets; ++j) {
     if (received_bytes[j] > stride) return fail("a received size exceeds the packet stride"), 0;
   }
+  const DeviceScope scope(device_);
+  if (scope.error() != cudaSuccess) return fail(cuda_error("cudaSetDevice", scope.error())), 0;
+  const RowGeom g = make_geom(cfg_, layout);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   if (!ensure(&impl_->received, n_packets * sizeof(uint32_t), s, &error_)) return 0;
   // The caller may reuse received_bytes once this returns. Copied into pageable memory of our
@@ -331,25 +366,15 @@ GpuCodec::Ticket GpuCodec::decode_rows_async(const codec::Layout& layout, const 
   int e = cudaMemcpyAsync(impl_->received.data(), impl_->host_received.data(), n_packets * sizeof(uint32_t),
                           cudaMemcpyHostToDevice, s);
   if (e != 0) return fail(cuda_error("received sizes upload", e)), 0;
-  const bool direct = is_device_pointer(packets);
+  const bool direct = device_memory_problem(packets, device_).empty();
   if (!direct) {
     const size_t span = (n_packets - 1) * stride + received_bytes[n_packets - 1];
     if (!ensure(&impl_->packets, span, s, &error_)) return 0;
-    e = cudaMemcpyAsync(impl_->packets.data(), packets, span, cudaMemcpyHostToDevice, s);
+    e = cudaMemcpyAsync(impl_->packets.data(), packets, span, cudaMemcpyDefault, s);
     if (e != 0) return fail(cuda_error("cudaMemcpyAsync", e)), 0;
   }
   DecodeParams p{};
-  p.c.geom = g;
-  p.c.first_row = first_row;
-  p.c.n_rows = n_rows;
-  p.c.first_slot = row_first_slot(g, first_row);
-  p.c.stride = stride;
-  p.c.cookie = id.cookie;
-  p.c.seed = cfg_.seed;
-  p.c.msg_seq = id.msg_seq;
-  p.c.trimmable = id.trimmable;
-  p.c.clip_sigmas = cfg_.clip_sigmas;
-  std::copy(impl_->fwht_scales, impl_->fwht_scales + 16, p.c.fwht_scale);
+  p.c = kernel_common(cfg_, g, id, first_row, n_rows, stride, impl_->fwht_scales);
   p.packets = direct ? packets : impl_->packets.data();
   p.received = reinterpret_cast<const uint32_t*>(impl_->received.data());
   p.out = static_cast<uint8_t*>(dev_out);
@@ -358,14 +383,20 @@ GpuCodec::Ticket GpuCodec::decode_rows_async(const codec::Layout& layout, const 
   return record(&error_);
 }
 
+// Tickets complete in order (one stream): popping every ticket up to t, oldest first, and
+// stopping at the first one still running, gives "t and everything before it finished". A
+// ticket whose work failed counts as finished, with the error in last_error() and failed()
+// set: callers spin on poll, so it must never stay false.
 bool GpuCodec::poll(Ticket t) {
   auto& q = impl_->pending;
   while (!q.empty() && q.front().first <= t) {
     const cudaError_t e = cudaEventQuery(q.front().second);
     if (e == cudaErrorNotReady) return false;
-    if (e != cudaSuccess) fail(cuda_error("cudaEventQuery", e));
+    if (e != cudaSuccess) {
+      failed_ = true;
+      fail(cuda_error("cudaEventQuery", e));
+    }
     cudaEventDestroy(q.front().second);
-    impl_->done = q.front().first;
     q.pop_front();
   }
   return true;
@@ -376,9 +407,11 @@ bool GpuCodec::wait(Ticket t) {
   bool ok = true;
   while (!q.empty() && q.front().first <= t) {
     const cudaError_t e = cudaEventSynchronize(q.front().second);
-    if (e != cudaSuccess) ok = fail(cuda_error("cudaEventSynchronize", e));
+    if (e != cudaSuccess) {
+      failed_ = true;
+      ok = fail(cuda_error("cudaEventSynchronize", e));
+    }
     cudaEventDestroy(q.front().second);
-    impl_->done = q.front().first;
     q.pop_front();
   }
   return ok;
@@ -387,7 +420,9 @@ bool GpuCodec::wait(Ticket t) {
 bool GpuCodec::synchronize() {
   const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   const bool ok = wait(impl_->next - 1);
-  return e == cudaSuccess ? ok : fail(cuda_error("cudaStreamSynchronize", e));
+  if (e == cudaSuccess) return ok;
+  failed_ = true;
+  return fail(cuda_error("cudaStreamSynchronize", e));
 }
 
 }  // namespace trim::gpu

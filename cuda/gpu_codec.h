@@ -5,6 +5,7 @@
 // cuda/gpu_stub.cc, where gpu_available() says "built without nvcc".
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,48 +26,73 @@ std::string gpu_device_name();
 // memory, unregistered pointers, or no GPU; never aborts.
 bool is_device_pointer(const void* p, int* device = nullptr);
 
-// Page-locked host memory (cudaHostAlloc), so the GPU can write packets straight into it.
-class PinnedBuffer {
+namespace detail {
+
+// What PinnedBuffer and DeviceBuffer share: one owned allocation, released with the free
+// function its allocator gave; move-only.
+class OwnedMemory {
+ public:
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+  OwnedMemory(const OwnedMemory&) = delete;
+  OwnedMemory& operator=(const OwnedMemory&) = delete;
+
+ protected:
+  using FreeFn = void (*)(void*);
+  OwnedMemory() = default;
+  OwnedMemory(uint8_t* data, size_t bytes, FreeFn free) : data_(data), bytes_(bytes), free_(free) {}
+  ~OwnedMemory() { release(); }
+  OwnedMemory(OwnedMemory&& o) noexcept : data_(o.data_), bytes_(o.bytes_), free_(o.free_) { o.forget(); }
+  OwnedMemory& operator=(OwnedMemory&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      free_ = o.free_;
+      o.forget();
+    }
+    return *this;
+  }
+
+ private:
+  void release() {
+    if (data_ != nullptr && free_ != nullptr) free_(data_);
+    forget();
+  }
+  void forget() {
+    data_ = nullptr;
+    bytes_ = 0;
+    free_ = nullptr;
+  }
+
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  FreeFn free_ = nullptr;
+};
+
+}  // namespace detail
+
+// Page-locked host memory (cudaHostAlloc, portable to every device): the GPU codec's copies
+// to and from it are truly asynchronous DMA. The kernels never touch it themselves.
+class PinnedBuffer : public detail::OwnedMemory {
  public:
   PinnedBuffer() = default;
   // Empty (data() == nullptr) when the allocation fails; *err says why.
   explicit PinnedBuffer(size_t bytes, std::string* err = nullptr);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& o) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  uint8_t* data() const { return data_; }
-  size_t size() const { return bytes_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 // Device memory (cudaMalloc) with RAII; for tests, benchmarks and device-side staging.
-class DeviceBuffer {
+class DeviceBuffer : public detail::OwnedMemory {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes, std::string* err = nullptr);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  uint8_t* data() const { return data_; }
-  size_t size() const { return bytes_; }
   // Synchronous copies (tests, tools).
   bool upload(const void* host, size_t bytes, size_t offset = 0);
   bool download(void* host, size_t bytes, size_t offset = 0) const;
   // Synchronous device-to-device copy of `bytes` from src (benchmarks' baseline).
   bool copy_from(const DeviceBuffer& src, size_t bytes);
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 // One per engine thread: owns a non-blocking CUDA stream, its events and the device scratch.
@@ -86,12 +112,13 @@ class GpuCodec {
   const codec::CodecConfig& config() const { return cfg_; }
   int device() const { return device_; }
 
-  // Encodes rows [first_row, first_row + n_rows) of the message at dev_msg (device memory,
-  // layout.bytes() bytes, aligned to the element size). Packet j of the range (rows in order, each row's
-  // packets in order) goes to out + j * stride (stride >= config().packet_bytes; out is pinned
-  // host memory or device memory) and is byte for byte what codec::Encoder::encode_row writes
-  // (psn/dst fields 0). sizes[j] gets packet j's size before this returns (known from the
-  // layout). The bytes are valid once poll/wait says the ticket is done.
+  // Encodes rows [first_row, first_row + n_rows) of the message at dev_msg (device memory of
+  // device(), or managed memory; layout.bytes() bytes, aligned to the element size). Packet j
+  // of the range (rows in order, each row's packets in order) goes to out + j * stride
+  // (stride >= config().packet_bytes; out is pinned host memory or device memory) and is byte
+  // for byte what codec::Encoder::encode_row writes (psn/dst fields 0). sizes[j] gets packet
+  // j's size before this returns (known from the layout). The bytes are valid once poll/wait
+  // says the ticket is done.
   Ticket encode_rows_async(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg,
                            uint32_t first_row, uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes);
 
@@ -101,7 +128,9 @@ class GpuCodec {
   // arrived, header included: 0 (or fewer than the 56 header bytes) = missing. Every packet
   // passed must already have been validated (codec::parse_packet, and the Decoder's checks
   // that it belongs to this message and row). Output: the rows' bytes of the message at
-  // dev_out (device memory), exactly as codec::Decoder writes them after finish_row.
+  // dev_out (device memory of device(), or managed; aligned to the element size), exactly as
+  // codec::Decoder writes them after finish_row. Raw rows (scheme none) are written with one
+  // 8-byte store per 8-byte-aligned 8 bytes of dev_out (NCCL's LL lines).
   // Packets in host memory are copied to the device on the stream: keep them unchanged until
   // the ticket is done.
   Ticket decode_rows_async(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets,
@@ -109,12 +138,23 @@ class GpuCodec {
                            void* dev_out);
 
   // Packets of rows [first_row, first_row + n_rows): the size of the sizes[] / received_bytes[] arrays.
-  static uint64_t packets_in_rows(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows);
+  static uint64_t packets_in_rows(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows) {
+    const uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(first_row) + n_rows, layout.rows());
+    uint64_t n = 0;
+    for (uint64_t r = first_row; r < end; ++r) n += layout.row(static_cast<uint32_t>(r)).packets;
+    return n;
+  }
 
-  bool poll(Ticket t);  // true once t's work has finished (or t is 0 / unknown and old)
+  // True once t's work and all work queued before it has finished (or t is 0 / unknown and
+  // old). Work that failed counts as finished: last_error() then says why.
+  bool poll(Ticket t);
   bool wait(Ticket t);  // blocks; false when the stream reported an error
   bool synchronize();   // waits for everything queued
   const std::string& last_error() const { return error_; }
+  // True once poll/wait/synchronize saw queued work fail (a kernel fault, a failed copy): the
+  // outputs of the tickets that completed with it are not valid. Sticky, as CUDA's context
+  // errors are.
+  bool failed() const { return failed_; }
 
   // The CUDA stream (a cudaStream_t), for callers that want to order their own copies after it.
   void* stream() const { return stream_; }
@@ -124,12 +164,15 @@ class GpuCodec {
   GpuCodec(const codec::CodecConfig& cfg, int device);
   Ticket record(std::string* err);
   bool fail(const std::string& what);
+  bool check_call(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows, const void* dev_msg,
+                  const char* what);
 
   codec::CodecConfig cfg_;
   int device_ = 0;
   void* stream_ = nullptr;
   std::unique_ptr<Impl> impl_;
   std::string error_;
+  bool failed_ = false;
 };
 
 }  // namespace trim::gpu

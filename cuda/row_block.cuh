@@ -4,52 +4,22 @@
 
 #include <cstdint>
 
+#include <cuda_runtime.h>
+
 #include "cuda/codec_index.h"
+#include "cuda/kernels.h"
 
 namespace trim::gpu {
 
 constexpr uint32_t kFullMask = 0xFFFFFFFFu;
 
-// One FWHT pass: stages [st, st + K) of the block of 2^log2n elements at row offset `off`.
-// Each thread takes groups of 2^K elements spaced 2^st apart into registers and runs the K
-// butterfly stages in increasing stride order (the fwht.h contract: (a + b, a - b) in fp32,
-// no FMA). The last pass also multiplies by `scale` and, for the inverse, negates where the
-// row's sign bit is set (inverse_signs != nullptr).
+// One FWHT pass: stages [st, st + K) of the block of 2^log2n elements at row offset `off`,
+// each thread taking whole groups (fwht_group in cuda/codec_index.h).
 template <int K>
 __device__ void fwht_pass(float* s, uint32_t off, int log2n, int st, bool last, float scale,
                           const uint64_t* inverse_signs) {
-  constexpr uint32_t kRegs = 1u << K;
   const uint32_t groups = (1u << log2n) >> K;
-  for (uint32_t g = threadIdx.x; g < groups; g += blockDim.x) {
-    float x[kRegs];
-    uint32_t idx[kRegs];
-#pragma unroll
-    for (uint32_t r = 0; r < kRegs; ++r) {
-      idx[r] = off + fwht_pass_elem(g, st, K, r);
-      x[r] = s[smem_index(idx[r])];
-    }
-#pragma unroll
-    for (int b = 0; b < K; ++b) {
-      const uint32_t h = 1u << b;
-#pragma unroll
-      for (uint32_t r = 0; r < kRegs; ++r) {
-        if ((r & h) == 0) {
-          const float a = x[r], c = x[r + h];
-          x[r] = a + c;
-          x[r + h] = a - c;
-        }
-      }
-    }
-    if (last) {
-#pragma unroll
-      for (uint32_t r = 0; r < kRegs; ++r) {
-        const float y = x[r] * scale;
-        x[r] = (inverse_signs != nullptr && rht_sign(inverse_signs, idx[r])) ? -y : y;
-      }
-    }
-#pragma unroll
-    for (uint32_t r = 0; r < kRegs; ++r) s[smem_index(idx[r])] = x[r];
-  }
+  for (uint32_t g = threadIdx.x; g < groups; g += blockDim.x) fwht_group<K>(s, off, st, g, last, scale, inverse_signs);
 }
 
 // Normalized FWHT of one block, in place in shared memory; passes of up to 5 stages.
@@ -57,7 +27,7 @@ __device__ void fwht_pass(float* s, uint32_t off, int log2n, int st, bool last, 
 __device__ inline void fwht_block(float* s, uint32_t off, int log2n, float scale, const uint64_t* inverse_signs) {
   int st = 0;
   do {
-    const int k = log2n - st < 5 ? log2n - st : 5;
+    const int k = fwht_pass_stages(log2n, st);
     const bool last = st + k >= log2n;
     switch (k) {
       case 0: fwht_pass<0>(s, off, log2n, st, last, scale, inverse_signs); break;
@@ -131,6 +101,30 @@ __device__ inline void row_norms(const float* s, uint32_t elems, LaneNorms* out)
     if (threadIdx.x == 0) *out = n;
   }
   __syncthreads();
+}
+
+// The row a block works on (block x of the call's rows), and the slot of its packet 0.
+__device__ inline RowDesc block_row(const KernelCommon& c, uint64_t* slot0) {
+  const uint32_t row = c.first_row + blockIdx.x;
+  *slot0 = row_first_slot(c.geom, row);
+  return row_desc(c.geom, row);
+}
+
+// Launches `kernel` with one block per row of p.c and `smem` bytes of dynamic shared memory
+// (opting in past the 48 KiB default). Returns a cudaError_t as int: 0 = launched.
+template <class Params>
+inline int launch_rows(void (*kernel)(Params), const Params& p, const KernelCommon& c, size_t smem, void* stream) {
+  if (c.n_rows == 0) return 0;
+  // A stale error of an earlier, already reported runtime call would otherwise read as this
+  // launch's failure below.
+  (void)cudaGetLastError();
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it, the caller reports e
+    return static_cast<int>(e);
+  }
+  kernel<<<c.n_rows, row_block_threads(c.geom.row_elems), smem, static_cast<cudaStream_t>(stream)>>>(p);
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace trim::gpu

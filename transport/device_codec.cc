@@ -62,20 +62,14 @@ class CudaDeviceCodec final : public DeviceCodec {
                      const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows, void* dev_out) override {
     return g_->decode_rows_async(layout, id, packets, stride, received_bytes, first_row, n_rows, dev_out);
   }
-  bool poll(Ticket t) override {
-    // GpuCodec::poll records a failed event query in last_error and counts the work as over.
-    if (failed_) return true;
-    const std::string before = g_->last_error();
-    const bool done = g_->poll(t);
-    if (g_->last_error() != before) failed_ = true;
-    return done;
-  }
-  bool failed() const override { return failed_; }
+  // GpuCodec::poll counts faulted work as over (the caller would spin forever otherwise) and
+  // records the fault in its sticky failed().
+  bool poll(Ticket t) override { return g_->poll(t); }
+  bool failed() const override { return g_->failed(); }
   const std::string& last_error() const override { return g_->last_error(); }
 
  private:
   std::unique_ptr<gpu::GpuCodec> g_;
-  bool failed_ = false;
 };
 
 // ---- kEmulated: the CPU codec, deferred ----
