@@ -15,13 +15,12 @@ JSON lines ({"event": "config" | "size" | "final"}) and, after them, a table who
 with '#'. --json-out PATH: every rank writes its JSON lines there ("{rank}" is replaced).
 """
 import argparse
-import datetime
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_train import Logger, versions  # noqa: E402  (same directory; plain helpers)
+from ddp_train import Logger, init_distributed, versions  # noqa: E402  (same directory; plain helpers)
 
 
 def parse_size(s):
@@ -49,20 +48,8 @@ def main():
     import torch
     import torch.distributed as dist
 
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29500")
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if use_cuda:
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())  # ranks may share a GPU
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank, world, device, backend = init_distributed(args, torch, dist)
+    use_cuda = device.type == "cuda"
     log = Logger(rank, args.json_out)
     log("config", label=args.label, world_size=world, backend=backend, device=str(device),
         args=vars(args), versions=versions(torch, device),

@@ -241,20 +241,14 @@ class Logger:
 
 # ---------------------------------------------------------------- main
 
-def main():
-    args = parse_args()
-    import torch
-    import torch.distributed as dist
-    import torch.nn as nn
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
+def init_distributed(args, torch, dist):
+    """torchrun-style environment -> (rank, world, device, backend), process group initialised.
+    NCCL on CUDA, else gloo (CPU smoke runs); --device and --backend override."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda:
         # Several ranks may share one GPU (a one-GPU test machine): wrap the local rank around.
@@ -266,6 +260,19 @@ def main():
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout_s))
+    return rank, world, device, backend
+
+
+def main():
+    args = parse_args()
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world, device, backend = init_distributed(args, torch, dist)
+    use_cuda = device.type == "cuda"
     log = Logger(rank, args.json_out)
 
     # Data: every rank loads the whole (small) set onto its device once, and indexes batches
