@@ -15,16 +15,6 @@
 
 namespace trim::transport {
 
-const char* device_mode_name(DeviceMode m) {
-  switch (m) {
-    case DeviceMode::kNone: return "none";
-    case DeviceMode::kCuda: return "cuda";
-    case DeviceMode::kEmulated: return "emulated";
-    case DeviceMode::kEmulatedFault: return "emulated, faulting";
-  }
-  return "?";
-}
-
 uint32_t device_rows_per_chunk(const codec::Layout& layout) {
   constexpr uint64_t kChunkBytes = 512 * 1024;
   const uint64_t row_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(layout.row_elems()) * codec::dtype_bytes(layout.dtype()));
@@ -101,10 +91,8 @@ class EmulatedDeviceCodec final : public DeviceCodec {
       return fail("encode_rows: rows or stride out of range");
     }
     // Encode now into a private buffer (sizes are needed at once), publish on completion.
-    auto pkts = std::make_shared<std::vector<uint8_t>>();
-    uint64_t total = 0;
-    for (uint32_t r = first_row; r < first_row + n_rows; ++r) total += layout.row(r).packets;
-    pkts->resize(total * stride);
+    const uint64_t total = gpu::GpuCodec::packets_in_rows(layout, first_row, n_rows);
+    auto pkts = std::make_shared<std::vector<uint8_t>>(total * stride);
     uint64_t j = 0;
     for (uint32_t r = first_row; r < first_row + n_rows; ++r) {
       Result<uint32_t> n = enc_.encode_row(layout, id, dev_msg, r, pkts->data() + j * stride, stride, sizes + j);
@@ -118,8 +106,7 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   Ticket decode_rows(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets, size_t stride,
                      const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows, void* dev_out) override {
     if (first_row + static_cast<uint64_t>(n_rows) > layout.rows()) return fail("decode_rows: rows out of range");
-    uint64_t total = 0;
-    for (uint32_t r = first_row; r < first_row + n_rows; ++r) total += layout.row(r).packets;
+    const uint64_t total = gpu::GpuCodec::packets_in_rows(layout, first_row, n_rows);
     // The GPU reads its inputs when it runs: keep copies, as the caller may reuse them after.
     auto in = std::make_shared<std::vector<uint8_t>>(packets, packets + total * stride);
     auto got = std::make_shared<std::vector<uint32_t>>(received_bytes, received_bytes + total);

@@ -21,7 +21,6 @@
 namespace trim::transport {
 
 enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated, kEmulatedFault };
-const char* device_mode_name(DeviceMode m);
 
 // Host memory the device writes packets into (pinned for kCuda).
 class StagingBuffer {
