@@ -28,7 +28,7 @@ endif
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifneq ($(NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
-  GPU_SRCS  := cuda/gpu_codec.cc
+  GPU_SRCS  := cuda/gpu_codec.cc cuda/cuda_calls.cc
   CU_SRCS   := $(wildcard cuda/*.cu)
   # --fmad=false: no FMA contraction, the same bits as the CPU build's -ffp-contract=off.
   NVCCFLAGS := -std=c++17 -O3 --fmad=false -gencode arch=compute_80,code=sm_80 \
@@ -87,7 +87,7 @@ $(BUILD)/obj/%.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/cuda/gpu_codec.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/obj/cuda/gpu_codec.o $(BUILD)/obj/cuda/cuda_calls.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)

@@ -177,8 +177,10 @@ size_t decode_smem_bytes(const RowGeom& g) {
   return (g.row_elems + 63) / 64 * sizeof(uint64_t) + stage_plan(g).bytes + smem_floats(g.row_elems) * sizeof(float);
 }
 
-int launch_decode(const DecodeParams& p, void* stream) {
-  return launch_rows(decode_rows_kernel, p, p.c, decode_smem_bytes(p.c.geom), stream);
+int launch_decode(const DecodeParams& p, void* stream, int device) {
+  return launch_rows(decode_rows_kernel, p, p.c, decode_smem_bytes(p.c.geom), stream, device);
 }
+
+int prepare_decode(int device) { return prepare_rows_kernel(decode_rows_kernel, device); }
 
 }  // namespace trim::gpu

@@ -280,8 +280,10 @@ size_t encode_smem_bytes(const RowGeom& g) {
          stage_plan(g).bytes + smem_floats(g.row_elems) * sizeof(float);
 }
 
-int launch_encode(const EncodeParams& p, void* stream) {
-  return launch_rows(encode_rows_kernel, p, p.c, encode_smem_bytes(p.c.geom), stream);
+int launch_encode(const EncodeParams& p, void* stream, int device) {
+  return launch_rows(encode_rows_kernel, p, p.c, encode_smem_bytes(p.c.geom), stream, device);
 }
+
+int prepare_encode(int device) { return prepare_rows_kernel(encode_rows_kernel, device); }
 
 }  // namespace trim::gpu

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,8 +24,23 @@ bool gpu_available(std::string* why = nullptr);
 std::string gpu_device_name();
 
 // True when p is device (or managed) memory; *device gets its device ordinal. False for host
-// memory, unregistered pointers, or no GPU; never aborts.
+// memory, unregistered pointers, or no GPU; never aborts. Setup only (init, regMr).
 bool is_device_pointer(const void* p, int* device = nullptr);
+
+// Setup only (may wait for the device): loads every kernel's module on `device` (< 0: the
+// calling thread's current device) and sets its shared memory limit, so that no launch on the
+// data path loads a module (lazy loading, CUDA 12's default, waits for the device). Idempotent.
+bool prepare_device(int device, std::string* err);
+
+// The calling thread's current device (0 when it cannot be read).
+int current_device();
+
+// Runs fn on the release thread: frees of device and pinned memory and stream teardown wait for
+// the device (cudaFree, cudaFreeHost, cudaStreamSynchronize), so no plugin thread makes them.
+// FIFO; the thread lives for the process.
+void defer_release(std::function<void()> fn);
+// Waits up to timeout_ms for everything deferred so far to have run (tests, tools); true when it has.
+bool release_idle(int timeout_ms);
 
 namespace detail {
 
@@ -82,6 +98,14 @@ class PinnedBuffer : public detail::OwnedMemory {
   explicit PinnedBuffer(size_t bytes, std::string* err = nullptr);
 };
 
+// Managed memory (cudaMallocManaged): what trim-harness registers as NCCL_PTR_CUDA on a GPU
+// machine, since its ranks read and write their buffers from the CPU.
+class ManagedBuffer : public detail::OwnedMemory {
+ public:
+  ManagedBuffer() = default;
+  explicit ManagedBuffer(size_t bytes, std::string* err = nullptr);
+};
+
 // Device memory (cudaMalloc) with RAII; for tests, benchmarks and device-side staging.
 class DeviceBuffer : public detail::OwnedMemory {
  public:
@@ -95,6 +119,41 @@ class DeviceBuffer : public detail::OwnedMemory {
   bool copy_from(const DeviceBuffer& src, size_t bytes);
 };
 
+// NCCL's situation for tests: a kernel on a stream of its own that spins, one block, until a
+// flag in host-mapped pinned memory reaches a value, as NCCL's kernel spins on the proxy's
+// progress. While it runs, any plugin call that waits for the device never returns.
+class SpinKernel {
+ public:
+  static std::unique_ptr<SpinKernel> create(std::string* err);
+  ~SpinKernel();
+  SpinKernel(const SpinKernel&) = delete;
+  SpinKernel& operator=(const SpinKernel&) = delete;
+  // Launches a kernel that spins until the flag is >= value.
+  bool launch(uint32_t value, std::string* err);
+  // Sets the flag (the kernel sees it through the mapping and exits).
+  void release(uint32_t value);
+  // Waits up to timeout_ms for the launched kernels to exit.
+  bool wait_done(int timeout_ms, std::string* err);
+
+ private:
+  SpinKernel() = default;
+  volatile uint32_t* host_flag_ = nullptr;
+  uint32_t* dev_flag_ = nullptr;
+  void* stream_ = nullptr;
+  int device_ = 0;
+};
+
+// What a codec is created for. The transport's codec is `trusted`: its callers pass
+// messages in device memory validated at regMr and packets in pinned host staging, never
+// more than max_call_packets a call, so no call on the data path inspects a pointer
+// (cudaPointerGetAttributes) or grows a buffer (cudaMalloc). Tools and tests leave it
+// untrusted: pointers are inspected, buffers grow as needed.
+struct GpuCodecOptions {
+  uint32_t max_call_packets = 0;  // device scratch sized for this many packets at create
+  bool trusted = false;
+  uint32_t events = 16;           // completion events created at create (more: setup only)
+};
+
 // One per engine thread: owns a non-blocking CUDA stream, its events and the device scratch.
 // Calls are asynchronous on that stream and run in order; a ticket names the work queued by
 // one call, and poll()/wait() tell when it (and all earlier work) has finished. Not thread-safe.
@@ -102,9 +161,14 @@ class GpuCodec {
  public:
   using Ticket = uint64_t;  // 0 = the call failed (last_error() says why)
 
-  // On `device` (>= 0), else the calling thread's current device. NCCL may drive comms of
-  // several GPUs from one engine thread, so callers pass the device their buffers live on.
-  static std::unique_ptr<GpuCodec> create(const codec::CodecConfig& cfg, std::string* err, int device = -1);
+  using Options = GpuCodecOptions;
+
+  // Setup only. On `device` (>= 0), else the calling thread's current device. NCCL may drive
+  // comms of several GPUs from one engine thread, so callers pass the device their buffers
+  // live on. Loads the kernels there (prepare_device), creates the non-blocking stream, the
+  // events and the scratch.
+  static std::unique_ptr<GpuCodec> create(const codec::CodecConfig& cfg, std::string* err, int device = -1,
+                                          const Options& opt = Options{});
   ~GpuCodec();
   GpuCodec(const GpuCodec&) = delete;
   GpuCodec& operator=(const GpuCodec&) = delete;
@@ -132,7 +196,8 @@ class GpuCodec {
   // codec::Decoder writes them after finish_row. Raw rows (scheme none) are written with one
   // 8-byte store per 8-byte-aligned 8 bytes of dev_out (NCCL's LL lines).
   // Packets in host memory are copied to the device on the stream: keep them unchanged until
-  // the ticket is done.
+  // the ticket is done. A trusted codec reads received_bytes on the stream too (it must be
+  // pinned, and unchanged until the ticket is done); an untrusted one copies it first.
   Ticket decode_rows_async(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets,
                            size_t stride, const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows,
                            void* dev_out);
@@ -148,8 +213,12 @@ class GpuCodec {
   // True once t's work and all work queued before it has finished (or t is 0 / unknown and
   // old). Work that failed counts as finished: last_error() then says why.
   bool poll(Ticket t);
-  bool wait(Ticket t);  // blocks; false when the stream reported an error
-  bool synchronize();   // waits for everything queued
+  // Polls until t is done or timeout_ns passed (sleeping between polls): the bounded wait of
+  // close and deregMr. False on timeout.
+  bool wait_for(Ticket t, uint64_t timeout_ns);
+  bool wait(Ticket t);  // setup only: blocks; false when the stream reported an error
+  bool synchronize();   // setup only: waits for everything queued
+  Ticket last_ticket() const;
   const std::string& last_error() const { return error_; }
   // True once poll/wait/synchronize saw queued work fail (a kernel fault, a failed copy): the
   // outputs of the tickets that completed with it are not valid. Sticky, as CUDA's context
@@ -161,7 +230,7 @@ class GpuCodec {
 
  private:
   struct Impl;
-  GpuCodec(const codec::CodecConfig& cfg, int device);
+  GpuCodec(const codec::CodecConfig& cfg, int device, const Options& opt);
   Ticket record(std::string* err);
   bool fail(const std::string& what);
   bool check_call(const codec::Layout& layout, uint32_t first_row, uint32_t n_rows, const void* dev_msg,
@@ -169,6 +238,7 @@ class GpuCodec {
 
   codec::CodecConfig cfg_;
   int device_ = 0;
+  Options opt_;
   void* stream_ = nullptr;
   std::unique_ptr<Impl> impl_;
   std::string error_;

@@ -13,6 +13,27 @@ bool gpu_available(std::string* why) {
 
 bool is_device_pointer(const void*, int*) { return false; }
 std::string gpu_device_name() { return ""; }
+bool prepare_device(int, std::string* err) {
+  if (err != nullptr) *err = kWhy;
+  return false;
+}
+int current_device() { return 0; }
+// Nothing allocates without nvcc; run the release now.
+void defer_release(std::function<void()> fn) { fn(); }
+bool release_idle(int) { return true; }
+
+ManagedBuffer::ManagedBuffer(size_t, std::string* err) {
+  if (err != nullptr) *err = kWhy;
+}
+
+std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
+  if (err != nullptr) *err = kWhy;
+  return nullptr;
+}
+SpinKernel::~SpinKernel() = default;
+bool SpinKernel::launch(uint32_t, std::string*) { return false; }
+void SpinKernel::release(uint32_t) {}
+bool SpinKernel::wait_done(int, std::string*) { return false; }
 
 PinnedBuffer::PinnedBuffer(size_t, std::string* err) {
   if (err != nullptr) *err = kWhy;
@@ -27,7 +48,7 @@ bool DeviceBuffer::copy_from(const DeviceBuffer&, size_t) { return false; }
 
 struct GpuCodec::Impl {};
 
-std::unique_ptr<GpuCodec> GpuCodec::create(const codec::CodecConfig&, std::string* err, int) {
+std::unique_ptr<GpuCodec> GpuCodec::create(const codec::CodecConfig&, std::string* err, int, const Options&) {
   if (err != nullptr) *err = kWhy;
   return nullptr;
 }
@@ -42,6 +63,8 @@ GpuCodec::Ticket GpuCodec::decode_rows_async(const codec::Layout&, const codec::
   return 0;
 }
 bool GpuCodec::poll(Ticket) { return true; }
+bool GpuCodec::wait_for(Ticket, uint64_t) { return true; }
+GpuCodec::Ticket GpuCodec::last_ticket() const { return 0; }
 bool GpuCodec::wait(Ticket) { return false; }
 bool GpuCodec::synchronize() { return false; }
 

@@ -41,8 +41,11 @@ uint32_t row_block_threads(uint32_t row_elems);
 size_t encode_smem_bytes(const RowGeom& g);
 size_t decode_smem_bytes(const RowGeom& g);
 
-// Return a cudaError_t as int (0 = launched).
-int launch_encode(const EncodeParams& p, void* stream);
-int launch_decode(const DecodeParams& p, void* stream);
+// Return a cudaError_t as int (0 = launched) and launch on `device`, the current one, where
+// the kernels were prepared (prepare_*: setup only, they load the module; may wait).
+int launch_encode(const EncodeParams& p, void* stream, int device);
+int launch_decode(const DecodeParams& p, void* stream, int device);
+int prepare_encode(int device);
+int prepare_decode(int device);
 
 }  // namespace trim::gpu

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/codec_index.h"
+#include "cuda/cuda_calls.h"
 #include "cuda/kernels.h"
 
 namespace trim::gpu {
@@ -110,21 +111,50 @@ __device__ inline RowDesc block_row(const KernelCommon& c, uint64_t* slot0) {
   return row_desc(c.geom, row);
 }
 
-// Launches `kernel` with one block per row of p.c and `smem` bytes of dynamic shared memory
-// (opting in past the 48 KiB default). Returns a cudaError_t as int: 0 = launched.
+// Loads `kernel`'s module on the current device `device` and opts it in to the device's largest
+// dynamic shared memory, once, at setup: both calls may wait for the device (module loading),
+// so neither may happen on the data path. Returns a cudaError_t as int.
 template <class Params>
-inline int launch_rows(void (*kernel)(Params), const Params& p, const KernelCommon& c, size_t smem, void* stream) {
-  if (c.n_rows == 0) return 0;
-  // A stale error of an earlier, already reported runtime call would otherwise read as this
-  // launch's failure below.
-  (void)cudaGetLastError();
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+inline int prepare_rows_kernel(void (*kernel)(Params), int device) {
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  if (cu::kernel_loaded(fn, device)) return 0;
+  cudaFuncAttributes attrs{};
+  cudaError_t e = cu::func_attributes(&attrs, fn);
+  int optin = 0;
+  if (e == cudaSuccess) e = cu::device_attribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  // The static shared memory counts against the same budget.
+  const int dynamic_max = optin - static_cast<int>(attrs.sharedSizeBytes);
+  if (e == cudaSuccess) e = cu::func_set_attribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_max);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: clear it, the caller reports e
+    (void)cu::get_last_error();  // not sticky: the caller reports e
     return static_cast<int>(e);
   }
+  cu::mark_kernel_loaded(fn, device, dynamic_max);
+  return 0;
+}
+
+// Launches `kernel` with one block per row of p.c and `smem` bytes of dynamic shared memory on
+// `device` (current). The kernel must have been prepared (prepare_rows_kernel) on that device:
+// off the data path an unprepared one is prepared here (tools, tests); on it, that would be a
+// module load and is refused. Returns a cudaError_t as int: 0 = launched.
+template <class Params>
+inline int launch_rows(void (*kernel)(Params), const Params& p, const KernelCommon& c, size_t smem, void* stream,
+                       int device) {
+  if (c.n_rows == 0) return 0;
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  if (!cu::kernel_loaded(fn, device)) {
+    cudaError_t e = cu::launch_check(fn, device);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    const int pe = prepare_rows_kernel(kernel, device);
+    if (pe != 0) return pe;
+  }
+  // Checked here, not by a failing launch: a row too large for this GPU is a clear error.
+  if (smem > static_cast<size_t>(cu::kernel_smem_limit(fn, device))) return static_cast<int>(cudaErrorInvalidValue);
+  // A stale error of an earlier, already reported runtime call would otherwise read as this
+  // launch's failure below.
+  (void)cu::get_last_error();
   kernel<<<c.n_rows, row_block_threads(c.geom.row_elems), smem, static_cast<cudaStream_t>(stream)>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(cu::get_last_error());
 }
 
 }  // namespace trim::gpu

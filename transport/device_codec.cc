@@ -11,6 +11,7 @@
 #include "codec/decoder.h"
 #include "codec/encoder.h"
 #include "codec/packet.h"
+#include "common/data_path.h"
 #include "cuda/gpu_codec.h"
 
 namespace trim::transport {
@@ -19,6 +20,39 @@ uint32_t device_rows_per_chunk(const codec::Layout& layout) {
   constexpr uint64_t kChunkBytes = 512 * 1024;
   const uint64_t row_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(layout.row_elems()) * codec::dtype_bytes(layout.dtype()));
   return static_cast<uint32_t>(std::max<uint64_t>(1, kChunkBytes / row_bytes));
+}
+
+uint32_t device_max_call_packets(const codec::CodecConfig& cfg) {
+  uint64_t most = 1;
+  for (int d = 0; d < codec::kNumDTypes; ++d) {
+    const auto dtype = static_cast<codec::DType>(d);
+    for (codec::Scheme scheme : {codec::Scheme::kNone, cfg.scheme}) {
+      if (dtype == codec::DType::kRaw && scheme != codec::Scheme::kNone) continue;
+      // Two whole rows and a raw tail: every kind of row a chunk can hold.
+      const uint64_t row_bytes = static_cast<uint64_t>(cfg.row_elems) * codec::dtype_bytes(dtype);
+      Result<codec::Layout> l = codec::Layout::make(cfg, dtype, scheme, 2 * row_bytes + 1);
+      if (!l) continue;
+      most = std::max<uint64_t>(most, static_cast<uint64_t>(device_rows_per_chunk(*l)) * l->max_packets_per_row() + 1);
+    }
+  }
+  return static_cast<uint32_t>(most);
+}
+
+size_t device_staging_bytes(const codec::CodecConfig& cfg, uint64_t region_bytes) {
+  uint64_t packets = 1;
+  for (int d = 0; d < codec::kNumDTypes; ++d) {
+    const auto dtype = static_cast<codec::DType>(d);
+    for (codec::Scheme scheme : {codec::Scheme::kNone, cfg.scheme}) {
+      if (dtype == codec::DType::kRaw && scheme != codec::Scheme::kNone) continue;
+      Result<codec::Layout> l = codec::Layout::make(cfg, dtype, scheme, std::max<uint64_t>(region_bytes, 1));
+      if (l) packets = std::max<uint64_t>(packets, l->packets());
+    }
+  }
+  // Messages in flight split the region; each may round up by a packet per row (plus its tail):
+  // 32 messages' worth of rounding, then a quarter more against fragmentation.
+  packets += 32 * 3;
+  const uint64_t bytes = packets * (cfg.packet_bytes + sizeof(uint32_t));
+  return static_cast<size_t>(bytes + bytes / 4);
 }
 
 namespace {
@@ -39,11 +73,7 @@ class CudaDeviceCodec final : public DeviceCodec {
  public:
   explicit CudaDeviceCodec(std::unique_ptr<gpu::GpuCodec> g) : g_(std::move(g)) {}
   DeviceMode mode() const override { return DeviceMode::kCuda; }
-  std::unique_ptr<StagingBuffer> alloc_staging(size_t bytes, std::string* err) override {
-    gpu::PinnedBuffer b(bytes, err);
-    if (b.data() == nullptr) return nullptr;
-    return std::make_unique<PinnedStaging>(std::move(b));
-  }
+  int device() const override { return g_->device(); }
   Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg, uint32_t first_row,
                      uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes) override {
     return g_->encode_rows_async(layout, id, dev_msg, first_row, n_rows, out, stride, sizes);
@@ -55,6 +85,8 @@ class CudaDeviceCodec final : public DeviceCodec {
   // GpuCodec::poll counts faulted work as over (the caller would spin forever otherwise) and
   // records the fault in its sticky failed().
   bool poll(Ticket t) override { return g_->poll(t); }
+  bool wait_for(Ticket t, uint64_t timeout_ns) override { return g_->wait_for(t, timeout_ns); }
+  Ticket last_ticket() const override { return g_->last_ticket(); }
   bool failed() const override { return g_->failed(); }
   const std::string& last_error() const override { return g_->last_error(); }
 
@@ -76,19 +108,23 @@ class VectorStaging final : public StagingBuffer {
 
 // Work runs in order, each item only after kPollsPerItem polls, as a GPU stream would run it
 // some time after the launch. The output of encode is poisoned until then, so a packet sent
-// before its ticket completed is caught by the receiver's CRC check (and by the tests).
+// before its ticket completed is caught by the receiver's CRC check (and by the tests). Each
+// operation declares the class of the CUDA calls it stands for (common/data_path.h): with
+// enforcement on, one that may wait, made on the data path, fails as the real one would hang.
 class EmulatedDeviceCodec final : public DeviceCodec {
  public:
   EmulatedDeviceCodec(const codec::CodecConfig& cfg, bool fault) : cfg_(cfg), enc_(cfg), dec_(cfg), fault_(fault) {}
   DeviceMode mode() const override { return fault_ ? DeviceMode::kEmulatedFault : DeviceMode::kEmulated; }
-  std::unique_ptr<StagingBuffer> alloc_staging(size_t bytes, std::string*) override {
-    return std::make_unique<VectorStaging>(bytes);
-  }
+  int device() const override { return -1; }
 
   Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg, uint32_t first_row,
                      uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes) override {
+    if (!data_path::allow(data_path::CallClass::kNeverWaits, "encode launch + cudaMemcpyAsync (emulated)")) return 0;
     if (first_row + static_cast<uint64_t>(n_rows) > layout.rows() || stride < cfg_.packet_bytes) {
       return fail("encode_rows: rows or stride out of range");
+    }
+    if (gpu::GpuCodec::packets_in_rows(layout, first_row, n_rows) > max_call_packets_) {
+      return fail("encode_rows: more packets in one call than the scratch sized at setup");
     }
     // Encode now into a private buffer (sizes are needed at once), publish on completion.
     const uint64_t total = gpu::GpuCodec::packets_in_rows(layout, first_row, n_rows);
@@ -105,8 +141,10 @@ class EmulatedDeviceCodec final : public DeviceCodec {
 
   Ticket decode_rows(const codec::Layout& layout, const codec::MessageId& id, const uint8_t* packets, size_t stride,
                      const uint32_t* received_bytes, uint32_t first_row, uint32_t n_rows, void* dev_out) override {
+    if (!data_path::allow(data_path::CallClass::kNeverWaits, "cudaMemcpyAsync + decode launch (emulated)")) return 0;
     if (first_row + static_cast<uint64_t>(n_rows) > layout.rows()) return fail("decode_rows: rows out of range");
     const uint64_t total = gpu::GpuCodec::packets_in_rows(layout, first_row, n_rows);
+    if (total > max_call_packets_) return fail("decode_rows: more packets in one call than the scratch sized at setup");
     // The GPU reads its inputs when it runs: keep copies, as the caller may reuse them after.
     auto in = std::make_shared<std::vector<uint8_t>>(packets, packets + total * stride);
     auto got = std::make_shared<std::vector<uint32_t>>(received_bytes, received_bytes + total);
@@ -122,6 +160,7 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   }
 
   bool poll(Ticket t) override {
+    (void)data_path::allow(data_path::CallClass::kNeverWaits, "cudaEventQuery (emulated)");
     while (!queue_.empty() && queue_.front().ticket <= t) {
       Item& it = queue_.front();
       if (--it.polls_left > 0) return false;
@@ -134,6 +173,14 @@ class EmulatedDeviceCodec final : public DeviceCodec {
     }
     return true;
   }
+  bool wait_for(Ticket t, uint64_t timeout_ns) override {
+    // Bounded like the real one: each poll advances the emulated stream.
+    for (uint64_t waited = 0; !poll(t); waited += 100'000) {
+      if (waited >= timeout_ns) return false;
+    }
+    return true;
+  }
+  Ticket last_ticket() const override { return last_; }
   bool failed() const override { return failed_; }
   const std::string& last_error() const override { return error_; }
 
@@ -156,6 +203,7 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   codec::CodecConfig cfg_;
   codec::Encoder enc_;
   codec::Decoder dec_;
+  uint64_t max_call_packets_ = device_max_call_packets(cfg_);
   std::deque<Item> queue_;
   Ticket last_ = 0;
   std::string error_;
@@ -165,18 +213,39 @@ class EmulatedDeviceCodec final : public DeviceCodec {
 
 }  // namespace
 
+std::unique_ptr<StagingBuffer> alloc_device_staging(DeviceMode mode, size_t bytes, std::string* err) {
+  if (mode == DeviceMode::kCuda) {
+    gpu::PinnedBuffer b(bytes, err);
+    if (b.data() == nullptr) return nullptr;
+    return std::make_unique<PinnedStaging>(std::move(b));
+  }
+  // The emulated device stands in for cudaHostAlloc: setup only, as the real one.
+  if (!data_path::allow(data_path::CallClass::kMayWait, "cudaHostAlloc (emulated staging)")) {
+    if (err != nullptr) *err = "staging allocated on the data path: " + data_path::last_violation();
+    return nullptr;
+  }
+  return std::make_unique<VectorStaging>(bytes);
+}
+
 Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const codec::CodecConfig& cfg,
-                                                       const void* buffer) {
+                                                       int device) {
   switch (mode) {
     case DeviceMode::kNone: return std::unique_ptr<DeviceCodec>();
     case DeviceMode::kEmulated:
     case DeviceMode::kEmulatedFault:
+      // Stands for stream, event and scratch creation and the kernels' module load.
+      if (!data_path::allow(data_path::CallClass::kMayWait, "GPU codec creation (emulated)")) {
+        return Status(Code::kInternal, "GPU codec created on the data path: " + data_path::last_violation());
+      }
       return std::unique_ptr<DeviceCodec>(std::make_unique<EmulatedDeviceCodec>(cfg, mode == DeviceMode::kEmulatedFault));
     case DeviceMode::kCuda: {
       std::string err;
-      int device = -1;
-      if (buffer != nullptr && !gpu::is_device_pointer(buffer, &device)) device = -1;
-      std::unique_ptr<gpu::GpuCodec> g = gpu::GpuCodec::create(cfg, &err, device);
+      gpu::GpuCodec::Options opt;
+      opt.trusted = true;
+      opt.max_call_packets = device_max_call_packets(cfg);
+      // Tickets in flight per connection: up to 32 messages of a few chunks each.
+      opt.events = 512;
+      std::unique_ptr<gpu::GpuCodec> g = gpu::GpuCodec::create(cfg, &err, device, opt);
       if (!g) return Status(Code::kUnavailable, fmt::format("GPU codec: {}", err));
       return std::unique_ptr<DeviceCodec>(std::make_unique<CudaDeviceCodec>(std::move(g)));
     }

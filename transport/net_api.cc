@@ -6,13 +6,16 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "codec/rng.h"
 #include "cuda/gpu_codec.h"
+#include "common/data_path.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "transport/classify.h"
@@ -20,6 +23,7 @@
 #include "transport/devices.h"
 #include "transport/engine.h"
 #include "transport/send_class.h"
+#include "transport/staging_arena.h"
 
 namespace trim::net {
 
@@ -73,6 +77,10 @@ struct CommCore {
   Engine* engine = nullptr;
   std::array<Request, kMaxRequests> reqs;
   uint32_t next_seq = 0;
+  // GPU memory registered on this comm: the engine holds its codec (made at the first such
+  // regMr, on this GPU) and one staging arena per region.
+  bool device_attached = false;
+  int device = -1;
 
   Request* free_slot(Comm* owner) {
     for (Request& r : reqs) {
@@ -292,6 +300,13 @@ Result<Context*> init(const InitOptions& options) {
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
   std::string why;
   ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, static_cast<int>(ctx->params.test_gpu), &why);
+  // The kernels are loaded now, while no kernel of this communicator runs (regMr loads them on
+  // other GPUs): a first launch that loads lazily would wait for the device on the data path.
+  if (ctx->device_mode == transport::DeviceMode::kCuda && !gpu::prepare_device(-1, &why)) {
+    ctx->device_mode = transport::DeviceMode::kNone;
+    why = "the GPU codec's kernels could not be loaded: " + why;
+  }
+  if (ctx->params.test_cuda_check == 1 || ctx->params.test_gpu != 0) data_path::set_enforce(true);
   switch (ctx->device_mode) {
     case transport::DeviceMode::kCuda:
       TRIM_INFO("NET/Trim: GPU buffers: on (NCCL_PTR_CUDA; encoded and decoded by the plugin's CUDA kernels)");
@@ -530,18 +545,66 @@ RecvComm* as_recv(Comm* comm) {
 
 // ---- Memory registration: host memory needs no pinning for sockets ----
 
+namespace {
+
+CommCore* core_of(Comm* comm) {
+  if (SendComm* s = as_send(comm)) return &s->core;
+  if (RecvComm* r = as_recv(comm)) return &r->core;
+  return nullptr;
+}
+
+// How long close and deregMr wait for the device work of a connection before they give up.
+uint64_t device_wait_ns(const Context& ctx) { return static_cast<uint64_t>(ctx.params.timeout_ms) * 1'000'000; }
+
+// The device side of a CUDA region, made here on the registering thread (setup: kernels
+// loaded, stream, events, scratch and pinned staging allocated, all of which may wait for the
+// device) and handed to the engine, so the data path never makes any of it.
+Status attach_device_region(Comm* comm, CommCore* core, const MemRegion& region, int device) {
+  const transport::DeviceMode mode = comm->ctx()->device_mode;
+  if (core->device_attached && device != core->device) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("reg_mr: GPU memory on device {}, but this connection's is on device {}", device,
+                              core->device));
+  }
+  const transport::ConnParams& cp = core->conn->send ? core->conn->send->params() : core->conn->recv->params();
+  std::unique_ptr<transport::DeviceCodec> codec;
+  if (!core->device_attached) {
+    Result<std::unique_ptr<transport::DeviceCodec>> d = transport::make_device_codec(mode, cp.codec, device);
+    if (!d) return d.status();
+    codec = std::move(d).value();
+  }
+  const size_t bytes = transport::device_staging_bytes(cp.codec, region.bytes);
+  std::string err;
+  std::unique_ptr<transport::StagingBuffer> mem = transport::alloc_device_staging(mode, bytes, &err);
+  if (!mem) return Status(Code::kSystem, fmt::format("reg_mr: {} bytes of staging: {}", bytes, err));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(region.data);
+  core->engine->attach_device(core->conn.get(), std::move(codec), lo, lo + region.bytes,
+                              std::make_unique<transport::StagingArena>(std::move(mem)));
+  core->device_attached = true;
+  core->device = device;
+  TRIM_DEBUG("NET/Trim: GPU region of {} bytes on device {}: {} bytes of staging", region.bytes, device, bytes);
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- Memory registration: host memory needs no pinning for sockets ----
+
 Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
   if (comm == nullptr) return null_argument("reg_mr", "comm");
   if (region.data == nullptr && region.bytes != 0) return null_argument("reg_mr", "data");
+  int device = -1;
   if (region.type == MemType::kCuda) {
     const transport::DeviceMode mode = comm->ctx()->device_mode;
     if (mode == transport::DeviceMode::kNone) {
       return Status(Code::kInvalidArgument,
                     "reg_mr: NCCL_PTR_CUDA memory, but the GPU path is off (ptrSupport = NCCL_PTR_HOST)");
     }
-    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !gpu::is_device_pointer(region.data)) {
+    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !gpu::is_device_pointer(region.data, &device)) {
       return Status(Code::kInvalidArgument, "reg_mr: NCCL_PTR_CUDA memory the CUDA runtime does not know as device memory");
     }
+    CommCore* core = core_of(comm);
+    if (core != nullptr && region.bytes != 0) TRIM_RETURN_IF_ERROR(attach_device_region(comm, core, region, device));
   } else if (region.type != MemType::kHost) {
     return Status(Code::kInvalidArgument, "reg_mr: unknown memory type");
   }
@@ -555,20 +618,31 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
   if (mem == nullptr) return null_argument("dereg_mr", "memory handle");
   std::unique_ptr<MemHandle> owned(mem);
   // NCCL frees the buffer right after this call, even with operations on it still posted (abort):
-  // make sure the engine is done with it first.
-  CommCore* core = nullptr;
-  if (SendComm* s = as_send(comm)) core = &s->core;
-  if (RecvComm* r = as_recv(comm)) core = &r->core;
-  if (core != nullptr && mem->region.bytes > 0) {
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
-    core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes);
+  // make sure the engine is done with it first. For GPU memory that includes our kernels: wait
+  // for them, bounded, and take the region's staging back.
+  CommCore* core = core_of(comm);
+  if (core == nullptr || mem->region.bytes == 0) return Status::ok();
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
+  const bool device = mem->region.type == MemType::kCuda && core->device_attached;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(device_wait_ns(*comm->ctx()));
+  for (;;) {
+    bool busy = false;
+    std::unique_ptr<transport::StagingArena> arena;
+    core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes, &busy, &arena);
+    if (!device || !busy) return Status::ok();  // the arena, if any, is freed here (setup thread)
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(Code::kSystem, fmt::format("dereg_mr: GPU work on this region still running after {} ms "
+                                               "(NCCL_TRIM_TIMEOUT_MS); its staging stays allocated",
+                                               comm->ctx()->params.timeout_ms));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  return Status::ok();
 }
 
 // ---- Data path ----
 
 Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
+  const data_path::Scope on_data_path;  // NCCL's proxy thread, with NCCL's kernel spinning
   (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
   if (comm == nullptr) return null_argument("isend", "comm");
   if (data == nullptr && bytes != 0) return null_argument("isend", "data");
@@ -600,6 +674,7 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
 }
 
 Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional) {
+  const data_path::Scope on_data_path;
   (void)completion_optional;  // we always complete; NCCL then need not rely on LL flags alone
   if (comm == nullptr) return null_argument("irecv", "comm");
   if (buffers == nullptr) return null_argument("irecv", "buffers");
@@ -626,6 +701,7 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
 }
 
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
+  const data_path::Scope on_data_path;
   if (comm == nullptr) return null_argument("iflush", "comm");
   if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
   // Host memory: the data is where the CPU sees it. GPU memory: a receive completes only after
@@ -634,6 +710,7 @@ Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
 }
 
 Status test(Request* request, Completion* out) {
+  const data_path::Scope on_data_path;
   if (request == nullptr) return null_argument("test", "request");
   if (out == nullptr) return null_argument("test", "completion");
   if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
@@ -673,6 +750,23 @@ template <typename CommT>
 Status close_comm(CommT* comm) {
   std::unique_ptr<CommT> owned(comm);
   Conn* c = comm->core.conn.get();
+  // Our kernels may still read or write NCCL's buffers: wait for them, bounded, before the
+  // connection goes (its staging is then freed on the release thread, after the device).
+  Status device_status;
+  if (comm->core.device_attached) {
+    const uint64_t wait_ns = device_wait_ns(*comm->ctx());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+    while (!comm->core.engine->device_idle(c)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
+                                                          "{} ms (NCCL_TRIM_TIMEOUT_MS)",
+                                                          c->cookie, comm->ctx()->params.timeout_ms));
+        TRIM_WARN("NET/Trim: {}", device_status.message());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   comm->core.engine->remove(c);  // from here on only this thread touches the connection
   if (c->tcp_open) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
@@ -686,7 +780,7 @@ Status close_comm(CommT* comm) {
   transport::global_stats().add(k);
   TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
             c->peer_name, k.to_string());
-  return Status::ok();
+  return device_status;
 }
 
 }  // namespace

@@ -87,6 +87,7 @@ struct ConnCounters {
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t device_msgs = 0;  // messages encoded or decoded by the DeviceCodec (GPU memory)
+  uint64_t staging_waits = 0;  // device messages that found their region's staging full for a while
   std::string to_string() const;
 };
 

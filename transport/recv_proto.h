@@ -11,6 +11,7 @@
 
 #include "codec/decoder.h"
 #include "transport/proto.h"
+#include "transport/staging_arena.h"
 
 namespace trim::transport {
 
@@ -43,8 +44,13 @@ class RecvProto {
   // Completes device-memory receives whose decode has finished.
   void poll_device();
   // The earliest time poll_device has something to check (UINT64_MAX: nothing).
-  uint64_t next_deadline_ns(uint64_t now_ns) const { return decoding_ > 0 ? now_ns + kDevicePollNs : UINT64_MAX; }
+  uint64_t next_deadline_ns(uint64_t now_ns) const {
+    return decoding_ > 0 || dev_.has_retired() ? now_ns + kDevicePollNs : UINT64_MAX;
+  }
+  // The connection's device side: its codec and staging arrive at regMr (engine commands).
+  DeviceStaging& device() { return dev_; }
 
+  const ConnParams& params() const { return params_; }
   bool has_pending() const { return posted_ != completed_; }
   // Whether a pending operation's buffer overlaps [lo, hi): the proto may still write into it.
   bool uses_memory(uintptr_t lo, uintptr_t hi) const;
@@ -57,13 +63,18 @@ class RecvProto {
     RecvOp* op = nullptr;
     bool started = false;
     bool failed = false;
+    bool staging_wait = false;  // the last packet found no staging free (not a bad packet)
     codec::Layout layout;
-    // Device receives: packets are kept (whole or trimmed, as they arrived) in staging and
-    // decoded on the GPU in one launch once every slot is filled; the receive completes when
-    // that launch has.
-    std::unique_ptr<StagingBuffer> staging;
-    std::vector<uint32_t> got_bytes;  // per slot: bytes kept, header included; 0 = none
-    DeviceCodec::Ticket decode = 0;
+    // Device receives: packets are kept (whole or trimmed, as they arrived) in staging, and
+    // each chunk of rows (device_rows_per_chunk) is decoded on the GPU as soon as all of its
+    // slots are filled; the receive completes when the last chunk's decode has.
+    StagingLease staging;
+    uint32_t* got_bytes = nullptr;  // in staging, after the packets: bytes kept per slot; 0 = none
+    uint32_t rows_per_chunk = 1;
+    std::vector<uint32_t> chunk_missing;  // per chunk: slots not filled yet
+    std::vector<DeviceCodec::Ticket> chunk_decode;  // per chunk: 0 until launched
+    uint32_t chunks_launched = 0;
+    DeviceCodec::Ticket decode = 0;  // the last chunk's: the receive is done with it
   };
   bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
   void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
@@ -72,10 +83,15 @@ class RecvProto {
   bool begin_msg(Msg* m, const codec::PacketHeader& h);
   void complete(Msg* m, uint64_t bytes);
   bool begin_device(Msg* m, const codec::MessageId& id);
+  // Stores a device message's packet; false when it cannot be taken now.
   void keep_for_device(Msg* m, const codec::ParsedPacket& p, uint32_t slot);
-  void drain_device();
+  codec::PacketError admit_device(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p);
+  void launch_chunk(Msg* m, uint32_t chunk, bool trimmable);
+  // Hands m's staging to dev_ until its device work is done (m ends before it finished).
+  void retire_device(Msg* m);
 
   ConnParams params_;
+  DeviceStaging dev_;  // before msgs_: their staging leases go back before the arenas go
   std::array<Msg, kMaxPostedRecvs> msgs_;
   std::array<std::unique_ptr<codec::Decoder>, kMaxPostedRecvs> decoders_;
   uint64_t posted_ = 0, completed_ = 0;
@@ -85,8 +101,7 @@ class RecvProto {
   std::vector<uint32_t> nacks_;
   bool ack_due_ = false;
   ConnCounters counters_;
-  std::unique_ptr<DeviceCodec> device_;
-  uint32_t decoding_ = 0;  // device receives whose decode is in flight
+  uint32_t decoding_ = 0;  // device receives whose last decode is in flight
 };
 
 }  // namespace trim::transport

@@ -29,10 +29,10 @@ struct SendProto::Msg {
   std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
   // Device messages: packets land in dstaging, one encode launch per chunk of rows.
-  std::unique_ptr<StagingBuffer> dstaging;
+  StagingLease dstaging;
   std::vector<DeviceCodec::Ticket> chunk_tickets;
   uint32_t rows_per_chunk = 1;
-  uint8_t* packets() { return dstaging ? dstaging->data() : staging.data(); }
+  uint8_t* packets() { return dstaging ? dstaging.data() : staging.data(); }
 };
 
 namespace {
@@ -50,16 +50,17 @@ SendProto::SendProto(const ConnParams& params)
       ring_(kSackBits),
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes) {}
 
-SendProto::~SendProto() { drain_device(); }
+SendProto::~SendProto() {
+  // Nothing waits here: staging still used by device work is freed, on the release thread,
+  // only after the device is done with it (cudaFreeHost waits for the device).
+  for (auto& m : msgs_) retire_device(m.get());
+  msgs_.clear();
+}
 
-void SendProto::drain_device() {
-  if (!device_) return;
-  for (auto& m : msgs_) {
-    for (DeviceCodec::Ticket t : m->chunk_tickets) {
-      while (t != 0 && !device_->poll(t)) {
-      }
-    }
-  }
+void SendProto::retire_device(Msg* m) {
+  if (!m->dstaging) return;
+  const DeviceCodec::Ticket last = m->chunk_tickets.empty() ? 0 : m->chunk_tickets.back();
+  dev_.retire(std::move(m->dstaging), last);
 }
 
 Status SendProto::post(SendOp* op) {
@@ -99,7 +100,7 @@ bool SendProto::in_flight_psn(uint32_t psn) const {
   return psn_diff(psn, snd_una_) >= 0 && psn_diff(psn, snd_nxt_) < 0;
 }
 
-Status SendProto::start(Msg* m) {
+Result<bool> SendProto::start(Msg* m) {
   const SendOp& op = *m->op;
   if (op.bytes > m->capacity) {
     return Status(Code::kInvalidArgument, fmt::format("send of {} bytes matched a receive of {} bytes (seq {})",
@@ -118,11 +119,15 @@ Status SendProto::start(Msg* m) {
     first += m->layout.row(r).packets;
   }
   m->row_first[m->layout.rows()] = first;
+  if (op.on_device) {
+    Result<bool> got = start_device(m);
+    if (!got || !*got) return got;
+  }
   m->psn_base = snd_nxt_;
   m->started = true;
-  if (op.on_device) return start_device(m);
+  if (op.on_device) return true;
   m->zero_copy = scheme == codec::Scheme::kNone;
-  if (m->zero_copy) return Status::ok();
+  if (m->zero_copy) return true;
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   // Reuse a staging buffer: messages of a connection are mostly the same size.
   for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it) {
@@ -134,45 +139,39 @@ Status SendProto::start(Msg* m) {
   }
   m->staging.resize(need);
   m->sizes.assign(m->npackets, 0);
-  return Status::ok();
+  return true;
 }
 
-Status SendProto::start_device(Msg* m) {
+Result<bool> SendProto::start_device(Msg* m) {
   // GPU memory cannot be a socket's iovec: exact messages too go through the device codec
-  // (scheme none: header + raw bytes, copied into host staging).
-  if (!device_) {
-    Result<std::unique_ptr<DeviceCodec>> d = make_device_codec(params_.device, params_.codec, m->op->data);
-    if (!d) return d.status();
-    if (!*d) return Status(Code::kUnavailable, "isend of GPU memory, but this process has no GPU path");
-    device_ = std::move(d.value());
+  // (scheme none: header + raw bytes, copied into host staging). The codec and the staging
+  // were made at regMr; nothing here allocates or waits.
+  DeviceCodec* device = dev_.codec();
+  if (device == nullptr) {
+    return Status(Code::kUnavailable, "isend of GPU memory on a connection with no GPU memory registered");
   }
   const size_t stride = params_.codec.packet_bytes;
   const size_t need = static_cast<size_t>(m->npackets) * stride;
-  for (auto it = device_staging_pool_.begin(); it != device_staging_pool_.end(); ++it) {
-    if ((*it)->size() >= need) {
-      m->dstaging = std::move(*it);
-      device_staging_pool_.erase(it);
-      break;
-    }
+  Result<StagingLease> lease = dev_.lease(m->op->data, need);
+  if (!lease) return lease.status();
+  if (!*lease) {
+    ++counters_.staging_waits;  // every span in use: start once one comes back
+    return false;
   }
-  if (!m->dstaging) {
-    std::string err;
-    m->dstaging = device_->alloc_staging(need, &err);
-    if (!m->dstaging) return Status(Code::kSystem, fmt::format("staging of {} bytes: {}", need, err));
-  }
+  m->dstaging = std::move(lease).value();
   m->sizes.assign(m->npackets, 0);
   ++counters_.device_msgs;
   m->rows_per_chunk = device_rows_per_chunk(m->layout);
   const codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
   for (uint32_t r = 0; r < m->layout.rows(); r += m->rows_per_chunk) {
     const uint32_t n = std::min(m->rows_per_chunk, m->layout.rows() - r);
-    const DeviceCodec::Ticket t = device_->encode_rows(m->layout, id, m->op->data, r, n,
-                                                       m->dstaging->data() + m->row_first[r] * stride, stride,
-                                                       m->sizes.data() + m->row_first[r]);
-    if (t == 0) return Status(Code::kInternal, fmt::format("GPU encode: {}", device_->last_error()));
+    const DeviceCodec::Ticket t = device->encode_rows(m->layout, id, m->op->data, r, n,
+                                                      m->dstaging.data() + m->row_first[r] * stride, stride,
+                                                      m->sizes.data() + m->row_first[r]);
+    if (t == 0) return Status(Code::kInternal, fmt::format("GPU encode: {}", device->last_error()));
     m->chunk_tickets.push_back(t);
   }
-  return Status::ok();
+  return true;
 }
 
 Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
@@ -180,8 +179,9 @@ Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
   if (m->dstaging) {
     while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
       const uint32_t chunk = m->rows_encoded / m->rows_per_chunk;
-      if (!device_->poll(m->chunk_tickets[chunk])) return false;
-      if (device_->failed()) return Status(Code::kSystem, fmt::format("GPU encode failed: {}", device_->last_error()));
+      DeviceCodec* device = dev_.codec();
+      if (!device->poll(m->chunk_tickets[chunk])) return false;
+      if (device->failed()) return Status(Code::kSystem, fmt::format("GPU encode failed: {}", device->last_error()));
       m->rows_encoded = std::min(m->layout.rows(), (chunk + 1) * m->rows_per_chunk);
     }
     return true;
@@ -285,13 +285,17 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
         m->started = m->sent_all = true;
         continue;
       }
-      Status st = start(m);
-      if (!st.is_ok()) {
-        TRIM_WARN("NET/Trim: {}", st.message());
-        drain_device();
-        m->op->result.fail(st);
+      Result<bool> st = start(m);
+      if (!st) {
+        TRIM_WARN("NET/Trim: {}", st.status().message());
+        retire_device(m);
+        m->op->result.fail(st.status());
         msgs_.remove_if([m](const std::unique_ptr<Msg>& x) { return x.get() == m; });
         continue;
+      }
+      if (!*st) {
+        device_waiting_ = true;  // staging busy; FIFO: nothing later may overtake it
+        break;
       }
     }
     Result<bool> ready = encode_rows_through(m, m->next);
@@ -474,7 +478,7 @@ void SendProto::on_timer(uint64_t now_ns) {
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
   uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
-  if (device_waiting_) d = std::min(d, now_ns + kDevicePollNs);
+  if (device_waiting_ || dev_.has_retired()) d = std::min(d, now_ns + kDevicePollNs);
   if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
@@ -488,8 +492,7 @@ void SendProto::complete_finished() {
     if (m->sent_all && m->acked == m->npackets) {
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
-      if (m->dstaging && device_staging_pool_.size() < 4) device_staging_pool_.push_back(std::move(m->dstaging));
-      it = msgs_.erase(it);
+      it = msgs_.erase(it);  // its device staging goes back: every chunk's encode was polled done
     } else {
       ++it;
     }
@@ -497,8 +500,10 @@ void SendProto::complete_finished() {
 }
 
 void SendProto::fail_all(const Status& error) {
-  drain_device();
-  for (auto& m : msgs_) m->op->result.fail(error);
+  for (auto& m : msgs_) {
+    retire_device(m.get());
+    m->op->result.fail(error);
+  }
   msgs_.clear();
   for (Slot& s : ring_) s = Slot{};
   retx_.clear();
@@ -520,6 +525,7 @@ void SendProto::on_peer_fin(uint64_t completed) {
   for (auto it = msgs_.begin(); it != msgs_.end();) {
     if ((*it)->op->seq < completed) {
       (*it)->op->result.finish((*it)->op->bytes);
+      retire_device(it->get());
       it = msgs_.erase(it);
     } else {
       ++it;
