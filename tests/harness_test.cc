@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "cuda/gpu_codec.h"
 #include "tests/env_guard.h"
 
 namespace {
@@ -449,10 +450,12 @@ TEST(HarnessGpuPath, DeviceBuffersStayExactUnderFaults) {
   expect_exact(r);
   EXPECT_EQ(r.count("device_msgs"), 2 * (5 + 1)) << r.context();  // one message per op, warmup included
   EXPECT_EQ(r.count("bad_packets"), 0) << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
   r = run_harness("--mode sendrecv --bytes 3M --ptr cuda --profiler none --drop 0.05 --dup 0.02 --reorder 0.05");
   expect_exact(r);
   EXPECT_GT(r.count("retransmits"), 0) << r.context();
   EXPECT_GT(r.count("device_msgs"), 2 * (5 + 1)) << r.context();  // 3M: several NCCL steps per op
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
 }
 
 // Encoded, untrimmed, through the device path: rounding only, identical replicas. (The rht
@@ -464,6 +467,7 @@ TEST(HarnessGpuPath, EncodedAllReduceIsExactToRounding) {
   expect_rounding_only(r);
   EXPECT_GT(r.num("nmse"), 0.0) << r.context();  // encoded, not sent raw
   EXPECT_GT(r.count("device_msgs"), 0) << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
 }
 
 TEST(HarnessGpuPath, MixedTrafficTrimsOnlyTheReduceScatterHalf) {
@@ -478,11 +482,41 @@ TEST(HarnessGpuPath, MixedTrafficTrimsOnlyTheReduceScatterHalf) {
   EXPECT_GT(r.count("device_msgs"), 0) << r.context();
   EXPECT_GT(r.num("nmse"), 0.0) << r.context();
   EXPECT_LE(r.num("nmse"), kRhtOneBitNmse * p * (n - 1)) << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
+}
+
+// NCCL's situation: a kernel spins on the GPU in every rank while the iteration's operations
+// run; the plugin must move the data without any CUDA call that waits for the device (it
+// would never return). With a GPU: GPU (managed) buffers, exact, encoded and trimmed runs
+// complete. Without one the flag is refused with the reason.
+TEST(HarnessGpuPath, SpinningKernelDoesNotBlockThePlugin) {
+  if (!trim::gpu::gpu_available()) {
+    HarnessRun r = run_harness("--mode sendrecv --bytes 64K --spin-kernel");
+    EXPECT_NE(r.exit_code, 0) << r.context();
+    EXPECT_NE(r.str("error").find("--spin-kernel needs a GPU"), std::string::npos) << r.context();
+    return;
+  }
+  trim::testing::EnvGuard check{"NCCL_TRIM_TEST_CUDA_CHECK", "on"};
+  HarnessRun r = run_harness("--mode sendrecv --bytes 3M --ptr cuda --spin-kernel --profiler none --timeout-ms 10000");
+  expect_exact(r);
+  EXPECT_GT(r.count("device_msgs"), 0) << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
+  r = run_harness("--mode allreduce --ranks 2 --bytes 4M --ptr cuda --spin-kernel --timeout-ms 10000");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_NE(r.str("verify"), "fail") << r.context();
+  EXPECT_LT(r.num("nmse"), 1e-9) << r.context();  // untrimmed: exact, or rounding where rht rotates
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
+  r = run_harness("--mode mixed --ranks 2 --bytes 2M --iters 2 --trim 0.3 --ptr cuda --spin-kernel --timeout-ms 10000");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_EQ(r.count("data_path_violations"), 0) << r.context();
 }
 
 // No GPU and no emulation: getProperties has no NCCL_PTR_CUDA (Loopback.CudaRegistration... checks
 // that a registration of CUDA memory is refused with a reason).
 TEST(HarnessGpuPath, NoGpuMeansHostOnly) {
+  if (trim::gpu::gpu_available()) GTEST_SKIP() << "a GPU is present: NCCL_PTR_CUDA is advertised";
   HarnessRun r = run_harness("--mode sendrecv --bytes 64K --ptr cuda");
   EXPECT_NE(r.exit_code, 0) << r.context();
   EXPECT_NE(r.str("error").find("NCCL_PTR_CUDA"), std::string::npos) << r.context();

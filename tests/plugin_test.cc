@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_codec.h"
 #include "plugin/nccl_net.h"
 
 namespace {
@@ -304,7 +305,8 @@ TEST_F(PluginTest, PropertiesOfTheLoopbackDevice) {
   ASSERT_EQ(v11_->getProperties(0, &p), ncclSuccess);
   EXPECT_STREQ(p.name, "lo");
   EXPECT_EQ(p.pciPath, nullptr);
-  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
+  // NCCL_PTR_CUDA exactly when the CUDA runtime finds a GPU (the GPU path's default, auto).
+  EXPECT_EQ(p.ptrSupport, trim::gpu::gpu_available() ? (NCCL_PTR_HOST | NCCL_PTR_CUDA) : NCCL_PTR_HOST);
   EXPECT_GT(p.maxP2pBytes, 0u);
   EXPECT_LE(p.maxP2pBytes, static_cast<size_t>(NCCL_MAX_NET_SIZE_BYTES));
   EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);

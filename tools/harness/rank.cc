@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_codec.h"
+
 namespace trim::harness {
 
 namespace {
@@ -163,12 +165,15 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   prof.init(comm_id, opt.ranks, opt.ranks, rank);  // one rank per node
   report->profiler = prof.version();
   Status st;
-  BufferArena buffers;  // outlives the comms: freed after they are closed
+  BufferArena buffers(use_gpu_memory(opt));  // outlives the comms: freed after they are closed
+  IterationSpin spin;
+  TRIM_RETURN_IF_ERROR(spin.start(opt));
   {
     Connections conns(net.get());
     st = conns.open(opt, rank, chan, report);
     if (st.is_ok()) {
-      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared};
+      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared,
+                &spin};
       st = run_mode(c);
     }
     Status closed = conns.close_all();
@@ -214,19 +219,32 @@ Status plugin_error(const char* call, ncclResult_t r) {
   return Status(Code::kUnavailable, std::string(call) + " returned " + result_name(r));
 }
 
-HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
+HostBuffer::HostBuffer(size_t bytes, bool gpu) : bytes_(bytes) {
   // At least one page, so even a 0-byte run has a valid pointer to register.
   size_t alloc = ((bytes + 4095) / 4096 + 1) * 4096;
-  void* p = std::aligned_alloc(4096, alloc);
-  if (p == nullptr) {
-    std::fprintf(stderr, "trim-harness: out of memory allocating %zu bytes\n", alloc);
-    std::abort();
+  void* p = nullptr;
+  if (gpu) {
+    std::string err;
+    auto m = std::make_shared<gpu::ManagedBuffer>(alloc, &err);
+    if (m->data() == nullptr) {
+      std::fprintf(stderr, "trim-harness: %zu bytes of GPU (managed) memory: %s\n", alloc, err.c_str());
+      std::abort();
+    }
+    p = m->data();
+    owner_ = m;
+  } else {
+    p = std::aligned_alloc(4096, alloc);
+    if (p == nullptr) {
+      std::fprintf(stderr, "trim-harness: out of memory allocating %zu bytes\n", alloc);
+      std::abort();
+    }
+    owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   std::memset(p, 0, alloc);  // touch every page now, not inside a timed iteration
-  data_.reset(static_cast<char*>(p));
+  data_ = static_cast<char*>(p);
 }
 
-void HostBuffer::Free::operator()(char* p) const { std::free(p); }
+HostBuffer::~HostBuffer() = default;
 
 Status MemReg::reg(void* data, size_t bytes) {
   ncclResult_t r = net_->reg_mr(comm_, data, bytes, &mh_);

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "tools/harness/bootstrap.h"
+#include "tools/harness/gpu.h"
 #include "tools/harness/net_plugin.h"
 #include "tools/harness/options.h"
 #include "tools/harness/profiler_host.h"
@@ -36,19 +37,21 @@ inline constexpr uint32_t kProtoSimple = 1u << 2;
 // A plugin call's non-success result as a Status naming the call.
 Status plugin_error(const char* call, ncclResult_t r);
 
-// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can mimic).
+// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can
+// mimic), or, with `gpu`, managed memory the plugin's kernels and the rank's CPU both use.
 class HostBuffer {
  public:
-  explicit HostBuffer(size_t bytes);
-  char* data() const { return data_.get(); }
+  explicit HostBuffer(size_t bytes, bool gpu = false);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  char* data() const { return data_; }
   size_t bytes() const { return bytes_; }
 
  private:
-  struct Free {
-    void operator()(char* p) const;
-  };
-  std::unique_ptr<char, Free> data_;
+  char* data_ = nullptr;
   size_t bytes_;
+  std::shared_ptr<void> owner_;  // frees data_
 };
 
 // Every buffer a rank registers, freed only after its comms are closed (a plugin may still
@@ -56,13 +59,15 @@ class HostBuffer {
 // (--abort-in-flight reproduces NCCL's abort order: deregMr, free, close).
 class BufferArena {
  public:
+  explicit BufferArena(bool gpu = false) : gpu_(gpu) {}
   HostBuffer& make(size_t bytes) {
-    buffers_.push_back(std::make_unique<HostBuffer>(bytes));
+    buffers_.push_back(std::make_unique<HostBuffer>(bytes, gpu_));
     return *buffers_.back();
   }
   void free_all() { buffers_.clear(); }
 
  private:
+  bool gpu_;
   std::vector<std::unique_ptr<HostBuffer>> buffers_;
 };
 
@@ -78,6 +83,7 @@ struct RankCtx {
   void* recv_comm;  // from rank-1; null when this rank never receives
   RankReport* report;
   SharedBuffer* shared;  // null in sendrecv mode
+  IterationSpin* spin;   // --spin-kernel (inactive otherwise): begin/end around each iteration's operations
 };
 
 // regMr on construction's request; deregMr exactly once (release() reports the result).
