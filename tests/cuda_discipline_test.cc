@@ -17,6 +17,7 @@
 #include "tests/codec_util.h"
 #include "transport/device_codec.h"
 #include "transport/staging_arena.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -152,7 +153,7 @@ std::string code_only(const std::string& s) {
 }
 
 TEST(CudaDiscipline, OnlyTheWrapperCallsTheRuntime) {
-  const std::filesystem::path root = TRIM_TEST_SOURCE_DIR;
+  const std::filesystem::path root = trim::testing::source_dir();
   const std::regex call(R"(\bcuda[A-Z]\w*\s*\()");
   const std::regex launch(R"(<<<)");
   int scanned = 0;

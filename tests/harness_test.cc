@@ -22,12 +22,12 @@
 
 #include "cuda/gpu_codec.h"
 #include "tests/env_guard.h"
+#include "tests/test_paths.h"
 
 namespace {
 
 std::string harness_path() {
-  std::string plugin = TRIM_TEST_PLUGIN_PATH;
-  return plugin.substr(0, plugin.rfind('/')) + "/../bin/trim-harness";
+  return trim::testing::bin_dir() + "trim-harness";
 }
 
 // A flat JSON object's values as text (strings unquoted); enough for the harness's one line.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -189,7 +190,7 @@ TEST(ParamsTest, UnknownTrimVariableInEnvironmentIsWarned) {
 }
 
 TEST(ParamsTest, ConfigDocMatchesParams) {
-  const std::string path = TRIM_TEST_SOURCE_DIR "/docs/CONFIG.md";
+  const std::string path = trim::testing::source_dir() + "/docs/CONFIG.md";
   std::ifstream in(path, std::ios::binary);
   ASSERT_TRUE(in.good()) << path << " is missing: run `make docs`";
   std::ostringstream text;

@@ -21,6 +21,7 @@
 
 #include "cuda/gpu_codec.h"
 #include "plugin/nccl_net.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -84,7 +85,7 @@ std::string run_command(const std::string& cmd) {
 // Names in `nm` output ("ADDR TYPE NAME" per line).
 std::vector<std::string> nm_names(const std::string& args) {
   std::vector<std::string> names;
-  std::string out = run_command("nm " + args + " '" TRIM_TEST_PLUGIN_PATH "' 2>/dev/null");
+  std::string out = run_command("nm " + args + " '" + trim::testing::plugin_path() + "' 2>/dev/null");
   size_t pos = 0;
   while (pos < out.size()) {
     size_t end = out.find('\n', pos);
@@ -104,13 +105,13 @@ class PluginTest : public ::testing::Test {
   static void SetUpTestSuite() {
     // The device list is discovered once per process: pin it to loopback, which every machine has.
     setenv("NCCL_TRIM_IFNAME", "lo", 1);
-    handle_ = dlopen(TRIM_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    handle_ = dlopen(trim::testing::plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) open_error_ = dlerror();
   }
   // No dlclose: unloading would orphan the plugin's never-freed singletons (the logger state
   // is kept alive on purpose for exit-time logging) and LeakSanitizer would report them.
   void SetUp() override {
-    ASSERT_NE(handle_, nullptr) << "dlopen(" TRIM_TEST_PLUGIN_PATH ") failed: " << open_error_
+    ASSERT_NE(handle_, nullptr) << "dlopen(" << trim::testing::plugin_path() << ") failed: " << open_error_
                                 << " (build it: make build-plugin/lib/libnccl-net-trim.so)";
     v8_ = static_cast<ncclNet_v8_t*>(dlsym(handle_, "ncclNetPlugin_v8"));
     v9_ = static_cast<ncclNet_v9_t*>(dlsym(handle_, "ncclNetPlugin_v9"));
@@ -169,7 +170,7 @@ TEST_F(PluginTest, ExportsFourVersionsNamedTrim) {
 
 TEST_F(PluginTest, ExportsNothingButPluginTables) {
   std::vector<std::string> exported = nm_names("-D --defined-only");
-  ASSERT_FALSE(exported.empty()) << "nm -D printed nothing for " TRIM_TEST_PLUGIN_PATH;
+  ASSERT_FALSE(exported.empty()) << "nm -D printed nothing for " << trim::testing::plugin_path();
   std::vector<std::string> tables;
   for (const std::string& name : exported) {
     bool allowed = starts_with(name, "ncclNetPlugin_v") || starts_with(name, "ncclProfiler_v") ||
@@ -199,7 +200,7 @@ TEST_F(PluginTest, ExportsNothingButPluginTables) {
 }
 
 TEST_F(PluginTest, GenericNameSymlinkResolvesToPlugin) {
-  std::string plugin = TRIM_TEST_PLUGIN_PATH;
+  std::string plugin = trim::testing::plugin_path();
   std::string generic = plugin.substr(0, plugin.rfind('/') + 1) + "libnccl-net.so";
   struct stat st {};
   ASSERT_EQ(lstat(generic.c_str(), &st), 0) << generic << " is missing (make builds it with `all`)";

@@ -10,6 +10,7 @@
 #include "plugin/nccl_ext.h"
 #include "tests/env_guard.h"
 #include "transport/net_api.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -19,7 +20,7 @@ void quiet_logger(ncclDebugLogLevel, unsigned long, const char*, int, const char
 
 class ExtPlugins : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { handle_ = dlopen(TRIM_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL); }
+  static void SetUpTestSuite() { handle_ = dlopen(trim::testing::plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL); }
   void SetUp() override {
     ASSERT_NE(handle_, nullptr) << dlerror();
     v5_ = static_cast<ncclProfiler_trim_t*>(dlsym(handle_, "ncclProfiler_v5"));

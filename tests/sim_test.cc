@@ -9,12 +9,12 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include "tests/test_paths.h"
 
 namespace {
 
 std::string sim_path() {
-  std::string plugin = TRIM_TEST_PLUGIN_PATH;
-  return plugin.substr(0, plugin.rfind('/')) + "/../bin/trim-sim";
+  return trim::testing::bin_dir() + "trim-sim";
 }
 
 struct SimRunResult {

@@ -26,14 +26,14 @@
 #include "codec/packet.h"
 #include "transport/socket.h"
 #include "transport/wire.h"
+#include "tests/test_paths.h"
 
 namespace {
 
 using namespace trim;
 
 std::string bin_dir() {
-  std::string plugin = TRIM_TEST_PLUGIN_PATH;
-  return plugin.substr(0, plugin.rfind('/')) + "/../bin/";
+  return trim::testing::bin_dir();
 }
 
 std::string slurp(const std::string& path) {

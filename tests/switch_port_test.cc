@@ -28,10 +28,8 @@
 #include <vector>
 
 #include "switch_sim/port.h"
+#include "tests/test_paths.h"
 
-#ifndef TRIM_TEST_SOURCE_DIR
-#define TRIM_TEST_SOURCE_DIR "."
-#endif
 
 namespace trim::sw {
 namespace {
@@ -408,7 +406,7 @@ bool update_golden() {
 }
 
 void compare_golden(const std::string& name, const std::vector<std::string>& lines) {
-  const std::string path = std::string(TRIM_TEST_SOURCE_DIR) + "/tests/golden/switch_port_" + name + ".txt";
+  const std::string path = trim::testing::source_dir() + "/tests/golden/switch_port_" + name + ".txt";
   if (update_golden()) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     std::ofstream out(path, std::ios::trunc);
