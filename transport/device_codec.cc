@@ -52,7 +52,10 @@ size_t device_staging_bytes(const codec::CodecConfig& cfg, uint64_t region_bytes
   // 32 messages' worth of rounding, then a quarter more against fragmentation.
   packets += 32 * 3;
   const uint64_t bytes = packets * (cfg.packet_bytes + sizeof(uint32_t));
-  return static_cast<size_t>(bytes + bytes / 4);
+  // A huge registration (a user buffer of gigabytes) must not pin as much again: past the cap
+  // a message that does not fit fails with an error naming both sizes (DeviceStaging::lease).
+  constexpr uint64_t kMaxArenaBytes = uint64_t{1} << 30;
+  return static_cast<size_t>(std::min(bytes + bytes / 4, kMaxArenaBytes));
 }
 
 namespace {

@@ -88,7 +88,7 @@ uint32_t device_rows_per_chunk(const codec::Layout& layout);
 uint32_t device_max_call_packets(const codec::CodecConfig& cfg);
 
 // Staging (packets plus their received sizes) that the messages in flight on a registered
-// region of `region_bytes` can need at once, with room for per-message rounding.
+// region of `region_bytes` can need at once, with room for per-message rounding; at most 1 GiB.
 size_t device_staging_bytes(const codec::CodecConfig& cfg, uint64_t region_bytes);
 
 }  // namespace trim::transport
