@@ -36,10 +36,13 @@ struct SendProto::Msg {
 };
 
 namespace {
-constexpr uint64_t kMinReorderNs = 20'000;  // RACK reordering window floor
-constexpr uint32_t kMaxBackoff = 64;
-constexpr uint64_t kMaxRtoNs = 1'000'000'000;
 constexpr uint32_t kIpUdpBytes = 28;
+
+RecoveryConfig recovery_config(const ConnParams& p) {
+  RecoveryConfig c;
+  c.min_rto_ns = p.min_rto_ns;
+  return c;
+}
 }  // namespace
 
 SendProto::SendProto(const ConnParams& params)
@@ -48,7 +51,8 @@ SendProto::SendProto(const ConnParams& params)
       cc_(CcConfig{params.target_trim, std::min<uint32_t>(params.window_max, kSackBits - 1), 2,
                    std::min<uint32_t>(32, params.window_max)}),
       ring_(kSackBits),
-      headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes) {}
+      headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes),
+      rec_(recovery_config(params)) {}
 
 SendProto::~SendProto() {
   // Nothing waits here: staging still used by device work is freed, on the release thread,
@@ -235,20 +239,7 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
     const double ns = static_cast<double>(bytes + kIpUdpBytes) * 8.0 / params_.rate_gbps;
     pace_next_ns_ = std::max(pace_next_ns_, now_ns) + static_cast<uint64_t>(ns);
   }
-  if (rto_deadline_ns_ == 0) rto_deadline_ns_ = now_ns + rto_ns();
-  if (!retransmit) arm_probe(now_ns);
-}
-
-void SendProto::arm_probe(uint64_t now_ns) {
-  if (outstanding_ == 0) {
-    probe_deadline_ns_ = 0;
-    return;
-  }
-  // Floor: a quarter of the minimum RTO, which is sized to the host's scheduling noise (an
-  // ACK late by that much is not lost; each early probe is a duplicate plus a wakeup).
-  const uint64_t pto = std::max<uint64_t>(2 * srtt_ns_, params_.min_rto_ns / 4);
-  probe_deadline_ns_ = now_ns + pto < rto_deadline_ns_ ? now_ns + pto : 0;
-  probe_armed_ns_ = now_ns;
+  rec_.on_send(now_ns, !retransmit, outstanding_ > 0);
 }
 
 SendProto::Msg* SendProto::next_to_send() {
@@ -328,32 +319,13 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
   return n;
 }
 
-void SendProto::rtt_sample(uint64_t rtt_ns) {
-  if (srtt_ns_ == 0) {
-    srtt_ns_ = rtt_ns;
-    rttvar_ns_ = rtt_ns / 2;
-    return;
-  }
-  const uint64_t err = rtt_ns > srtt_ns_ ? rtt_ns - srtt_ns_ : srtt_ns_ - rtt_ns;
-  rttvar_ns_ = (3 * rttvar_ns_ + err) / 4;
-  srtt_ns_ = (7 * srtt_ns_ + rtt_ns) / 8;
-}
-
-uint64_t SendProto::rto_ns() const {
-  const uint64_t base = std::max<uint64_t>(params_.min_rto_ns, srtt_ns_ + 4 * rttvar_ns_);
-  return std::min<uint64_t>(base * backoff_, kMaxRtoNs);
-}
-
 void SendProto::mark_acked(uint32_t psn, uint64_t now_ns) {
   Slot& s = slot(psn);
   if (s.acked) return;
   s.acked = true;
   ++s.msg->acked;
   --outstanding_;
-  if (s.transmissions == 1 && now_ns >= s.sent_ns) rtt_sample(now_ns - s.sent_ns);  // Karn: no samples from resends
-  // RACK's clock: the latest send time known delivered. A resend counts only when its ACK
-  // cannot be the original's (it came back later than half a round trip after the resend).
-  if (s.transmissions == 1 || now_ns - s.sent_ns >= srtt_ns_ / 2) rack_sent_ns_ = std::max(rack_sent_ns_, s.sent_ns);
+  rec_.on_delivered(s.sent_ns, now_ns, s.transmissions > 1);
 }
 
 void SendProto::queue_retx(uint32_t psn) {
@@ -400,22 +372,13 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
   bool lost = false;
-  if (ack.trimmed_accepted_total > last_trimmed_) trim_seen_ns_ = now_ns;
-  if (rack_sent_ns_ != 0) {
-    uint64_t reo_wnd = std::max<uint64_t>(srtt_ns_ / 4, kMinReorderNs);
-    // A trimming switch sends trimmed packets through its priority header queue, past the data
-    // queued ahead of them: while trims are arriving, reordering by up to the queueing delay
-    // (< one RTT) is normal, not loss.
-    if (trim_seen_ns_ != 0 && now_ns - trim_seen_ns_ < 8 * std::max<uint64_t>(srtt_ns_, kMinReorderNs)) {
-      reo_wnd = std::max(reo_wnd, srtt_ns_);
-    }
-    for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
-      Slot& s = slot(p);
-      if (!s.acked && !s.queued && s.sent_ns + reo_wnd < rack_sent_ns_) {
-        queue_retx(p);
-        ++counters_.fast_retransmits;
-        lost = true;
-      }
+  if (ack.trimmed_accepted_total > last_trimmed_) rec_.on_trims_reported(now_ns);
+  for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
+    Slot& s = slot(p);
+    if (!s.acked && !s.queued && rec_.rack_lost(s.sent_ns, now_ns)) {
+      queue_retx(p);
+      ++counters_.fast_retransmits;
+      lost = true;
     }
   }
   if (lost) cc_.on_loss();
@@ -429,23 +392,17 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     last_trimmed_ = ack.trimmed_accepted_total;
     last_nacked_ = ack.trimmed_nacked_total;
   }
-  if (progress) {
-    backoff_ = 1;
-    rto_deadline_ns_ = outstanding_ > 0 ? now_ns + rto_ns() : 0;
-  }
-  arm_probe(now_ns);
+  if (progress) rec_.on_progress(now_ns, outstanding_ > 0);
+  rec_.arm_probe(now_ns, outstanding_ > 0);
   complete_finished();
 }
 
 void SendProto::on_timer(uint64_t now_ns) {
+  const Recovery::Fired fired = rec_.on_timer(now_ns, outstanding_ > 0);
   // Tail loss probe (RFC 8985 §7): when ACKs stop before the timeout, resend the newest
   // packet in flight. Its ACK carries the SACK state that lets RACK repair the tail (and a
   // lost last ACK is answered again), without the window cut and backoff of a timeout.
-  if (probe_deadline_ns_ != 0 && now_ns >= probe_deadline_ns_) {
-    // A lost probe (or its lost ACK) earns another, twice as late, while the timeout is ahead.
-    const uint64_t next = now_ns + 2 * (now_ns - probe_armed_ns_);
-    probe_deadline_ns_ = next < rto_deadline_ns_ ? next : 0;
-    probe_armed_ns_ = now_ns;
+  if (fired.probe) {
     for (uint32_t p = snd_nxt_; p != snd_una_;) {
       --p;
       if (!slot(p).acked) {
@@ -455,31 +412,23 @@ void SendProto::on_timer(uint64_t now_ns) {
       }
     }
   }
-  if (rto_deadline_ns_ == 0 || now_ns < rto_deadline_ns_) return;
-  if (outstanding_ == 0) {
-    rto_deadline_ns_ = 0;
-    return;
-  }
+  if (!fired.timeout) return;
   ++counters_.rto_events;
   cc_.on_timeout();
-  const uint64_t rto = rto_ns();
   bool queued = false;
   for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
     Slot& s = slot(p);
-    if (!s.acked && !s.queued && now_ns - s.sent_ns >= rto) {
+    if (!s.acked && !s.queued && now_ns - s.sent_ns >= fired.rto_ns) {
       queue_retx(p);
       queued = true;
     }
   }
   if (!queued && !slot(snd_una_).acked) queue_retx(snd_una_);
-  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
-  rto_deadline_ns_ = now_ns + rto_ns();
 }
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
-  uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
+  uint64_t d = rec_.next_deadline_ns();
   if (device_waiting_ || dev_.has_retired()) d = std::min(d, now_ns + kDevicePollNs);
-  if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
   }
@@ -509,7 +458,7 @@ void SendProto::fail_all(const Status& error) {
   retx_.clear();
   outstanding_ = 0;
   snd_una_ = snd_nxt_;
-  rto_deadline_ns_ = 0;
+  rec_.disarm();
 }
 
 bool SendProto::uses_memory(uintptr_t lo, uintptr_t hi) const {

@@ -13,6 +13,7 @@
 #include "codec/packet.h"
 #include "transport/congestion.h"
 #include "transport/proto.h"
+#include "transport/recovery.h"
 #include "transport/staging_arena.h"
 
 namespace trim::transport {
@@ -62,7 +63,7 @@ class SendProto {
   const ConnCounters& counters() const { return counters_; }
   ConnCounters& counters() { return counters_; }
   const TrimCc& cc() const { return cc_; }
-  uint64_t srtt_ns() const { return srtt_ns_; }
+  uint64_t srtt_ns() const { return rec_.srtt_ns(); }
   uint32_t in_flight() const { return outstanding_; }
 
  private:
@@ -93,9 +94,6 @@ class SendProto {
   void send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit);
   void mark_acked(uint32_t psn, uint64_t now_ns);
   void queue_retx(uint32_t psn);
-  void rtt_sample(uint64_t rtt_ns);
-  void arm_probe(uint64_t now_ns);
-  uint64_t rto_ns() const;
   void complete_finished();
   Msg* next_to_send();
 
@@ -111,13 +109,7 @@ class SendProto {
   uint32_t snd_una_ = 0, snd_nxt_ = 0;
   uint32_t outstanding_ = 0;  // sent and not acked
   std::deque<uint32_t> retx_;
-  uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
-  uint32_t backoff_ = 1;
-  uint64_t rto_deadline_ns_ = 0;  // 0: timer not armed
-  uint64_t probe_deadline_ns_ = 0;  // tail loss probe; 0: not armed
-  uint64_t probe_armed_ns_ = 0;
-  uint64_t rack_sent_ns_ = 0;       // latest send time of a packet known delivered (RACK)
-  uint64_t trim_seen_ns_ = 0;       // last ACK that reported newly trimmed packets
+  Recovery rec_;  // RTT, timeout with backoff, RACK, tail probes (shared with trim-sim)
   uint64_t pace_next_ns_ = 0;
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;

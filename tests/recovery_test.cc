@@ -1,0 +1,128 @@
+// transport/recovery.h on a fake clock: the loss-recovery rules the plugin's sender and
+// trim-sim's endpoints share.
+#include "transport/recovery.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using trim::transport::Recovery;
+using trim::transport::RecoveryConfig;
+
+constexpr uint64_t kUs = 1000, kMs = 1000 * kUs;
+
+RecoveryConfig config(uint64_t min_rto_ns = 10 * kMs) {
+  RecoveryConfig c;
+  c.min_rto_ns = min_rto_ns;
+  return c;
+}
+
+TEST(Recovery, RttEstimatorFollowsRfc6298AndKarn) {
+  Recovery r(config());
+  r.on_delivered(0, 100 * kUs, false);
+  EXPECT_EQ(r.srtt_ns(), 100 * kUs);
+  EXPECT_EQ(r.rttvar_ns(), 50 * kUs);
+  r.on_delivered(1 * kMs, 1 * kMs + 200 * kUs, false);  // err 100 us
+  EXPECT_EQ(r.rttvar_ns(), (3 * 50 * kUs + 100 * kUs) / 4);
+  EXPECT_EQ(r.srtt_ns(), (7 * 100 * kUs + 200 * kUs) / 8);
+  const uint64_t srtt = r.srtt_ns();
+  r.on_delivered(2 * kMs, 9 * kMs, true);  // a resend's ACK: ambiguous, no sample
+  EXPECT_EQ(r.srtt_ns(), srtt);
+}
+
+TEST(Recovery, TimeoutBacksOffAndProgressResetsIt) {
+  Recovery r(config(10 * kMs));
+  EXPECT_EQ(r.rto_ns(), 10 * kMs);  // no sample: the floor
+  r.on_delivered(0, 4 * kMs, false);  // srtt 4 ms + 4 x 2 ms > floor
+  EXPECT_EQ(r.rto_ns(), 12 * kMs);
+  EXPECT_EQ(r.rto_deadline_ns(), 0u);
+  r.on_send(20 * kMs, true, true);
+  EXPECT_EQ(r.rto_deadline_ns(), 32 * kMs);
+  r.on_send(25 * kMs, true, true);  // already armed: unchanged
+  EXPECT_EQ(r.rto_deadline_ns(), 32 * kMs);
+  EXPECT_FALSE(r.on_timer(31 * kMs, true).timeout);
+  Recovery::Fired f = r.on_timer(32 * kMs, true);
+  EXPECT_TRUE(f.timeout);
+  EXPECT_EQ(f.rto_ns, 12 * kMs);  // the timeout that fired, before the backoff
+  EXPECT_EQ(r.backoff(), 2u);
+  EXPECT_EQ(r.rto_deadline_ns(), 32 * kMs + 24 * kMs);
+  for (int i = 0; i < 10; ++i) r.on_timer(r.rto_deadline_ns(), true);
+  EXPECT_EQ(r.backoff(), 64u);  // capped
+  EXPECT_EQ(r.rto_ns(), 64 * 12 * kMs);
+  Recovery big(config(20 * kMs));
+  big.on_send(0, true, true);
+  for (int i = 0; i < 7; ++i) big.on_timer(big.rto_deadline_ns(), true);
+  EXPECT_EQ(big.rto_ns(), RecoveryConfig{}.max_rto_ns);  // 64 x 20 ms, capped at 1 s
+  r.on_progress(2000 * kMs, true);
+  EXPECT_EQ(r.backoff(), 1u);
+  EXPECT_EQ(r.rto_deadline_ns(), 2012 * kMs);
+  r.on_progress(2001 * kMs, false);
+  EXPECT_EQ(r.rto_deadline_ns(), 0u);  // nothing outstanding: disarmed
+  EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
+}
+
+TEST(Recovery, TimeoutWithNothingOutstandingJustDisarms) {
+  Recovery r(config());
+  r.on_send(0, true, true);
+  const Recovery::Fired f = r.on_timer(r.rto_deadline_ns(), false);
+  EXPECT_FALSE(f.timeout);
+  EXPECT_EQ(r.rto_deadline_ns(), 0u);
+  EXPECT_EQ(r.backoff(), 1u);
+}
+
+TEST(Recovery, RackLosesWhatWasSentAReorderWindowBeforeTheLatestDelivered) {
+  Recovery r(config());
+  EXPECT_FALSE(r.rack_lost(0, 1 * kMs));  // nothing delivered yet: no clock
+  r.on_delivered(0, 400 * kUs, false);    // srtt 400 us: window max(100 us, 20 us)
+  r.on_delivered(1000 * kUs, 1400 * kUs, false);
+  EXPECT_EQ(r.reorder_window_ns(1400 * kUs), 100 * kUs);
+  EXPECT_TRUE(r.rack_lost(899 * kUs, 1400 * kUs));
+  EXPECT_FALSE(r.rack_lost(900 * kUs, 1400 * kUs));
+  // Trims reported: reordering by up to a round trip is expected for 8 round trips.
+  r.on_trims_reported(1400 * kUs);
+  EXPECT_EQ(r.reorder_window_ns(1400 * kUs), r.srtt_ns());
+  EXPECT_FALSE(r.rack_lost(899 * kUs, 1400 * kUs));
+  EXPECT_TRUE(r.rack_lost(599 * kUs, 1400 * kUs));
+  EXPECT_EQ(r.reorder_window_ns(1400 * kUs + 8 * r.srtt_ns()), r.srtt_ns() / 4);
+  // A resend whose ACK came back within srtt/2 may be the original's: no clock advance.
+  r.on_delivered(5000 * kUs, 5100 * kUs, true);
+  EXPECT_FALSE(r.rack_lost(4000 * kUs, 5100 * kUs));
+  r.on_delivered(5000 * kUs, 5300 * kUs, true);
+  EXPECT_TRUE(r.rack_lost(4000 * kUs, 5300 * kUs + 8 * r.srtt_ns()));
+}
+
+TEST(Recovery, TailProbesComeBeforeTheTimeoutAndDouble) {
+  Recovery r(config(10 * kMs));
+  r.on_delivered(0, 100 * kUs, false);  // srtt 100 us: probe at max(200 us, 2.5 ms)
+  r.on_send(1 * kMs, true, true);       // timeout at 11 ms
+  EXPECT_EQ(r.probe_deadline_ns(), 1 * kMs + 2500 * kUs);
+  EXPECT_EQ(r.next_deadline_ns(), 3500 * kUs);
+  Recovery::Fired f = r.on_timer(3500 * kUs, true);
+  EXPECT_TRUE(f.probe);
+  EXPECT_FALSE(f.timeout);
+  EXPECT_EQ(r.probe_deadline_ns(), 3500 * kUs + 5 * kMs);  // twice the last interval
+  f = r.on_timer(8500 * kUs, true);
+  EXPECT_TRUE(f.probe);
+  EXPECT_EQ(r.probe_deadline_ns(), 0u);  // the next would be past the timeout
+  f = r.on_timer(11 * kMs, true);
+  EXPECT_TRUE(f.timeout);
+  RecoveryConfig off = config();
+  off.tail_probes = false;
+  Recovery q(off);
+  q.on_send(0, true, true);
+  EXPECT_EQ(q.probe_deadline_ns(), 0u);
+  EXPECT_EQ(q.next_deadline_ns(), q.rto_deadline_ns());
+}
+
+TEST(Recovery, NoProbeWhenNothingIsOutstandingOrAfterDisarm) {
+  Recovery r(config());
+  r.on_send(0, true, true);
+  r.arm_probe(1 * kMs, false);
+  EXPECT_EQ(r.probe_deadline_ns(), 0u);
+  r.arm_probe(1 * kMs, true);
+  EXPECT_NE(r.probe_deadline_ns(), 0u);
+  r.disarm();
+  EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
+}
+
+}  // namespace

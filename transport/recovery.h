@@ -1,0 +1,86 @@
+// Loss-recovery timing of one sending flow — RTT estimation and the retransmission timeout
+// (RFC 6298, with exponential backoff reset by progress), RACK's time-based loss detection
+// (RFC 8985) and tail loss probes — as one pure unit shared by the plugin's sender
+// (send_proto.cc) and trim-sim's endpoints (switch_sim/sim/endpoints.cc), so the simulator
+// runs exactly the plugin's rules. It owns no packets, sockets or clocks: callers pass the
+// time and say what happened; it says what is lost and when to act.
+#pragma once
+
+#include <cstdint>
+
+namespace trim::transport {
+
+struct RecoveryConfig {
+  uint64_t min_rto_ns = 10'000'000;       // NCCL_TRIM_MIN_RTO_US
+  uint64_t max_rto_ns = 1'000'000'000;    // backoff stops growing the timeout here
+  uint32_t max_backoff = 64;
+  uint64_t min_reorder_ns = 20'000;       // RACK's reordering window floor
+  bool tail_probes = true;
+};
+
+class Recovery {
+ public:
+  explicit Recovery(const RecoveryConfig& cfg = RecoveryConfig{}) : cfg_(cfg) {}
+
+  // ---- what happened
+  // A packet left at now_ns (first: its first transmission). Arms the timeout if it is not
+  // armed, and a first transmission re-arms the tail probe (outstanding: packets still
+  // unacknowledged after this one went out, itself included).
+  void on_send(uint64_t now_ns, bool first, bool outstanding);
+  // A packet sent at sent_ns was acknowledged at now_ns. A first transmission gives an RTT
+  // sample (Karn: a resend's ACK is ambiguous). RACK's clock, the latest send time known
+  // delivered, advances — by a resend only when its ACK came back at least srtt/2 after it,
+  // so it cannot be the original's.
+  void on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted);
+  // The receiver reported newly trimmed packets: a trimming switch sends trimmed packets
+  // through its header queue, past the data queued ahead of them, so for a while reordering
+  // by up to a round trip is normal, not loss.
+  void on_trims_reported(uint64_t now_ns) { trim_seen_ns_ = now_ns; }
+  // Cumulative progress: the backoff ends and the timeout restarts from now (disarmed when
+  // nothing is outstanding).
+  void on_progress(uint64_t now_ns, bool outstanding);
+  // Re-arms the tail probe at max(2 srtt, min_rto/4) from now, when that is before the
+  // timeout; disarms it when nothing is outstanding.
+  void arm_probe(uint64_t now_ns, bool outstanding);
+  // Nothing is outstanding any more (the flow failed): both timers off.
+  void disarm() { rto_deadline_ns_ = probe_deadline_ns_ = 0; }
+
+  // ---- what it says
+  // Whether a packet sent at sent_ns and not yet acknowledged is lost: it was sent more than
+  // a reordering window before the latest send known delivered.
+  bool rack_lost(uint64_t sent_ns, uint64_t now_ns) const {
+    return rack_sent_ns_ != 0 && sent_ns + reorder_window_ns(now_ns) < rack_sent_ns_;
+  }
+  uint64_t reorder_window_ns(uint64_t now_ns) const;
+  uint64_t rto_ns() const;
+  uint64_t srtt_ns() const { return srtt_ns_; }
+  uint64_t rttvar_ns() const { return rttvar_ns_; }
+  uint32_t backoff() const { return backoff_; }
+  uint64_t rto_deadline_ns() const { return rto_deadline_ns_; }
+  uint64_t probe_deadline_ns() const { return probe_deadline_ns_; }
+  // The earliest deadline armed (UINT64_MAX: none).
+  uint64_t next_deadline_ns() const;
+
+  // ---- timers
+  struct Fired {
+    bool probe = false;    // resend the newest packet still out (no window cut)
+    bool timeout = false;  // resend what is older than `rto_ns` (and at least the oldest)
+    uint64_t rto_ns = 0;   // the timeout that fired, before its backoff doubled
+  };
+  // What is due at now_ns. A probe re-arms itself at twice its last interval (while that is
+  // before the timeout); a timeout doubles the backoff and re-arms; with nothing outstanding
+  // the timeout just disarms.
+  Fired on_timer(uint64_t now_ns, bool outstanding);
+
+ private:
+  RecoveryConfig cfg_;
+  uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+  uint32_t backoff_ = 1;
+  uint64_t rto_deadline_ns_ = 0;    // 0: not armed
+  uint64_t probe_deadline_ns_ = 0;  // 0: not armed
+  uint64_t probe_armed_ns_ = 0;
+  uint64_t rack_sent_ns_ = 0;
+  uint64_t trim_seen_ns_ = 0;
+};
+
+}  // namespace trim::transport
