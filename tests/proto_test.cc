@@ -140,6 +140,30 @@ TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
   EXPECT_EQ(s.counters().rto_events, 0u);  // a probe, not a timeout: no window cut, no backoff
 }
 
+// A window sent in one burst (GSO, or a fast link): the lost first packet was sent at the same
+// time as those acknowledged, so a rule on send times alone never calls it lost and it would
+// wait for the tail probe. RACK's reorder timer (RFC 8985) resends it a round trip plus the
+// reordering window after it left.
+TEST(ProtoSend, BurstLossIsRepairedByTheReorderTimerNotTheProbe) {
+  OneSend one(1 << 20, 9, params(codec::Scheme::kRht, 10'000'000));
+  auto& [s, tx, msg, op] = one;
+  ASSERT_EQ(s.poll_tx(0, 8, &tx), 8u);  // psn 0..7 at t = 0
+  tx.packets.clear();
+  CtrlPacket a = ack_upto(0);
+  for (uint32_t p = 1; p < 8; ++p) a.set_sack(p);
+  s.on_ack(a, 100'000);  // psn 1..7 arrived after 100 us, psn 0 did not
+  EXPECT_EQ(s.counters().fast_retransmits, 0u);  // not yet: it may only be reordered
+  const uint64_t when = s.next_deadline_ns(100'000);
+  EXPECT_EQ(when, 0u + 100'000u + 25'000u);  // sent (0) + round trip + max(srtt/4, 20 us)
+  s.on_timer(when);
+  s.poll_tx(when, 1, &tx);
+  ASSERT_EQ(tx.packets.size(), 1u);
+  EXPECT_EQ(psn_of(tx.packets[0]), 0u);
+  EXPECT_EQ(s.counters().fast_retransmits, 1u);
+  EXPECT_EQ(s.counters().tail_probes, 0u);
+  EXPECT_EQ(s.counters().rto_events, 0u);
+}
+
 // A trimming switch forwards trimmed packets through its priority header queue, past data
 // still queued: while the receiver reports trims, a hole that young is reordering, not loss.
 TEST(ProtoSend, TrimmedPacketsOvertakingQueuedDataDoNotTriggerResends) {

@@ -70,25 +70,41 @@ TEST(Recovery, TimeoutWithNothingOutstandingJustDisarms) {
   EXPECT_EQ(r.backoff(), 1u);
 }
 
-TEST(Recovery, RackLosesWhatWasSentAReorderWindowBeforeTheLatestDelivered) {
+// RFC 8985: a packet sent no later than the most recently sent packet known delivered is lost
+// once that packet's round trip plus a reordering window has passed since it was sent — also
+// when the whole window left in one burst (the rule on send times alone never fires then).
+TEST(Recovery, RackLosesWhatWasSentBeforeTheLatestDeliveredAfterItsRoundTripAndAWindow) {
   Recovery r(config());
   EXPECT_FALSE(r.rack_lost(0, 1 * kMs));  // nothing delivered yet: no clock
-  r.on_delivered(0, 400 * kUs, false);    // srtt 400 us: window max(100 us, 20 us)
-  r.on_delivered(1000 * kUs, 1400 * kUs, false);
+  EXPECT_EQ(r.rack_deadline_ns(0, 0), UINT64_MAX);
+  r.on_delivered(0, 400 * kUs, false);  // srtt 400 us: window max(srtt/4, 20 us) = 100 us
+  r.on_delivered(1000 * kUs, 1400 * kUs, false);  // RACK: sent at 1000 us, round trip 400 us
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs), 100 * kUs);
-  EXPECT_TRUE(r.rack_lost(899 * kUs, 1400 * kUs));
-  EXPECT_FALSE(r.rack_lost(900 * kUs, 1400 * kUs));
+  // Sent 10 us before the delivered one (same burst): lost at 990 + 400 + 100 us.
+  EXPECT_EQ(r.rack_deadline_ns(990 * kUs, 1400 * kUs), 1490 * kUs);
+  EXPECT_FALSE(r.rack_lost(990 * kUs, 1489 * kUs));
+  EXPECT_TRUE(r.rack_lost(990 * kUs, 1490 * kUs));
+  EXPECT_EQ(r.rack_deadline_ns(1001 * kUs, 9 * kMs), UINT64_MAX);  // sent after it: not judged
   // Trims reported: reordering by up to a round trip is expected for 8 round trips.
   r.on_trims_reported(1400 * kUs);
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs), r.srtt_ns());
-  EXPECT_FALSE(r.rack_lost(899 * kUs, 1400 * kUs));
-  EXPECT_TRUE(r.rack_lost(599 * kUs, 1400 * kUs));
+  EXPECT_EQ(r.rack_deadline_ns(990 * kUs, 1400 * kUs), 990 * kUs + 400 * kUs + r.srtt_ns());
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs + 8 * r.srtt_ns()), r.srtt_ns() / 4);
-  // A resend whose ACK came back within srtt/2 may be the original's: no clock advance.
+  // A resend whose ACK came back within srtt/2 may be the original's: RACK does not move.
   r.on_delivered(5000 * kUs, 5100 * kUs, true);
-  EXPECT_FALSE(r.rack_lost(4000 * kUs, 5100 * kUs));
+  EXPECT_EQ(r.rack_deadline_ns(4000 * kUs, 5100 * kUs), UINT64_MAX);
   r.on_delivered(5000 * kUs, 5300 * kUs, true);
-  EXPECT_TRUE(r.rack_lost(4000 * kUs, 5300 * kUs + 8 * r.srtt_ns()));
+  const uint64_t later = 5300 * kUs + 8 * r.srtt_ns();
+  const uint64_t deadline = r.rack_deadline_ns(4000 * kUs, later);
+  EXPECT_EQ(deadline, 4000 * kUs + 300 * kUs + 100 * kUs);
+  // The reorder timer: armed by the caller's pass, fires once.
+  r.arm_rack(deadline);
+  EXPECT_EQ(r.next_deadline_ns(), deadline);
+  EXPECT_FALSE(r.on_timer(deadline - 1, true).rack);
+  EXPECT_TRUE(r.on_timer(deadline, true).rack);
+  EXPECT_FALSE(r.on_timer(deadline + 1, true).rack);
+  r.arm_rack(UINT64_MAX);
+  EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
 }
 
 TEST(Recovery, TailProbesComeBeforeTheTimeoutAndDouble) {

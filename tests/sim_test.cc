@@ -131,10 +131,13 @@ TEST(SimRun, TrimNeverResendsTrimmedAndDropNeverTrims) {
   ASSERT_EQ(t.rc, 0) << t.out;
   EXPECT_GT(num(t.json, "rs_trimmed"), 0);
   EXPECT_EQ(num(t.json, "retx_nack_trimmable"), 0);
-  // A trimmable packet is resent only if even its heads were lost (a full header queue).
+  // A trimmable packet is resent only if even its heads were lost (a full header queue), or
+  // spuriously by RACK (the plugin's rule: heads overtaking queued data through the header
+  // queue look like a reordering past the window), which the receiver sees as a duplicate.
   double header_drops = 0;
   for (const char* tier : {"nic", "leaf_up", "spine_down", "leaf_down"}) header_drops += num(t.json, std::string(tier) + ".dropped_header");
-  EXPECT_LE(num(t.json, "retx_trimmable"), header_drops);
+  EXPECT_LE(num(t.json, "retx_trimmable"), header_drops + num(t.json, "duplicates"));
+  EXPECT_LE(num(t.json, "retx_trimmable"), 0.001 * num(t.json, "rs_packets"));
   EXPECT_GT(num(t.json, "nmse"), 0);
   EXPECT_NEAR(num(t.json, "nmse"), 0.5708 * num(t.json, "rs_trim_fraction"), 1e-4);
 

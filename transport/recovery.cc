@@ -21,7 +21,11 @@ void Recovery::on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitte
       srtt_ns_ = (7 * srtt_ns_ + rtt) / 8;
     }
   }
-  if (!retransmitted || now_ns - sent_ns >= srtt_ns_ / 2) rack_sent_ns_ = std::max(rack_sent_ns_, sent_ns);
+  if ((!retransmitted || now_ns - sent_ns >= srtt_ns_ / 2) && (!rack_valid_ || sent_ns >= rack_xmit_ns_)) {
+    rack_valid_ = true;
+    rack_xmit_ns_ = sent_ns;
+    rack_rtt_ns_ = now_ns >= sent_ns ? now_ns - sent_ns : 0;
+  }
 }
 
 void Recovery::on_progress(uint64_t now_ns, bool outstanding) {
@@ -57,11 +61,16 @@ uint64_t Recovery::rto_ns() const {
 uint64_t Recovery::next_deadline_ns() const {
   uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
   if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
+  if (rack_timer_ns_ != 0) d = std::min(d, rack_timer_ns_);
   return d;
 }
 
 Recovery::Fired Recovery::on_timer(uint64_t now_ns, bool outstanding) {
   Fired f;
+  if (rack_timer_ns_ != 0 && now_ns >= rack_timer_ns_) {
+    rack_timer_ns_ = 0;
+    f.rack = outstanding;
+  }
   if (probe_deadline_ns_ != 0 && now_ns >= probe_deadline_ns_) {
     // A lost probe (or its lost ACK) earns another, twice as late, while the timeout is ahead.
     const uint64_t next = now_ns + 2 * (now_ns - probe_armed_ns_);

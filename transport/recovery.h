@@ -20,7 +20,8 @@ struct RecoveryConfig {
 
 class Recovery {
  public:
-  explicit Recovery(const RecoveryConfig& cfg = RecoveryConfig{}) : cfg_(cfg) {}
+  Recovery() = default;
+  explicit Recovery(const RecoveryConfig& cfg) : cfg_(cfg) {}
 
   // ---- what happened
   // A packet left at now_ns (first: its first transmission). Arms the timeout if it is not
@@ -28,9 +29,9 @@ class Recovery {
   // unacknowledged after this one went out, itself included).
   void on_send(uint64_t now_ns, bool first, bool outstanding);
   // A packet sent at sent_ns was acknowledged at now_ns. A first transmission gives an RTT
-  // sample (Karn: a resend's ACK is ambiguous). RACK's clock, the latest send time known
-  // delivered, advances — by a resend only when its ACK came back at least srtt/2 after it,
-  // so it cannot be the original's.
+  // sample (Karn: a resend's ACK is ambiguous). RACK's state, the most recently sent packet
+  // known delivered and its round trip, advances — by a resend only when its ACK came back at
+  // least srtt/2 after it, so it cannot be the original's.
   void on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted);
   // The receiver reported newly trimmed packets: a trimming switch sends trimmed packets
   // through its header queue, past the data queued ahead of them, so for a while reordering
@@ -42,14 +43,23 @@ class Recovery {
   // Re-arms the tail probe at max(2 srtt, min_rto/4) from now, when that is before the
   // timeout; disarms it when nothing is outstanding.
   void arm_probe(uint64_t now_ns, bool outstanding);
-  // Nothing is outstanding any more (the flow failed): both timers off.
-  void disarm() { rto_deadline_ns_ = probe_deadline_ns_ = 0; }
+  // Nothing is outstanding any more (the flow failed): every timer off.
+  void disarm() { rto_deadline_ns_ = probe_deadline_ns_ = rack_timer_ns_ = 0; }
+  // RACK's reorder timer: after a detection pass the caller arms it with the earliest
+  // rack_deadline_ns of the packets still out (UINT64_MAX: none), and runs the pass again
+  // when on_timer says `rack`.
+  void arm_rack(uint64_t deadline_ns) { rack_timer_ns_ = deadline_ns == UINT64_MAX ? 0 : deadline_ns; }
 
   // ---- what it says
-  // Whether a packet sent at sent_ns and not yet acknowledged is lost: it was sent more than
-  // a reordering window before the latest send known delivered.
-  bool rack_lost(uint64_t sent_ns, uint64_t now_ns) const {
-    return rack_sent_ns_ != 0 && sent_ns + reorder_window_ns(now_ns) < rack_sent_ns_;
+  // RACK (RFC 8985 §6.2): a packet still unacknowledged, sent no later than the most recently
+  // sent packet known delivered, is lost once a round trip of that packet plus a reordering
+  // window has passed since it was sent. (A rule on send times alone would never fire for a
+  // window sent in one burst, which is how windows leave at 100 Gbit/s or with GSO.)
+  bool rack_lost(uint64_t sent_ns, uint64_t now_ns) const { return now_ns >= rack_deadline_ns(sent_ns, now_ns); }
+  // When that packet will count as lost (UINT64_MAX: not while nothing sent after it is delivered).
+  uint64_t rack_deadline_ns(uint64_t sent_ns, uint64_t now_ns) const {
+    if (!rack_valid_ || sent_ns > rack_xmit_ns_) return UINT64_MAX;
+    return sent_ns + rack_rtt_ns_ + reorder_window_ns(now_ns);
   }
   uint64_t reorder_window_ns(uint64_t now_ns) const;
   uint64_t rto_ns() const;
@@ -63,6 +73,7 @@ class Recovery {
 
   // ---- timers
   struct Fired {
+    bool rack = false;     // run RACK's detection pass again (and re-arm its timer)
     bool probe = false;    // resend the newest packet still out (no window cut)
     bool timeout = false;  // resend what is older than `rto_ns` (and at least the oldest)
     uint64_t rto_ns = 0;   // the timeout that fired, before its backoff doubled
@@ -79,7 +90,10 @@ class Recovery {
   uint64_t rto_deadline_ns_ = 0;    // 0: not armed
   uint64_t probe_deadline_ns_ = 0;  // 0: not armed
   uint64_t probe_armed_ns_ = 0;
-  uint64_t rack_sent_ns_ = 0;
+  bool rack_valid_ = false;         // a packet is known delivered
+  uint64_t rack_xmit_ns_ = 0;       // the most recently sent of them
+  uint64_t rack_rtt_ns_ = 0;        // its round trip
+  uint64_t rack_timer_ns_ = 0;      // 0: not armed
   uint64_t trim_seen_ns_ = 0;
 };
 

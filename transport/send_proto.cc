@@ -371,17 +371,8 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // Fast retransmit, time-based (RACK, RFC 8985): a packet sent a reordering window before
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
-  bool lost = false;
   if (ack.trimmed_accepted_total > last_trimmed_) rec_.on_trims_reported(now_ns);
-  for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
-    Slot& s = slot(p);
-    if (!s.acked && !s.queued && rec_.rack_lost(s.sent_ns, now_ns)) {
-      queue_retx(p);
-      ++counters_.fast_retransmits;
-      lost = true;
-    }
-  }
-  if (lost) cc_.on_loss();
+  rack_detect(now_ns);
   // Congestion signal: what the receiver accepted and how much of it was trimmed, from its
   // running totals (robust to lost and reordered ACKs).
   if (ack.accepted_total >= last_accepted_ && ack.trimmed_accepted_total >= last_trimmed_ &&
@@ -397,8 +388,30 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   complete_finished();
 }
 
+void SendProto::rack_detect(uint64_t now_ns) {
+  // Fast retransmit, time-based (RACK, RFC 8985): works at any window, also for a resend that
+  // was lost again; what is not lost yet sets the reorder timer.
+  bool lost = false;
+  uint64_t next = UINT64_MAX;
+  for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
+    Slot& s = slot(p);
+    if (s.acked || s.queued) continue;
+    const uint64_t deadline = rec_.rack_deadline_ns(s.sent_ns, now_ns);
+    if (now_ns >= deadline) {
+      queue_retx(p);
+      ++counters_.fast_retransmits;
+      lost = true;
+    } else {
+      next = std::min(next, deadline);
+    }
+  }
+  rec_.arm_rack(next);
+  if (lost) cc_.on_loss();
+}
+
 void SendProto::on_timer(uint64_t now_ns) {
   const Recovery::Fired fired = rec_.on_timer(now_ns, outstanding_ > 0);
+  if (fired.rack) rack_detect(now_ns);
   // Tail loss probe (RFC 8985 §7): when ACKs stop before the timeout, resend the newest
   // packet in flight. Its ACK carries the SACK state that lets RACK repair the tail (and a
   // lost last ACK is answered again), without the window cut and backoff of a timeout.

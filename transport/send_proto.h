@@ -94,6 +94,8 @@ class SendProto {
   void send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool retransmit);
   void mark_acked(uint32_t psn, uint64_t now_ns);
   void queue_retx(uint32_t psn);
+  // RACK's detection pass over the packets in flight; arms its reorder timer.
+  void rack_detect(uint64_t now_ns);
   void complete_finished();
   Msg* next_to_send();
 

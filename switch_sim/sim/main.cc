@@ -62,11 +62,12 @@ Usage: trim-sim [flags]
 
 Transport: per-packet selective ACKs, delivered after the reverse path's unloaded latency (not
 queued). Trimmed trimmable packets are deliveries (heads), never resent; trimmed exact packets are
-NACKed and resent. Loss detection: RACK-like, p is lost once a later-sent, untrimmed packet is
-ACKed and now >= xmit(p) + rtt + min(max(m * min_rtt/4, 1 us), RTO/2), m = 1 + duplicates the
-receiver reported (DSACK-like, <= 64). Tail losses, as the plugin: a probe resends the newest
-packet max(2 srtt, RTO/4) after the last send or ACK (again at doubling intervals), and the RTO
-resends what has been out that long when nothing was ACKed for an RTO (doubling, <= 64x).
+NACKed and resent. Loss recovery is the plugin's own unit (transport/recovery.h), as its sender
+drives it: RACK (on each ACK, a packet sent more than max(srtt/4, 20 us) -- srtt while trims are
+reported -- before the latest send known delivered is lost), a tail loss probe max(2 srtt, RTO/4)
+after the last new send or ACK (again at doubling intervals), and the timeout max(--rto-us,
+srtt + 4 rttvar), doubling (<= 64x, 1 s) until cumulative progress, resending what has been out
+that long.
 Ring allreduce: n chunks per buffer, 2(n-1) steps; a rank sends slice j of step s+1 once it has
 received slice j of step s; steps < n-1 (reduce-scatter) are trimmable, the rest exact.
 NMSE: nmse = mean over reduce-scatter packets of e, e = 0 untrimmed, pi/2-1 = 0.5708 trimmed (rht

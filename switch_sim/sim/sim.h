@@ -4,7 +4,7 @@
 // live daemon uses, so trimming and drops happen where the model says. Time is simulated ns;
 // nothing here reads a clock except main() for wall_seconds.
 //
-// Split by concern: event_queue.* (heap), topology.cc (ports and routes), transport.cc (per-flow
+// Split by concern: event_queue.* (heap), topology.cc (ports and routes), endpoints.cc (per-flow
 // window, ACK/NACK, RACK + RTO loss detection), workload.cc (ring allreduce, incast,
 // permutation, background), report.cc (statistics, JSON, htsim .cm export), main.cc (flags).
 #pragma once
@@ -17,6 +17,7 @@
 
 #include "switch_sim/port.h"
 #include "switch_sim/sim/event_queue.h"
+#include "transport/recovery.h"
 
 namespace trim::sim {
 
@@ -28,13 +29,10 @@ enum class Cc { kFixed, kAimd };
 
 // Wire overhead of one codec packet: IPv4+UDP (28) and the trim header (56), as codec/packet.h.
 constexpr uint32_t kOverheadBytes = 28 + 56;
-// ACKs/NACKs are 64-byte control packets; they are modelled out of band (see transport.cc).
+// ACKs/NACKs are 64-byte control packets; they are modelled out of band (see endpoints.cc).
 constexpr uint32_t kAckBytes = 64;
 // A flow's window is a span of packet sequence numbers at most this wide (slots are psn % it).
 constexpr uint32_t kMaxWindow = 256;
-// Retransmission timeout backoff and ceiling, as the plugin's send_proto.cc.
-constexpr uint32_t kMaxBackoff = 64;
-constexpr uint64_t kMaxRtoNs = 1'000'000'000;
 // rht with 1-bit heads decodes a fully trimmed row at NMSE ~ pi/2 - 1 relative to its values.
 constexpr double kTrimmedRowNmse = 1.5707963267948966 - 1.0;
 
@@ -137,16 +135,10 @@ struct Flow {
   uint32_t recover_psn = 0;  // AIMD: one decrease per window
   std::vector<Slot> slots;   // kMaxWindow, indexed psn % kMaxWindow
   std::vector<uint32_t> rtx;  // sequence numbers waiting to be resent
-  uint64_t timer_at = UINT64_MAX;
-  uint64_t rto_at = 0;        // retransmission timeout; 0: not armed
-  uint64_t probe_at = 0;      // tail loss probe; 0: not armed
-  uint64_t probe_armed_ns = 0;
-  uint32_t backoff = 1;
-  uint64_t srtt_ns = 0;
+  uint64_t timer_at = UINT64_MAX;  // the flow's one pending timer event
+  transport::Recovery rec;         // the plugin's RTT, RACK, probe and timeout rules
   uint64_t pace_ns = 0, next_send_ns = 0, pace_at = UINT64_MAX;
-  uint64_t last_rtt_ns = 0, min_rtt_ns = UINT64_MAX, last_acked_xmit_ns = 0;
   uint64_t ack_delay_ns = 0;
-  uint32_t reo_mult = 1;  // RACK reorder window in min_rtt/4 units; grows on DSACK-like reports
   uint32_t spray_next = 0;
   uint32_t spine_hash = 0;
   // receiver side
@@ -201,7 +193,7 @@ class Simulator {
   bool write_cm(const std::string& path) const;  // report.cc
 
  private:
-  // transport.cc
+  // endpoints.cc
   uint32_t new_flow(uint32_t src, uint32_t dst, FlowKind kind);
   void add_msg(Flow& f, uint64_t bytes, bool trimmable, bool ready);
   void try_send(uint32_t fid);
@@ -211,11 +203,8 @@ class Simulator {
   void deliver(uint32_t slot, uint64_t t);
   void on_ack(uint32_t slot, uint64_t t);
   void on_timer(uint32_t fid, uint64_t t);
-  uint64_t rto_ns(const Flow& f) const;
-  void arm_probe(Flow& f, uint64_t now) const;
-  uint64_t next_deadline(const Flow& f) const;
   void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
-  uint64_t reorder_window(const Flow& f) const;
+  void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
   void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
   void drain_port(uint32_t port);

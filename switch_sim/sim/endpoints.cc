@@ -1,4 +1,6 @@
-// The per-flow transport and the packet path through the ports.
+// The simulator's endpoints (each flow's sender and receiver) and the packet path through the
+// ports. (Named apart from the plugin's transport/ on purpose: what is shared with it is the
+// loss-recovery unit, transport/recovery.h, and nothing else.)
 //
 // Transport model (what --help states):
 // - Window: a flow may have at most `cwnd` sequence numbers between its lowest unacknowledged
@@ -16,20 +18,14 @@
 //   once. Exact packets are cut (to a bare header) only with --trim-exact 1, the default: NDP's
 //   and UEC's scheme, where the header queue carries the loss notice and the sender resends after
 //   one RTT instead of waiting for RACK, a probe or the RTO. --trim-exact 0 drops them.
-// - Loss detection, RACK-like (RFC 8985's rule, simplified): when packet q is acknowledged,
-//   every still-outstanding packet p sent before q is lost once
-//       now >= xmit(p) + rtt(q) + reorder_window,
-//       reorder_window = min(max(m x min_rtt / 4, 1 us), RTO / 2),
-//   m = 1 + the duplicates the receiver has reported (DSACK-like), at most 64; ACKs of trimmed
-//   heads (which overtook the data queue) do not drive the rule;
-//   packets not yet past that deadline are checked again by the flow's timer.
-// - Tail losses (no later packet is acknowledged), as the plugin's send_proto.cc: a tail loss
-//   probe max(2 x srtt, RTO/4) after the last send or ACK resends the newest outstanding packet
-//   (its ACK lets RACK repair the rest); a lost probe earns another, twice as late, while the
-//   timeout is ahead. The retransmission timeout (--rto-us, default 10 ms = the plugin's
-//   NCCL_TRIM_MIN_RTO_US) fires when nothing was acknowledged for that long: everything out for
-//   at least the RTO is resent (at least the oldest packet) and the RTO doubles (at most 64x)
-//   until an ACK makes progress.
+// - Loss recovery is the plugin's own unit (transport/recovery.h), driven as send_proto.cc
+//   drives it: RTT samples from first transmissions (Karn); RACK: when an ACK arrives, every
+//   outstanding packet sent more than a reordering window, max(srtt/4, 20 us) (srtt while the
+//   receiver reports trims), before the latest send known delivered is lost; a tail loss probe
+//   max(2 x srtt, RTO/4) after the last new send or ACK resends the newest outstanding packet
+//   (doubling while the timeout is ahead); the timeout max(--rto-us, srtt + 4 rttvar), doubling
+//   (at most 64x, 1 s) until cumulative progress, resends what has been out that long (at least
+//   the oldest packet).
 // - Every loss (drop mode, or an exact/background packet dropped in trim mode, or heads lost in
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
@@ -92,6 +88,10 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   f.dst = dst;
   f.kind = kind;
   f.cwnd = cfg_.window_pkts;
+  transport::RecoveryConfig rc;
+  rc.min_rto_ns = cfg_.rto_ns;
+  rc.tail_probes = cfg_.tlp;
+  f.rec = transport::Recovery(rc);
   f.spine_hash = static_cast<uint32_t>(mix(cfg_.seed ^ (static_cast<uint64_t>(fid) << 20) ^ gen));
   const uint64_t ack_ser_ns = static_cast<uint64_t>(std::ceil(kAckBytes * 8.0 / cfg_.link_gbps));
   f.ack_delay_ns = topo_.hops(src, dst) * (cfg_.prop_ns + ack_ser_ns);
@@ -200,9 +200,8 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
     ++ctr_.retx;
     if (s.trimmable) ++ctr_.retx_trimmable;
   }
-  if (f.rto_at == 0) f.rto_at = now_ns_ + rto_ns(f);
-  if (!retx) arm_probe(f, now_ns_);
-  arm_timer(fid, next_deadline(f));
+  f.rec.on_send(now_ns_, !retx, true);
+  arm_timer(fid, f.rec.next_deadline_ns());
   enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, now_ns_);
 }
 
@@ -307,11 +306,6 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
   if (++m.received == m.packets) on_msg_complete(fid, p.msg, t);
 }
 
-uint64_t Simulator::reorder_window(const Flow& f) const {
-  const uint64_t base = f.min_rtt_ns == UINT64_MAX ? 0 : f.min_rtt_ns / 4;
-  return std::min<uint64_t>(std::max<uint64_t>(base * f.reo_mult, 1000), cfg_.rto_ns / 2);
-}
-
 void Simulator::mark_lost(Flow& f, Slot& s, uint64_t* ctr) {
   s.state = SlotState::kLost;
   f.rtx.push_back(s.psn);
@@ -327,9 +321,6 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   free_pkt(slot);
   Flow& f = flows_[p.flow];
   if (p.gen != f.gen || !f.live) return;
-  // A duplicate means a resend was spurious: widen the reorder window (RFC 8985 does this on
-  // DSACK), so reordering by spraying or by queues of unequal depth stops triggering resends.
-  if (p.dup) f.reo_mult = std::min<uint32_t>(f.reo_mult + 1, 64);
   Slot& s = f.slots[p.psn % kMaxWindow];
   if (s.psn != p.psn || s.state == SlotState::kFree || s.state == SlotState::kAcked) return;
   if (p.nack) {
@@ -341,13 +332,8 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
     return;
   }
   s.state = SlotState::kAcked;
-  const uint64_t rtt = t - p.xmit_ns;
-  f.min_rtt_ns = std::min(f.min_rtt_ns, rtt);
-  if (!p.pkt.trimmed) {
-    f.last_acked_xmit_ns = std::max(f.last_acked_xmit_ns, p.xmit_ns);
-    f.last_rtt_ns = rtt;
-    f.srtt_ns = f.srtt_ns == 0 ? rtt : (7 * f.srtt_ns + rtt) / 8;
-  }
+  f.rec.on_delivered(p.xmit_ns, t, s.retx > 0);
+  if (p.pkt.trimmed) f.rec.on_trims_reported(t);
   if (cfg_.cc == Cc::kAimd) {
     if (p.pkt.trimmed && p.psn >= f.recover_psn) {
       f.cwnd = std::max(1.0, f.cwnd / 2);
@@ -356,31 +342,20 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
       f.cwnd = std::min<double>(kMaxWindow, f.cwnd + 1.0 / f.cwnd);
     }
   }
+  bool progress = false;
   while (f.snd_una < f.next_psn) {
     Slot& u = f.slots[f.snd_una % kMaxWindow];
     if (u.psn != f.snd_una || u.state != SlotState::kAcked) break;
     u.state = SlotState::kFree;
     ++f.snd_una;
+    progress = true;
   }
-  // Progress: the timeout restarts from now and its backoff ends; the probe re-arms.
-  f.backoff = 1;
-  f.rto_at = f.snd_una != f.next_psn ? t + rto_ns(f) : 0;
-  arm_probe(f, t);
-  // RACK: what was sent before the packet just acknowledged and is still out is late. Heads
-  // of a trimmed packet took the header queue's priority lane past the data queue, so their
-  // early arrival says nothing about the packets sent before them: they do not drive RACK.
-  const uint64_t reo = reorder_window(f);
-  const uint32_t rack_end = p.pkt.trimmed ? f.snd_una : p.psn;
-  for (uint32_t psn = f.snd_una; psn < rack_end; ++psn) {
-    Slot& o = f.slots[psn % kMaxWindow];
-    if (o.psn != psn || o.state != SlotState::kOut || o.xmit_ns >= p.xmit_ns) continue;
-    const uint64_t deadline = o.xmit_ns + rtt + reo;
-    if (t >= deadline) {
-      mark_lost(f, o, &ctr_.retx_rack);
-    } else {
-      arm_timer(p.flow, deadline);
-    }
-  }
+  // RACK, then the timers, as send_proto.cc's on_ack.
+  rack_detect(f, t);
+  const bool outstanding = f.snd_una != f.next_psn;
+  if (progress) f.rec.on_progress(t, outstanding);
+  f.rec.arm_probe(t, outstanding);
+  if (f.rec.next_deadline_ns() != UINT64_MAX) arm_timer(p.flow, f.rec.next_deadline_ns());
   const uint32_t fid = p.flow;
   try_send(fid);
   Flow& g = flows_[fid];
@@ -393,45 +368,28 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   }
 }
 
-uint64_t Simulator::rto_ns(const Flow& f) const {
-  return std::min<uint64_t>(cfg_.rto_ns * f.backoff, kMaxRtoNs);
-}
-
-void Simulator::arm_probe(Flow& f, uint64_t now) const {
-  f.probe_at = 0;
-  if (!cfg_.tlp || f.rto_at == 0) return;
-  // Floor: a quarter of the minimum RTO, as the plugin (an ACK late by less is not lost).
-  const uint64_t pto = std::max<uint64_t>(2 * f.srtt_ns, cfg_.rto_ns / 4);
-  if (now + pto < f.rto_at) f.probe_at = now + pto;
-  f.probe_armed_ns = now;
-}
-
-uint64_t Simulator::next_deadline(const Flow& f) const {
-  uint64_t d = f.rto_at == 0 ? UINT64_MAX : f.rto_at;
-  if (f.probe_at != 0) d = std::min(d, f.probe_at);
-  return d;
+void Simulator::rack_detect(Flow& f, uint64_t t) {
+  uint64_t next = UINT64_MAX;
+  for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
+    Slot& o = f.slots[psn % kMaxWindow];
+    if (o.psn != psn || o.state != SlotState::kOut) continue;
+    const uint64_t deadline = f.rec.rack_deadline_ns(o.xmit_ns, t);
+    if (t >= deadline) {
+      mark_lost(f, o, &ctr_.retx_rack);
+    } else {
+      next = std::min(next, deadline);
+    }
+  }
+  f.rec.arm_rack(next);
 }
 
 void Simulator::on_timer(uint32_t fid, uint64_t t) {
   Flow& f = flows_[fid];
   if (f.timer_at != t || !f.live) return;
   f.timer_at = UINT64_MAX;
-  const uint64_t reo = reorder_window(f);
-  uint64_t next = UINT64_MAX;
-  for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
-    Slot& o = f.slots[psn % kMaxWindow];
-    if (o.psn != psn || o.state != SlotState::kOut || o.xmit_ns >= f.last_acked_xmit_ns) continue;
-    const uint64_t rack_deadline = o.xmit_ns + f.last_rtt_ns + reo;
-    if (t >= rack_deadline) {
-      mark_lost(f, o, &ctr_.retx_rack);
-    } else {
-      next = std::min(next, rack_deadline);
-    }
-  }
-  if (f.probe_at != 0 && t >= f.probe_at) {
-    const uint64_t again = t + 2 * (t - f.probe_armed_ns);
-    f.probe_at = again < f.rto_at ? again : 0;
-    f.probe_armed_ns = t;
+  const transport::Recovery::Fired fired = f.rec.on_timer(t, f.snd_una != f.next_psn);
+  if (fired.rack) rack_detect(f, t);
+  if (fired.probe) {
     // The newest packet still out: resent without the window cut of a loss.
     for (uint32_t psn = f.next_psn; psn != f.snd_una;) {
       --psn;
@@ -444,27 +402,20 @@ void Simulator::on_timer(uint32_t fid, uint64_t t) {
       }
     }
   }
-  if (f.rto_at != 0 && t >= f.rto_at) {
-    if (f.snd_una == f.next_psn) {
-      f.rto_at = 0;
-    } else {
-      ++ctr_.rto_events;
-      const uint64_t rto = rto_ns(f);
-      bool resent = false;
-      for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
-        Slot& o = f.slots[psn % kMaxWindow];
-        if (o.psn == psn && o.state == SlotState::kOut && t - o.xmit_ns >= rto) {
-          mark_lost(f, o, &ctr_.retx_rto);
-          resent = true;
-        }
+  if (fired.timeout) {
+    ++ctr_.rto_events;
+    bool resent = false;
+    for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
+      Slot& o = f.slots[psn % kMaxWindow];
+      if (o.psn == psn && o.state == SlotState::kOut && t - o.xmit_ns >= fired.rto_ns) {
+        mark_lost(f, o, &ctr_.retx_rto);
+        resent = true;
       }
-      Slot& una = f.slots[f.snd_una % kMaxWindow];
-      if (!resent && una.psn == f.snd_una && una.state == SlotState::kOut) mark_lost(f, una, &ctr_.retx_rto);
-      f.backoff = std::min<uint32_t>(f.backoff * 2, kMaxBackoff);
-      f.rto_at = t + rto_ns(f);
     }
+    Slot& una = f.slots[f.snd_una % kMaxWindow];
+    if (!resent && una.psn == f.snd_una && una.state == SlotState::kOut) mark_lost(f, una, &ctr_.retx_rto);
   }
-  next = std::min(next, next_deadline(f));
+  const uint64_t next = f.rec.next_deadline_ns();
   if (next != UINT64_MAX) arm_timer(fid, next);
   try_send(fid);
 }
