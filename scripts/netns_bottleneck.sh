@@ -112,6 +112,8 @@ trap 'exit 143' TERM
 for n in "${NS[@]}"; do
   ip netns add "$n" || { echo "netns_bottleneck: ip netns add $n failed" >&2; exit 1; }
   CREATED+=("$n")
+  # IPv4 only: no IPv6 router solicitations or DAD packets for the router to count as bad.
+  ip netns exec "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
 done
 
 SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
