@@ -26,7 +26,7 @@
 #                      tear down; runs nothing
 # Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0} (rank 0's address); with
 # --per-rank also {rank} and {addr}. The command gets NCCL_TRIM_IFNAME and NCCL_SOCKET_IFNAME =
-# the TUN's name (unless set), TRIM_BN_NETNS, TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK).
+# the TUN's name (always: nothing else leads out of a namespace), TRIM_BN_NETNS, TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK).
 # Prints {"event":"bottleneck_ready",...} once the namespaces are up, and the switch's final
 # stats line ({"event":"final",...}) at the end. Exit status: the command's (the largest of the
 # ranks'), 1 when the bottleneck could not be set up, 2 for bad options, 77 when this machine
@@ -139,7 +139,9 @@ if ! grep -q '"event":"listening"' "$LOG" 2>/dev/null; then
 fi
 rm -f "$LOG.err"
 
-export NCCL_TRIM_IFNAME=${NCCL_TRIM_IFNAME:-$TUN_NAME} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$TUN_NAME}
+# Always the TUN: a namespace has nothing else but lo, and an inherited NCCL_TRIM_IFNAME=lo
+# (the harness's default, or a caller's) would bypass the bottleneck.
+export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
 printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
   "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$LOSS" "$MODE" "$SEED" "$LOG"

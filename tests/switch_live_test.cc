@@ -286,6 +286,10 @@ TEST(SwitchLive, BadFlagsExitTwoNamingTheFlag) {
       {{"--cross", "const:1"}, "--cross"},
       {{"--mode", "replay"}, "--replay"},
       {{"--bogus", "1"}, "--bogus"},
+      {{"--loss-p", "2"}, "--loss-p"},
+      {{"--tun-name", "a-name-longer-than-15"}, "--tun-name"},
+      {{"--tun-netns", "a,,b"}, "--tun-netns"},
+      {{"--tun-base", "198.18.0.250", "--tun-netns", "a,b,c,d,e,f,g,h"}, "/24"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {bin_dir() + "trim-switch"};

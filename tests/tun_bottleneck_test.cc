@@ -214,6 +214,13 @@ TEST(Ipv4, CutFixesIpAndUdpHeaders) {
   }
 }
 
+// A namespace that does not exist: a runtime failure at start (exit 1) naming it, not a hang.
+TEST(TunBottleneck, MissingNamespaceFailsAtStart) {
+  Child c({bin_dir() + "trim-switch", "--tun-netns", "/nonexistent/trim-ns-a,/nonexistent/trim-ns-b"});
+  EXPECT_EQ(c.wait(5), 1);
+  EXPECT_NE(c.err().find("/nonexistent/trim-ns-a"), std::string::npos) << c.err();
+}
+
 // ---- live, through namespaces ----
 
 std::string skip_reason() {

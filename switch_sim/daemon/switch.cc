@@ -58,20 +58,20 @@ Status Switch::open() {
   if (cfg_.tun()) {
     TRIM_RETURN_IF_ERROR(open_tuns());
   } else {
-  sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!sock_.valid()) return transport::errno_status("socket");
-  // Large buffers: a burst of a whole window from several senders must not be lost in the
-  // kernel before the model sees it (the model, not the socket, decides what is dropped).
-  int buf = kSocketBufBytes;
-  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-  if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
-    return transport::errno_status("bind " + cfg_.listen_text);
-  }
-  sockaddr_in bound{};
-  socklen_t blen = sizeof(bound);
-  if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
-  bound_port_ = ntohs(bound.sin_port);
+    sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock_.valid()) return transport::errno_status("socket");
+    // Large buffers: a burst of a whole window from several senders must not be lost in the
+    // kernel before the model sees it (the model, not the socket, decides what is dropped).
+    int buf = kSocketBufBytes;
+    (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+    (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
+      return transport::errno_status("bind " + cfg_.listen_text);
+    }
+    sockaddr_in bound{};
+    socklen_t blen = sizeof(bound);
+    if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
+    bound_port_ = ntohs(bound.sin_port);
   }
 
   sigset_t set;
