@@ -332,8 +332,9 @@ protocol (NCCL's TCP, our UDP) crosses the same modelled ports:
   Our UDP data packets are trimmed (or cut to headers, --trim-exact) as in UDP mode, their IPv4
   and UDP lengths fixed and the UDP checksum set to 0; TCP, other UDP and our ACKs are
   tail-dropped. Stats add per class CLASS_{received,forwarded,trimmed,dropped,lost} for CLASS =
-  trim (our data), trimctl (our ACK/PING), udp, tcp, other; no_route (destination no rank
-  has); bad counts packets that are no valid IPv4. The first stdout line is
+  trim (our data), trimctl (our ACK/PING), udp, tcp, other (trimmed: forwarded cut, trims and
+  header cuts alike; dropped: by the model; lost: --loss-p); no_route (a destination no rank
+  has); bad counts packets that are no valid IPv4 (IPv6 included). The first stdout line is
   {"event":"listening","tun":N,...}.
   --stats-interval-ms MS   periodic {"event":"interval",...} lines (default 0: none)
   --duration-s S           exit after S seconds (default 0: run until SIGINT/SIGTERM)
