@@ -322,6 +322,23 @@ TEST(TunBottleneck, ExactAllreduceIsBitExactThroughHeaderCuts) {
   EXPECT_GT(num(r.sw, "trim_trimmed"), 0) << r.context();
 }
 
+// --loss: random loss of every packet (ours, ACKs, the plugin's TCP) on arrival at the router;
+// the plugin repairs its share and the result is still bit exact.
+TEST(TunBottleneck, RandomLossIsRepairedBitExact) {
+  SKIP_UNLESS_NETNS();
+  BnRun r = run_harness({"--ranks", "2", "--rate-gbps", "1", "--loss", "1", "--seed", "5"},
+                        {"--mode", "allreduce", "--ranks", "2", "--bytes", "2M", "--iters", "3", "--warmup", "1",
+                         "--seed", "3", "--profiler", "none"});
+  ASSERT_NE(r.exit_code, 77) << r.context();
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(str(r.harness, "verify"), "exact") << r.context();
+  EXPECT_GT(num(r.harness, "retransmits"), 0) << r.context();
+  EXPECT_GT(num(r.sw, "trim_lost"), 0) << r.context();
+  // 1 % of what arrived, within a wide binomial margin (a few thousand packets).
+  const double arrived = static_cast<double>(num(r.sw, "datagrams") - num(r.sw, "bad"));
+  EXPECT_NEAR(static_cast<double>(num(r.sw, "lost")) / arrived, 0.01, 0.006) << r.context();
+}
+
 // A socket of another network namespace: a thread enters it (network namespaces are per
 // thread), creates the socket and leaves; the socket stays in that namespace.
 transport::Fd socket_in(const std::string& ns, int type) {
