@@ -22,11 +22,14 @@ check() {  # check NAME COMMAND...: run it quietly, show its output only when it
   if "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; sed 's/^/     /' "$tmp/out" | tail -20; fi
 }
 
-py=("$here/ddp_train.py" "$here/allreduce_bench.py" "$here/plot_ddp.py")
+py=("$here/ddp_train.py" "$here/allreduce_bench.py" "$here/plot_ddp.py" "$here/plot_congestion.py")
 # py_compile writes __pycache__ next to the sources; compile into the temp dir instead.
 check "py_compile" env PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "${py[@]}"
 check "bash -n run_ddp.sh" bash -n "$here/run_ddp.sh"
 check "bash -n check_ddp_scripts.sh" bash -n "$here/check_ddp_scripts.sh"
+check "bash -n congestion_bench.sh" bash -n "$here/congestion_bench.sh"
+check "bash -n netns_bottleneck.sh" bash -n "$here/netns_bottleneck.sh"
+check "run_ddp.sh --bench congestion --help" "$here/run_ddp.sh" --bench congestion --help
 for f in "${py[@]}"; do
   check "$(basename "$f") --help" env PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$f" --help
 done

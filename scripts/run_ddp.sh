@@ -18,6 +18,9 @@
 # What runs (default: one training run):
 #   --bench allreduce    allreduce_bench.py once per mode of --modes (default lossless,socket),
 #                        then a side-by-side table
+#   --bench congestion   scripts/congestion_bench.sh with the remaining options: socket (TCP),
+#                        plugin drop, trim and trim16 through one netns/TUN bottleneck, cross
+#                        load and random loss sweeps (see its --help; root needed)
 #   --sweep NAME         a series of short runs, each in a directory of its own under --out:
 #     accuracy   digits: lossless and socket baselines; random trimming at --trim-ps (default
 #                0,0.01,0.1,0.5,0.75) for each of --schemes (default sign,sq,sd,rht); rht with
@@ -74,6 +77,8 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
 fi
 
 # ---------------------------------------------------------------- options
+# The congestion bench has options of its own: hand everything after `--bench congestion` on.
+if [[ ${1:-} == --bench && ${2:-} == congestion ]]; then exec "$here/congestion_bench.sh" "${@:3}"; fi
 mode=lossless cpu=0 bench="" sweep="" modes="lossless,socket"
 ranks=2 task=digits epochs="" batch_size="" lr="" seed=0 target_acc="" max_steps=""
 scheme=rht head_bits=1 phase=reduce_scatter trim_p=0.1

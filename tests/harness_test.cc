@@ -427,6 +427,8 @@ TEST(HarnessCli, BadUsageExitsTwo) {
   EXPECT_EQ(run_harness("--mode allreduce --kill-peer").exit_code, 2);
   EXPECT_EQ(run_harness("--mode mixed --op allreduce").exit_code, 2);
   EXPECT_EQ(run_harness("--profiler some").exit_code, 2);
+  EXPECT_EQ(run_harness("--ranks 2 --netns a,b,c").exit_code, 2);  // one namespace per rank
+  EXPECT_EQ(run_harness("--ranks 2 --netns a,").exit_code, 2);
 }
 
 TEST(HarnessCli, MissingPluginIsAnError) {

@@ -136,6 +136,35 @@ Status apply(Config* c, const std::string& name, const std::string& v, int depth
     Result<CrossSpec> s = parse_cross(v);
     if (!s) return s.status();
     c->cross.push_back(*s);
+  } else if (name == "loss-p") {
+    Result<double> x = parse_num(flag, v, 0, 1, "a probability, 0..1");
+    if (!x) return x.status();
+    c->loss_p = *x;
+  } else if (name == "tun-netns") {
+    c->tun_netns.clear();
+    for (const std::string& n : split(v, ',')) {
+      if (trim_ws(n).empty()) return bad(fmt::format("{} '{}': expected NS0,NS1,... (namespace names or paths)", flag, v));
+      c->tun_netns.push_back(trim_ws(n));
+    }
+  } else if (name == "tun-name") {
+    // IFNAMSIZ is 16 with the NUL; the name is the same in every namespace.
+    if (v.empty() || v.size() > 15 || v.find_first_of("/ :%") != std::string::npos) {
+      return bad(fmt::format("{} '{}': expected an interface name of 1..15 characters", flag, v));
+    }
+    c->tun_name = v;
+  } else if (name == "tun-base") {
+    in_addr a{};
+    if (inet_pton(AF_INET, v.c_str(), &a) != 1) return bad(fmt::format("{} '{}': expected an IPv4 address", flag, v));
+    c->tun_base_be = a.s_addr;
+    c->tun_base_text = v;
+  } else if (name == "tun-mtu") {
+    Result<uint64_t> x = parse_uint(flag, v, 576, 65535);
+    if (!x) return x.status();
+    c->tun_mtu = static_cast<uint32_t>(*x);
+  } else if (name == "tun-txqueuelen") {
+    Result<uint64_t> x = parse_uint(flag, v, 1, 1u << 20);
+    if (!x) return x.status();
+    c->tun_txqueuelen = static_cast<uint32_t>(*x);
   } else if (name == "stats-interval-ms") {
     Result<uint64_t> x = parse_uint(flag, v, 0, 3600000);
     if (!x) return x.status();
@@ -288,6 +317,25 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                            DST = all (every egress port seen, now or later) or host:port;
                            options :trimmable=0|1 (default 0) :size=BYTES (128..9216,
                            default 4096). Cross packets use queue and link, then vanish.
+  --loss-p P               lose each real packet with probability P on arrival, before the
+                           queue, whatever its protocol (a lossy link; seeded by --seed)
+TUN router mode (instead of --listen): an IPv4 router between network namespaces, so every
+protocol (NCCL's TCP, our UDP) crosses the same modelled ports:
+  --tun-netns NS0,NS1,...  one TUN device per rank, created inside that namespace (a name
+                           under /var/run/netns, or a path), addressed TUN_BASE + K/24, up;
+                           the packets to rank K's address leave through egress port K
+  --tun-name NAME          the device's name in every namespace (default trimbn)
+  --tun-base A.B.C.D       rank 0's address (default 198.18.0.1); all ranks in one /24
+  --tun-mtu BYTES          device MTU (default 9000)
+  --tun-txqueuelen N       the kernel's queue in front of each TUN (default 10000 packets: far
+                           above the model's buffer, so the model decides the losses)
+  Our UDP data packets are trimmed (or cut to headers, --trim-exact) as in UDP mode, their IPv4
+  and UDP lengths fixed and the UDP checksum set to 0; TCP, other UDP and our ACKs are
+  tail-dropped. Stats add per class CLASS_{received,forwarded,trimmed,dropped,lost} for CLASS =
+  trim (our data), trimctl (our ACK/PING), udp, tcp, other (trimmed: forwarded cut, trims and
+  header cuts alike; dropped: by the model; lost: --loss-p); no_route (a destination no rank
+  has); bad counts packets that are no valid IPv4 (IPv6 included). The first stdout line is
+  {"event":"listening","tun":N,...}.
   --stats-interval-ms MS   periodic {"event":"interval",...} lines (default 0: none)
   --duration-s S           exit after S seconds (default 0: run until SIGINT/SIGTERM)
 Stats: a JSON line on exit ("event":"final") and on SIGUSR1 ("stats"). Totals over all ports:
@@ -317,6 +365,14 @@ Result<Config> parse_config(int argc, char** argv, bool* help_printed) {
     if (i + 1 >= argc) return bad(fmt::format("{}: missing value (see --help)", flag));
     Status st = apply(&c, flag.substr(2), argv[++i], 0);
     if (!st.is_ok()) return st;
+  }
+  if (c.tun()) {
+    if (c.tun_base_be == 0) inet_pton(AF_INET, c.tun_base_text.c_str(), &c.tun_base_be);
+    const uint32_t last = ntohl(c.tun_base_be) & 0xff;
+    if (c.tun_netns.size() > 64 || last == 0 || last + c.tun_netns.size() - 1 > 254) {
+      return bad(fmt::format("--tun-netns: {} ranks from {} leave its /24 (at most 64, last octet <= 254)",
+                             c.tun_netns.size(), c.tun_base_text));
+    }
   }
   if (c.port.mode == Mode::kReplay && c.replay.empty()) return bad("--mode replay needs --replay FILE");
   if (c.port.mode != Mode::kReplay && !c.replay.empty()) return bad("--replay FILE needs --mode replay");

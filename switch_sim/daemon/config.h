@@ -41,6 +41,17 @@ struct Config {
   std::string transcript_out;  // --transcript-out: trims as `flow msg psn` lines, written on exit
   std::string replay;          // --replay: a transcript for --mode replay
   std::vector<CrossSpec> cross;
+  // Random loss of every real packet on arrival, before the queue (a lossy link; --loss-p).
+  double loss_p = 0;
+  // TUN router mode (--tun-netns): one TUN device per rank, created inside that rank's network
+  // namespace and addressed tun_base + K (/24); IP packets are routed by destination address.
+  std::vector<std::string> tun_netns;  // names under /var/run/netns, or paths
+  std::string tun_name = "trimbn";
+  uint32_t tun_base_be = 0;            // 198.18.0.1 unless --tun-base
+  std::string tun_base_text = "198.18.0.1";
+  uint32_t tun_mtu = 9000;
+  uint32_t tun_txqueuelen = 10000;     // the kernel's queue in front of the TUN: far above the model's
+  bool tun() const { return !tun_netns.empty(); }
   uint32_t stats_interval_ms = 0;  // 0: no periodic stats lines
   double duration_s = 0;           // 0: run until SIGINT/SIGTERM
 };

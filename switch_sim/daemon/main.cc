@@ -38,7 +38,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trim-switch: %s\n", st.message().c_str());
     return st.code() == trim::Code::kBadConfig ? 2 : 1;
   }
-  std::printf("{\"event\":\"listening\",\"port\":%u}\n", static_cast<unsigned>(sw.port()));
+  if (sw.tun_mode()) {
+    // The devices exist, addressed and up, inside their namespaces: ranks may start now.
+    std::printf("{\"event\":\"listening\",\"tun\":%zu,\"name\":\"%s\",\"base\":\"%s\"}\n", cfg->tun_netns.size(),
+                cfg->tun_name.c_str(), cfg->tun_base_text.c_str());
+  } else {
+    std::printf("{\"event\":\"listening\",\"port\":%u}\n", static_cast<unsigned>(sw.port()));
+  }
   std::fflush(stdout);
   st = sw.run();
   if (!st.is_ok()) {

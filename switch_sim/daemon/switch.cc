@@ -35,7 +35,10 @@ uint64_t entry_key(const TranscriptEntry& e) { return codec::mix64(e.flow ^ code
 
 }  // namespace
 
-Switch::Switch(Config cfg) : cfg_(std::move(cfg)) {}
+Switch::Switch(Config cfg) : cfg_(std::move(cfg)) {
+  // Its own stream: --loss-p must not shift the model's (random mode, NDP coin) choices.
+  loss_rng_.seed(codec::mix64(cfg_.port.seed ^ 0x6c6f7373ull));
+}
 
 uint64_t Switch::clock_ns() const { return transport::now_ns() - t0_ns_; }
 
@@ -50,20 +53,26 @@ Status Switch::open() {
     }
     if (!in.eof()) return Status(Code::kBadConfig, fmt::format("--replay {}: expected `flow msg psn` lines", cfg_.replay));
   }
-  sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!sock_.valid()) return transport::errno_status("socket");
-  // Large buffers: a burst of a whole window from several senders must not be lost in the
-  // kernel before the model sees it (the model, not the socket, decides what is dropped).
-  int buf = kSocketBufBytes;
-  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-  (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-  if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
-    return transport::errno_status("bind " + cfg_.listen_text);
+  // The clock starts before any port exists: a port starts at clock_ns() (egress_for).
+  t0_ns_ = transport::now_ns();
+  if (cfg_.tun()) {
+    TRIM_RETURN_IF_ERROR(open_tuns());
+  } else {
+    sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock_.valid()) return transport::errno_status("socket");
+    // Large buffers: a burst of a whole window from several senders must not be lost in the
+    // kernel before the model sees it (the model, not the socket, decides what is dropped).
+    int buf = kSocketBufBytes;
+    (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+    (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
+      return transport::errno_status("bind " + cfg_.listen_text);
+    }
+    sockaddr_in bound{};
+    socklen_t blen = sizeof(bound);
+    if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
+    bound_port_ = ntohs(bound.sin_port);
   }
-  sockaddr_in bound{};
-  socklen_t blen = sizeof(bound);
-  if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
-  bound_port_ = ntohs(bound.sin_port);
 
   sigset_t set;
   sigemptyset(&set);
@@ -74,7 +83,6 @@ Status Switch::open() {
   if (!sigfd_.valid()) return transport::errno_status("signalfd");
 
   rx_bufs_.assign(kBatch, std::vector<uint8_t>(kRxBufBytes));
-  t0_ns_ = transport::now_ns();
   for (size_t i = 0; i < cfg_.cross.size(); ++i) {
     const CrossSpec& s = cfg_.cross[i];
     // Stagger sources by a seeded fraction of a period, so two equal sources are not in phase.
@@ -85,6 +93,13 @@ Status Switch::open() {
   for (size_t i = 0; i < cross_.size(); ++i) {
     const CrossSpec& s = cfg_.cross[i];
     if (s.all_ports) continue;
+    if (cfg_.tun()) {
+      // A router's ports are its ranks: the DST host names one, its port means nothing.
+      auto it = port_index_.find(port_key(s.dst.sin_addr.s_addr, 0));
+      if (it == port_index_.end()) return Status(Code::kBadConfig, fmt::format("--cross {}: no rank has that address", s.text));
+      cross_fixed_port_[i] = it->second;
+      continue;
+    }
     egress_for(s.dst.sin_addr.s_addr, ntohs(s.dst.sin_port));
     cross_fixed_port_[i] = port_index_.at(port_key(s.dst.sin_addr.s_addr, ntohs(s.dst.sin_port)));
   }
@@ -123,6 +138,7 @@ uint64_t Switch::alloc_slot(const uint8_t* data, uint32_t len) {
     idx = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
     slot_len_.push_back(0);
+    slot_class_.push_back(0);
   }
   std::vector<uint8_t>& s = slots_[idx];
   if (s.size() < len) s.resize(len);
@@ -175,6 +191,7 @@ void Switch::on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns) {
     return;
   }
   Egress& e = egress_for(pp.hdr.dst_ip4, pp.hdr.dst_port);
+  if (lose()) return;
   Packet p;
   // The model counts IP packets: what a real link serialises (Ethernet framing left out).
   p.bytes = len + codec::kIpv4UdpBytes;
@@ -313,14 +330,16 @@ Status Switch::run() {
   const uint64_t interval_ns = uint64_t{cfg_.stats_interval_ms} * kNsPerMs;
   uint64_t next_stats_ns = interval_ns > 0 ? interval_ns : UINT64_MAX;
   bool stop = false;
+  std::vector<pollfd> fds;
   while (!stop) {
     ++g_.loop_wakeups;
     uint64_t now = clock_ns();
     generate_cross(now);
-    receive(kRxBatchesPerTurn);
+    if (cfg_.tun()) receive_tun(kRxBatchesPerTurn);
+    else receive(kRxBatchesPerTurn);
     now = clock_ns();
     advance_all(now);
-    want_pollout_ = !send_due(now);
+    want_pollout_ = cfg_.tun() ? !send_due_tun(now) : !send_due(now);
     if (now >= next_stats_ns) {
       std::printf("%s\n", stats_json("interval", now).c_str());
       std::fflush(stdout);
@@ -336,12 +355,18 @@ Status Switch::run() {
       ts.tv_sec = static_cast<time_t>(d / 1000000000);
       ts.tv_nsec = static_cast<long>(d % 1000000000);
     }
-    pollfd fds[2] = {{sock_.get(), static_cast<short>(POLLIN | (want_pollout_ ? POLLOUT : 0)), 0},
-                     {sigfd_.get(), POLLIN, 0}};
+    // The signalfd first, then the packet fds: the UDP socket, or every TUN device.
+    const short io_events = static_cast<short>(POLLIN | (want_pollout_ ? POLLOUT : 0));
+    fds.assign(1, pollfd{sigfd_.get(), POLLIN, 0});
+    if (cfg_.tun()) {
+      for (const transport::Fd& t : tuns_) fds.push_back(pollfd{t.get(), io_events, 0});
+    } else {
+      fds.push_back(pollfd{sock_.get(), io_events, 0});
+    }
     const bool forever = wake == UINT64_MAX && !want_pollout_;
-    const int r = ppoll(fds, 2, forever ? nullptr : &ts, nullptr);
+    const int r = ppoll(fds.data(), fds.size(), forever ? nullptr : &ts, nullptr);
     if (r < 0 && errno != EINTR) return transport::errno_status("ppoll");
-    if (r > 0 && (fds[1].revents & POLLIN) != 0) {
+    if (r > 0 && (fds[0].revents & POLLIN) != 0) {
       signalfd_siginfo si;
       while (::read(sigfd_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
         if (si.ssi_signo == SIGUSR1) {
@@ -404,16 +429,27 @@ std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
         e.port.header_queue_bytes(), e.forwarded_packets, e.forwarded_trimmed, e.forwarded_bytes, e.cross_packets,
         e.send_errors, c.to_json());
   }
+  // TUN mode: flat per-class keys (CLASS_received, ...), so one-level JSON readers find them.
+  std::string extra;
+  if (cfg_.tun()) {
+    extra = fmt::format(",\"no_route\":{}", g_.no_route);
+    for (int c = 0; c < static_cast<int>(IpClass::kCount); ++c) {
+      const ClassCounters& k = g_.cls[c];
+      const char* n = ip_class_name(static_cast<IpClass>(c));
+      extra += fmt::format(",\"{0}_received\":{1},\"{0}_forwarded\":{2},\"{0}_trimmed\":{3},\"{0}_dropped\":{4},\"{0}_lost\":{5}",
+                           n, k.received, k.forwarded, k.trimmed, k.dropped, k.lost);
+    }
+  }
   return fmt::format(
       "{{\"event\":\"{}\",\"t_ms\":{:.3f},\"mode\":\"{}\",\"rate_gbps\":{},\"received\":{},\"sent\":{},"
       "\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},\"bytes\":{},\"bad\":{},\"bad_ctrl\":{},"
       "\"max_queue\":{},\"datagrams\":{},\"forwarded\":{},\"forwarded_trimmed\":{},\"forwarded_bytes\":{},"
       "\"cross\":{},\"cross_skipped\":{},\"send_errors\":{},\"pool_exhausted\":{},\"flows\":{},"
-      "\"wakeups\":{},\"ports\":[{}]}}",
+      "\"wakeups\":{},\"lost\":{}{},\"ports\":[{}]}}",
       event, static_cast<double>(now_ns) / 1e6, mode_name(cfg_.port.mode), cfg_.port.rate_gbps,
       tot.received_packets, tot.sent_packets, tot.trimmed_packets, tot.dropped_packets, tot.dropped_header_packets,
       tot.sent_bytes, g_.bad, g_.bad_ctrl, max_q, g_.datagrams, fwd, fwd_trimmed, fwd_bytes, cross,
-      g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, per_port);
+      g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, g_.lost, extra, per_port);
 }
 
 }  // namespace trim::sw::daemon

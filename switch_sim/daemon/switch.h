@@ -1,6 +1,8 @@
 // trim-switch's engine: one UDP socket, one modelled egress port per destination, real time
 // driving the model. Single-threaded: the loop receives a batch, feeds the ports, sends what
 // has reached the far end of its link and sleeps (ppoll) until the next such instant.
+// TUN router mode (Config::tun()): the same loop and ports, but packets are whole IPv4 packets
+// read from one TUN device per rank and written to the destination rank's device.
 #pragma once
 
 #include <netinet/in.h>
@@ -8,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "common/status.h"
 #include "switch_sim/daemon/config.h"
 #include "switch_sim/daemon/cross.h"
+#include "switch_sim/ipv4.h"
 #include "switch_sim/port.h"
 #include "transport/socket.h"
 
@@ -30,6 +34,16 @@ struct Egress {
   uint64_t forwarded_packets = 0, forwarded_bytes = 0, forwarded_trimmed = 0;
   uint64_t cross_packets = 0;     // synthetic packets enqueued here
   uint64_t send_errors = 0;       // sendmmsg failed for good (not EAGAIN)
+  int tun_fd = -1;                // TUN mode: the destination rank's device (owned by Switch)
+};
+
+// TUN mode: per protocol class (switch_sim/ipv4.h), what happened to the real packets.
+struct ClassCounters {
+  uint64_t received = 0;   // valid IPv4 packets of the class read from the TUNs
+  uint64_t forwarded = 0;  // written to the destination's TUN (trimmed ones included)
+  uint64_t trimmed = 0;    // ... of which cut (trims and --trim-exact header cuts)
+  uint64_t dropped = 0;    // dropped by the model (full queue, or full header queue)
+  uint64_t lost = 0;       // --loss-p
 };
 
 // Counters that belong to no port.
@@ -40,6 +54,9 @@ struct GlobalCounters {
   uint64_t cross_skipped = 0;      // cross instants skipped after a stall
   uint64_t pool_exhausted = 0;     // real packets dropped because no payload buffer was free
   uint64_t loop_wakeups = 0;
+  uint64_t lost = 0;               // --loss-p, all modes
+  uint64_t no_route = 0;           // TUN mode: a destination address no rank has
+  ClassCounters cls[static_cast<int>(IpClass::kCount)];
 };
 
 class Switch {
@@ -48,6 +65,7 @@ class Switch {
   // Binds the socket (and reads the replay transcript); the bound port is port().
   Status open();
   uint16_t port() const { return bound_port_; }
+  bool tun_mode() const { return cfg_.tun(); }
   // Runs until SIGINT/SIGTERM (the caller has blocked them; they arrive on a signalfd) or the
   // configured duration. Prints stats lines on SIGUSR1, every interval and at the end.
   Status run();
@@ -62,6 +80,11 @@ class Switch {
   void generate_cross(uint64_t now_ns);
   void receive(int max_batches);
   void on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns);
+  Status open_tuns();
+  void receive_tun(int max_batches);
+  void on_ip_packet(uint8_t* data, uint32_t len, uint64_t now_ns);
+  bool send_due_tun(uint64_t now_ns);  // false: a TUN would block, wait for POLLOUT
+  bool lose();                         // --loss-p: this real packet is lost on arrival
   void advance_all(uint64_t now_ns);
   bool send_due(uint64_t now_ns);  // false: the socket is full, wait for POLLOUT
   uint64_t next_wake_ns() const;
@@ -89,10 +112,14 @@ class Switch {
   std::unordered_map<uint64_t, uint32_t> replay_left_;
   std::vector<std::vector<uint8_t>> slots_;
   std::vector<uint32_t> slot_len_;
+  std::vector<uint8_t> slot_class_;  // TUN mode: the IpClass of each slot's packet
   std::vector<uint32_t> free_slots_;
   std::vector<std::vector<uint8_t>> rx_bufs_;
   GlobalCounters g_;
   bool want_pollout_ = false;
+  std::vector<transport::Fd> tuns_;  // TUN mode: rank K's device; ports_[K] sends to it
+  std::mt19937_64 loss_rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
 };
 
 }  // namespace trim::sw::daemon

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -42,6 +43,9 @@ Status check_combination(const Options& o) {
   if (o.mode == Mode::kSendRecv && o.ranks != 2) return bad("--mode sendrecv needs --ranks 2");
   if (o.fault != Fault::kNone && o.mode != Mode::kSendRecv) {
     return bad("--kill-peer, --freeze-peer, --close-in-flight and --abort-in-flight need --mode sendrecv");
+  }
+  if (!o.netns.empty() && o.netns.size() != static_cast<size_t>(o.ranks)) {
+    return bad("--netns names " + std::to_string(o.netns.size()) + " namespaces for " + std::to_string(o.ranks) + " ranks");
   }
   if (o.mode != Mode::kSendRecv && o.op != SendRecvOp::kP2p) {
     return bad("--op applies to --mode sendrecv only (allreduce and mixed announce their own ops)");
@@ -156,6 +160,10 @@ NCCL_TRIM_PHASE=all to trim the allgather half too):
                        of a send is unknown)
   --mtu BYTES          NCCL_TRIM_MTU        --timeout-ms MS   NCCL_TRIM_TIMEOUT_MS
   NCCL_TRIM_IFNAME=lo unless already set.
+  --netns NS0,NS1,...  rank K enters network namespace NSK (a name under /var/run/netns, or a
+                       path) before it loads the plugin; set NCCL_TRIM_IFNAME to the interface
+                       there (scripts/netns_bottleneck.sh runs the ranks through trim-switch's
+                       TUN router this way). Needs root.
 Fault scenarios (sendrecv):
   --kill-peer          the receiver SIGKILLs itself halfway through the first iteration; the
                        sender must get an error from isend/test. Exit 3 when it did within
@@ -271,6 +279,16 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
       Result<long long> n = parse_int(flag, v, 1, 1 << 20);  // the plugin validates the real range
       if (!n) return n.status();
       o.mtu_bytes = static_cast<int>(*n);
+    } else if (flag == "--netns") {
+      o.netns.clear();
+      size_t at = 0;
+      while (at <= v.size()) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const std::string name = v.substr(at, comma - at);
+        if (name.empty()) return bad("--netns " + v + ": expected NS0,NS1,... (one namespace per rank)");
+        o.netns.push_back(name);
+        at = comma + 1;
+      }
     } else if (flag == "--timeout-ms") {
       Result<long long> n = parse_int(flag, v, 1, 86400000);
       if (!n) return n.status();

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -46,6 +47,9 @@ struct Options {
   double nmse_max = 1.0;
   int deadline_s = 120;
   uint64_t seed = 1;  // data and fault-injection seeds derive from it and the rank
+  // --netns: rank K runs in network namespace netns[K] (scripts/netns_bottleneck.sh); empty:
+  // every rank in the parent's.
+  std::vector<std::string> netns;
 
   // Environment the ranks get (negative / zero: leave the plugin's default or the user's value).
   double drop = -1, dup = -1, reorder = -1, trim = -1;

@@ -1,10 +1,12 @@
 #include "tools/harness/rank.h"
 
 #include <execinfo.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -270,6 +272,19 @@ void Backoff::idle() {
   nanosleep(&ts, nullptr);
 }
 
+// --netns: this process (single-threaded right after the fork) moves to the rank's namespace;
+// its channel to the parent is a socketpair, which crosses namespaces.
+static Status enter_netns(const std::string& ns) {
+  const std::string path = ns.find('/') == std::string::npos ? "/var/run/netns/" + ns : ns;
+  const int nfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (nfd < 0) return Status(Code::kSystem, "--netns: open " + path + ": " + std::strerror(errno));
+  const int r = setns(nfd, CLONE_NEWNET);
+  const int err = errno;
+  ::close(nfd);
+  if (r != 0) return Status(Code::kSystem, "--netns: setns " + path + ": " + std::strerror(err));
+  return Status::ok();
+}
+
 int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedBuffer* shared) {
   set_log_context(rank, opt.verbose);
   install_crash_handler(rank);
@@ -278,7 +293,8 @@ int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedB
   RankChannel chan(fd, deadline_ns + 5ll * 1000000000);
   RankReport report;
   report.rank = rank;
-  Status st = run_rank(opt, rank, &chan, &report, shared);
+  Status st = opt.netns.empty() ? Status::ok() : enter_netns(opt.netns[static_cast<size_t>(rank)]);
+  if (st.is_ok()) st = run_rank(opt, rank, &chan, &report, shared);
   if (!st.is_ok() && report.outcome == Outcome::kOk) {
     report.outcome = Outcome::kError;
     report.error = st.message();

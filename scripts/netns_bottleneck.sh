@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# One emulated bottleneck that every protocol crosses: one network namespace per rank, and
+# trim-switch as the IPv4 router between them (--tun-netns: a TUN device per rank, created in
+# its namespace, addressed 198.18.0.(K+1)/24). NCCL's Socket transport (TCP), our UDP and
+# anything else between two ranks go through the same modelled egress port of the receiver
+# (rate, buffer, cross traffic, random loss): docs/ARCHITECTURE.md, "One bottleneck for TCP
+# and UDP".
+#
+# usage: scripts/netns_bottleneck.sh [OPTIONS] -- CMD [ARGS...]
+#   --build DIR        where bin/trim-switch is (default build)
+#   --ranks N          namespaces/ranks, 2..16 (default 2)
+#   --rate-gbps G      bottleneck rate of every rank's egress port (default 1)
+#   --buffer-bytes B   data queue per port (default 262144)
+#   --cross PCT        constant cross traffic into every port at PCT % of the rate (default 0)
+#   --loss PCT         random loss of every packet, in % (default 0)
+#   --mode trim|drop   the switch's mode (default trim; trim cuts our exact packets to headers)
+#   --seed N           the switch's seed (cross phases, loss) (default 1)
+#   --prop-delay-us US link propagation delay (default 5)
+#   --mtu BYTES        TUN MTU (default 9000)
+#   --switch-arg ARG   one more trim-switch argument (repeatable, e.g. --switch-arg --trim-exact
+#                      --switch-arg 0)
+#   --log FILE         the switch's JSON lines (default: a temp file, removed on exit)
+#   --per-rank         run CMD once per rank inside its namespace (ip netns exec), all at once;
+#                      else CMD runs once in the caller's namespace (trim-harness --netns {netns})
+#   --dry-run          set everything up, print the command(s) with placeholders filled in,
+#                      tear down; runs nothing
+# Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0} (rank 0's address); with
+# --per-rank also {rank} and {addr}. The command gets NCCL_TRIM_IFNAME and NCCL_SOCKET_IFNAME =
+# the TUN's name (always: nothing else leads out of a namespace), TRIM_BN_NETNS, TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK).
+# Prints {"event":"bottleneck_ready",...} once the namespaces are up, and the switch's final
+# stats line ({"event":"final",...}) at the end. Exit status: the command's (the largest of the
+# ranks'), 1 when the bottleneck could not be set up, 2 for bad options, 77 when this machine
+# cannot make namespaces or TUN devices (not root, no /dev/net/tun, no `ip`): the reason is
+# printed. Everything is torn down on exit, error, SIGINT and SIGTERM.
+set -euo pipefail
+
+BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
+LOG="" PER_RANK=0 DRY=0 TUN_NAME=trimbn
+SW_EXTRA=()
+die() { echo "netns_bottleneck: $*" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) BUILD=$2; shift 2 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    --rate-gbps) RATE=$2; shift 2 ;;
+    --buffer-bytes) BUFFER=$2; shift 2 ;;
+    --cross) CROSS=$2; shift 2 ;;
+    --loss) LOSS=$2; shift 2 ;;
+    --mode) MODE=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --prop-delay-us) PROP=$2; shift 2 ;;
+    --mtu) MTU=$2; shift 2 ;;
+    --switch-arg) SW_EXTRA+=("$2"); shift 2 ;;
+    --log) LOG=$2; shift 2 ;;
+    --per-rank) PER_RANK=1; shift ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+[[ $# -gt 0 ]] || die "no command after -- (see --help)"
+[[ $RANKS =~ ^[0-9]+$ && $RANKS -ge 2 && $RANKS -le 16 ]] || die "--ranks $RANKS: expected 2..16"
+[[ $CROSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$CROSS" 'BEGIN{exit !(c < 100)}' || die "--cross $CROSS: expected a percentage below 100"
+[[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
+[[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
+
+# What this machine must offer; 77 (skip) with the reason when it does not.
+skip() { echo "netns_bottleneck: SKIP: $*" >&2; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "not root (network namespaces and TUN devices need CAP_NET_ADMIN/CAP_SYS_ADMIN)"
+[[ -c /dev/net/tun ]] || skip "no /dev/net/tun"
+command -v ip >/dev/null || skip "no ip (iproute2)"
+[[ -x $BUILD/bin/trim-switch ]] || { echo "netns_bottleneck: no $BUILD/bin/trim-switch: run 'make -j2 all' first" >&2; exit 1; }
+
+# Names unique per run (PID), so parallel runs never share a namespace.
+NS=()
+for ((k = 0; k < RANKS; k++)); do NS+=("tbn$$r$k"); done
+NS_LIST=$(IFS=,; echo "${NS[*]}")
+ADDR0=198.18.0.1
+addr_of() { echo "198.18.0.$(($1 + 1))"; }
+
+TMPLOG=""
+if [[ -z $LOG ]]; then TMPLOG=$(mktemp /tmp/netns_bottleneck.XXXXXX); LOG=$TMPLOG; fi
+SW_PID="" CMD_PIDS=() CREATED=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local p
+  # The command(s) first (each leads a process group of its own: its children go with it).
+  for p in "${CMD_PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+  for p in "${CMD_PIDS[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  # The switch: SIGTERM makes it print its final stats line.
+  if [[ -n $SW_PID ]]; then
+    kill -TERM "$SW_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$SW_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SW_PID" 2>/dev/null || true
+    wait "$SW_PID" 2>/dev/null || true
+    grep '"event":"final"' "$LOG" 2>/dev/null | tail -1 || true
+  fi
+  for p in "${CREATED[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+  [[ -n $TMPLOG ]] && rm -f "$TMPLOG" "$TMPLOG.err"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for n in "${NS[@]}"; do
+  ip netns add "$n" || { echo "netns_bottleneck: ip netns add $n failed" >&2; exit 1; }
+  CREATED+=("$n")
+  # IPv4 only: no IPv6 router solicitations or DAD packets for the router to count as bad.
+  ip netns exec "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+done
+
+SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
+         --mode "$MODE" --rate-gbps "$RATE" --buffer-bytes "$BUFFER" --prop-delay-us "$PROP" --seed "$SEED")
+if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
+  SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
+fi
+if awk -v c="$LOSS" 'BEGIN{exit !(c > 0)}'; then
+  SW_ARGS+=(--loss-p "$(awk -v c="$LOSS" 'BEGIN{printf "%.6g", c / 100}')")
+fi
+SW_ARGS+=("${SW_EXTRA[@]}")
+echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
+"$BUILD/bin/trim-switch" "${SW_ARGS[@]}" >"$LOG" 2>"$LOG.err" &
+SW_PID=$!
+for _ in $(seq 100); do
+  grep -q '"event":"listening"' "$LOG" 2>/dev/null && break
+  kill -0 "$SW_PID" 2>/dev/null || break
+  sleep 0.05
+done
+if ! grep -q '"event":"listening"' "$LOG" 2>/dev/null; then
+  echo "netns_bottleneck: trim-switch did not come up: $(cat "$LOG.err" 2>/dev/null)" >&2
+  exit 1
+fi
+rm -f "$LOG.err"
+
+# Always the TUN: a namespace has nothing else but lo, and an inherited NCCL_TRIM_IFNAME=lo
+# (the harness's default, or a caller's) would bypass the bottleneck.
+export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
+export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
+printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
+  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$LOSS" "$MODE" "$SEED" "$LOG"
+
+# fill RANK ARGS...: the command with its placeholders filled in, one word per line in FILLED.
+fill() {
+  local rank=$1; shift
+  FILLED=()
+  local a
+  for a in "$@"; do
+    a=${a//\{netns\}/$NS_LIST}; a=${a//\{ranks\}/$RANKS}; a=${a//\{addr0\}/$ADDR0}
+    if [[ $rank -ge 0 ]]; then a=${a//\{rank\}/$rank}; a=${a//\{addr\}/$(addr_of "$rank")}; fi
+    FILLED+=("$a")
+  done
+}
+
+rc=0
+if [[ $PER_RANK -eq 0 ]]; then
+  fill -1 "$@"
+  echo "+ ${FILLED[*]}" >&2
+  if [[ $DRY -eq 0 ]]; then
+    setsid "${FILLED[@]}" &
+    CMD_PIDS+=($!)
+    wait "${CMD_PIDS[0]}" || rc=$?
+    CMD_PIDS=()
+  fi
+else
+  for ((k = 0; k < RANKS; k++)); do
+    fill "$k" "$@"
+    echo "+ [rank $k] TRIM_BN_RANK=$k ip netns exec ${NS[$k]} ${FILLED[*]}" >&2
+    [[ $DRY -eq 1 ]] && continue
+    TRIM_BN_RANK=$k setsid ip netns exec "${NS[$k]}" "${FILLED[@]}" &
+    CMD_PIDS+=($!)
+  done
+  for p in "${CMD_PIDS[@]}"; do
+    r=0
+    wait "$p" || r=$?
+    [[ $r -gt $rc ]] && rc=$r
+  done
+  CMD_PIDS=()
+fi
+exit "$rc"
