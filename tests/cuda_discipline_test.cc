@@ -190,18 +190,14 @@ TEST(CudaDiscipline, TheScannerSeesCallsButNotCommentsOrStrings) {
 
 // ---- Staging arenas ----
 
-class VecStaging final : public tr::StagingBuffer {
- public:
-  explicit VecStaging(size_t n) : v_(n) {}
-  uint8_t* data() override { return v_.data(); }
-  size_t size() const override { return v_.size(); }
-
- private:
-  std::vector<uint8_t> v_;
-};
+// Host staging as the emulated device allocates it (off the data path here).
+std::unique_ptr<tr::StagingBuffer> host_staging(size_t bytes) {
+  std::string err;
+  return tr::alloc_device_staging(tr::DeviceMode::kEmulated, bytes, &err);
+}
 
 TEST(StagingArena, FirstFitAlignedAndCoalesced) {
-  tr::StagingArena a(std::make_unique<VecStaging>(64 * 100 + 63));
+  tr::StagingArena a(host_staging(64 * 100 + 63));
   const size_t cap = a.capacity();
   uint8_t* p1 = a.alloc(100);
   uint8_t* p2 = a.alloc(64 * 10);
@@ -230,7 +226,7 @@ TEST(DeviceStaging, LeasesByRegionRetireUntilTheirWorkIsDone) {
   dev.set_codec(tr::make_device_codec(tr::DeviceMode::kEmulated, cfg).value());
   std::vector<uint8_t> region(1 << 16);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(region.data());
-  dev.add_region(lo, lo + region.size(), std::make_unique<tr::StagingArena>(std::make_unique<VecStaging>(8192)));
+  dev.add_region(lo, lo + region.size(), std::make_unique<tr::StagingArena>(host_staging(8192)));
 
   auto outside = dev.lease(region.data() + region.size(), 64);
   EXPECT_FALSE(outside.is_ok());  // not in a registered region: an error, not a wait

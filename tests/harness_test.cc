@@ -22,6 +22,7 @@
 
 #include "cuda/gpu_codec.h"
 #include "tests/env_guard.h"
+#include "tests/live_util.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -31,36 +32,7 @@ std::string harness_path() {
 }
 
 // A flat JSON object's values as text (strings unquoted); enough for the harness's one line.
-std::map<std::string, std::string> parse_flat_json(const std::string& line) {
-  std::map<std::string, std::string> out;
-  size_t i = line.find('{');
-  if (i == std::string::npos) return out;
-  ++i;
-  while (i < line.size()) {
-    size_t k0 = line.find('"', i);
-    if (k0 == std::string::npos) break;
-    size_t k1 = line.find('"', k0 + 1);
-    size_t colon = line.find(':', k1);
-    if (k1 == std::string::npos || colon == std::string::npos) break;
-    std::string key = line.substr(k0 + 1, k1 - k0 - 1);
-    size_t v = colon + 1;
-    std::string value;
-    if (line[v] == '"') {
-      size_t e = v + 1;
-      while (e < line.size() && line[e] != '"') e += line[e] == '\\' ? 2 : 1;
-      value = line.substr(v + 1, e - v - 1);
-      i = e + 1;
-    } else {
-      size_t e = line.find_first_of(",}", v);
-      value = line.substr(v, e - v);
-      i = e;
-    }
-    out[key] = value;
-    if (i < line.size() && line[i] == ',') ++i;
-    if (i < line.size() && line[i] == '}') break;
-  }
-  return out;
-}
+std::map<std::string, std::string> parse_flat_json(const std::string& line) { return trim::live::flat_json(line); }
 
 struct HarnessRun {
   int exit_code = -1;
