@@ -1,112 +1,31 @@
-// trim::net over the UDP transport: contexts, devices, connection setup (TCP handshake),
-// request slots, and teardown. The data path itself lives in the engines (engine*.cc) and the
-// per-connection state machines (send_proto, recv_proto).
+// trim::net over the UDP transport: contexts, devices and connection setup (TCP handshake).
+// Memory registration is net_mem.cc, the data path and teardown net_ops.cc; the data path
+// itself lives in the engines (engine*.cc) and the per-connection state machines (send_proto,
+// recv_proto).
 #include "transport/net_api.h"
 
 #include <fmt/format.h>
 
-#include <array>
-#include <chrono>
 #include <climits>
-#include <thread>
 #include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "codec/rng.h"
-#include "cuda/gpu_codec.h"
 #include "common/data_path.h"
 #include "common/log.h"
-#include "common/params.h"
+#include "cuda/gpu_codec.h"
 #include "transport/classify.h"
-#include "transport/device_codec.h"
 #include "transport/devices.h"
-#include "transport/engine.h"
-#include "transport/send_class.h"
-#include "transport/staging_arena.h"
+#include "transport/net_internal.h"
 
 namespace trim::net {
 
+using detail::null_argument;
 using transport::Conn;
 using transport::Engine;
 using transport::Fd;
 using transport::Role;
-
-class Context {
- public:
-  uint64_t comm_id = 0;
-  Params params;
-  codec::CodecConfig codec;
-  std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
-  std::unique_ptr<transport::SendClassifier> classifier;
-  transport::DeviceMode device_mode = transport::DeviceMode::kNone;  // GPU buffers: how, if at all
-};
-
-class Comm {
- public:
-  enum class Kind { kSend, kRecv };
-  Comm(Kind kind, Context* ctx) : kind_(kind), ctx_(ctx) {}
-  virtual ~Comm() = default;
-  Kind kind() const { return kind_; }
-  Context* ctx() const { return ctx_; }
-
- private:
-  Kind kind_;
-  Context* ctx_;
-};
-
-class MemHandle {
- public:
-  MemRegion region;
-};
-
-class Request {
- public:
-  Comm* owner = nullptr;
-  bool in_use = false;
-  transport::SendOp send;
-  transport::RecvOp recv;
-};
-
-namespace {
-
-constexpr int kMaxRequests = 32;
-
-struct CommCore {
-  std::unique_ptr<Conn> conn;
-  Engine* engine = nullptr;
-  std::array<Request, kMaxRequests> reqs;
-  uint32_t next_seq = 0;
-  // GPU memory registered on this comm: the engine holds its codec (made at the first such
-  // regMr, on this GPU) and one staging arena per region.
-  bool device_attached = false;
-  int device = -1;
-
-  Request* free_slot(Comm* owner) {
-    for (Request& r : reqs) {
-      if (!r.in_use) {
-        r.in_use = true;
-        r.owner = owner;
-        return &r;
-      }
-    }
-    return nullptr;
-  }
-};
-
-}  // namespace
-
-class SendComm final : public Comm {
- public:
-  explicit SendComm(Context* ctx) : Comm(Kind::kSend, ctx) {}
-  CommCore core;
-};
-
-class RecvComm final : public Comm {
- public:
-  explicit RecvComm(Context* ctx) : Comm(Kind::kRecv, ctx) {}
-  CommCore core;
-};
 
 namespace {
 
@@ -172,18 +91,6 @@ Result<Engine*> engine_for(const Params& p, int dev) {
     g.engines[dev] = std::move(e);
   }
   return g.engines[dev].get();
-}
-
-Status null_argument(const char* call, const char* what) {
-  return Status(Code::kInvalidArgument, std::string(call) + ": " + what + " is null");
-}
-
-OpAttr unpack_attr(uint32_t v) {
-  OpAttr a;
-  a.func = static_cast<Func>(v & 0xff);
-  a.algo = static_cast<Algo>((v >> 8) & 0xff);
-  a.proto = static_cast<Proto>((v >> 16) & 0xff);
-  return a;
 }
 
 // What both ends must agree on, in the Hello.
@@ -534,6 +441,12 @@ Result<RecvComm*> accept(ListenComm* l) {
   return static_cast<RecvComm*>(nullptr);
 }
 
+CommCore* detail::core_of(Comm* comm) {
+  if (SendComm* s = as_send(comm)) return &s->core;
+  if (RecvComm* r = as_recv(comm)) return &r->core;
+  return nullptr;
+}
+
 Comm* as_comm(SendComm* comm) { return comm; }
 Comm* as_comm(RecvComm* comm) { return comm; }
 SendComm* as_send(Comm* comm) {
@@ -544,256 +457,6 @@ RecvComm* as_recv(Comm* comm) {
 }
 
 // ---- Memory registration: host memory needs no pinning for sockets ----
-
-namespace {
-
-CommCore* core_of(Comm* comm) {
-  if (SendComm* s = as_send(comm)) return &s->core;
-  if (RecvComm* r = as_recv(comm)) return &r->core;
-  return nullptr;
-}
-
-// How long close and deregMr wait for the device work of a connection before they give up.
-uint64_t device_wait_ns(const Context& ctx) { return static_cast<uint64_t>(ctx.params.timeout_ms) * 1'000'000; }
-
-// The device side of a CUDA region, made here on the registering thread (setup: kernels
-// loaded, stream, events, scratch and pinned staging allocated, all of which may wait for the
-// device) and handed to the engine, so the data path never makes any of it.
-Status attach_device_region(Comm* comm, CommCore* core, const MemRegion& region, int device) {
-  const transport::DeviceMode mode = comm->ctx()->device_mode;
-  if (core->device_attached && device != core->device) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("reg_mr: GPU memory on device {}, but this connection's is on device {}", device,
-                              core->device));
-  }
-  const transport::ConnParams& cp = core->conn->send ? core->conn->send->params() : core->conn->recv->params();
-  std::unique_ptr<transport::DeviceCodec> codec;
-  if (!core->device_attached) {
-    Result<std::unique_ptr<transport::DeviceCodec>> d = transport::make_device_codec(mode, cp.codec, device);
-    if (!d) return d.status();
-    codec = std::move(d).value();
-  }
-  const size_t bytes = transport::device_staging_bytes(cp.codec, region.bytes);
-  std::string err;
-  std::unique_ptr<transport::StagingBuffer> mem = transport::alloc_device_staging(mode, bytes, &err);
-  if (!mem) return Status(Code::kSystem, fmt::format("reg_mr: {} bytes of staging: {}", bytes, err));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(region.data);
-  core->engine->attach_device(core->conn.get(), std::move(codec), lo, lo + region.bytes,
-                              std::make_unique<transport::StagingArena>(std::move(mem)));
-  core->device_attached = true;
-  core->device = device;
-  TRIM_DEBUG("NET/Trim: GPU region of {} bytes on device {}: {} bytes of staging", region.bytes, device, bytes);
-  return Status::ok();
-}
-
-}  // namespace
-
-// ---- Memory registration: host memory needs no pinning for sockets ----
-
-Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
-  if (comm == nullptr) return null_argument("reg_mr", "comm");
-  if (region.data == nullptr && region.bytes != 0) return null_argument("reg_mr", "data");
-  int device = -1;
-  if (region.type == MemType::kCuda) {
-    const transport::DeviceMode mode = comm->ctx()->device_mode;
-    if (mode == transport::DeviceMode::kNone) {
-      return Status(Code::kInvalidArgument,
-                    "reg_mr: NCCL_PTR_CUDA memory, but the GPU path is off (ptrSupport = NCCL_PTR_HOST)");
-    }
-    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !gpu::is_device_pointer(region.data, &device)) {
-      return Status(Code::kInvalidArgument, "reg_mr: NCCL_PTR_CUDA memory the CUDA runtime does not know as device memory");
-    }
-    CommCore* core = core_of(comm);
-    if (core != nullptr && region.bytes != 0) TRIM_RETURN_IF_ERROR(attach_device_region(comm, core, region, device));
-  } else if (region.type != MemType::kHost) {
-    return Status(Code::kInvalidArgument, "reg_mr: unknown memory type");
-  }
-  auto m = std::make_unique<MemHandle>();
-  m->region = region;
-  return m.release();
-}
-
-Status dereg_mr(Comm* comm, MemHandle* mem) {
-  if (comm == nullptr) return null_argument("dereg_mr", "comm");
-  if (mem == nullptr) return null_argument("dereg_mr", "memory handle");
-  std::unique_ptr<MemHandle> owned(mem);
-  // NCCL frees the buffer right after this call, even with operations on it still posted (abort):
-  // make sure the engine is done with it first. For GPU memory that includes our kernels: wait
-  // for them, bounded, and take the region's staging back.
-  CommCore* core = core_of(comm);
-  if (core == nullptr || mem->region.bytes == 0) return Status::ok();
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
-  const bool device = mem->region.type == MemType::kCuda && core->device_attached;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(device_wait_ns(*comm->ctx()));
-  for (;;) {
-    bool busy = false;
-    std::unique_ptr<transport::StagingArena> arena;
-    core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes, &busy, &arena);
-    if (!device || !busy) return Status::ok();  // the arena, if any, is freed here (setup thread)
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(Code::kSystem, fmt::format("dereg_mr: GPU work on this region still running after {} ms "
-                                               "(NCCL_TRIM_TIMEOUT_MS); its staging stays allocated",
-                                               comm->ctx()->params.timeout_ms));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-// ---- Data path ----
-
-Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
-  const data_path::Scope on_data_path;  // NCCL's proxy thread, with NCCL's kernel spinning
-  (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
-  if (comm == nullptr) return null_argument("isend", "comm");
-  if (data == nullptr && bytes != 0) return null_argument("isend", "data");
-  Conn* c = comm->core.conn.get();
-  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
-  if (bytes > static_cast<size_t>(INT_MAX)) {
-    return Status(Code::kInvalidArgument, fmt::format("isend: {} bytes exceeds maxP2pBytes", bytes));
-  }
-  Request* r = comm->core.free_slot(comm);
-  if (r == nullptr) return static_cast<Request*>(nullptr);
-  Context& ctx = *comm->ctx();
-  const transport::ClassifyResult cls =
-      ctx.classifier->classify(unpack_attr(ctx.attr.load(std::memory_order_relaxed)), profiler_op, bytes);
-  transport::SendOp& op = r->send;
-  op.data = static_cast<const uint8_t*>(data);
-  op.bytes = bytes;
-  op.seq = comm->core.next_seq++;
-  op.trimmable = cls.trimmable;
-  op.on_device = mem != nullptr && mem->region.type == MemType::kCuda;
-  op.dtype = cls.dtype;
-  op.result.reset();
-  {
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->posted_sends.push_back(&op);
-    c->has_posted.store(true, std::memory_order_release);
-  }
-  comm->core.engine->wake();
-  return r;
-}
-
-Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional) {
-  const data_path::Scope on_data_path;
-  (void)completion_optional;  // we always complete; NCCL then need not rely on LL flags alone
-  if (comm == nullptr) return null_argument("irecv", "comm");
-  if (buffers == nullptr) return null_argument("irecv", "buffers");
-  if (n != 1) {
-    return Status(Code::kInvalidArgument, fmt::format("irecv: {} buffers, but this device reports maxRecvs = 1", n));
-  }
-  Conn* c = comm->core.conn.get();
-  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
-  Request* r = comm->core.free_slot(comm);
-  if (r == nullptr) return static_cast<Request*>(nullptr);
-  transport::RecvOp& op = r->recv;
-  op.data = static_cast<uint8_t*>(buffers[0].data);
-  op.capacity = buffers[0].capacity_bytes;
-  op.on_device = buffers[0].mem != nullptr && buffers[0].mem->region.type == MemType::kCuda;
-  op.seq = comm->core.next_seq++;
-  op.result.reset();
-  {
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->posted_recvs.push_back(&op);
-    c->has_posted.store(true, std::memory_order_release);
-  }
-  comm->core.engine->wake();
-  return r;
-}
-
-Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
-  const data_path::Scope on_data_path;
-  if (comm == nullptr) return null_argument("iflush", "comm");
-  if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
-  // Host memory: the data is where the CPU sees it. GPU memory: a receive completes only after
-  // our decode kernel, on our stream, has written it; NCCL's later kernels see it.
-  return static_cast<Request*>(nullptr);
-}
-
-Status test(Request* request, Completion* out) {
-  const data_path::Scope on_data_path;
-  if (request == nullptr) return null_argument("test", "request");
-  if (out == nullptr) return null_argument("test", "completion");
-  if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
-  const bool is_send = request->owner->kind() == Comm::Kind::kSend;
-  const transport::OpResult& res = is_send ? request->send.result : request->recv.result;
-  *out = Completion();
-  switch (res.state()) {
-    case transport::OpResult::kPending: return Status::ok();
-    case transport::OpResult::kDone:
-      out->done = true;
-      out->count = 1;
-      out->sizes_bytes[0] = res.bytes();
-      request->in_use = false;
-      return Status::ok();
-    case transport::OpResult::kFailed: {
-      Status err = res.error();
-      request->in_use = false;
-      return err;
-    }
-  }
-  return Status(Code::kInternal, "test: corrupt request state");
-}
-
-Status set_op_attr(Context* ctx, const OpAttr& attr) {
-  if (ctx == nullptr) return null_argument("set_op_attr", "context");
-  const uint32_t packed = static_cast<uint32_t>(attr.func) | static_cast<uint32_t>(attr.algo) << 8 |
-                          static_cast<uint32_t>(attr.proto) << 16;
-  ctx->attr.store(packed, std::memory_order_relaxed);
-  return Status::ok();
-}
-
-// ---- Teardown ----
-
-namespace {
-
-template <typename CommT>
-Status close_comm(CommT* comm) {
-  std::unique_ptr<CommT> owned(comm);
-  Conn* c = comm->core.conn.get();
-  // Our kernels may still read or write NCCL's buffers: wait for them, bounded, before the
-  // connection goes (its staging is then freed on the release thread, after the device).
-  Status device_status;
-  if (comm->core.device_attached) {
-    const uint64_t wait_ns = device_wait_ns(*comm->ctx());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
-    while (!comm->core.engine->device_idle(c)) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
-                                                          "{} ms (NCCL_TRIM_TIMEOUT_MS)",
-                                                          c->cookie, comm->ctx()->params.timeout_ms));
-        TRIM_WARN("NET/Trim: {}", device_status.message());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  comm->core.engine->remove(c);  // from here on only this thread touches the connection
-  if (c->tcp_open) {
-    // The receiver says how many messages it completed, so a sender whose last ACKs were lost
-    // still completes those sends instead of failing them.
-    const uint64_t fin_value = c->recv ? c->recv->completed() : comm->core.next_seq;
-    uint8_t b[transport::kFrameBytes];
-    transport::write_frame(transport::Frame{transport::FrameType::kFin, 0, fin_value}, b);
-    (void)transport::write_all(c->tcp.get(), b, sizeof b, 100);  // best effort: the peer may be gone
-  }
-  const transport::ConnCounters& k = c->send ? c->send->counters() : c->recv->counters();
-  transport::global_stats().add(k);
-  TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
-            c->peer_name, k.to_string());
-  return device_status;
-}
-
-}  // namespace
-
-Status close_send(SendComm* comm) {
-  if (comm == nullptr) return null_argument("close_send", "comm");
-  return close_comm(comm);
-}
-
-Status close_recv(RecvComm* comm) {
-  if (comm == nullptr) return null_argument("close_recv", "comm");
-  return close_comm(comm);
-}
 
 Status close_listen(ListenComm* listen) {
   if (listen == nullptr) return null_argument("close_listen", "listen comm");

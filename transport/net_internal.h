@@ -1,0 +1,106 @@
+// The internal side of trim::net (net_api.h): the objects behind its opaque handles, shared by
+// the files that implement it — net_api.cc (init, devices, connection setup), net_mem.cc
+// (memory registration, GPU regions) and net_ops.cc (the data path and teardown).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codec/layout.h"
+#include "common/params.h"
+#include "transport/device_codec.h"
+#include "transport/engine.h"
+#include "transport/net_api.h"
+#include "transport/send_class.h"
+
+namespace trim::net {
+
+class Context {
+ public:
+  uint64_t comm_id = 0;
+  Params params;
+  codec::CodecConfig codec;
+  std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
+  std::unique_ptr<transport::SendClassifier> classifier;
+  transport::DeviceMode device_mode = transport::DeviceMode::kNone;  // GPU buffers: how, if at all
+};
+
+class Comm {
+ public:
+  enum class Kind { kSend, kRecv };
+  Comm(Kind kind, Context* ctx) : kind_(kind), ctx_(ctx) {}
+  virtual ~Comm() = default;
+  Kind kind() const { return kind_; }
+  Context* ctx() const { return ctx_; }
+
+ private:
+  Kind kind_;
+  Context* ctx_;
+};
+
+class MemHandle {
+ public:
+  MemRegion region;
+};
+
+class Request {
+ public:
+  Comm* owner = nullptr;
+  bool in_use = false;
+  transport::SendOp send;
+  transport::RecvOp recv;
+};
+
+constexpr int kMaxRequests = 32;
+
+struct CommCore {
+  std::unique_ptr<transport::Conn> conn;
+  transport::Engine* engine = nullptr;
+  std::array<Request, kMaxRequests> reqs;
+  uint32_t next_seq = 0;
+  // GPU memory registered on this comm: the engine holds its codec (made at the first such
+  // regMr, on this GPU) and one staging arena per region.
+  bool device_attached = false;
+  int device = -1;
+
+  Request* free_slot(Comm* owner) {
+    for (Request& r : reqs) {
+      if (!r.in_use) {
+        r.in_use = true;
+        r.owner = owner;
+        return &r;
+      }
+    }
+    return nullptr;
+  }
+};
+
+class SendComm final : public Comm {
+ public:
+  explicit SendComm(Context* ctx) : Comm(Kind::kSend, ctx) {}
+  CommCore core;
+};
+
+class RecvComm final : public Comm {
+ public:
+  explicit RecvComm(Context* ctx) : Comm(Kind::kRecv, ctx) {}
+  CommCore core;
+};
+
+namespace detail {
+
+inline Status null_argument(const char* call, const char* what) {
+  return Status(Code::kInvalidArgument, std::string(call) + ": " + what + " is null");
+}
+
+// The core of a send or receive comm (null for anything else).
+CommCore* core_of(Comm* comm);
+
+// How long close and deregMr wait for the device work of a connection before they give up.
+inline uint64_t device_wait_ns(const Context& ctx) { return static_cast<uint64_t>(ctx.params.timeout_ms) * 1'000'000; }
+
+}  // namespace detail
+}  // namespace trim::net

@@ -1,0 +1,188 @@
+// trim::net's data path (isend, irecv, iflush, test: NCCL's proxy thread, with NCCL's kernel
+// spinning on the GPU, so every call here holds a data_path::Scope) and teardown (close).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <climits>
+#include <mutex>
+#include <thread>
+
+#include "common/data_path.h"
+#include "common/log.h"
+#include "transport/net_internal.h"
+
+namespace trim::net {
+
+using transport::Conn;
+using detail::device_wait_ns;
+using detail::null_argument;
+
+namespace {
+
+OpAttr unpack_attr(uint32_t v) {
+  OpAttr a;
+  a.func = static_cast<Func>(v & 0xff);
+  a.algo = static_cast<Algo>((v >> 8) & 0xff);
+  a.proto = static_cast<Proto>((v >> 16) & 0xff);
+  return a;
+}
+
+}  // namespace
+
+// ---- Data path ----
+
+Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
+  const data_path::Scope on_data_path;  // NCCL's proxy thread, with NCCL's kernel spinning
+  (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
+  if (comm == nullptr) return null_argument("isend", "comm");
+  if (data == nullptr && bytes != 0) return null_argument("isend", "data");
+  Conn* c = comm->core.conn.get();
+  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    return Status(Code::kInvalidArgument, fmt::format("isend: {} bytes exceeds maxP2pBytes", bytes));
+  }
+  Request* r = comm->core.free_slot(comm);
+  if (r == nullptr) return static_cast<Request*>(nullptr);
+  Context& ctx = *comm->ctx();
+  const transport::ClassifyResult cls =
+      ctx.classifier->classify(unpack_attr(ctx.attr.load(std::memory_order_relaxed)), profiler_op, bytes);
+  transport::SendOp& op = r->send;
+  op.data = static_cast<const uint8_t*>(data);
+  op.bytes = bytes;
+  op.seq = comm->core.next_seq++;
+  op.trimmable = cls.trimmable;
+  op.on_device = mem != nullptr && mem->region.type == MemType::kCuda;
+  op.dtype = cls.dtype;
+  op.result.reset();
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->posted_sends.push_back(&op);
+    c->has_posted.store(true, std::memory_order_release);
+  }
+  comm->core.engine->wake();
+  return r;
+}
+
+Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional) {
+  const data_path::Scope on_data_path;
+  (void)completion_optional;  // we always complete; NCCL then need not rely on LL flags alone
+  if (comm == nullptr) return null_argument("irecv", "comm");
+  if (buffers == nullptr) return null_argument("irecv", "buffers");
+  if (n != 1) {
+    return Status(Code::kInvalidArgument, fmt::format("irecv: {} buffers, but this device reports maxRecvs = 1", n));
+  }
+  Conn* c = comm->core.conn.get();
+  if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
+  Request* r = comm->core.free_slot(comm);
+  if (r == nullptr) return static_cast<Request*>(nullptr);
+  transport::RecvOp& op = r->recv;
+  op.data = static_cast<uint8_t*>(buffers[0].data);
+  op.capacity = buffers[0].capacity_bytes;
+  op.on_device = buffers[0].mem != nullptr && buffers[0].mem->region.type == MemType::kCuda;
+  op.seq = comm->core.next_seq++;
+  op.result.reset();
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->posted_recvs.push_back(&op);
+    c->has_posted.store(true, std::memory_order_release);
+  }
+  comm->core.engine->wake();
+  return r;
+}
+
+Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
+  const data_path::Scope on_data_path;
+  if (comm == nullptr) return null_argument("iflush", "comm");
+  if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
+  // Host memory: the data is where the CPU sees it. GPU memory: a receive completes only after
+  // our decode kernel, on our stream, has written it; NCCL's later kernels see it.
+  return static_cast<Request*>(nullptr);
+}
+
+Status test(Request* request, Completion* out) {
+  const data_path::Scope on_data_path;
+  if (request == nullptr) return null_argument("test", "request");
+  if (out == nullptr) return null_argument("test", "completion");
+  if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
+  const bool is_send = request->owner->kind() == Comm::Kind::kSend;
+  const transport::OpResult& res = is_send ? request->send.result : request->recv.result;
+  *out = Completion();
+  switch (res.state()) {
+    case transport::OpResult::kPending: return Status::ok();
+    case transport::OpResult::kDone:
+      out->done = true;
+      out->count = 1;
+      out->sizes_bytes[0] = res.bytes();
+      request->in_use = false;
+      return Status::ok();
+    case transport::OpResult::kFailed: {
+      Status err = res.error();
+      request->in_use = false;
+      return err;
+    }
+  }
+  return Status(Code::kInternal, "test: corrupt request state");
+}
+
+Status set_op_attr(Context* ctx, const OpAttr& attr) {
+  if (ctx == nullptr) return null_argument("set_op_attr", "context");
+  const uint32_t packed = static_cast<uint32_t>(attr.func) | static_cast<uint32_t>(attr.algo) << 8 |
+                          static_cast<uint32_t>(attr.proto) << 16;
+  ctx->attr.store(packed, std::memory_order_relaxed);
+  return Status::ok();
+}
+
+// ---- Teardown ----
+
+namespace {
+
+template <typename CommT>
+Status close_comm(CommT* comm) {
+  std::unique_ptr<CommT> owned(comm);
+  Conn* c = comm->core.conn.get();
+  // Our kernels may still read or write NCCL's buffers: wait for them, bounded, before the
+  // connection goes (its staging is then freed on the release thread, after the device).
+  Status device_status;
+  if (comm->core.device_attached) {
+    const uint64_t wait_ns = device_wait_ns(*comm->ctx());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+    while (!comm->core.engine->device_idle(c)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
+                                                          "{} ms (NCCL_TRIM_TIMEOUT_MS)",
+                                                          c->cookie, comm->ctx()->params.timeout_ms));
+        TRIM_WARN("NET/Trim: {}", device_status.message());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  comm->core.engine->remove(c);  // from here on only this thread touches the connection
+  if (c->tcp_open) {
+    // The receiver says how many messages it completed, so a sender whose last ACKs were lost
+    // still completes those sends instead of failing them.
+    const uint64_t fin_value = c->recv ? c->recv->completed() : comm->core.next_seq;
+    uint8_t b[transport::kFrameBytes];
+    transport::write_frame(transport::Frame{transport::FrameType::kFin, 0, fin_value}, b);
+    (void)transport::write_all(c->tcp.get(), b, sizeof b, 100);  // best effort: the peer may be gone
+  }
+  const transport::ConnCounters& k = c->send ? c->send->counters() : c->recv->counters();
+  transport::global_stats().add(k);
+  TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
+            c->peer_name, k.to_string());
+  return device_status;
+}
+
+}  // namespace
+
+Status close_send(SendComm* comm) {
+  if (comm == nullptr) return null_argument("close_send", "comm");
+  return close_comm(comm);
+}
+
+Status close_recv(RecvComm* comm) {
+  if (comm == nullptr) return null_argument("close_recv", "comm");
+  return close_comm(comm);
+}
+
+}  // namespace trim::net
