@@ -15,6 +15,24 @@
 
 namespace trim::harness {
 
+RingBuffers::RingBuffers(RankCtx& c, size_t work_bytes, size_t slot_bytes)
+    : work_(c.buffers->make(work_bytes)),
+      staging_(c.buffers->make(slot_bytes * kMaxInFlight)),
+      work_reg_(c.net, c.send_comm),
+      staging_reg_(c.net, c.recv_comm) {
+  b_.work = work_.data();
+  b_.staging = staging_.data();
+  b_.slot_bytes = slot_bytes;
+}
+
+Status RingBuffers::reg() {
+  TRIM_RETURN_IF_ERROR(work_reg_.reg(work_.data(), std::max<size_t>(work_.bytes(), 1)));
+  TRIM_RETURN_IF_ERROR(staging_reg_.reg(staging_.data(), staging_.bytes()));
+  b_.work_mh = work_reg_.handle();
+  b_.staging_mh = staging_reg_.handle();
+  return Status::ok();
+}
+
 namespace {
 
 class AllReduceSchedule : public Schedule {

@@ -20,6 +20,23 @@ inline constexpr int kLlSlicesPerStep = 1;
 // Staging slot size for a geometry's transfers, 64-byte aligned so reductions read aligned values.
 inline size_t slot_bytes_for(const RingGeometry& geo) { return (geo.max_message_bytes() + 63) / 64 * 64; }
 
+// The buffers of ring collectives as NCCL's proxy holds them: the work buffer (registered on the
+// send comm) and kMaxInFlight receive slots of slot_bytes (registered on the receive comm),
+// deregistered when this goes.
+class RingBuffers {
+ public:
+  RingBuffers(RankCtx& c, size_t work_bytes, size_t slot_bytes);
+  Status reg();
+  const WorkBuffers& bufs() const { return b_; }
+  char* work() const { return b_.work; }
+
+ private:
+  HostBuffer& work_;
+  HostBuffer& staging_;
+  MemReg work_reg_, staging_reg_;
+  WorkBuffers b_;
+};
+
 // NCCL's ring AllReduce (reduce-scatter, then allgather) of `elem` values in b.work, announced
 // as RING and `proto` ("SIMPLE" or "LL"). Rank r sends to r+1 and receives from r-1.
 Status ring_allreduce(RankCtx& c, const RingGeometry& geo, Elem elem, const char* proto, const WorkBuffers& b,

@@ -20,13 +20,10 @@ Status run_allreduce(RankCtx& c) {
   const int n = o.ranks;
   RingGeometry geo(o.bytes, n, kSliceBytes, kSimpleSlicesPerStep);
   const size_t slot_bytes = slot_bytes_for(geo);
-  HostBuffer& work = c.buffers->make(o.bytes);
-  HostBuffer& staging = c.buffers->make(slot_bytes * kMaxInFlight);
-  MemReg work_reg(c.net, c.send_comm);
-  MemReg staging_reg(c.net, c.recv_comm);
-  TRIM_RETURN_IF_ERROR(work_reg.reg(work.data(), std::max<size_t>(o.bytes, 1)));
-  TRIM_RETURN_IF_ERROR(staging_reg.reg(staging.data(), staging.bytes()));
-  const WorkBuffers bufs{work.data(), work_reg.handle(), staging.data(), slot_bytes, staging_reg.handle()};
+  RingBuffers ring(c, o.bytes, slot_bytes);
+  TRIM_RETURN_IF_ERROR(ring.reg());
+  const WorkBuffers& bufs = ring.bufs();
+  char* const work = ring.work();
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * kNsPerSec;
 
   std::vector<uint64_t> keys(static_cast<size_t>(n));
@@ -34,7 +31,7 @@ Status run_allreduce(RankCtx& c) {
   RankReport& rep = *c.report;
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     for (int k = 0; k < n; ++k) keys[static_cast<size_t>(k)] = data_key(o.seed, k, it);
-    fill_input(keys[static_cast<size_t>(c.rank)], work.data(), o.bytes);
+    fill_input(keys[static_cast<size_t>(c.rank)], work, o.bytes);
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
     TRIM_RETURN_IF_ERROR(c.spin->begin(it));
@@ -42,15 +39,15 @@ Status run_allreduce(RankCtx& c) {
     TRIM_RETURN_IF_ERROR(c.spin->end(it));
     if (it >= o.warmup) rep.iter_ns.push_back(mono_ns() - t0);
 
-    Check chk = check_allreduce(geo, keys.data(), work.data());
+    Check chk = check_allreduce(geo, keys.data(), work);
     rep.exact = rep.exact && chk.exact;
     rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
     rep.err2 += chk.err2;
     rep.ref2 += chk.ref2;
     nmse_sum += chk.nmse();
-    rep.result_hash = hash_bytes(work.data(), o.bytes, rep.result_hash);
-    const uint64_t this_hash = hash_bytes(work.data(), o.bytes, 0);
-    Result<double> dev = replica_nmse(c.chan, c.rank, c.shared, work.data(), geo.elems(), this_hash);
+    rep.result_hash = hash_bytes(work, o.bytes, rep.result_hash);
+    const uint64_t this_hash = hash_bytes(work, o.bytes, 0);
+    Result<double> dev = replica_nmse(c.chan, c.rank, c.shared, work, geo.elems(), this_hash);
     if (!dev) return dev.status();
     rep.replica_nmse = std::max(rep.replica_nmse, *dev);
   }

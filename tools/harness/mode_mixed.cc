@@ -118,15 +118,10 @@ Status run_mixed(RankCtx& c) {
   RingGeometry ll(o.bytes, o.ranks, kSliceBytes, kLlSlicesPerStep);
   // One work buffer and one set of slots serve all four collectives, which run one at a time.
   const size_t slot_bytes = std::max({slot_bytes_for(simple), slot_bytes_for(ll), kSliceBytes});
-  HostBuffer& work = c.buffers->make(o.bytes);
-  HostBuffer& staging = c.buffers->make(slot_bytes * kMaxInFlight);
-  MemReg work_reg(c.net, c.send_comm);
-  MemReg staging_reg(c.net, c.recv_comm);
-  TRIM_RETURN_IF_ERROR(work_reg.reg(work.data(), std::max<size_t>(o.bytes, 1)));
-  TRIM_RETURN_IF_ERROR(staging_reg.reg(staging.data(), staging.bytes()));
-  const WorkBuffers bufs{work.data(), work_reg.handle(), staging.data(), slot_bytes, staging_reg.handle()};
+  RingBuffers ring(c, o.bytes, slot_bytes);
+  TRIM_RETURN_IF_ERROR(ring.reg());
 
-  Mixed mixed(c, bufs, work.data(), simple, ll);
+  Mixed mixed(c, ring.bufs(), ring.work(), simple, ll);
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     TRIM_RETURN_IF_ERROR(c.spin->begin(it));
     Result<int64_t> ns = mixed.iteration(it);

@@ -59,13 +59,14 @@ void begin_events(RankCtx& c, OpEvents& ev, bool sender) {
 }
 
 
-// One iteration's sends on one connection: post while fewer than 8 are in flight, test the
-// oldest (NCCL tests its steps in order).
-class SendPump {
+// One iteration's transfers on one connection, as NCCL's proxy drives its steps: post while
+// fewer than 8 are in flight, test the oldest (NCCL tests its steps in order). SendPump and
+// RecvPump say how a step is posted and what its completion means.
+class StepPump {
  public:
-  SendPump(NetPlugin* net, void* comm, const char* data, size_t bytes, void* mh, int tag, ProxyOp* op)
-      : net_(net), comm_(comm), data_(data), bytes_(bytes), mh_(mh), tag_(tag), op_(op),
-        total_(message_count(bytes)) {}
+  StepPump(NetPlugin* net, void* comm, size_t bytes, void* mh, int tag, ProxyOp* op, bool sender)
+      : net_(net), comm_(comm), bytes_(bytes), mh_(mh), tag_(tag), op_(op), total_(message_count(bytes)), sender_(sender) {}
+  virtual ~StepPump() = default;
 
   // A new iteration, whose proxy op the caller has just begun.
   void restart() {
@@ -83,16 +84,15 @@ class SendPump {
   Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
     while (posted_ < total_ && inflight_.size() < kMaxInFlight && max_posts > 0) {
       const int step = static_cast<int>(posted_);
-      if (started_ == posted_) {  // a retried isend keeps its step event
+      if (started_ == posted_) {  // a retried post keeps its step event
         op_->start_step(step);
         ++started_;
       }
       void* req = nullptr;
-      ncclResult_t r = net_->isend(comm_, const_cast<char*>(data_) + posted_ * kSliceBytes,
-                                   message_bytes(bytes_, posted_), tag_, mh_, op_->phandle(step), &req);
-      if (r != ncclSuccess) return plugin_error("isend", r);
+      ncclResult_t r = post(posted_, op_->phandle(step), &req);
+      if (r != ncclSuccess) return plugin_error(sender_ ? "isend" : "irecv", r);
       if (req == nullptr) break;  // no slot: retry on a later pass
-      op_->record_step(step, kStepSendWait, message_bytes(bytes_, posted_));
+      op_->record_step(step, posted_state(), posted_bytes(posted_));
       inflight_.push_back(req);
       ++posted_;
       --max_posts;
@@ -104,10 +104,11 @@ class SendPump {
       ncclResult_t r = net_->test(inflight_.front(), &done, &size);
       if (r != ncclSuccess) {
         inflight_.pop_front();  // an errored request is not tested again
-        return plugin_error("test(send)", r);
+        return plugin_error(sender_ ? "test(send)" : "test(recv)", r);
       }
       if (done != 0) {
         inflight_.pop_front();
+        TRIM_RETURN_IF_ERROR(completed(done_, size));
         op_->stop_step(static_cast<int>(done_));
         ++done_;
         if (done_ == total_) op_->stop();
@@ -117,93 +118,69 @@ class SendPump {
     return Status::ok();
   }
 
- private:
+ protected:
+  virtual ncclResult_t post(size_t index, void* phandle, void** req) = 0;
+  virtual Status completed(size_t index, size_t size) = 0;
+  virtual int posted_state() const = 0;
+  virtual size_t posted_bytes(size_t index) const = 0;
+
   NetPlugin* net_;
   void* comm_;
-  const char* data_;
   size_t bytes_;
   void* mh_;
   int tag_;
+
+ private:
   ProxyOp* op_;
   size_t total_;
+  bool sender_;
   size_t posted_ = 0, done_ = 0, started_ = 0;
   std::deque<void*> inflight_;
 };
 
-// One iteration's receives: 8 staging slots of 1 MiB (NCCL's step buffers), each irecv posts
-// the full slot, completed data is copied out in order.
-class RecvPump {
+class SendPump final : public StepPump {
  public:
-  RecvPump(NetPlugin* net, void* comm, char* slots, void* slots_mh, char* out, size_t bytes, int tag, ProxyOp* op)
-      : net_(net), comm_(comm), slots_(slots), mh_(slots_mh), out_(out), bytes_(bytes), tag_(tag), op_(op),
-        total_(message_count(bytes)) {}
-
-  void restart() {
-    posted_ = 0;
-    done_ = 0;
-    started_ = 0;
-  }
-  bool finished() const { return done_ == total_; }
-  size_t done() const { return done_; }
-  size_t posted() const { return posted_; }
-  size_t total() const { return total_; }
-
-  Status pass(bool* moved, size_t max_posts = SIZE_MAX, bool test = true) {
-    while (posted_ < total_ && posted_ - done_ < kMaxInFlight && max_posts > 0) {
-      const int step = static_cast<int>(posted_);
-      if (started_ == posted_) {
-        op_->start_step(step);
-        ++started_;
-      }
-      void* req = nullptr;
-      char* slot = slots_ + (posted_ % kMaxInFlight) * kSliceBytes;
-      ncclResult_t r = net_->irecv(comm_, slot, kSliceBytes, tag_, mh_, op_->phandle(step), &req);
-      if (r != ncclSuccess) return plugin_error("irecv", r);
-      if (req == nullptr) break;
-      op_->record_step(step, kStepRecvWait, 0);
-      inflight_.push_back(req);
-      ++posted_;
-      --max_posts;
-      *moved = true;
-    }
-    if (test && !inflight_.empty()) {
-      int done = 0;
-      size_t size = 0;
-      ncclResult_t r = net_->test(inflight_.front(), &done, &size);
-      if (r != ncclSuccess) {
-        inflight_.pop_front();
-        return plugin_error("test(recv)", r);
-      }
-      if (done != 0) {
-        inflight_.pop_front();
-        size_t want = message_bytes(bytes_, done_);
-        if (size != want) {
-          return Status(Code::kInternal, "message " + std::to_string(done_) + ": test reported " +
-                                             (size == SIZE_MAX ? std::string("no size") : std::to_string(size)) +
-                                             " bytes, the sender sent " + std::to_string(want));
-        }
-        std::memcpy(out_ + done_ * kSliceBytes, slots_ + (done_ % kMaxInFlight) * kSliceBytes, want);
-        op_->stop_step(static_cast<int>(done_));
-        ++done_;
-        if (done_ == total_) op_->stop();
-        *moved = true;
-      }
-    }
-    return Status::ok();
-  }
+  SendPump(NetPlugin* net, void* comm, const char* data, size_t bytes, void* mh, int tag, ProxyOp* op)
+      : StepPump(net, comm, bytes, mh, tag, op, true), data_(data) {}
 
  private:
-  NetPlugin* net_;
-  void* comm_;
+  ncclResult_t post(size_t index, void* phandle, void** req) override {
+    return net_->isend(comm_, const_cast<char*>(data_) + index * kSliceBytes, message_bytes(bytes_, index), tag_, mh_,
+                       phandle, req);
+  }
+  Status completed(size_t, size_t) override { return Status::ok(); }
+  int posted_state() const override { return kStepSendWait; }
+  size_t posted_bytes(size_t index) const override { return message_bytes(bytes_, index); }
+
+  const char* data_;
+};
+
+// Receives into 8 staging slots of 1 MiB (NCCL's step buffers), each irecv posting the full
+// slot; completed data is copied out in order.
+class RecvPump final : public StepPump {
+ public:
+  RecvPump(NetPlugin* net, void* comm, char* slots, void* slots_mh, char* out, size_t bytes, int tag, ProxyOp* op)
+      : StepPump(net, comm, bytes, slots_mh, tag, op, false), slots_(slots), out_(out) {}
+
+ private:
+  ncclResult_t post(size_t index, void* phandle, void** req) override {
+    return net_->irecv(comm_, slots_ + (index % kMaxInFlight) * kSliceBytes, kSliceBytes, tag_, mh_, phandle, req);
+  }
+  Status completed(size_t index, size_t size) override {
+    const size_t want = message_bytes(bytes_, index);
+    if (size != want) {
+      return Status(Code::kInternal, "message " + std::to_string(index) + ": test reported " +
+                                         (size == SIZE_MAX ? std::string("no size") : std::to_string(size)) +
+                                         " bytes, the sender sent " + std::to_string(want));
+    }
+    std::memcpy(out_ + index * kSliceBytes, slots_ + (index % kMaxInFlight) * kSliceBytes, want);
+    return Status::ok();
+  }
+  int posted_state() const override { return kStepRecvWait; }
+  size_t posted_bytes(size_t) const override { return 0; }
+
   char* slots_;
-  void* mh_;
   char* out_;
-  size_t bytes_;
-  int tag_;
-  ProxyOp* op_;
-  size_t total_;
-  size_t posted_ = 0, done_ = 0, started_ = 0;
-  std::deque<void*> inflight_;
 };
 
 bool leaves_requests_in_flight(const Options& o) {
