@@ -1,5 +1,5 @@
-// Shared randomness: a counter-based generator, so both ends (and GPU threads of a later
-// issue) compute the value of element i without running a sequential generator in the same
+// Shared randomness: a counter-based generator, so both ends (and the GPU kernels'
+// threads) compute the value of element i without running a sequential generator in the same
 // order. Key = (seed, message sequence, row, stream); counter = element or word index.
 // The mixer is SplitMix64's finalizer (Steele et al., 2014), which passes BigCrush when fed
 // consecutive counters.

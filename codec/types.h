@@ -1,5 +1,5 @@
 // Codec vocabulary: schemes, element types, and exact fp16/bf16 <-> fp32 conversions.
-// Header-only and free of host-only calls so the CUDA kernels of a later issue share it.
+// Header-only and free of host-only calls so the CUDA kernels (cuda/) share it.
 #pragma once
 
 #include <cstdint>
