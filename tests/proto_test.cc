@@ -141,20 +141,21 @@ TEST(ProtoSend, NackResendsAtOnceAndSackHoleTriggersFastRetransmit) {
 }
 
 // A window sent in one burst (GSO, or a fast link): the lost first packet was sent at the same
-// time as those acknowledged, so a rule on send times alone never calls it lost and it would
-// wait for the tail probe. RACK's reorder timer (RFC 8985) resends it a round trip plus the
-// reordering window after it left.
+// time as those acknowledged, so a rule on send times alone never calls it lost. RACK's reorder
+// timer (RFC 8985) resends it a round trip plus the reordering window (at least RTO/4, the
+// host-noise floor) after it left, not the tail probe (whose clock restarts with every send).
 TEST(ProtoSend, BurstLossIsRepairedByTheReorderTimerNotTheProbe) {
-  OneSend one(1 << 20, 9, params(codec::Scheme::kRht, 10'000'000));
+  OneSend one(1 << 20, 9, params(codec::Scheme::kRht, 1'000'000));  // RTO 1 ms: floor 250 us
   auto& [s, tx, msg, op] = one;
   ASSERT_EQ(s.poll_tx(0, 8, &tx), 8u);  // psn 0..7 at t = 0
   tx.packets.clear();
   CtrlPacket a = ack_upto(0);
   for (uint32_t p = 1; p < 8; ++p) a.set_sack(p);
-  s.on_ack(a, 100'000);  // psn 1..7 arrived after 100 us, psn 0 did not
+  s.on_ack(a, 200'000);  // psn 1..7 arrived after 200 us, psn 0 did not
   EXPECT_EQ(s.counters().fast_retransmits, 0u);  // not yet: it may only be reordered
-  const uint64_t when = s.next_deadline_ns(100'000);
-  EXPECT_EQ(when, 0u + 100'000u + 25'000u);  // sent (0) + round trip + max(srtt/4, 20 us)
+  const uint64_t when = s.next_deadline_ns(200'000);
+  // sent (0) + round trip + max(srtt/4, RTO/4); the probe would come at 200 + max(2 srtt, RTO/4).
+  EXPECT_EQ(when, 0u + 200'000u + 250'000u);
   s.on_timer(when);
   s.poll_tx(when, 1, &tx);
   ASSERT_EQ(tx.packets.size(), 1u);

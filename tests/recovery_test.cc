@@ -71,15 +71,17 @@ TEST(Recovery, TimeoutWithNothingOutstandingJustDisarms) {
 }
 
 // RFC 8985: a packet sent no later than the most recently sent packet known delivered is lost
-// once that packet's round trip plus a reordering window has passed since it was sent — also
-// when the whole window left in one burst (the rule on send times alone never fires then).
-TEST(Recovery, RackLosesWhatWasSentBeforeTheLatestDeliveredAfterItsRoundTripAndAWindow) {
-  Recovery r(config());
+// at once when it was sent more than a reordering window before it (an order on send times),
+// else once that packet's round trip plus max(window, timer floor) has passed since it was
+// sent — the timed rule, which alone catches a loss in a window sent in one burst.
+TEST(Recovery, RackOrdersBySendTimeAndTimesWhatWasSentTogether) {
+  Recovery r(config());  // timer floor 20 us
   EXPECT_FALSE(r.rack_lost(0, 1 * kMs));  // nothing delivered yet: no clock
   EXPECT_EQ(r.rack_deadline_ns(0, 0), UINT64_MAX);
   r.on_delivered(0, 400 * kUs, false);  // srtt 400 us: window max(srtt/4, 20 us) = 100 us
   r.on_delivered(1000 * kUs, 1400 * kUs, false);  // RACK: sent at 1000 us, round trip 400 us
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs), 100 * kUs);
+  EXPECT_EQ(r.rack_deadline_ns(800 * kUs, 1400 * kUs), 0u);  // sent 200 us before it: lost now
   // Sent 10 us before the delivered one (same burst): lost at 990 + 400 + 100 us.
   EXPECT_EQ(r.rack_deadline_ns(990 * kUs, 1400 * kUs), 1490 * kUs);
   EXPECT_FALSE(r.rack_lost(990 * kUs, 1489 * kUs));
@@ -88,15 +90,15 @@ TEST(Recovery, RackLosesWhatWasSentBeforeTheLatestDeliveredAfterItsRoundTripAndA
   // Trims reported: reordering by up to a round trip is expected for 8 round trips.
   r.on_trims_reported(1400 * kUs);
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs), r.srtt_ns());
-  EXPECT_EQ(r.rack_deadline_ns(990 * kUs, 1400 * kUs), 990 * kUs + 400 * kUs + r.srtt_ns());
+  EXPECT_EQ(r.rack_deadline_ns(800 * kUs, 1400 * kUs), 800 * kUs + 400 * kUs + r.srtt_ns());
   EXPECT_EQ(r.reorder_window_ns(1400 * kUs + 8 * r.srtt_ns()), r.srtt_ns() / 4);
   // A resend whose ACK came back within srtt/2 may be the original's: RACK does not move.
   r.on_delivered(5000 * kUs, 5100 * kUs, true);
-  EXPECT_EQ(r.rack_deadline_ns(4000 * kUs, 5100 * kUs), UINT64_MAX);
+  EXPECT_EQ(r.rack_deadline_ns(4950 * kUs, 5100 * kUs), UINT64_MAX);
   r.on_delivered(5000 * kUs, 5300 * kUs, true);
   const uint64_t later = 5300 * kUs + 8 * r.srtt_ns();
-  const uint64_t deadline = r.rack_deadline_ns(4000 * kUs, later);
-  EXPECT_EQ(deadline, 4000 * kUs + 300 * kUs + 100 * kUs);
+  const uint64_t deadline = r.rack_deadline_ns(4950 * kUs, later);
+  EXPECT_EQ(deadline, 4950 * kUs + 300 * kUs + 100 * kUs);
   // The reorder timer: armed by the caller's pass, fires once.
   r.arm_rack(deadline);
   EXPECT_EQ(r.next_deadline_ns(), deadline);
@@ -105,6 +107,15 @@ TEST(Recovery, RackLosesWhatWasSentBeforeTheLatestDeliveredAfterItsRoundTripAndA
   EXPECT_FALSE(r.on_timer(deadline + 1, true).rack);
   r.arm_rack(UINT64_MAX);
   EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
+}
+
+// The plugin's configuration: the timed rule waits at least RTO/4 (the host's noise).
+TEST(Recovery, ThePluginsTimedRuleWaitsAtLeastAQuarterOfTheMinimumRto) {
+  Recovery r(RecoveryConfig::plugin(10 * kMs));
+  r.on_delivered(0, 400 * kUs, false);
+  r.on_delivered(1000 * kUs, 1400 * kUs, false);
+  EXPECT_EQ(r.rack_deadline_ns(1000 * kUs, 1400 * kUs), 1000 * kUs + 400 * kUs + 2500 * kUs);
+  EXPECT_EQ(r.rack_deadline_ns(800 * kUs, 1400 * kUs), 0u);  // the order rule is unchanged
 }
 
 TEST(Recovery, TailProbesComeBeforeTheTimeoutAndDouble) {

@@ -38,11 +38,6 @@ struct SendProto::Msg {
 namespace {
 constexpr uint32_t kIpUdpBytes = 28;
 
-RecoveryConfig recovery_config(const ConnParams& p) {
-  RecoveryConfig c;
-  c.min_rto_ns = p.min_rto_ns;
-  return c;
-}
 }  // namespace
 
 SendProto::SendProto(const ConnParams& params)
@@ -52,7 +47,7 @@ SendProto::SendProto(const ConnParams& params)
                    std::min<uint32_t>(32, params.window_max)}),
       ring_(kSackBits),
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes),
-      rec_(recovery_config(params)) {}
+      rec_(RecoveryConfig::plugin(params.min_rto_ns)) {}
 
 SendProto::~SendProto() {
   // Nothing waits here: staging still used by device work is freed, on the release thread,

@@ -20,8 +20,9 @@
 //   one RTT instead of waiting for RACK, a probe or the RTO. --trim-exact 0 drops them.
 // - Loss recovery is the plugin's own unit (transport/recovery.h), driven as send_proto.cc
 //   drives it: RTT samples from first transmissions (Karn); RACK: when an ACK arrives, every
-//   outstanding packet sent more than a reordering window, max(srtt/4, 20 us) (srtt while the
-//   receiver reports trims), before the latest send known delivered is lost; a tail loss probe
+//   outstanding packet sent no later than the latest send known delivered is lost once that
+//   packet's round trip plus a reordering window, max(srtt/4, RTO/4) (at least srtt while the
+//   receiver reports trims), has passed since it was sent (a reorder timer catches the rest); a tail loss probe
 //   max(2 x srtt, RTO/4) after the last new send or ACK resends the newest outstanding packet
 //   (doubling while the timeout is ahead); the timeout max(--rto-us, srtt + 4 rttvar), doubling
 //   (at most 64x, 1 s) until cumulative progress, resends what has been out that long (at least
@@ -88,10 +89,7 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   f.dst = dst;
   f.kind = kind;
   f.cwnd = cfg_.window_pkts;
-  transport::RecoveryConfig rc;
-  rc.min_rto_ns = cfg_.rto_ns;
-  rc.tail_probes = cfg_.tlp;
-  f.rec = transport::Recovery(rc);
+  f.rec = transport::Recovery(transport::RecoveryConfig::plugin(cfg_.rto_ns, cfg_.tlp));
   f.spine_hash = static_cast<uint32_t>(mix(cfg_.seed ^ (static_cast<uint64_t>(fid) << 20) ^ gen));
   const uint64_t ack_ser_ns = static_cast<uint64_t>(std::ceil(kAckBytes * 8.0 / cfg_.link_gbps));
   f.ack_delay_ns = topo_.hops(src, dst) * (cfg_.prop_ns + ack_ser_ns);

@@ -63,8 +63,9 @@ Usage: trim-sim [flags]
 Transport: per-packet selective ACKs, delivered after the reverse path's unloaded latency (not
 queued). Trimmed trimmable packets are deliveries (heads), never resent; trimmed exact packets are
 NACKed and resent. Loss recovery is the plugin's own unit (transport/recovery.h), as its sender
-drives it: RACK (on each ACK, a packet sent more than max(srtt/4, 20 us) -- srtt while trims are
-reported -- before the latest send known delivered is lost), a tail loss probe max(2 srtt, RTO/4)
+drives it: RACK (a packet sent no later than the latest send known delivered is lost once that
+packet's RTT plus max(srtt/4, RTO/4) -- at least srtt while trims are reported -- has passed since
+it was sent; a reorder timer re-checks), a tail loss probe max(2 srtt, RTO/4)
 after the last new send or ACK (again at doubling intervals), and the timeout max(--rto-us,
 srtt + 4 rttvar), doubling (<= 64x, 1 s) until cumulative progress, resending what has been out
 that long.
