@@ -251,35 +251,47 @@ void Decoder::finish_row(uint32_t r) {
 void Decoder::estimate_rht_row(const RowInfo& info, float scale) {
   const uint32_t epp = info.elems_per_packet;
   const int32_t* got = got_.data() + row_first_slot_[info.row];
-  auto slot_levels = [&](uint32_t k) {
-    return levels(Scheme::kRht, false, std::min(epp, info.elems - k * epp), got[k]);
-  };
-  bool exact = true;  // every coordinate arrived with at least its 16-bit prefix: nothing to estimate
-  for (uint32_t k = 0; k < info.packets && exact; ++k) exact = slot_levels(k).n1 == slot_levels(k).n;
-  if (exact) return;
+  // Each slot's levels, once (levels() is not free next to a row's worth of work).
+  row_levels_.resize(info.packets);
+  uint32_t own = 0;  // coordinates with their own bits (at least the 16-bit prefix)
+  for (uint32_t k = 0; k < info.packets; ++k) {
+    row_levels_[k] = levels(Scheme::kRht, false, std::min(epp, info.elems - k * epp), got[k]);
+    own += row_levels_[k].n1;
+  }
+  if (own == info.elems) return;  // nothing to estimate
+  const bool f32 = layout_.dtype() == DType::kF32, bf16 = layout_.dtype() == DType::kBF16;
   // The row's scaled signs f*sign(R(V)) (0 where even the head is missing), rotated back: the
-  // estimate of the coordinates whose own bits did not arrive. The others keep theirs.
-  tmpf_.resize(info.elems);
+  // estimate of the coordinates whose own bits did not arrive. The others keep theirs. An fp32
+  // row with no own bits at all (fully trimmed) is rotated in place, saving a copy.
+  const bool in_place = f32 && own == 0;
+  float* zrow = in_place ? reinterpret_cast<float*>(out_ + info.byte_offset) : nullptr;
+  if (!in_place) {
+    tmpf_.resize(info.elems);
+    zrow = tmpf_.data();
+  }
   const uint8_t* heads = row_heads(info.row);
   for (uint32_t k = 0; k < info.packets; ++k) {
-    const Levels l = slot_levels(k);
-    float* z = tmpf_.data() + k * epp;
-    fill_heads(heads + k * epp / 8, 0, l.n0, head_estimate(Scheme::kRht, 1, scale), head_estimate(Scheme::kRht, 0, scale), z);
+    const Levels& l = row_levels_[k];
+    float* z = zrow + k * epp;
+    fill_heads(heads + k * epp / 8, 0, l.n0, head_estimate(Scheme::kRht, 1, scale), head_estimate(Scheme::kRht, 0, scale),
+               z);
     std::fill(z + l.n0, z + l.n, 0.0f);
   }
   rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kRhtSigns), info.elems, &signs_);
-  rht_row_inverse(tmpf_.data(), info.elems, signs_);
-  const bool f32 = layout_.dtype() == DType::kF32, bf16 = layout_.dtype() == DType::kBF16;
+  rht_row_inverse(zrow, info.elems, signs_);
+  if (in_place) return;
   for (uint32_t k = 0; k < info.packets; ++k) {
-    const Levels l = slot_levels(k);
+    const Levels& l = row_levels_[k];
     const uint32_t begin = k * epp + l.n1, count = l.n - l.n1;
     if (count == 0) continue;
     if (f32) {
-      std::memcpy(out_ + info.byte_offset + 4 * static_cast<size_t>(begin), tmpf_.data() + begin, 4 * static_cast<size_t>(count));
+      std::memcpy(out_ + info.byte_offset + 4 * static_cast<size_t>(begin), tmpf_.data() + begin,
+                  4 * static_cast<size_t>(count));
     } else {
       tmp15_.resize(count);
       narrow16(tmpf_.data() + begin, count, bf16, tmp15_.data());
-      std::memcpy(out_ + info.byte_offset + 2 * static_cast<size_t>(begin), tmp15_.data(), 2 * static_cast<size_t>(count));
+      std::memcpy(out_ + info.byte_offset + 2 * static_cast<size_t>(begin), tmp15_.data(),
+                  2 * static_cast<size_t>(count));
     }
   }
 }

@@ -78,6 +78,7 @@ class Decoder {
   std::vector<uint32_t> row_first_slot_;
   std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none
   uint64_t slots_filled_ = 0;
+  std::vector<Levels> row_levels_;    // estimate_rht_row's per-slot levels
   std::vector<uint8_t> heads_;        // rht rows: plane 0 of every packet, row_elems / 8 bytes a row
   std::vector<uint16_t> tmp15_;
   std::vector<float> tmpf_;
