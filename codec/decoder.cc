@@ -41,6 +41,11 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   if (out == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "decoder output is null");
   begin_collect(layout, id);
   out_ = static_cast<uint8_t*>(out);
+  if (layout.scheme() == Scheme::kRht) {
+    // rht rows keep their heads for finish_row. Only bits inside what arrived are ever read:
+    // no need to clear them.
+    heads_.resize(static_cast<size_t>(layout.typed_rows()) * (layout.row_elems() / 8));
+  }
   return Status::ok();
 }
 
@@ -59,10 +64,6 @@ void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
   row_first_slot_[layout.rows()] = slots;
   got_.assign(slots, -1);
   slots_filled_ = 0;
-  if (layout.scheme() == Scheme::kRht) {
-    // Only bits inside what arrived are ever read: no need to clear them.
-    heads_.resize(static_cast<size_t>(layout.typed_rows()) * (layout.row_elems() / 8));
-  }
 }
 
 Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const {
