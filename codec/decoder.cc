@@ -271,11 +271,11 @@ void Decoder::estimate_rht_row(const RowInfo& info, float scale) {
     zrow = tmpf_.data();
   }
   const uint8_t* heads = row_heads(info.row);
+  const float if_set = head_estimate(Scheme::kRht, 1, scale), if_clear = head_estimate(Scheme::kRht, 0, scale);
   for (uint32_t k = 0; k < info.packets; ++k) {
     const Levels& l = row_levels_[k];
     float* z = zrow + k * epp;
-    fill_heads(heads + k * epp / 8, 0, l.n0, head_estimate(Scheme::kRht, 1, scale), head_estimate(Scheme::kRht, 0, scale),
-               z);
+    fill_heads(heads + k * epp / 8, 0, l.n0, if_set, if_clear, z);
     std::fill(z + l.n0, z + l.n, 0.0f);
   }
   rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kRhtSigns), info.elems, &signs_);
