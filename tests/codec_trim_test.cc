@@ -52,33 +52,53 @@ TEST(CodecTrim, RhtFullyTrimmedNmseMatchesDriveFormula) {
 // under a full trim (the random rotation treats every coordinate alike). So with a fraction u
 // of the elements trimmed, NMSE ~ u (pi/2 - 1). The trimmed coordinates' errors are nearly
 // Gaussian: over m of them the mean square has relative sd ~ sqrt(2/m) (1% at u = 0.1 over
-// 8 rows, m ~ 26000), so the 6% band around u (pi/2 - 1) is over 5 sd wide.
+// 8 rows, m ~ 26000), so the 6% band around u (pi/2 - 1) is over 5 sd wide. bf16 rows behave
+// the same (the estimate's rounding to bf16 adds ~2^-18 relative error, far inside the band).
 TEST(CodecTrim, RhtPartialTrimScalesWithFraction) {
-  std::vector<float> x = gaussian(32768 * 8, 9);
-  for (double t : {0.1, 0.25, 0.5, 0.9}) {
-    std::mt19937 rng(static_cast<uint32_t>(t * 100));
-    std::bernoulli_distribution trim(t);
-    std::vector<uint8_t> cut(x.size(), 0);
-    Decoded dec = round_trip(config(Scheme::kRht), DType::kF32, to_bytes(x), [&](size_t, const ParsedPacket& p) {
-      if (!trim(rng)) return static_cast<int64_t>(p.hdr.payload_bytes);
-      const size_t first = static_cast<size_t>(p.hdr.row) * 32768 + p.hdr.first_elem;
-      std::fill_n(cut.begin() + static_cast<ptrdiff_t>(first), p.hdr.elem_count, 1);
-      return static_cast<int64_t>(p.hdr.trim_bytes);
-    });
-    std::vector<float> y = as_floats(dec.bytes);
-    size_t trimmed = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      trimmed += cut[i];
-      if (!cut[i]) {
-        ASSERT_EQ(f32_bits(y[i]), f32_bits(x[i])) << t << " i=" << i;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const size_t elems = 32768 * 8;
+    const std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 9, false);
+    auto value = [dt](const std::vector<uint8_t>& b, size_t i) {
+      if (dt == DType::kF32) {
+        float f;
+        std::memcpy(&f, &b[4 * i], 4);
+        return f;
       }
-      ASSERT_EQ(dec.estimated[i], cut[i]) << t << " i=" << i;
+      uint16_t h;
+      std::memcpy(&h, &b[2 * i], 2);
+      return bf16_to_f32(h);
+    };
+    std::vector<float> x(elems);
+    for (size_t i = 0; i < elems; ++i) x[i] = value(msg, i);
+    for (double t : {0.1, 0.25, 0.5, 0.9}) {
+      std::mt19937 rng(static_cast<uint32_t>(t * 100));
+      std::bernoulli_distribution trim(t);
+      std::vector<uint8_t> cut(elems, 0);
+      Decoded dec = round_trip(config(Scheme::kRht), dt, msg, [&](size_t, const ParsedPacket& p) {
+        if (!trim(rng)) return static_cast<int64_t>(p.hdr.payload_bytes);
+        const size_t first = static_cast<size_t>(p.hdr.row) * 32768 + p.hdr.first_elem;
+        std::fill_n(cut.begin() + static_cast<ptrdiff_t>(first), p.hdr.elem_count, 1);
+        return static_cast<int64_t>(p.hdr.trim_bytes);
+      });
+      const size_t esize = dtype_bytes(dt);
+      std::vector<float> y(elems);
+      size_t trimmed = 0;
+      for (size_t i = 0; i < elems; ++i) {
+        y[i] = value(dec.bytes, i);
+        trimmed += cut[i];
+        if (!cut[i]) {
+          ASSERT_EQ(std::memcmp(&dec.bytes[esize * i], &msg[esize * i], esize), 0)
+              << dtype_name(dt) << " " << t << " i=" << i;
+        }
+        ASSERT_EQ(dec.estimated[i], cut[i]) << t << " i=" << i;
+      }
+      ASSERT_EQ(dec.stats.head_only, trimmed);
+      const double u = static_cast<double>(trimmed) / elems;
+      const double nmse = sq_err(x, y) / sq_norm(x);
+      EXPECT_GT(u, 0.0) << t;
+      EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1))
+          << dtype_name(dt) << " t=" << t << " u=" << u << " nmse=" << nmse;
     }
-    ASSERT_EQ(dec.stats.head_only, trimmed);
-    const double u = static_cast<double>(trimmed) / x.size();
-    const double nmse = sq_err(x, y) / sq_norm(x);
-    EXPECT_GT(u, 0.0) << t;
-    EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1)) << "t=" << t << " u=" << u << " nmse=" << nmse;
   }
 }
 
