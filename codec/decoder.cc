@@ -41,6 +41,11 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   if (out == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "decoder output is null");
   begin_collect(layout, id);
   out_ = static_cast<uint8_t*>(out);
+  if (layout.scheme() == Scheme::kRht) {
+    // rht rows keep their heads for finish_row. Only bits inside what arrived are ever read:
+    // no need to clear them.
+    heads_.resize(static_cast<size_t>(layout.typed_rows()) * (layout.row_elems() / 8));
+  }
   return Status::ok();
 }
 
@@ -59,9 +64,6 @@ void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
   row_first_slot_[layout.rows()] = slots;
   got_.assign(slots, -1);
   slots_filled_ = 0;
-  if (layout.dtype() != DType::kF32 && layout.scheme() == Scheme::kRht) {
-    rot16_.assign(static_cast<size_t>(layout.typed_rows()) * layout.row_elems(), 0.0f);
-  }
 }
 
 Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const {
@@ -84,10 +86,7 @@ Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t re
   return l;
 }
 
-float* Decoder::rotated_row(const RowInfo& info) {
-  if (layout_.dtype() == DType::kF32) return reinterpret_cast<float*>(out_ + info.byte_offset);
-  return rot16_.data() + static_cast<size_t>(info.row) * layout_.row_elems();
-}
+uint8_t* Decoder::row_heads(uint32_t r) { return heads_.data() + static_cast<size_t>(r) * (layout_.row_elems() / 8); }
 
 void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
   const PacketHeader& h = p.hdr;
@@ -114,6 +113,7 @@ void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
       dst[i] = bits_f32((top << 16) | midpoint_fill(top));
     }
   }
+  if (scheme == Scheme::kRht) return;  // the rest is estimated by finish_row
   // [n1, n0): heads only.
   const float if_set = head_estimate(scheme, 1, h.scale), if_clear = head_estimate(scheme, 0, h.scale);
   fill_heads(p0, l.n1, l.n0, if_set, if_clear, dst + l.n1);
@@ -125,30 +125,28 @@ void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
   std::fill(dst + l.n0, dst + n, 0.0f);
 }
 
-void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes) {
+void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes) {
   const PacketHeader& h = p.hdr;
   const uint32_t n = h.elem_count;
   const bool bf16 = layout_.dtype() == DType::kBF16;
   const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
-  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  const bool value_layout = scheme != Scheme::kSign;
   const uint8_t* p0 = p.payload;
   const uint8_t* p1 = p0 + (n + 7) / 8;
   // Whole values [0, n1), head-only estimates [n1, n0) in fp32, nothing [n0, n).
   tmp15_.resize(n);
   tmpf_.resize(n);
   assemble16(p0, p1, value_layout, l.n1, tmp15_.data());
+  if (scheme == Scheme::kRht) {  // [n1, n) is estimated by finish_row
+    std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(l.n1));
+    return;
+  }
   fill_heads(p0, l.n1, l.n0, head_estimate(scheme, 1, h.scale), head_estimate(scheme, 0, h.scale), tmpf_.data() + l.n1);
   if (scheme == Scheme::kSd && l.n0 > l.n1) {
     const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, h.row, RngStream::kDither);
     subtract_dither(key, h.first_elem + l.n1, l.n0 - l.n1, h.scale, tmpf_.data() + l.n1);
   }
   std::fill(tmpf_.begin() + l.n0, tmpf_.begin() + n, 0.0f);
-  if (scheme == Scheme::kRht) {  // rotated domain, fp32 scratch
-    float* dst = rotated_row(info) + h.first_elem;
-    widen16(tmp15_.data(), l.n1, bf16, dst);
-    std::copy(tmpf_.begin() + l.n1, tmpf_.begin() + n, dst + l.n1);
-    return;
-  }
   narrow16(tmpf_.data() + l.n1, n - l.n1, bf16, tmp15_.data() + l.n1);
   std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(n));
 }
@@ -163,11 +161,15 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
     std::memset(dst + static_cast<size_t>(whole) * esize, 0, static_cast<size_t>(h.elem_count - whole) * esize);
     return;
   }
+  if (scheme == Scheme::kRht) {
+    // The heads wait for finish_row, which estimates the coordinates whose tails were cut.
+    const uint32_t p0_bytes = (h.elem_count + 7) / 8;
+    std::memcpy(row_heads(h.row) + h.first_elem / 8, p.payload, std::min(p0_bytes, p.payload_received));
+  }
   if (layout_.dtype() == DType::kF32) {
-    // rht rows decode into the output buffer in the rotated domain; finish_row rotates back.
     decode_f32(p, scheme, reinterpret_cast<float*>(out_ + info.byte_offset) + h.first_elem);
   } else {
-    decode_16(p, scheme, info, out_ + info.byte_offset + 2 * static_cast<size_t>(h.first_elem));
+    decode_16(p, scheme, out_ + info.byte_offset + 2 * static_cast<size_t>(h.first_elem));
   }
 }
 
@@ -232,30 +234,67 @@ void Decoder::finish_row(uint32_t r) {
   RowState& row = rows_[r];
   const RowInfo info = layout_.row(r);
   const Scheme scheme = row.seen ? row.scheme : info.scheme;
-  const bool rht = scheme == Scheme::kRht;
   const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
-  // Packets that never arrived: 0 (in the rotated domain for rht).
-  for (uint32_t k = 0; k < info.packets; ++k) {
-    if (got_[row_first_slot_[r] + k] >= 0) continue;
-    const uint32_t first = k * info.elems_per_packet;
-    const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
-    if (rht) {
-      std::fill_n(rotated_row(info) + first, n, 0.0f);
-    } else {
+  if (scheme == Scheme::kRht) {
+    estimate_rht_row(info, row.scale);
+  } else {
+    // Packets that never arrived: 0.
+    for (uint32_t k = 0; k < info.packets; ++k) {
+      if (got_[row_first_slot_[r] + k] >= 0) continue;
+      const uint32_t first = k * info.elems_per_packet;
+      const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
       std::memset(out_ + info.byte_offset + static_cast<size_t>(first) * esize, 0, static_cast<size_t>(n) * esize);
     }
   }
-  if (rht) {
-    float* rot = rotated_row(info);
-    rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, r, RngStream::kRhtSigns), info.elems, &signs_);
-    rht_row_inverse(rot, info.elems, signs_);
-    if (layout_.dtype() != DType::kF32) {
-      tmp15_.resize(info.elems);
-      narrow16(rot, info.elems, layout_.dtype() == DType::kBF16, tmp15_.data());
-      std::memcpy(out_ + info.byte_offset, tmp15_.data(), 2 * static_cast<size_t>(info.elems));
+  row.finished = true;
+}
+
+void Decoder::estimate_rht_row(const RowInfo& info, float scale) {
+  const uint32_t epp = info.elems_per_packet;
+  const int32_t* got = got_.data() + row_first_slot_[info.row];
+  // Each slot's levels, once (levels() is not free next to a row's worth of work).
+  row_levels_.resize(info.packets);
+  uint32_t own = 0;  // coordinates with their own bits (at least the 16-bit prefix)
+  for (uint32_t k = 0; k < info.packets; ++k) {
+    row_levels_[k] = levels(Scheme::kRht, false, std::min(epp, info.elems - k * epp), got[k]);
+    own += row_levels_[k].n1;
+  }
+  if (own == info.elems) return;  // nothing to estimate
+  const bool f32 = layout_.dtype() == DType::kF32, bf16 = layout_.dtype() == DType::kBF16;
+  // The row's scaled signs f*sign(R(V)) (0 where even the head is missing), rotated back: the
+  // estimate of the coordinates whose own bits did not arrive. The others keep theirs. An fp32
+  // row with no own bits at all (fully trimmed) is rotated in place, saving a copy.
+  const bool in_place = f32 && own == 0;
+  float* zrow = in_place ? reinterpret_cast<float*>(out_ + info.byte_offset) : nullptr;
+  if (!in_place) {
+    tmpf_.resize(info.elems);
+    zrow = tmpf_.data();
+  }
+  const uint8_t* heads = row_heads(info.row);
+  const float if_set = head_estimate(Scheme::kRht, 1, scale), if_clear = head_estimate(Scheme::kRht, 0, scale);
+  for (uint32_t k = 0; k < info.packets; ++k) {
+    const Levels& l = row_levels_[k];
+    float* z = zrow + k * epp;
+    fill_heads(heads + k * epp / 8, 0, l.n0, if_set, if_clear, z);
+    std::fill(z + l.n0, z + l.n, 0.0f);
+  }
+  rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kRhtSigns), info.elems, &signs_);
+  rht_row_inverse(zrow, info.elems, signs_);
+  if (in_place) return;
+  for (uint32_t k = 0; k < info.packets; ++k) {
+    const Levels& l = row_levels_[k];
+    const uint32_t begin = k * epp + l.n1, count = l.n - l.n1;
+    if (count == 0) continue;
+    if (f32) {
+      std::memcpy(out_ + info.byte_offset + 4 * static_cast<size_t>(begin), tmpf_.data() + begin,
+                  4 * static_cast<size_t>(count));
+    } else {
+      tmp15_.resize(count);
+      narrow16(tmpf_.data() + begin, count, bf16, tmp15_.data());
+      std::memcpy(out_ + info.byte_offset + 2 * static_cast<size_t>(begin), tmp15_.data(),
+                  2 * static_cast<size_t>(count));
     }
   }
-  row.finished = true;
 }
 
 DecodeStats Decoder::finish(std::vector<uint8_t>* estimated) {
@@ -271,9 +310,8 @@ DecodeStats Decoder::finish(std::vector<uint8_t>* estimated) {
       s.estimated += end - begin;
       if (estimated != nullptr) std::fill(estimated->begin() + base + begin, estimated->begin() + base + end, 1);
     };
-    // Slot k is exact on the prefix [first, first + n2) of its elements; the rest is estimated.
-    std::vector<uint32_t>& exact_end = exact_end_;
-    exact_end.resize(info.packets);
+    // Slot k is exact on the prefix [first, first + n2) of its elements; the rest is estimated
+    // (rht too: its planes 1+2 are the input's bits, each coordinate stands on its own).
     for (uint32_t k = 0; k < info.packets; ++k) {
       const uint32_t first = k * info.elems_per_packet;
       const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
@@ -283,20 +321,8 @@ DecodeStats Decoder::finish(std::vector<uint8_t>* estimated) {
       s.plane1 += l.n1 - l.n2;
       s.head_only += l.n0 - l.n1;
       s.missing += n - l.n0;
-      exact_end[k] = first + l.n2;
-      if (scheme != Scheme::kRht && l.n2 < n) mark(first + l.n2, first + n);
+      if (l.n2 < n) mark(first + l.n2, first + n);
     }
-    if (scheme != Scheme::kRht) continue;
-    // The inverse rotation mixes a block: one inexact coordinate spoils all of it.
-    const uint32_t epp = info.elems_per_packet;
-    for_each_rht_block(info.elems, [&](uint32_t offset, int log2n) {
-      const uint32_t end = offset + (1u << log2n);
-      bool exact = true;
-      for (uint32_t k = offset / epp; k * epp < end && exact; ++k) {
-        exact = exact_end[k] >= std::min(end, std::min(info.elems, (k + 1) * epp));
-      }
-      if (!exact) mark(offset, end);
-    });
   }
   return s;
 }

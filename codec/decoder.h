@@ -1,7 +1,9 @@
 // CPU decoder: rebuilds a message from any mix of whole, partly trimmed, fully trimmed and
 // missing packets. Each element uses the best level whose bits survived (full value, 16-bit
-// prefix, or head); elements of packets that never arrived are estimated as 0 (before the
-// inverse rotation for rht). Not thread-safe: one Decoder per thread.
+// prefix, or head); elements of packets that never arrived are estimated as 0. rht: planes 1+2
+// carry the input's own bits, so only the coordinates that lost them are estimated, from the
+// inverse rotation of the row's scaled signs (0 for missing heads). Not thread-safe: one
+// Decoder per thread.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +14,9 @@
 namespace trim::codec {
 
 struct DecodeStats {
-  // Coordinates on the wire (rotated ones for rht), by the level they were decoded at.
+  // Elements on the wire, by the level of their own bits that arrived.
   uint64_t elems = 0, full = 0, plane1 = 0, head_only = 0, missing = 0;
-  // Output elements that are not exact (for rht: every element of a block with a non-full coordinate).
+  // Output elements that are not exact.
   uint64_t estimated = 0;
   uint64_t packets = 0, trimmed_packets = 0, duplicate_packets = 0, late_packets = 0;
 };
@@ -43,7 +45,7 @@ class Decoder {
   uint64_t slots_filled() const { return slots_filled_; }
   // Whether every packet of row r has arrived, whole or trimmed.
   bool row_complete(uint32_t r) const;
-  // Estimates what never arrived and inverse-rotates rht rows. Later packets of the row are ignored.
+  // Estimates what never arrived (and, for rht, what lost its tail). Later packets of the row are ignored.
   void finish_row(uint32_t r);
   // Finishes every row. `estimated`, when given, gets one byte per output element of the
   // message (elements of the dtype, then the tail bytes): 1 where the value is not exact.
@@ -62,8 +64,11 @@ class Decoder {
   Levels levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const;
   void decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme);
   void decode_f32(const ParsedPacket& p, Scheme scheme, float* dst);
-  void decode_16(const ParsedPacket& p, Scheme scheme, const RowInfo& info, uint8_t* dst_bytes);
-  float* rotated_row(const RowInfo& info);
+  void decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes);
+  uint8_t* row_heads(uint32_t r);  // plane 0 of rht row r, as it arrived
+  // The coordinates of an rht row without their own bits (head only or missing), from R^-1 of
+  // the scaled signs.
+  void estimate_rht_row(const RowInfo& info, float scale);
 
   CodecConfig cfg_;
   Layout layout_;
@@ -73,11 +78,11 @@ class Decoder {
   std::vector<uint32_t> row_first_slot_;
   std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none
   uint64_t slots_filled_ = 0;
-  std::vector<float> rot16_;          // rotated values of rht rows of 16-bit dtypes
+  std::vector<Levels> row_levels_;    // estimate_rht_row's per-slot levels
+  std::vector<uint8_t> heads_;        // rht rows: plane 0 of every packet, row_elems / 8 bytes a row
   std::vector<uint16_t> tmp15_;
   std::vector<float> tmpf_;
   std::vector<uint64_t> signs_;
-  std::vector<uint32_t> exact_end_;
   DecodeStats stats_;
 };
 

@@ -99,7 +99,7 @@ void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, 
   random_heads(key, first, v, n, clip, scheme == Scheme::kSd, p0);
 }
 
-void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms) {
+void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, bool heads_only, Norms* norms) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   const PlaneBits bits = plane_bits(Scheme::kSign, DType::kF32, false);
   PlaneBytes planes = plane_bytes(bits, epp);
@@ -107,7 +107,21 @@ void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
-    pack_f32_sign_layout(src + first, n, p0, p0 + planes.p0, p0 + planes.p0 + planes.p1, norms);
+    if (heads_only) {
+      pack_f32_sign_layout(src + first, n, p0, nullptr, nullptr, norms);
+    } else {
+      pack_f32_sign_layout(src + first, n, p0, p0 + planes.p0, p0 + planes.p0 + planes.p1, norms);
+    }
+  }
+}
+
+void Encoder::pack_value_tails(const RowCtx& c, const float* v) {
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    const uint32_t n = std::min(epp, d - first);
+    uint8_t* p1 = c.out + k * c.stride + kHeaderBytes + (n + 7) / 8;
+    pack16_from32(v + first, n, 16, p1);
+    pack16_from32(v + first, n, 0, p1 + 2 * n);
   }
 }
 
@@ -121,38 +135,38 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
     scale = rms(sum_squares(v, d, &finite), d) * cfg_.clip_sigmas;
     for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
       const uint32_t n = std::min(epp, d - first);
-      uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
-      uint8_t* p1 = p0 + (n + 7) / 8;
-      pack_random_heads(c, scheme, v + first, first, n, scale, p0);
-      pack16_from32(v + first, n, 16, p1);
-      pack16_from32(v + first, n, 0, p1 + 2 * n);
+      pack_random_heads(c, scheme, v + first, first, n, scale, c.out + k * c.stride + kHeaderBytes);
     }
+    pack_value_tails(c, v);
   } else {
-    // sign and rht read the row once: payloads first, gathering the norms on the way; the
-    // headers follow when the row's scale is known.
+    // sign reads the row once: payloads first, gathering the norms on the way; the headers
+    // follow when the row's scale is known. rht takes its heads (the signs) and the norms from
+    // the rotated row, and its planes 1+2 from the input, so an untrimmed packet is exact.
+    const bool rht = scheme == Scheme::kRht;
     const float* src = v;
-    if (scheme == Scheme::kRht) {
+    if (rht) {
       f32_.resize(d);
       rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
       rht_row_forward(v, f32_.data(), d, signs_);
       src = f32_.data();
     }
     Norms norms;
-    pack_sign_payloads(c, src, &norms);
+    pack_sign_payloads(c, src, rht, &norms);
     if (!norms.finite) {
       // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
       // rotated block: such rows go per element, scaled by the RMS of their finite values.
       bool finite = true;
       scale = rms(sum_squares(v, d, &finite), d);
-      if (scheme == Scheme::kRht) {
+      if (rht) {
         Norms unused;
-        pack_sign_payloads(c, v, &unused);
+        pack_sign_payloads(c, v, false, &unused);
         scheme = Scheme::kSign;
         log_unrotated(c);
       }
-    } else if (scheme == Scheme::kRht) {
+    } else if (rht) {
       // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal).
       scale = norms.sum_abs > 0.0 ? static_cast<float>(norms.sum_sq / norms.sum_abs) : 0.0f;
+      pack_value_tails(c, v);
     } else {
       scale = rms(norms.sum_sq, d);
     }
@@ -171,19 +185,14 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   float scale = rms(sum_sq, d);
   if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= cfg_.clip_sigmas;
 
-  const uint16_t* src = v;
   if (scheme == Scheme::kRht && finite) {
-    // Rotate in fp32 and send the rotated values rounded to the dtype; f uses the values as
-    // sent. fp16 has a small range: a rotated value that overflows sends the row unrotated.
+    // Rotate in fp32: the heads are the signs of the rotated values, f = |V|^2 / |R(V)|_1.
+    // A bf16 row near the top of the range can overflow fp32 in the rotation: sent unrotated.
     rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
     rht_row_forward(f32_.data(), f32_.data(), d, signs_);
-    h16_.resize(d);
-    narrow16(f32_.data(), d, bf16, h16_.data());
-    widen16(h16_.data(), d, bf16, f32_.data());
-    const double l1 = sum_abs(f32_.data(), d);  // inf or NaN when a sent value overflowed
+    const double l1 = sum_abs(f32_.data(), d);  // inf or NaN when a rotated value overflowed
     if (std::isfinite(l1)) {
       scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
-      src = h16_.data();
     } else {
       scheme = Scheme::kSign;
     }
@@ -195,19 +204,24 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   }
   if (scheme == Scheme::kSign) scale = rms(sum_sq, d);
 
-  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
-  // sq/sd heads come from the widened values, which f32_ still holds (only rht rotates it).
+  // Planes 1 carry the input bits. sq/sd heads come from the widened values (f32_), rht heads
+  // are the signs of the rotated ones (f32_ after the rotation).
   const uint32_t epp = c.info.elems_per_packet;
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
     uint8_t* p1 = p0 + (n + 7) / 8;
-    if (value_layout) {
-      pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
-      pack16_from16(src + first, n, p1);
-    } else {
-      pack16_sign_layout(src + first, n, p0, p1);
+    if (scheme == Scheme::kSign) {
+      pack16_sign_layout(v + first, n, p0, p1);
+      continue;
     }
+    if (scheme == Scheme::kRht) {
+      Norms unused;
+      pack_f32_sign_layout(f32_.data() + first, n, p0, nullptr, nullptr, &unused);
+    } else {
+      pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
+    }
+    pack16_from16(v + first, n, p1);
   }
   write_row_headers(c, scheme, scale);
 }

@@ -39,8 +39,11 @@ class Encoder {
   struct RowCtx;
   void encode_f32_row(const RowCtx& c, const float* v);
   static void log_unrotated(const RowCtx& c);
-  // Planes of every packet of an fp32 sign-layout row (headers not yet written).
-  void pack_sign_payloads(const RowCtx& c, const float* src, Norms* norms);
+  // Planes of every packet of an fp32 sign-layout row (headers not yet written); heads_only:
+  // plane 0 alone (rht's heads from the rotated row).
+  void pack_sign_payloads(const RowCtx& c, const float* src, bool heads_only, Norms* norms);
+  // Planes 1+2 of an fp32 value-layout row (sq, sd, rht): the input's bits 31..16 and 15..0.
+  static void pack_value_tails(const RowCtx& c, const float* v);
   void encode_16_row(const RowCtx& c, const uint16_t* v);
   void encode_raw_row(const RowCtx& c, const uint8_t* bytes);
   // Headers of every packet of the row (sizes into c.sizes), once the row's scale is known.
@@ -56,7 +59,6 @@ class Encoder {
 
   CodecConfig cfg_;
   std::vector<float> f32_;         // rotated (rht) or widened (16-bit) row
-  std::vector<uint16_t> h16_;      // rht rows of 16-bit dtypes, rounded back to the dtype
   std::vector<uint64_t> signs_;
 };
 

@@ -65,8 +65,10 @@ namespace scalar {
 
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms) {
   pack_sign_bits32(v, n, p0);
-  pack15_from32(v, n, p1);
-  pack16_from32(v, n, 0, p2);
+  if (p1 != nullptr) {
+    pack15_from32(v, n, p1);
+    pack16_from32(v, n, 0, p2);
+  }
   bool finite = true;
   norms->sum_sq += sum_squares(v, n, &finite);
   norms->sum_abs += sum_abs(v, n);

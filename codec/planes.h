@@ -31,8 +31,9 @@ struct Norms {
   bool finite = true;
 };
 
-// All three planes of fp32 values in the sign layout (sign/rht) in one pass over the input,
-// adding the values' norms to *norms.
+// All three planes of fp32 values in the sign layout (sign) in one pass over the input,
+// adding the values' norms to *norms. p1 == nullptr (p2 unused): plane 0 and the norms only,
+// which is what rht takes from the rotated values (its planes 1+2 hold the input's bits).
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
 
 // Decode of whole fp32 elements [0, n) of a packet: sign layout (plane 0 = sign, plane 1 =

@@ -114,12 +114,14 @@ TRIM_AVX512 inline __mmask16 non_finite16(__m512 x) {
 }
 
 // 16 fp32 values per step, read once: plane 0 from the sign mask, plane 2 by narrowing,
-// plane 1 by pack15x16, and the norms in the reference's lanes.
+// plane 1 by pack15x16, and the norms in the reference's lanes. p1 == nullptr: plane 0 and
+// the norms only (rht heads).
 TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                                       Norms* norms) {
   const Pack15Consts k = pack15_consts();
   Lanes8 acc = lanes8_zero();
   __mmask16 bad = 0;
+  const bool tails = p1 != nullptr;
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 xf = _mm512_loadu_ps(v + i);
@@ -128,6 +130,7 @@ TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, u
     lanes8_add16(xf, &acc);
     const uint16_t signs = _mm512_movepi32_mask(x);
     std::memcpy(p0 + i / 8, &signs, 2);
+    if (!tails) continue;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2 + 2 * i), _mm512_cvtepi32_epi16(x));
     pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, p1 + (15 * i) / 8);
   }
@@ -143,10 +146,12 @@ TRIM_AVX512 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, u
     const uint16_t signs = _mm512_movepi32_mask(x);
     const uint32_t sign_bytes = (r + 7) / 8, p1_bytes = (15 * r + 7) / 8;
     std::memcpy(p0 + i / 8, &signs, sign_bytes);
-    _mm256_mask_storeu_epi16(p2 + 2 * i, m, _mm512_cvtepi32_epi16(x));
-    alignas(32) uint8_t tmp[32];
-    pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, tmp);
-    std::memcpy(p1 + (15 * i) / 8, tmp, p1_bytes);
+    if (tails) {
+      _mm256_mask_storeu_epi16(p2 + 2 * i, m, _mm512_cvtepi32_epi16(x));
+      alignas(32) uint8_t tmp[32];
+      pack15x16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)), k, tmp);
+      std::memcpy(p1 + (15 * i) / 8, tmp, p1_bytes);
+    }
   }
   double sum_sq, sum_ab;
   bool finite = true;

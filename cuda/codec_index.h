@@ -108,7 +108,7 @@ TRIM_HD Planes packet_planes(Scheme scheme, DType dtype, bool tail, uint32_t n) 
     p.b2 = 8 * codec::dtype_bytes(dtype);
   } else {
     p.b0 = 1;
-    p.b1 = (scheme == Scheme::kSq || scheme == Scheme::kSd) ? 16 : 15;
+    p.b1 = scheme == Scheme::kSign ? 15 : 16;  // only the sign scheme's head is a bit of the value
     p.b2 = dtype == DType::kF32 ? 16 : 0;
   }
   p.p0 = static_cast<uint32_t>((static_cast<uint64_t>(n) * p.b0 + 7) / 8);
@@ -221,7 +221,7 @@ TRIM_HD void pack15x8(const uint32_t f[8], uint8_t out[15]) {
 TRIM_HD uint32_t group_p1_bytes(uint32_t b1, uint32_t r) { return (b1 * r + 7) / 8; }
 TRIM_HD uint32_t group_p2_bytes(uint32_t b2, uint32_t r) { return b2 * r / 8; }
 
-// fp32 sign layout (sign, rht): plane 0 = bit 31, plane 1 = bits 30..16, plane 2 = bits 15..0.
+// fp32 sign layout (sign): plane 0 = bit 31, plane 1 = bits 30..16, plane 2 = bits 15..0.
 TRIM_HD void pack_group_f32_sign(const uint32_t x[8], uint32_t r, Group* g) {
   uint32_t f[8];
   g->p0 = 0;
@@ -234,7 +234,8 @@ TRIM_HD void pack_group_f32_sign(const uint32_t x[8], uint32_t r, Group* g) {
   pack15x8(f, g->p1);
 }
 
-// fp32 value layout (sq, sd): plane 0 = the random heads, plane 1 = bits 31..16, plane 2 = 15..0.
+// fp32 value layout (sq, sd, rht): plane 0 = the heads (random, or the rotated value's sign),
+// plane 1 = the input's bits 31..16, plane 2 = its bits 15..0.
 TRIM_HD void pack_group_f32_value(const uint32_t x[8], uint32_t r, uint8_t heads, Group* g) {
   g->p0 = heads;
   for (uint32_t k = 0; k < 8; ++k) {
@@ -261,33 +262,25 @@ struct RowValues {
 };
 
 // Group e0 / 8 of a lossy row (elements [e0, e0 + r), r <= 8) as the encoder packs it
-// (Encoder::pack_*_payloads). s(e) is the row's element e as fp32 (rotated for rht), in16(e)
-// the input bits of a 16-bit element. A 16-bit value v packs as the fp32 pattern v << 16: its
-// sign is then bit 31, its low 15 bits land in plane 1, and its (empty) plane 2 is not written.
-template <class RowAt, class In16At>
-TRIM_HD void build_group(RowAt s, In16At in16, uint32_t e0, uint32_t r, Scheme scheme, DType dtype, float scale,
+// (Encoder::pack_*_payloads). s(e) is the row's element e as fp32 (rotated for rht), in(e)
+// the input bits of element e as an fp32 pattern: a 16-bit value v as v << 16 (its sign is
+// then bit 31, its low 15 bits land in plane 1, and its empty plane 2 is not written).
+template <class RowAt, class InAt>
+TRIM_HD void build_group(RowAt s, InAt in, uint32_t e0, uint32_t r, Scheme scheme, DType dtype, float scale,
                          uint64_t dither_key, Group* g) {
-  const bool value_layout = scheme == Scheme::kSq || scheme == Scheme::kSd;
+  const bool value_layout = scheme != Scheme::kSign;
+  const bool rht = scheme == Scheme::kRht;
   uint8_t heads = 0;
-  if (value_layout) {
-    for (uint32_t j = 0; j < r; ++j) {
-      const bool h = random_head(dither_key, e0 + j, s(e0 + j), scale, scheme == Scheme::kSd);
-      heads = static_cast<uint8_t>(heads | (static_cast<uint32_t>(h) << j));
-    }
+  for (uint32_t j = 0; value_layout && j < r; ++j) {
+    // rht: the sign of the rotated value (scalar::pack_sign_bits32); sq/sd: random heads.
+    const bool h = rht ? (codec::f32_bits(s(e0 + j)) >> 31) != 0
+                       : random_head(dither_key, e0 + j, s(e0 + j), scale, scheme == Scheme::kSd);
+    heads = static_cast<uint8_t>(heads | (static_cast<uint32_t>(h) << j));
   }
-  const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
+  // fp32 rows other than rht hold their input in s; rht's s is rotated, so it reads the input.
+  const bool from_s = dtype == DType::kF32 && !rht;
   uint32_t x[8];
-  for (uint32_t j = 0; j < 8; ++j) {
-    if (j >= r) {
-      x[j] = 0;
-    } else if (f32) {
-      x[j] = codec::f32_bits(s(e0 + j));
-    } else {
-      // Rotated rows send the rotated values rounded to the dtype; others their input bits.
-      const uint16_t h = scheme == Scheme::kRht ? narrow16(s(e0 + j), bf16) : in16(e0 + j);
-      x[j] = static_cast<uint32_t>(h) << 16;
-    }
-  }
+  for (uint32_t j = 0; j < 8; ++j) x[j] = j >= r ? 0u : from_s ? codec::f32_bits(s(e0 + j)) : in(e0 + j);
   if (value_layout) {
     pack_group_f32_value(x, r, heads, g);
   } else {
@@ -414,15 +407,15 @@ TRIM_HD GroupRange round_groups(const RowDesc& d, uint32_t k0, uint32_t k1) {
 
 // Group gi of a lossy row (elements [8 gi, 8 gi + 8) of the row) packed into its packet's
 // payload in the stage of the round that starts at packet k0 (epp is a multiple of 8).
-template <class RowAt, class In16At>
+template <class RowAt, class InAt>
 TRIM_HD void stage_group(uint8_t* stage, const StagePlan& plan, const RowDesc& d, uint32_t k0, uint32_t gi,
-                         Scheme scheme, DType dtype, float scale, uint64_t dither_key, RowAt s, In16At in16) {
+                         Scheme scheme, DType dtype, float scale, uint64_t dither_key, RowAt s, InAt in) {
   const uint32_t groups_per_packet = d.epp / 8;
   const uint32_t k = gi / groups_per_packet, q = gi - k * groups_per_packet;
   const uint32_t e0 = 8 * gi, r = min_u32(8, d.elems - e0);
   const Planes pl = packet_planes(scheme, dtype, false, min_u32(d.epp, d.elems - k * d.epp));
   Group g;
-  build_group(s, in16, e0, r, scheme, dtype, scale, dither_key, &g);
+  build_group(s, in, e0, r, scheme, dtype, scale, dither_key, &g);
   place_group(stage + (k - k0) * plan.payload_stride, pl, q, r, g);
 }
 
@@ -555,7 +548,7 @@ TRIM_HD uint16_t decode_16_whole(const uint8_t* payload, const Planes& pb, uint3
 
 // RMS as the encoder computes it from a double sum of squares.
 // Element i of a packet of n elements whose first `received` payload bytes are at `payload`,
-// as fp32 (the rotated domain for rht); for 16-bit rows also the exact value when it arrived
+// as fp32 (for rht only meaningful when rht_own_bits); for 16-bit rows also the exact value when it arrived
 // whole (*whole = true, *whole16). Decoder::decode_f32 / decode_16 for one element; e is its
 // index in the row (the sd dither's).
 TRIM_HD float decode_elem(DType dtype, Scheme scheme, float scale, uint64_t dither_key, const uint8_t* payload,
@@ -571,6 +564,21 @@ TRIM_HD float decode_elem(DType dtype, Scheme scheme, float scale, uint64_t dith
   }
   if (i < l.n0) return head_value(scheme, payload, i, scale, dither_key, e);
   return 0.0f;
+}
+
+// rht (Decoder::estimate_rht_row): whether element i of a packet got its own bits (whole, or
+// the 16-bit prefix), which decode_elem then decodes; the others are estimated from R^-1 of
+// the row's scaled heads.
+TRIM_HD bool rht_own_bits(DType dtype, uint32_t received, uint32_t n, uint32_t i) {
+  return i < decode_levels(packet_planes(Scheme::kRht, dtype, false, n), n, received).n1;
+}
+
+// rht: element i's entry of the scaled heads the decoder rotates back: +-scale by its head,
+// 0 when even the head is missing.
+TRIM_HD float rht_head_coord(DType dtype, float scale, const uint8_t* payload, uint32_t received, uint32_t n,
+                             uint32_t i) {
+  const Levels l = decode_levels(packet_planes(Scheme::kRht, dtype, false, n), n, received);
+  return i < l.n0 ? head_estimate(Scheme::kRht, head_bit(payload, i), scale) : 0.0f;
 }
 
 TRIM_HD float rms_of(double sum_sq, uint32_t n) {

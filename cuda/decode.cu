@@ -1,7 +1,9 @@
 // Fused decode: one thread block per row decodes every element of the row from whatever
 // bytes of its packets arrived (best surviving level per element, codec::Decoder::decode_f32 /
-// decode_16), estimates missing packets as 0, and for rht rows runs the inverse RHT in shared
-// memory before writing the row once. CPU reference: codec/decoder.cc (add + finish_row).
+// decode_16) and estimates missing packets as 0. rht rows: elements with their own bits are
+// written as they decode; when some lost them, the row's scaled heads are rotated back in
+// shared memory (Decoder::estimate_rht_row) and only those elements take the estimate.
+// CPU reference: codec/decoder.cc (add + finish_row).
 #include <cuda_runtime.h>
 
 #include "cuda/kernels.h"
@@ -13,6 +15,7 @@ namespace {
 struct RowHead {
   int scheme;
   float scale;
+  int estimate;  // rht: some element lost its own bits
 };
 
 // What arrived of packet k of the row: its bytes (nullptr when missing) and payload bytes.
@@ -111,6 +114,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) decode_rows_kernel(DecodeParam
   if (threadIdx.x == 0) {
     head.scheme = static_cast<int>(d.scheme);
     head.scale = 0.0f;
+    head.estimate = 0;
     for (uint32_t k = 0; k < d.packets; ++k) {
       const Slot sl = slot_of(p, slot0 + k);
       if (sl.packet != nullptr) {
@@ -144,15 +148,23 @@ __global__ void __launch_bounds__(kMaxRowThreads) decode_rows_kernel(DecodeParam
     for (uint32_t e = k0 * d.epp + threadIdx.x; e < e_end; e += blockDim.x) {
       const uint32_t k = e / d.epp, first = k * d.epp;
       const Slot sl = slot_of(p, slot0 + k);
+      const uint8_t* payload = stage + (k - k0) * plan.payload_stride;
+      const uint32_t n = min_u32(d.epp, d.elems - first);
+      if (rht) {
+        // Every element's scaled head goes into the inverse transform; its own bits, if any, out.
+        s[smem_index(e)] =
+            sl.packet == nullptr ? 0.0f : rht_head_coord(dtype, scale, payload, sl.payload_received, n, e - first);
+        if (sl.packet == nullptr || !rht_own_bits(dtype, sl.payload_received, n, e - first)) {
+          head.estimate = 1;
+          continue;
+        }
+      }
       uint16_t w16 = 0;
       bool whole = false;
       const float v = sl.packet == nullptr ? 0.0f
-                                           : decode_elem(dtype, scheme, scale, dither_key,
-                                                         stage + (k - k0) * plan.payload_stride, sl.payload_received,
-                                                         min_u32(d.epp, d.elems - first), e - first, e, &w16, &whole);
-      if (rht) {
-        s[smem_index(e)] = v;
-      } else if (dtype == DType::kF32) {
+                                           : decode_elem(dtype, scheme, scale, dither_key, payload, sl.payload_received,
+                                                         n, e - first, e, &w16, &whole);
+      if (dtype == DType::kF32) {
         reinterpret_cast<float*>(dst)[e] = v;
       } else {
         reinterpret_cast<uint16_t*>(dst)[e] = whole ? w16 : narrow16(v, bf16);
@@ -160,14 +172,19 @@ __global__ void __launch_bounds__(kMaxRowThreads) decode_rows_kernel(DecodeParam
     }
     __syncthreads();  // the next round refills the stage
   }
-  if (!rht) return;
+  if (!rht || head.estimate == 0) return;  // an untrimmed rht row is exact: no inverse transform
   fwht_row(s, d.elems, p.c.fwht_scale, signs);
-  if (dtype == DType::kF32) {
-    float* out = reinterpret_cast<float*>(dst);
-    for (uint32_t e = threadIdx.x; e < d.elems; e += blockDim.x) out[e] = s[smem_index(e)];
-  } else {
-    uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-    for (uint32_t e = threadIdx.x; e < d.elems; e += blockDim.x) out[e] = narrow16(s[smem_index(e)], bf16);
+  for (uint32_t e = threadIdx.x; e < d.elems; e += blockDim.x) {
+    const uint32_t k = e / d.epp, first = k * d.epp;
+    const Slot sl = slot_of(p, slot0 + k);
+    if (sl.packet != nullptr && rht_own_bits(dtype, sl.payload_received, min_u32(d.epp, d.elems - first), e - first)) {
+      continue;
+    }
+    if (dtype == DType::kF32) {
+      reinterpret_cast<float*>(dst)[e] = s[smem_index(e)];
+    } else {
+      reinterpret_cast<uint16_t*>(dst)[e] = narrow16(s[smem_index(e)], bf16);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
-// Fused encode: one thread block per row reads the row once into shared memory (applying the
-// RHT signs), rotates it there (rht), gathers the norms in the CPU reference's summation
-// order, and writes every packet of the row: planes 0/1/2 by groups of 8 elements, then the
-// headers with the row's scale and CRC. CPU reference: codec/encoder.cc (Encoder::encode_row)
+// Fused encode: one thread block per row reads the row into shared memory (applying the RHT
+// signs), rotates it there (rht), gathers the norms in the CPU reference's summation order,
+// and writes every packet of the row: planes 0/1/2 by groups of 8 elements (rht: heads from
+// the rotated row, planes 1+2 from the input, read again), then the headers with the row's
+// scale and CRC. CPU reference: codec/encoder.cc (Encoder::encode_row)
 // with codec::scalar kernels; the per-element math is in cuda/codec_index.h.
 #include <cuda_runtime.h>
 
@@ -14,7 +15,7 @@ namespace {
 // What the whole block agrees on once the row's values are known.
 struct RowState {
   LaneNorms norms;   // whole-row norms, or the per-packet totals for fp32 sign/rht
-  LaneNorms extra;   // 16-bit rht: the norms of the rotated values as sent
+  LaneNorms extra;   // 16-bit rht: the norms of the rotated values
   int scheme;        // the row's scheme on the wire (rht falls back to sign)
   float scale;
 };
@@ -160,10 +161,14 @@ __device__ inline void copy_word_out(uint8_t* dst, const uint8_t* src, uint32_t 
   for (uint32_t b = 0; b < n; ++b) dst[4 * w + b] = src[4 * w + b];
 }
 
-// build_group's view of the 16-bit input, in global memory.
-struct In16At {
-  const uint16_t* v;
-  TRIM_HD uint16_t operator()(uint32_t e) const { return v[e]; }
+// build_group's view of the row's input bits, in global memory (fp32 bits, or 16-bit v << 16).
+struct InAt {
+  const uint8_t* row;
+  bool f32;
+  __device__ uint32_t operator()(uint32_t e) const {
+    return f32 ? __ldg(reinterpret_cast<const uint32_t*>(row) + e)
+               : static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(row) + e)) << 16;
+  }
 };
 
 // Planes of every packet of a lossy row: rounds of plan.packets packets, each built in the
@@ -173,12 +178,12 @@ __device__ void pack_row(const EncodeParams& p, const RowDesc& d, uint64_t slot0
   const DType dtype = static_cast<DType>(p.c.geom.dtype);
   const uint64_t dither_key = codec::rng_key(p.c.seed, p.c.msg_seq, d.row, codec::RngStream::kDither);
   const RowValues row_at{s};
-  const In16At in16{reinterpret_cast<const uint16_t*>(p.msg + d.byte_offset)};
+  const InAt in{p.msg + d.byte_offset, dtype == DType::kF32};
   for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
     const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
     const GroupRange gr = round_groups(d, k0, k1);
     for (uint32_t gi = gr.begin + threadIdx.x; gi < gr.end; gi += blockDim.x) {
-      stage_group(stage, plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in16);
+      stage_group(stage, plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in);
     }
     __syncthreads();
     for (uint32_t idx = threadIdx.x; idx < (k1 - k0) * (plan.payload_stride / 4); idx += blockDim.x) {
@@ -211,7 +216,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) encode_rows_kernel(EncodeParam
   __shared__ RowState st;
 
   const DType dtype = static_cast<DType>(geom.dtype);
-  const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
+  const bool f32 = dtype == DType::kF32;
   Scheme scheme = d.scheme;
   const bool rht = scheme == Scheme::kRht;
   if (rht) load_sign_words(signs, codec::rng_key(p.c.seed, p.c.msg_seq, row, codec::RngStream::kRhtSigns), d.elems);
@@ -240,19 +245,15 @@ __global__ void __launch_bounds__(kMaxRowThreads) encode_rows_kernel(EncodeParam
     float scale = rms_of(st.norms.sum_sq, d.elems);
     if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= p.c.clip_sigmas;
     if (rht && st.norms.finite) {
-      // Rotate in fp32, round to the dtype; f uses the values as sent (Encoder::encode_16_row).
+      // Rotate in fp32: the heads are its signs, f = |V|^2 / |R(V)|_1 (Encoder::encode_16_row).
       load_row(p, d, s, signs);
       fwht_row(s, d.elems, p.c.fwht_scale, nullptr);
-      for (uint32_t i = threadIdx.x; i < d.elems; i += blockDim.x) {
-        s[smem_index(i)] = widen16(narrow16(s[smem_index(i)], bf16), bf16);
-      }
-      __syncthreads();
       row_norms(s, d.elems, &st.extra);
       const double l1 = st.extra.sum_abs;
       if (isfinite(l1)) {
         scale = l1 > 0.0 ? static_cast<float>(st.norms.sum_sq / l1) : 0.0f;
       } else {
-        scheme = Scheme::kSign;  // an fp16 rotation overflowed: send the input unrotated
+        scheme = Scheme::kSign;  // a bf16 rotation overflowed fp32: send the input unrotated
         load_row(p, d, s, nullptr);
       }
     } else if (rht) {

@@ -36,13 +36,19 @@ void load_row(const Ctx& c, const uint8_t* msg, const RowDesc& d, std::vector<fl
   }
 }
 
-// The 16-bit input bits of element e of a row (In16At in cuda/encode.cu).
-struct In16Bytes {
+// The input bits of element e of a row (InAt in cuda/encode.cu).
+struct InBytes {
   const uint8_t* row;
-  uint16_t operator()(uint32_t e) const {
+  bool f32;
+  uint32_t operator()(uint32_t e) const {
+    if (f32) {
+      uint32_t x;
+      std::memcpy(&x, row + 4 * static_cast<size_t>(e), 4);
+      return x;
+    }
     uint16_t h;
     std::memcpy(&h, row + 2 * static_cast<size_t>(e), 2);
-    return h;
+    return static_cast<uint32_t>(h) << 16;
   }
 };
 
@@ -52,14 +58,14 @@ void pack_row(const Ctx& c, const uint8_t* msg, uint8_t* out, const RowDesc& d, 
   const uint64_t dither_key = codec::rng_key(c.cfg->seed, c.id->msg_seq, d.row, codec::RngStream::kDither);
   const StagePlan plan = stage_plan(c.g);
   const RowValues row_at{s.data()};
-  const In16Bytes in16{msg + d.byte_offset};
+  const InBytes in{msg + d.byte_offset, dtype == DType::kF32};
   // Poisoned, so a byte the kernel would copy out without having built it shows up.
   std::vector<uint8_t> stage(plan.bytes, 0xA5);
   for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
     const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
     const GroupRange gr = round_groups(d, k0, k1);
     for (uint32_t gi = gr.begin; gi < gr.end; ++gi) {
-      stage_group(stage.data(), plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in16);
+      stage_group(stage.data(), plan, d, k0, gi, scheme, dtype, scale, dither_key, row_at, in);
     }
     for (uint32_t idx = 0; idx < (k1 - k0) * (plan.payload_stride / 4); ++idx) {
       const StageWord sw = stage_word(plan, d, scheme, dtype, k0, idx);
@@ -91,7 +97,7 @@ void encode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
       continue;
     }
     const DType dtype = layout.dtype();
-    const bool f32 = dtype == DType::kF32, bf16 = dtype == DType::kBF16;
+    const bool f32 = dtype == DType::kF32;
     Scheme scheme = d.scheme;
     const bool rht = scheme == Scheme::kRht;
     const std::vector<uint64_t> signs = sign_words(cfg, id.msg_seq, row, d.elems);
@@ -122,7 +128,6 @@ void encode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
       if (rht && row_n.finite) {
         load_row(c, msg, d, s, signs.data());
         fwht_row(s, d.elems, nullptr);
-        for (uint32_t i = 0; i < d.elems; ++i) s[smem_index(i)] = widen16(narrow16(s[smem_index(i)], bf16), bf16);
         const double l1 = group_norms(s, 0, d.elems).sum_abs;
         if (std::isfinite(l1)) {
           scale = l1 > 0.0 ? static_cast<float>(row_n.sum_sq / l1) : 0.0f;
@@ -194,6 +199,7 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
     const uint64_t dither_key = codec::rng_key(cfg.seed, id.msg_seq, row, codec::RngStream::kDither);
     const StagePlan plan = stage_plan(g);
     std::vector<uint8_t> stage(plan.bytes, 0xA5);
+    bool estimate = false;
     for (uint32_t k0 = 0; k0 < d.packets; k0 += plan.packets) {
       const uint32_t k1 = min_u32(d.packets, k0 + plan.packets);
       std::fill(stage.begin(), stage.end(), 0xA5);  // bytes that did not arrive are never read
@@ -209,16 +215,19 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
         const uint32_t k = e / d.epp, first = k * d.epp, i = e - first, n = min_u32(d.epp, d.elems - first);
         uint32_t pr;
         const uint8_t* pk = slot(slot0 + k, &pr);
+        const uint8_t* payload = stage.data() + (k - k0) * plan.payload_stride;
+        if (scheme == Scheme::kRht) {
+          s[smem_index(e)] = pk == nullptr ? 0.0f : rht_head_coord(dtype, scale, payload, pr, n, i);
+          if (pk == nullptr || !rht_own_bits(dtype, pr, n, i)) {
+            estimate = true;
+            continue;
+          }
+        }
         float v = 0.0f;
         bool whole = false;
         uint16_t w16 = 0;
-        if (pk != nullptr) {
-          v = decode_elem(dtype, scheme, scale, dither_key, stage.data() + (k - k0) * plan.payload_stride, pr, n, i, e,
-                          &w16, &whole);
-        }
-        if (scheme == Scheme::kRht) {
-          s[smem_index(e)] = v;
-        } else if (dtype == DType::kF32) {
+        if (pk != nullptr) v = decode_elem(dtype, scheme, scale, dither_key, payload, pr, n, i, e, &w16, &whole);
+        if (dtype == DType::kF32) {
           std::memcpy(dst + 4 * e, &v, 4);
         } else {
           const uint16_t h = whole ? w16 : narrow16(v, bf16);
@@ -226,10 +235,15 @@ void decode_rows(const codec::CodecConfig& cfg, const codec::Layout& layout, con
         }
       }
     }
-    if (scheme != Scheme::kRht) continue;
+    if (scheme != Scheme::kRht || !estimate) continue;
     const std::vector<uint64_t> signs = sign_words(cfg, id.msg_seq, row, d.elems);
     fwht_row(s, d.elems, signs.data());
     for (uint32_t e = 0; e < d.elems; ++e) {
+      const uint32_t k = e / d.epp, first = k * d.epp;
+      uint32_t pr;
+      if (slot(slot0 + k, &pr) != nullptr && rht_own_bits(dtype, pr, min_u32(d.epp, d.elems - first), e - first)) {
+        continue;
+      }
       if (dtype == DType::kF32) {
         std::memcpy(dst + 4 * e, &s[smem_index(e)], 4);
       } else {

@@ -57,6 +57,17 @@ TEST_F(PlanesKernel, PackMatchesReference) {
     EXPECT_EQ(na.sum_sq, nb.sum_sq) << "n=" << n;
     EXPECT_EQ(na.sum_abs, nb.sum_abs) << "n=" << n;
     EXPECT_TRUE(na.finite && nb.finite);
+    // Heads only (rht: plane 0 from the rotated values): plane 0 and the same norms, nothing
+    // written past plane 0.
+    std::vector<uint8_t> ha(a.size(), 0x5C), hb(a.size(), 0x5C);
+    Norms ma, mb;
+    scalar::pack_f32_sign_layout(g.data(), n, ha.data(), nullptr, nullptr, &ma);
+    avx512::pack_f32_sign_layout(g.data(), n, hb.data(), nullptr, nullptr, &mb);
+    EXPECT_EQ(ha, hb) << "heads only n=" << n;
+    EXPECT_TRUE(std::equal(ha.begin(), ha.begin() + p0, a.begin())) << "n=" << n;
+    EXPECT_TRUE(std::all_of(ha.begin() + p0, ha.end(), [](uint8_t x) { return x == 0x5C; })) << "n=" << n;
+    EXPECT_EQ(ma.sum_sq, na.sum_sq) << "n=" << n;
+    EXPECT_EQ(mb.sum_abs, na.sum_abs) << "n=" << n;
     // Huge finite values overflow fp32 squares: the kernel must fall back, not report inf.
     g[0] = 3e30f;
     Norms huge;

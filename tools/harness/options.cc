@@ -181,11 +181,10 @@ Fault scenarios (sendrecv):
   --abort-in-flight    the same in the order of NCCL's proxy teardown on abort: deregMr, free
                        the buffers, then close (the plugin must not touch them after deregMr)
 Verify (of the fp32 data: sendrecv's copy, the allreduce, mixed's trimmable AllReduce): exact
-(every rank bit-identical to a reference summed in the ring's order), ok (not exact, but
-explained: the plugin reports trimmed packets accepted, or the traffic may have been encoded
-(profiler on v10+, --trimmable, NCCL_TRIM_FORCE=1) and its NMSE is at rounding level; raw tail
-bytes exact and the mean NMSE <= --nmse-max), fail; skipped for the fault scenarios, which
-check no data. mixed also fails unless exact_ok.
+(every rank bit-identical to a reference summed in the ring's order; encoded traffic that
+arrived untrimmed decodes to the original bits), ok (not exact, but explained: the plugin
+reports trimmed packets accepted; raw tail bytes exact and the mean NMSE <= --nmse-max), fail;
+skipped for the fault scenarios, which check no data. mixed also fails unless exact_ok.
 JSON extras: replicas_identical (allreduce, mixed: every rank's final fp32 buffers hash alike)
 and replica_nmse (the largest NMSE of any rank's result against rank 0's, 0 when identical);
 exact_ok (mixed: the int32 sums, the broadcast payload and the LL sums arrived bit exact);
