@@ -40,8 +40,15 @@ else
   CU_SRCS   :=
 endif
 
-LIB_SRCS  := $(wildcard common/*.cc codec/*.cc transport/*.cc plugin/*.cc) $(GPU_SRCS)
-LIB_OBJS  := $(LIB_SRCS:%.cc=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+# One archive per layer, each linked only with what is below it, so a call up the layers is a
+# link error: common <- codec <- cuda <- transport <- plugin; the switch model (switch_sim/*.cc)
+# sits on common and codec. The plugin .so takes every layer's objects.
+COMMON_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard common/*.cc))
+CODEC_OBJS     := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard codec/*.cc))
+CUDA_OBJS      := $(GPU_SRCS:%.cc=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+TRANSPORT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard transport/*.cc))
+PLUGIN_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard plugin/*.cc))
+LIB_OBJS  := $(COMMON_OBJS) $(CODEC_OBJS) $(CUDA_OBJS) $(TRANSPORT_OBJS) $(PLUGIN_OBJS)
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
 BENCH_SRCS := $(wildcard tools/bench/*.cc)
@@ -57,8 +64,16 @@ SWITCH_OBJS := $(SWITCH_SRCS:%.cc=$(BUILD)/obj/%.o)
 SIM_SRCS := $(wildcard switch_sim/sim/*.cc)
 SIM_OBJS := $(SIM_SRCS:%.cc=$(BUILD)/obj/%.o)
 
-ARCHIVE := $(BUILD)/lib/libtrim.a
-SW_ARCHIVE := $(BUILD)/lib/libtrimsw.a
+A_COMMON    := $(BUILD)/lib/libtrim_common.a
+A_CODEC     := $(BUILD)/lib/libtrim_codec.a
+A_CUDA      := $(BUILD)/lib/libtrim_cuda.a
+A_TRANSPORT := $(BUILD)/lib/libtrim_transport.a
+A_PLUGIN    := $(BUILD)/lib/libtrim_plugin.a
+SW_ARCHIVE  := $(BUILD)/lib/libtrimsw.a
+# Top layer first: a lower archive can never resolve a symbol of a higher one.
+ARCHIVES    := $(A_PLUGIN) $(A_TRANSPORT) $(A_CUDA) $(A_CODEC) $(A_COMMON)
+# trim-sim's endpoints share exactly one unit with the transport: its loss recovery.
+RECOVERY_OBJ := $(BUILD)/obj/transport/recovery.o
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
 TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo \
            $(BUILD)/bin/trim-harness
@@ -93,9 +108,16 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) -I. -MMD -MP -MF $(@:.o=.d) $(NVCCFLAGS) -c $< -o $@
 
-$(ARCHIVE): $(LIB_OBJS)
-	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+define archive_rule
+$(1): $(2)
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(eval $(call archive_rule,$(A_COMMON),$(COMMON_OBJS)))
+$(eval $(call archive_rule,$(A_CODEC),$(CODEC_OBJS)))
+$(eval $(call archive_rule,$(A_CUDA),$(CUDA_OBJS)))
+$(eval $(call archive_rule,$(A_TRANSPORT),$(TRANSPORT_OBJS)))
+$(eval $(call archive_rule,$(A_PLUGIN),$(PLUGIN_OBJS)))
 
 # Only the ncclNetPlugin_vN (and later profiler/tuner) symbols leave the library.
 $(PLUGIN): $(LIB_OBJS) plugin/exports.map
@@ -108,35 +130,36 @@ $(PLUGIN): $(LIB_OBJS) plugin/exports.map
 $(BUILD)/lib/libnccl-net.so: $(PLUGIN)
 	ln -sf libnccl-net-trim.so $@
 
-$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(ARCHIVE)
+$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(ARCHIVES) $(LDFLAGS) -ldl
 
 # trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
-$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVE)
+$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVE) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVES) $(LDFLAGS) -ldl
 
 $(SW_ARCHIVE): $(SW_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $(SW_OBJS)
 
-$(BUILD)/bin/trim-switch: $(SWITCH_OBJS) $(SW_ARCHIVE) $(ARCHIVE)
+# The switch links the port model, the codec (packet headers) and common: not the transport.
+$(BUILD)/bin/trim-switch: $(SWITCH_OBJS) $(SW_ARCHIVE) $(A_CODEC) $(A_COMMON)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(SWITCH_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(SWITCH_OBJS) $(SW_ARCHIVE) $(A_CODEC) $(A_COMMON) -pthread
 
-$(BUILD)/bin/trim-sim: $(SIM_OBJS) $(SW_ARCHIVE) $(ARCHIVE)
+$(BUILD)/bin/trim-sim: $(SIM_OBJS) $(SW_ARCHIVE) $(RECOVERY_OBJ) $(A_CODEC) $(A_COMMON)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(SIM_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(SIM_OBJS) $(SW_ARCHIVE) $(RECOVERY_OBJ) $(A_CODEC) $(A_COMMON) -pthread
 
-$(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVE)
+$(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVE) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVES) $(LDFLAGS) -ldl
 
 # The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVE) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVE) $(LDFLAGS) -lgtest_main -lgtest -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVES) $(LDFLAGS) -lgtest_main -lgtest -ldl
 
 setup:
 	@scripts/setup.sh

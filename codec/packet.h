@@ -14,6 +14,13 @@
 namespace trim::codec {
 
 constexpr uint16_t kMagic = 0x5254;  // bytes 'T' 'R' on the wire (little-endian)
+// The transport's control packets (ACKs, pings: transport/wire.h) start with this instead; the
+// two kinds of datagram on our wire are told apart by their first two bytes, here, low enough
+// for a switch that must not depend on the transport.
+constexpr uint16_t kCtrlMagic = 0x4354;  // 'T' 'C'
+inline bool is_ctrl_datagram(const uint8_t* data, size_t len) {
+  return len >= 2 && data[0] == (kCtrlMagic & 0xff) && data[1] == (kCtrlMagic >> 8);
+}
 constexpr uint8_t kVersion = 1;
 constexpr uint32_t kHeaderBytes = 56;
 constexpr uint32_t kIpv4UdpBytes = 28;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "codec/packet.h"
-#include "transport/wire.h"
 
 namespace trim::sw {
 
@@ -82,7 +81,7 @@ IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out) {
   out->dport = be16(l4 + 2);
   const uint8_t* payload = l4 + kUdpBytes;
   const uint32_t payload_len = l4_len - kUdpBytes;
-  if (transport::is_ctrl(payload, payload_len)) {
+  if (codec::is_ctrl_datagram(payload, payload_len)) {
     out->cls = IpClass::kTrimCtrl;
     return IpError::kOk;
   }

@@ -216,6 +216,9 @@ class EmulatedDeviceCodec final : public DeviceCodec {
 
 }  // namespace
 
+bool prepare_gpu(int device, std::string* why) { return gpu::prepare_device(device, why); }
+bool gpu_memory_device(const void* p, int* device) { return gpu::is_device_pointer(p, device); }
+
 std::unique_ptr<StagingBuffer> alloc_device_staging(DeviceMode mode, size_t bytes, std::string* err) {
   if (mode == DeviceMode::kCuda) {
     gpu::PinnedBuffer b(bytes, err);

@@ -79,6 +79,12 @@ DeviceMode probe_device_mode(bool gpu_off, int test_gpu, std::string* why);
 // to every GPU); null with *err on failure.
 std::unique_ptr<StagingBuffer> alloc_device_staging(DeviceMode mode, size_t bytes, std::string* err);
 
+// Setup only: loads the GPU codec's kernels on `device` (< 0: the calling thread's current one),
+// so no launch on the data path loads a module. False with *why when it cannot.
+bool prepare_gpu(int device, std::string* why);
+// Setup only (regMr): whether p is GPU memory the CUDA runtime knows; *device gets its GPU.
+bool gpu_memory_device(const void* p, int* device);
+
 // Rows per encode launch: small enough that the first packets leave before a whole message is
 // encoded, large enough that each launch fills the GPU (one block per row).
 uint32_t device_rows_per_chunk(const codec::Layout& layout);

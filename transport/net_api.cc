@@ -14,7 +14,6 @@
 #include "codec/rng.h"
 #include "common/data_path.h"
 #include "common/log.h"
-#include "cuda/gpu_codec.h"
 #include "transport/classify.h"
 #include "transport/devices.h"
 #include "transport/net_internal.h"
@@ -209,7 +208,7 @@ Result<Context*> init(const InitOptions& options) {
   ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, static_cast<int>(ctx->params.test_gpu), &why);
   // The kernels are loaded now, while no kernel of this communicator runs (regMr loads them on
   // other GPUs): a first launch that loads lazily would wait for the device on the data path.
-  if (ctx->device_mode == transport::DeviceMode::kCuda && !gpu::prepare_device(-1, &why)) {
+  if (ctx->device_mode == transport::DeviceMode::kCuda && !transport::prepare_gpu(-1, &why)) {
     ctx->device_mode = transport::DeviceMode::kNone;
     why = "the GPU codec's kernels could not be loaded: " + why;
   }

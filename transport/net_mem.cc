@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "common/log.h"
-#include "cuda/gpu_codec.h"
 #include "transport/net_internal.h"
 #include "transport/staging_arena.h"
 
@@ -64,7 +63,7 @@ Result<MemHandle*> reg_mr(Comm* comm, const MemRegion& region) {
       return Status(Code::kInvalidArgument,
                     "reg_mr: NCCL_PTR_CUDA memory, but the GPU path is off (ptrSupport = NCCL_PTR_HOST)");
     }
-    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !gpu::is_device_pointer(region.data, &device)) {
+    if (mode == transport::DeviceMode::kCuda && region.bytes != 0 && !transport::gpu_memory_device(region.data, &device)) {
       return Status(Code::kInvalidArgument, "reg_mr: NCCL_PTR_CUDA memory the CUDA runtime does not know as device memory");
     }
     CommCore* core = core_of(comm);

@@ -9,13 +9,14 @@
 #include <cstdint>
 #include <string>
 
+#include "codec/packet.h"
 #include "common/status.h"
 
 namespace trim::transport {
 
 // ---- UDP control packets ----
 
-constexpr uint16_t kCtrlMagic = 0x4354;  // 'T' 'C' on the wire
+constexpr uint16_t kCtrlMagic = codec::kCtrlMagic;  // 'T' 'C' on the wire
 constexpr uint8_t kCtrlVersion = 1;
 constexpr uint32_t kSackBits = 1024;     // the receive window; senders never exceed it
 constexpr uint32_t kMaxNacks = 16;
@@ -48,9 +49,7 @@ const char* ctrl_error_name(CtrlError e);
 void write_ctrl(const CtrlPacket& p, uint8_t out[kCtrlBytes]);
 CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out);
 // Whether a datagram is a control packet (else it should be a codec data packet).
-inline bool is_ctrl(const uint8_t* data, size_t len) {
-  return len >= 2 && data[0] == (kCtrlMagic & 0xff) && data[1] == (kCtrlMagic >> 8);
-}
+inline bool is_ctrl(const uint8_t* data, size_t len) { return codec::is_ctrl_datagram(data, len); }
 
 // ---- TCP control frames ----
 

@@ -16,7 +16,6 @@
 
 #include "codec/packet.h"
 #include "codec/rng.h"
-#include "transport/wire.h"
 
 namespace trim::sw::daemon {
 
@@ -40,7 +39,7 @@ Switch::Switch(Config cfg) : cfg_(std::move(cfg)) {
   loss_rng_.seed(codec::mix64(cfg_.port.seed ^ 0x6c6f7373ull));
 }
 
-uint64_t Switch::clock_ns() const { return transport::now_ns() - t0_ns_; }
+uint64_t Switch::clock_ns() const { return sock::now_ns() - t0_ns_; }
 
 Status Switch::open() {
   if (!cfg_.replay.empty()) {
@@ -54,23 +53,23 @@ Status Switch::open() {
     if (!in.eof()) return Status(Code::kBadConfig, fmt::format("--replay {}: expected `flow msg psn` lines", cfg_.replay));
   }
   // The clock starts before any port exists: a port starts at clock_ns() (egress_for).
-  t0_ns_ = transport::now_ns();
+  t0_ns_ = sock::now_ns();
   if (cfg_.tun()) {
     TRIM_RETURN_IF_ERROR(open_tuns());
   } else {
-    sock_ = transport::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!sock_.valid()) return transport::errno_status("socket");
+    sock_ = sock::Fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock_.valid()) return sock::errno_status("socket");
     // Large buffers: a burst of a whole window from several senders must not be lost in the
     // kernel before the model sees it (the model, not the socket, decides what is dropped).
     int buf = kSocketBufBytes;
     (void)setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
     (void)setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
     if (::bind(sock_.get(), reinterpret_cast<const sockaddr*>(&cfg_.listen), sizeof(cfg_.listen)) != 0) {
-      return transport::errno_status("bind " + cfg_.listen_text);
+      return sock::errno_status("bind " + cfg_.listen_text);
     }
     sockaddr_in bound{};
     socklen_t blen = sizeof(bound);
-    if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return transport::errno_status("getsockname");
+    if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return sock::errno_status("getsockname");
     bound_port_ = ntohs(bound.sin_port);
   }
 
@@ -79,8 +78,8 @@ Status Switch::open() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
-  sigfd_ = transport::Fd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
-  if (!sigfd_.valid()) return transport::errno_status("signalfd");
+  sigfd_ = sock::Fd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!sigfd_.valid()) return sock::errno_status("signalfd");
 
   rx_bufs_.assign(kBatch, std::vector<uint8_t>(kRxBufBytes));
   for (size_t i = 0; i < cfg_.cross.size(); ++i) {
@@ -110,8 +109,8 @@ Egress& Switch::egress_for(uint32_t ip4_be, uint16_t port_host) {
   const uint64_t key = port_key(ip4_be, port_host);
   auto it = port_index_.find(key);
   if (it != port_index_.end()) return *ports_[it->second];
-  auto e = std::make_unique<Egress>(transport::make_addr(ip4_be, port_host), cfg_.port);
-  e->name = transport::addr_string(ip4_be, port_host);
+  auto e = std::make_unique<Egress>(sock::make_addr(ip4_be, port_host), cfg_.port);
+  e->name = sock::addr_string(ip4_be, port_host);
   if (!replay_.empty()) e->port.set_replay(replay_);
   e->port.record_transcript(!cfg_.transcript_out.empty());
   e->port.advance(clock_ns());
@@ -179,7 +178,7 @@ void Switch::generate_cross(uint64_t now_ns) {
 void Switch::on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns) {
   ++g_.datagrams;
   codec::ParsedPacket pp;
-  if (transport::is_ctrl(data, len)) {
+  if (codec::is_ctrl_datagram(data, len)) {
     // ACKs and PINGs go direct; one arriving here is misdirected, never forwarded.
     ++g_.bad;
     ++g_.bad_ctrl;
@@ -359,13 +358,13 @@ Status Switch::run() {
     const short io_events = static_cast<short>(POLLIN | (want_pollout_ ? POLLOUT : 0));
     fds.assign(1, pollfd{sigfd_.get(), POLLIN, 0});
     if (cfg_.tun()) {
-      for (const transport::Fd& t : tuns_) fds.push_back(pollfd{t.get(), io_events, 0});
+      for (const sock::Fd& t : tuns_) fds.push_back(pollfd{t.get(), io_events, 0});
     } else {
       fds.push_back(pollfd{sock_.get(), io_events, 0});
     }
     const bool forever = wake == UINT64_MAX && !want_pollout_;
     const int r = ppoll(fds.data(), fds.size(), forever ? nullptr : &ts, nullptr);
-    if (r < 0 && errno != EINTR) return transport::errno_status("ppoll");
+    if (r < 0 && errno != EINTR) return sock::errno_status("ppoll");
     if (r > 0 && (fds[0].revents & POLLIN) != 0) {
       signalfd_siginfo si;
       while (::read(sigfd_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {

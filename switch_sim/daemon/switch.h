@@ -20,7 +20,7 @@
 #include "switch_sim/daemon/cross.h"
 #include "switch_sim/ipv4.h"
 #include "switch_sim/port.h"
-#include "transport/socket.h"
+#include "common/socket.h"
 
 namespace trim::sw::daemon {
 
@@ -96,8 +96,8 @@ class Switch {
   void free_slot(uint64_t tag);
 
   Config cfg_;
-  transport::Fd sock_;
-  transport::Fd sigfd_;
+  sock::Fd sock_;
+  sock::Fd sigfd_;
   uint16_t bound_port_ = 0;
   uint64_t t0_ns_ = 0;
   std::vector<std::unique_ptr<Egress>> ports_;     // in the order first seen
@@ -117,7 +117,7 @@ class Switch {
   std::vector<std::vector<uint8_t>> rx_bufs_;
   GlobalCounters g_;
   bool want_pollout_ = false;
-  std::vector<transport::Fd> tuns_;  // TUN mode: rank K's device; ports_[K] sends to it
+  std::vector<sock::Fd> tuns_;  // TUN mode: rank K's device; ports_[K] sends to it
   std::mt19937_64 loss_rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
 };

@@ -41,7 +41,7 @@ Status Switch::open_tuns() {
     spec.addr_be = htonl(base + static_cast<uint32_t>(k));
     spec.mtu = cfg_.tun_mtu;
     spec.txqueuelen = cfg_.tun_txqueuelen;
-    Result<transport::Fd> fd = open_tun_in_netns(spec);
+    Result<sock::Fd> fd = open_tun_in_netns(spec);
     if (!fd) return fd.status();
     tuns_.push_back(std::move(fd).value());
     // Port K is rank K's egress (ports_ index == rank): created here, before any packet.
@@ -56,7 +56,7 @@ void Switch::receive_tun(int max_batches) {
   std::vector<uint8_t>& buf = rx_bufs_[0];
   for (int turn = 0; turn < max_batches; ++turn) {
     bool more = false;
-    for (const transport::Fd& fd : tuns_) {
+    for (const sock::Fd& fd : tuns_) {
       uint32_t n = 0;
       for (; n < kTunReadsPerFd; ++n) {
         const ssize_t got = ::read(fd.get(), buf.data(), buf.size());

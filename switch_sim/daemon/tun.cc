@@ -25,22 +25,22 @@ class NetnsGuard {
   NetnsGuard(const NetnsGuard&) = delete;
   NetnsGuard& operator=(const NetnsGuard&) = delete;
   Status enter(const std::string& netns) {
-    if (!self_.valid()) return transport::errno_status("open /proc/self/ns/net");
+    if (!self_.valid()) return sock::errno_status("open /proc/self/ns/net");
     const std::string path = netns.find('/') == std::string::npos ? "/var/run/netns/" + netns : netns;
-    transport::Fd target(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!target.valid()) return transport::errno_status("open " + path);
-    if (setns(target.get(), CLONE_NEWNET) != 0) return transport::errno_status("setns " + path);
+    sock::Fd target(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!target.valid()) return sock::errno_status("open " + path);
+    if (setns(target.get(), CLONE_NEWNET) != 0) return sock::errno_status("setns " + path);
     entered_ = true;
     return Status::ok();
   }
 
  private:
-  transport::Fd self_;
+  sock::Fd self_;
   bool entered_ = false;
 };
 
 Status ifreq_ioctl(int sock, unsigned long req, ifreq* ifr, const char* what, const std::string& name) {
-  if (ioctl(sock, req, ifr) != 0) return transport::errno_status(std::string(what) + " " + name);
+  if (ioctl(sock, req, ifr) != 0) return sock::errno_status(std::string(what) + " " + name);
   return Status::ok();
 }
 
@@ -54,18 +54,18 @@ Status bring_up(int sock, const char* name) {
 
 }  // namespace
 
-Result<transport::Fd> open_tun_in_netns(const TunSpec& spec) {
+Result<sock::Fd> open_tun_in_netns(const TunSpec& spec) {
   NetnsGuard guard;
   TRIM_RETURN_IF_ERROR(guard.enter(spec.netns));
-  transport::Fd tun(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
-  if (!tun.valid()) return transport::errno_status("open /dev/net/tun");
+  sock::Fd tun(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+  if (!tun.valid()) return sock::errno_status("open /dev/net/tun");
   ifreq ifr{};
   ifr.ifr_flags = IFF_TUN | IFF_NO_PI;  // bare IPv4 packets, no 4-byte prefix
   std::strncpy(ifr.ifr_name, spec.name.c_str(), IFNAMSIZ - 1);
-  if (ioctl(tun.get(), TUNSETIFF, &ifr) != 0) return transport::errno_status("TUNSETIFF " + spec.name + " in " + spec.netns);
+  if (ioctl(tun.get(), TUNSETIFF, &ifr) != 0) return sock::errno_status("TUNSETIFF " + spec.name + " in " + spec.netns);
   // The rest is plain interface configuration, on a socket of that namespace.
-  transport::Fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return transport::errno_status("socket");
+  sock::Fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return sock::errno_status("socket");
   ifreq r{};
   std::strncpy(r.ifr_name, spec.name.c_str(), IFNAMSIZ - 1);
   auto* sin = reinterpret_cast<sockaddr_in*>(&r.ifr_addr);

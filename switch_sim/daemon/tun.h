@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "transport/socket.h"
+#include "common/socket.h"
 
 namespace trim::sw::daemon {
 
@@ -22,6 +22,6 @@ struct TunSpec {
 // Enters the namespace on this thread, creates the TUN (IFF_TUN | IFF_NO_PI, non-blocking),
 // sets its address, MTU and queue length, brings it and the namespace's lo up, and returns to
 // the caller's namespace, on error too. Needs CAP_NET_ADMIN and CAP_SYS_ADMIN (root).
-Result<transport::Fd> open_tun_in_netns(const TunSpec& spec);
+Result<sock::Fd> open_tun_in_netns(const TunSpec& spec);
 
 }  // namespace trim::sw::daemon

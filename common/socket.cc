@@ -1,4 +1,4 @@
-#include "transport/socket.h"
+#include "common/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <chrono>
 #include <cstring>
 
-namespace trim::transport {
+namespace trim::sock {
 
 void Fd::reset() {
   if (fd_ >= 0) ::close(fd_);
@@ -217,4 +217,4 @@ uint64_t now_ns() {
           .count());
 }
 
-}  // namespace trim::transport
+}  // namespace trim::sock

@@ -1,0 +1,65 @@
+// The layers, checked on the sources (the per-layer archives check the links): every project
+// include points down — common <- codec <- cuda <- transport <- plugin, the switch model on
+// common and codec (its simulator also on transport/recovery.h, the loss recovery it shares
+// with the plugin) — and within transport only the device codec reaches the GPU codec.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/test_paths.h"
+
+namespace {
+
+// Which top-level folders each layer may include from (besides itself).
+const std::map<std::string, std::set<std::string>>& allowed() {
+  static const std::map<std::string, std::set<std::string>> a = {
+      {"common", {}},
+      {"codec", {"common"}},
+      {"cuda", {"common", "codec"}},
+      {"transport", {"common", "codec", "cuda"}},
+      {"plugin", {"common", "codec", "transport"}},
+      {"switch_sim", {"common", "codec"}},
+  };
+  return a;
+}
+
+std::vector<std::string> violations() {
+  const std::filesystem::path root = trim::testing::source_dir();
+  const std::regex inc(R"re(^\s*#\s*include\s+"([a-z_]+)/([^"]+)")re");
+  std::vector<std::string> out;
+  for (const auto& [layer, may] : allowed()) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root / layer)) {
+      const std::string ext = e.path().extension().string();
+      if (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh") continue;
+      const std::string rel = std::filesystem::relative(e.path(), root).string();
+      std::ifstream in(e.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        std::smatch m;
+        if (!std::regex_search(line, m, inc)) continue;
+        const std::string dir = m[1], file = m[1].str() + "/" + m[2].str();
+        if (dir == layer || may.count(dir) != 0) {
+          // Within transport, only the device codec talks to cuda/.
+          if (layer == "transport" && dir == "cuda" && rel != "transport/device_codec.cc") out.push_back(rel + " -> " + file);
+          continue;
+        }
+        if (layer == "switch_sim" && rel.rfind("switch_sim/sim/", 0) == 0 && file == "transport/recovery.h") continue;
+        out.push_back(rel + " -> " + file);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Layers, EveryIncludePointsDown) {
+  const std::vector<std::string> v = violations();
+  EXPECT_TRUE(v.empty()) << "includes that point up the layers:\n" << ::testing::PrintToString(v);
+}
+
+}  // namespace
