@@ -53,7 +53,7 @@ Result<CodecConfig> CodecConfig::from_params(const Params& p) {
   c.scheme = static_cast<Scheme>(p.scheme);  // params.def lists the schemes in wire order
   c.row_elems = static_cast<uint32_t>(p.row_elems);
   c.head_planes = p.head_bits_value() == 16 ? 2 : 1;
-  c.packet_bytes = static_cast<uint32_t>(p.packet_bytes());
+  c.packet_bytes = packet_bytes_for_mtu(static_cast<uint32_t>(p.mtu));
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);
   TRIM_RETURN_IF_ERROR(c.validate());

@@ -11,11 +11,15 @@
 
 namespace trim::codec {
 
+// The codec packet budget of an IP MTU: the MTU less the IPv4 (20) and UDP (8) headers. The
+// one place that turns NCCL_TRIM_MTU into packet bytes.
+constexpr uint32_t packet_bytes_for_mtu(uint32_t mtu_bytes) { return mtu_bytes - kIpv4UdpBytes; }
+
 struct CodecConfig {
   Scheme scheme = Scheme::kRht;
   uint32_t row_elems = 32768;     // power of two, 8..32768
   uint8_t head_planes = 1;        // 1: 1-bit heads survive a trim; 2: 16-bit heads
-  uint32_t packet_bytes = 4096 - kIpv4UdpBytes;  // whole codec packet, header included
+  uint32_t packet_bytes = packet_bytes_for_mtu(4096);  // whole codec packet, header included
   uint64_t seed = 0x7472696d;
   float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
 

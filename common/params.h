@@ -37,8 +37,6 @@ struct Params {
 
   // Convenience views of enum-valued knobs.
   int head_bits_value() const { return head_bits == 0 ? 1 : 16; }
-  // Codec packet budget: the MTU less IPv4 (20) and UDP (8) headers.
-  int packet_bytes() const { return static_cast<int>(mtu) - 28; }
 };
 
 // Looks a variable up; returns nullptr when unset. Tests inject a map; production uses getenv.

@@ -338,3 +338,23 @@ TEST(DevicesFormat, Ip4ToString) {
 }
 
 }  // namespace
+
+// ---- NCCL_TRIM_MTU against the interfaces' MTU ----
+
+namespace {
+
+TEST(Devices, MtuLargerThanAnInterfacesIsRefusedNamingBoth) {
+  trim::transport::NetIf eth;
+  eth.name = "eth0";
+  eth.mtu = 1500;
+  trim::transport::NetIf unknown;
+  unknown.name = "tun0";
+  unknown.mtu = 0;  // not readable: not judged
+  EXPECT_TRUE(trim::transport::check_mtu({eth, unknown}, 1500).is_ok());
+  const trim::Status st = trim::transport::check_mtu({unknown, eth}, 4096);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), trim::Code::kBadConfig);
+  EXPECT_NE(st.message().find("NCCL_TRIM_MTU=4096 exceeds the MTU of eth0 (1500)"), std::string::npos) << st.message();
+}
+
+}  // namespace

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "codec/layout.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -61,7 +62,7 @@ TEST(ParamsTest, EveryDefaultParses) {
   trim::Result<Params> p = load({});
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->mtu, 4096);
-  EXPECT_EQ(p->packet_bytes(), 4096 - 28);
+  EXPECT_EQ(trim::codec::CodecConfig::from_params(*p)->packet_bytes, 4096u - 28);
   EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kInfo));
 }
 
@@ -134,7 +135,7 @@ TEST(ParamsTest, ValidOverridesTakeEffect) {
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->scheme, 1);
   EXPECT_EQ(p->mtu, 1500);
-  EXPECT_EQ(p->packet_bytes(), 1472);
+  EXPECT_EQ(trim::codec::CodecConfig::from_params(*p)->packet_bytes, 1472u);
   EXPECT_EQ(p->row_elems, 1024);
   EXPECT_EQ(p->seed, 0xffu);
   EXPECT_DOUBLE_EQ(p->clip_sigmas, 3.0);

@@ -19,6 +19,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <fmt/format.h>
+
 namespace trim::transport {
 namespace {
 
@@ -237,6 +239,17 @@ Result<std::vector<NetIf>> discover_interfaces(const std::string& spec, int fall
                                      (flags & IFF_LOOPBACK) != 0, idx->second});
   }
   return select_interfaces(candidates, spec, fallback_speed_mbps, "/sys/class/net");
+}
+
+Status check_mtu(const std::vector<NetIf>& devices, int mtu_bytes) {
+  for (const NetIf& d : devices) {
+    if (d.mtu > 0 && d.mtu < mtu_bytes) {
+      return Status(Code::kBadConfig, fmt::format("NCCL_TRIM_MTU={} exceeds the MTU of {} ({}): set NCCL_TRIM_MTU to at "
+                                                  "most {}, or choose another interface with NCCL_TRIM_IFNAME",
+                                                  mtu_bytes, d.name, d.mtu, d.mtu));
+    }
+  }
+  return Status::ok();
 }
 
 std::string ip4_to_string(uint32_t ip4_be) {

@@ -59,6 +59,11 @@ Result<std::vector<NetIf>> discover_interfaces(const std::string& spec, int fall
 // Dotted quad, e.g. "127.0.0.1".
 std::string ip4_to_string(uint32_t ip4_be);
 
+// Whether packets of `mtu_bytes` (NCCL_TRIM_MTU) fit every interface: a larger packet would be
+// fragmented by IP (a lost fragment loses the packet; a switch cannot trim a fragment). The
+// error names the interface, both MTUs and what to set.
+Status check_mtu(const std::vector<NetIf>& devices, int mtu_bytes);
+
 // Helpers exposed for tests and logging.
 // 64-bit FNV-1a: a hash whose value is fixed by definition (std::hash is not), so guids stay
 // equal across processes and builds.

@@ -26,7 +26,6 @@ constexpr uint64_t kMaxSleepNs = 50'000'000;
 EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   EngineConfig c;
   c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
-  c.mtu = static_cast<uint32_t>(p.mtu);
   c.udp_offload = p.udp_offload == 1;
   c.drop = p.test_drop;
   c.dup = p.test_dup;

@@ -64,7 +64,6 @@ struct Conn {
 
 struct EngineConfig {
   uint64_t timeout_ns = 30'000'000'000ull;
-  uint32_t mtu = 4096;
   bool udp_offload = true;  // GSO sends, GRO receives
   bool has_switch = false;
   sockaddr_in switch_addr{};

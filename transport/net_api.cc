@@ -64,11 +64,13 @@ Status ensure_devices(const Params& p) {
     g.devices_status = devs.status();
     return g.devices_status;
   }
+  g.devices_status = transport::check_mtu(devs.value(), static_cast<int>(p.mtu));
+  if (!g.devices_status.is_ok()) return g.devices_status;
   g.devices = devs.value();
   g.engines.resize(g.devices.size());
   for (const auto& d : g.devices) {
-    TRIM_INFO("NET/Trim: device {} {} ({} Mbps{}{})", d.name, transport::ip4_to_string(d.ip4_be), d.speed_mbps,
-              d.pci_path.empty() ? "" : ", ", d.pci_path);
+    TRIM_INFO("NET/Trim: device {} {} ({} Mbps, MTU {}{}{})", d.name, transport::ip4_to_string(d.ip4_be), d.speed_mbps,
+              d.mtu, d.pci_path.empty() ? "" : ", ", d.pci_path);
   }
   std::atexit(stop_engines_at_exit);
   return Status::ok();
