@@ -136,11 +136,9 @@ class SpinKernel {
   bool wait_done(int timeout_ms, std::string* err);
 
  private:
-  SpinKernel() = default;
-  volatile uint32_t* host_flag_ = nullptr;
-  uint32_t* dev_flag_ = nullptr;
-  void* stream_ = nullptr;
-  int device_ = 0;
+  struct Impl;  // the flag mapping and the stream (cuda/spin.cu)
+  SpinKernel();
+  std::unique_ptr<Impl> impl_;
 };
 
 // What a codec is created for. The transport's codec is `trusted`: its callers pass

@@ -26,6 +26,8 @@ ManagedBuffer::ManagedBuffer(size_t, std::string* err) {
   if (err != nullptr) *err = kWhy;
 }
 
+struct SpinKernel::Impl {};
+SpinKernel::SpinKernel() = default;
 std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
   if (err != nullptr) *err = kWhy;
   return nullptr;

@@ -19,6 +19,14 @@ std::string cuda_error(const char* what, cudaError_t e) { return std::string(wha
 
 }  // namespace
 
+struct SpinKernel::Impl {
+  volatile uint32_t* host_flag = nullptr;
+  uint32_t* dev_flag = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+SpinKernel::SpinKernel() : impl_(new Impl) {}
+
 std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
   std::string why;
   if (!gpu_available(&why)) {
@@ -26,21 +34,19 @@ std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
     return nullptr;
   }
   std::unique_ptr<SpinKernel> k(new SpinKernel());
-  k->device_ = current_device();
+  Impl& m = *k->impl_;
   void* host = nullptr;
   cudaError_t e = cu::host_alloc(&host, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
   if (e != cudaSuccess) {
     if (err != nullptr) *err = cuda_error("cudaHostAlloc(mapped)", e);
     return nullptr;
   }
-  k->host_flag_ = static_cast<volatile uint32_t*>(host);
-  *k->host_flag_ = 0;
+  m.host_flag = static_cast<volatile uint32_t*>(host);
+  *m.host_flag = 0;
   void* dev = nullptr;
   if (e == cudaSuccess) e = cu::host_device_pointer(&dev, host);
-  k->dev_flag_ = static_cast<uint32_t*>(dev);
-  cudaStream_t s = nullptr;
-  if (e == cudaSuccess) e = cu::stream_create(&s);
-  k->stream_ = s;
+  m.dev_flag = static_cast<uint32_t*>(dev);
+  if (e == cudaSuccess) e = cu::stream_create(&m.stream);
   // Loaded now, not at the first launch (which would load it lazily, waiting for the device).
   cudaFuncAttributes attrs{};
   if (e == cudaSuccess) e = cu::func_attributes(&attrs, reinterpret_cast<const void*>(spin_until_kernel));
@@ -54,9 +60,9 @@ std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
 
 SpinKernel::~SpinKernel() {
   // Let any kernel still spinning go, then free on the release thread (frees wait for the device).
-  if (host_flag_ != nullptr) *host_flag_ = UINT32_MAX;
-  void* host = const_cast<uint32_t*>(host_flag_);
-  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (impl_->host_flag != nullptr) *impl_->host_flag = UINT32_MAX;
+  void* host = const_cast<uint32_t*>(impl_->host_flag);
+  cudaStream_t s = impl_->stream;
   defer_release([host, s] {
     if (s != nullptr) {
       cu::stream_synchronize(s);
@@ -67,20 +73,20 @@ SpinKernel::~SpinKernel() {
 }
 
 bool SpinKernel::launch(uint32_t value, std::string* err) {
-  spin_until_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream_)>>>(dev_flag_, value);
+  spin_until_kernel<<<1, 1, 0, impl_->stream>>>(impl_->dev_flag, value);
   const cudaError_t e = cu::get_last_error();
   if (e != cudaSuccess && err != nullptr) *err = cuda_error("spin kernel launch", e);
   return e == cudaSuccess;
 }
 
 void SpinKernel::release(uint32_t value) {
-  __atomic_store_n(const_cast<uint32_t*>(host_flag_), value, __ATOMIC_RELEASE);
+  __atomic_store_n(const_cast<uint32_t*>(impl_->host_flag), value, __ATOMIC_RELEASE);
 }
 
 bool SpinKernel::wait_done(int timeout_ms, std::string* err) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    const cudaError_t e = cu::stream_query(static_cast<cudaStream_t>(stream_));
+    const cudaError_t e = cu::stream_query(impl_->stream);
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) {
       if (err != nullptr) *err = cuda_error("spin kernel", e);
