@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <strings.h>
 
 extern char** environ;
@@ -199,6 +200,32 @@ Result<Params> load_params_from_env(std::vector<std::string>* warnings) {
     }
   }
   return load_params([](const char* name) { return std::getenv(name); });
+}
+
+Result<Params> process_params(std::vector<std::string>* new_warnings) {
+  // What identifies a load: every NCCL_TRIM_* variable and its value, in environment order.
+  std::string fingerprint;
+  if (environ != nullptr) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "NCCL_TRIM_", 10) == 0) (fingerprint += *e) += '\n';
+    }
+  }
+  static std::mutex* mu = new std::mutex();  // never destroyed: engine threads may outlive statics
+  static std::string* loaded_fingerprint = nullptr;
+  static Result<Params>* loaded = nullptr;
+  std::lock_guard<std::mutex> lock(*mu);
+  if (loaded != nullptr && *loaded_fingerprint == fingerprint) return *loaded;
+  std::vector<std::string> warnings;
+  Result<Params> p = load_params_from_env(&warnings);
+  if (loaded == nullptr) {
+    loaded = new Result<Params>(p);
+    loaded_fingerprint = new std::string(fingerprint);
+  } else {
+    *loaded = p;
+    *loaded_fingerprint = fingerprint;
+  }
+  if (new_warnings != nullptr) *new_warnings = std::move(warnings);
+  return p;
 }
 
 Params default_params() {

@@ -50,6 +50,11 @@ Result<Params> load_params(const EnvLookup& lookup);
 // The same from the process environment; unknown NCCL_TRIM_* variables there (typos) are
 // reported into `warnings` when it is non-null.
 Result<Params> load_params_from_env(std::vector<std::string>* warnings = nullptr);
+// The process's params: loaded once (from the environment) and shared by everything in the
+// process — the plugin's init, the transport, the tuner, the tools. Loaded again only when the
+// NCCL_TRIM_* variables of the environment changed since (tests set them between inits).
+// `new_warnings` gets the warnings of a (re)load, so each is reported once.
+Result<Params> process_params(std::vector<std::string>* new_warnings = nullptr);
 Params default_params();
 
 // Checks one value against a knob's rule (used by load_params and tests).

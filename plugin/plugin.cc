@@ -115,13 +115,14 @@ ncclResult_t init_common(ncclDebugLogger_t logger, ncclProfilerCallback_t prof, 
   trim::log::set_forward(&forward_to_nccl, nullptr);
 
   std::vector<std::string> warnings;
-  trim::Result<trim::Params> params = trim::load_params_from_env(&warnings);
+  trim::Result<trim::Params> params = trim::process_params(&warnings);
   if (!params) return report("init", params.status());
   // The LOG_LEVEL choices are listed in trim::log::Level order.
   trim::log::set_level(static_cast<trim::log::Level>(params->log_level));
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
 
   net::InitOptions options;
+  options.params = &params.value();  // loaded once here, passed down
   options.comm_id = comm_id;
   options.traffic_class = traffic_class;
   options.profiler = wrap_profiler(prof);

@@ -28,11 +28,12 @@ ncclResult_t tuner_init(void** ctx, uint64_t comm_id, size_t n_ranks, size_t n_n
   (void)constants;
   if (ctx == nullptr) return ncclInvalidArgument;
   std::vector<std::string> warnings;
-  Result<Params> p = load_params_from_env(&warnings);
+  Result<Params> p = process_params(&warnings);  // the net plugin's init loaded them already
   if (!p) {
     TRIM_WARN("NET/Trim: tuner: {}", p.status().message());
     return ncclInvalidUsage;
   }
+  for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
   auto t = std::make_unique<TunerContext>();
   t->enabled = p->tuner == 1;  // NCCL_TRIM_TUNER choices: 0|1
   t->min_bytes = static_cast<size_t>(p->min_bytes);

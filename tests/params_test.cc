@@ -201,3 +201,36 @@ TEST(ParamsTest, ConfigDocMatchesParams) {
 }
 
 }  // namespace
+
+// One load per process, shared by the plugin, the transport and the tuner; loaded again only
+// when the NCCL_TRIM_* environment changed, and its warnings handed out once.
+TEST(ParamsTest, ProcessParamsLoadOnceAndReloadWhenTheEnvironmentChanges) {
+  trim::testing::EnvGuard mtu("NCCL_TRIM_MTU", "1500");
+  trim::testing::EnvGuard typo("NCCL_TRIM_TYPO_FOR_TEST", "1");
+  std::vector<std::string> w1, w2;
+  trim::Result<Params> a = trim::process_params(&w1);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->mtu, 1500);
+  trim::Result<Params> b = trim::process_params(&w2);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->mtu, 1500);
+  const auto mentions_typo = [](const std::vector<std::string>& w) {
+    for (const std::string& s : w) {
+      if (s.find("NCCL_TRIM_TYPO_FOR_TEST") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(mentions_typo(w1));  // a new environment: loaded, the typo reported
+  EXPECT_TRUE(w2.empty());          // the same environment: no reload, nothing new to report
+  {
+    trim::testing::EnvGuard other("NCCL_TRIM_MTU", "9000");
+    std::vector<std::string> w3;
+    trim::Result<Params> c = trim::process_params(&w3);
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_EQ(c->mtu, 9000);
+    EXPECT_TRUE(mentions_typo(w3));  // a reload reports the typo again
+    trim::testing::EnvGuard bad("NCCL_TRIM_MTU", "12");
+    EXPECT_FALSE(trim::process_params().is_ok());  // a bad value is an error, not a stale load
+  }
+  EXPECT_EQ(trim::process_params()->mtu, 1500);
+}

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 2 && std::strcmp(argv[1], "--check") == 0) {
     std::vector<std::string> warnings;
-    trim::Result<trim::Params> p = trim::load_params_from_env(&warnings);
+    trim::Result<trim::Params> p = trim::process_params(&warnings);
     for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (!p) {
       std::fprintf(stderr, "error: %s\n", p.status().message().c_str());

@@ -188,8 +188,9 @@ void set_stage(const void* handle, ConnectStage* s) {
 
 Result<Context*> init(const InitOptions& options) {
   std::vector<std::string> warnings;
-  Result<Params> p = load_params_from_env(&warnings);
+  Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
   if (!p) return p.status();
+  for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
   Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value());
   if (!cfg) return cfg.status();
   Status sw;

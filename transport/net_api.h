@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "common/params.h"
 #include "common/status.h"
 
 namespace trim::net {
@@ -67,6 +68,7 @@ using ProfilerFn = std::function<Status(void** event, ProfilerEvent type, void* 
                                         int64_t plugin_id, void* ext_data)>;
 
 struct InitOptions {
+  const Params* params = nullptr;  // the process's params (null: trim::process_params())
   uint64_t comm_id = 0;  // NCCL communicator hash (v11); 0 = the one process-wide context
   int traffic_class = kTrafficClassUnset;
   ProfilerFn profiler;   // empty when NCCL gave none

@@ -57,7 +57,7 @@ int run_profiler_bench(int argc, char** argv) {
     }
   }
   std::vector<std::string> warnings;
-  trim::Result<trim::Params> params = trim::load_params_from_env(&warnings);
+  trim::Result<trim::Params> params = trim::process_params(&warnings);
   if (!params) {
     std::fprintf(stderr, "trim-bench: %s\n", params.status().to_string().c_str());
     return 1;

@@ -7,7 +7,7 @@ namespace trim::harness {
 
 bool use_gpu_memory(const Options& opt) {
   if (!opt.ptr_cuda) return false;
-  Result<Params> p = load_params_from_env();  // the ranks' environment is set by now
+  Result<Params> p = process_params();  // the rank's environment is set by now
   if (p && p->test_gpu != 0) return false;   // emulated: host memory stands for the GPU's
   return gpu::gpu_available();
 }

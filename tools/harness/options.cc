@@ -1,4 +1,5 @@
 #include "tools/harness/options.h"
+#include "common/params.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -101,9 +102,10 @@ Result<size_t> parse_bytes(const std::string& text) {
 
 int effective_timeout_ms(const Options& opt) {
   if (opt.timeout_ms > 0) return opt.timeout_ms;
-  const char* env = std::getenv("NCCL_TRIM_TIMEOUT_MS");
-  int v = env == nullptr ? 0 : std::atoi(env);
-  return v > 0 ? v : 30000;
+  // Through the params list, as the plugin reads it (a bad value: the plugin's default; the
+  // ranks' plugin then refuses to start with the error that names it).
+  Result<Params> p = process_params();
+  return static_cast<int>(p ? p->timeout_ms : default_params().timeout_ms);
 }
 
 std::string usage_text() {
