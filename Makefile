@@ -190,9 +190,11 @@ demo: setup
 bench: all
 	$(BUILD)/bin/trim-bench codec --json
 
-# docs/CONFIG.md is generated from the params list; a test fails when it is stale.
+# docs/CONFIG.md and common/param_enums.h are generated from the params list; a test fails when
+# either is stale.
 docs: $(BUILD)/bin/trim-config
 	$(BUILD)/bin/trim-config --markdown > docs/CONFIG.md
+	$(BUILD)/bin/trim-config --enums > common/param_enums.h
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -1,4 +1,5 @@
 #include "codec/layout.h"
+#include "common/param_enums.h"
 
 #include <fmt/format.h>
 
@@ -48,11 +49,19 @@ bool parse_dtype(const char* text, DType* out) {
   return false;
 }
 
+// NCCL_TRIM_SCHEME's choices are the wire's scheme numbers.
+static_assert(static_cast<int>(param::Scheme::kNone) == static_cast<int>(Scheme::kNone) &&
+                  static_cast<int>(param::Scheme::kSign) == static_cast<int>(Scheme::kSign) &&
+                  static_cast<int>(param::Scheme::kSq) == static_cast<int>(Scheme::kSq) &&
+                  static_cast<int>(param::Scheme::kSd) == static_cast<int>(Scheme::kSd) &&
+                  static_cast<int>(param::Scheme::kRht) == static_cast<int>(Scheme::kRht),
+              "NCCL_TRIM_SCHEME's choices must list the codec's schemes in wire order");
+
 Result<CodecConfig> CodecConfig::from_params(const Params& p) {
   CodecConfig c;
-  c.scheme = static_cast<Scheme>(p.scheme);  // params.def lists the schemes in wire order
+  c.scheme = static_cast<Scheme>(param::scheme(p));  // the knob lists the schemes in wire order
   c.row_elems = static_cast<uint32_t>(p.row_elems);
-  c.head_planes = p.head_bits_value() == 16 ? 2 : 1;
+  c.head_planes = param::head_bits(p) == param::HeadBits::k16 ? 2 : 1;
   c.packet_bytes = packet_bytes_for_mtu(static_cast<uint32_t>(p.mtu));
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -226,6 +227,64 @@ Result<Params> process_params(std::vector<std::string>* new_warnings) {
   }
   if (new_warnings != nullptr) *new_warnings = std::move(warnings);
   return p;
+}
+
+namespace {
+
+// "head_bits" -> "HeadBits"; "reduce_scatter" -> "kReduceScatter"; "16" -> "k16".
+std::string camel(const std::string& snake) {
+  std::string out;
+  bool up = true;
+  for (char c : snake) {
+    if (c == '_' || c == '-') {
+      up = true;
+      continue;
+    }
+    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    up = false;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string params_enum_header() {
+  std::string out =
+      "// Generated from common/params.def by `make docs` (trim-config --enums); a test fails when it\n"
+      "// is stale. One enum per enum knob, its values in the order of the knob's choices (which is\n"
+      "// the index Params stores), and a typed accessor, so no code compares bare indexes.\n"
+      "#pragma once\n\n#include \"common/params.h\"\n\nnamespace trim::param {\n";
+  struct Field {
+    const char* field;
+    const char* env;
+  };
+  static const Field kFields[] = {
+#define TRIM_PARAM(field, NAME, kind, def, lo, hi, choices, doc) {#field, "NCCL_TRIM_" #NAME},
+#include "common/params.def"
+#undef TRIM_PARAM
+  };
+  for (const Field& f : kFields) {
+    const ParamInfo* info = nullptr;
+    for (const ParamInfo& i : param_infos()) {
+      if (std::strcmp(i.env, f.env) == 0) info = &i;
+    }
+    if (info == nullptr || info->kind != ParamKind::kEnum) continue;
+    const std::string type = camel(f.field);
+    out += fmt::format("\n// {}: {}\nenum class {} : int {{", info->env, info->choices, type);
+    std::string choices = info->choices;
+    int index = 0;
+    for (size_t start = 0; start <= choices.size();) {
+      size_t bar = choices.find('|', start);
+      if (bar == std::string::npos) bar = choices.size();
+      out += fmt::format("{} k{} = {}", index == 0 ? "" : ",", camel(choices.substr(start, bar - start)), index);
+      ++index;
+      start = bar + 1;
+    }
+    out += fmt::format(" }};\ninline {} {}(const Params& p) {{ return static_cast<{}>(p.{}); }}\n", type, f.field, type,
+                       f.field);
+  }
+  out += "\n}  // namespace trim::param\n";
+  return out;
 }
 
 Params default_params() {

@@ -63,4 +63,8 @@ Status check_param_text(const ParamInfo& info, const std::string& text);
 // The docs/CONFIG.md body generated from the list.
 std::string params_markdown();
 
+// common/param_enums.h generated from the list: a C++ enum for every enum knob (`make docs`
+// writes it; a test fails when it is stale).
+std::string params_enum_header();
+
 }  // namespace trim

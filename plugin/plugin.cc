@@ -28,6 +28,7 @@
 #include "common/params.h"
 #include "plugin/nccl_net.h"
 #include "transport/net_api.h"
+#include "common/param_enums.h"
 
 namespace {
 
@@ -108,6 +109,11 @@ net::ProfilerFn wrap_profiler(ncclProfilerCallback_t fn) {
 
 // Routes logs to NCCL, loads NCCL_TRIM_* and starts the transport. Runs on every init (v11
 // calls it per communicator), so a later communicator sees the same checks.
+// NCCL_TRIM_LOG_LEVEL's choices are the logger's levels, in order.
+static_assert(static_cast<int>(trim::param::LogLevel::kTrace) == static_cast<int>(trim::log::Level::kTrace) &&
+                  static_cast<int>(trim::param::LogLevel::kOff) == static_cast<int>(trim::log::Level::kOff),
+              "NCCL_TRIM_LOG_LEVEL's choices must follow trim::log::Level");
+
 ncclResult_t init_common(ncclDebugLogger_t logger, ncclProfilerCallback_t prof, uint64_t comm_id,
                          int traffic_class, net::Context** out) {
   if (logger == nullptr) return null_arg("init", "NCCL's logger");
@@ -117,8 +123,7 @@ ncclResult_t init_common(ncclDebugLogger_t logger, ncclProfilerCallback_t prof, 
   std::vector<std::string> warnings;
   trim::Result<trim::Params> params = trim::process_params(&warnings);
   if (!params) return report("init", params.status());
-  // The LOG_LEVEL choices are listed in trim::log::Level order.
-  trim::log::set_level(static_cast<trim::log::Level>(params->log_level));
+  trim::log::set_level(static_cast<trim::log::Level>(trim::param::log_level(*params)));
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
 
   net::InitOptions options;

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "plugin/nccl_ext.h"
+#include "common/param_enums.h"
 
 namespace trim::plugin {
 namespace {
@@ -35,7 +36,7 @@ ncclResult_t tuner_init(void** ctx, uint64_t comm_id, size_t n_ranks, size_t n_n
   }
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
   auto t = std::make_unique<TunerContext>();
-  t->enabled = p->tuner == 1;  // NCCL_TRIM_TUNER choices: 0|1
+  t->enabled = param::tuner(*p) == param::Tuner::k1;
   t->min_bytes = static_cast<size_t>(p->min_bytes);
   TRIM_INFO("NET/Trim: tuner plugin {} for comm {:#x} ({} ranks): AllReduce/ReduceScatter of >= {} B {}",
             t->enabled ? "active" : "loaded but off (NCCL_TRIM_TUNER=0)", comm_id, n_ranks, t->min_bytes,

@@ -190,6 +190,16 @@ TEST(ParamsTest, UnknownTrimVariableInEnvironmentIsWarned) {
   EXPECT_EQ(foo, 1);
 }
 
+TEST(ParamsTest, EnumHeaderMatchesParams) {
+  const std::string path = trim::testing::source_dir() + "/common/param_enums.h";
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in.good()) << path << " is missing: run `make docs`";
+  std::ostringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(text.str() == trim::params_enum_header())
+      << path << " is stale (it must equal trim-config --enums): run `make docs`";
+}
+
 TEST(ParamsTest, ConfigDocMatchesParams) {
   const std::string path = trim::testing::source_dir() + "/docs/CONFIG.md";
   std::ifstream in(path, std::ios::binary);

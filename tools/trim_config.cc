@@ -1,4 +1,5 @@
-// trim-config: prints the knob table (docs/CONFIG.md) or checks the current environment.
+// trim-config: prints the knob table (docs/CONFIG.md), the enum header (common/param_enums.h), or
+// checks the current environment.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +10,10 @@
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--markdown") == 0) {
     std::fputs(trim::params_markdown().c_str(), stdout);
+    return 0;
+  }
+  if (argc == 2 && std::strcmp(argv[1], "--enums") == 0) {
+    std::fputs(trim::params_enum_header().c_str(), stdout);
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "--check") == 0) {
@@ -22,6 +27,6 @@ int main(int argc, char** argv) {
     std::puts("configuration ok");
     return 0;
   }
-  std::fprintf(stderr, "usage: trim-config --markdown | --check\n");
+  std::fprintf(stderr, "usage: trim-config --markdown | --enums | --check\n");
   return 2;
 }

@@ -15,6 +15,7 @@
 #include "common/data_path.h"
 #include "common/log.h"
 #include "transport/engine_tx.h"
+#include "common/param_enums.h"
 
 namespace trim::transport {
 
@@ -26,7 +27,7 @@ constexpr uint64_t kMaxSleepNs = 50'000'000;
 EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   EngineConfig c;
   c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
-  c.udp_offload = p.udp_offload == 1;
+  c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
   c.drop = p.test_drop;
   c.dup = p.test_dup;
   c.reorder = p.test_reorder;

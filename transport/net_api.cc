@@ -17,6 +17,7 @@
 #include "transport/classify.h"
 #include "transport/devices.h"
 #include "transport/net_internal.h"
+#include "common/param_enums.h"
 
 namespace trim::net {
 
@@ -208,14 +209,18 @@ Result<Context*> init(const InitOptions& options) {
   ctx->codec = cfg.value();
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
   std::string why;
-  ctx->device_mode = transport::probe_device_mode(ctx->params.gpu == 1, static_cast<int>(ctx->params.test_gpu), &why);
+  ctx->device_mode = transport::probe_device_mode(param::gpu(ctx->params) == param::Gpu::kOff,
+                                                  static_cast<int>(param::test_gpu(ctx->params)), &why);
   // The kernels are loaded now, while no kernel of this communicator runs (regMr loads them on
   // other GPUs): a first launch that loads lazily would wait for the device on the data path.
   if (ctx->device_mode == transport::DeviceMode::kCuda && !transport::prepare_gpu(-1, &why)) {
     ctx->device_mode = transport::DeviceMode::kNone;
     why = "the GPU codec's kernels could not be loaded: " + why;
   }
-  if (ctx->params.test_cuda_check == 1 || ctx->params.test_gpu != 0) data_path::set_enforce(true);
+  if (param::test_cuda_check(ctx->params) == param::TestCudaCheck::kOn ||
+      param::test_gpu(ctx->params) != param::TestGpu::kOff) {
+    data_path::set_enforce(true);
+  }
   switch (ctx->device_mode) {
     case transport::DeviceMode::kCuda:
       TRIM_INFO("NET/Trim: GPU buffers: on (NCCL_PTR_CUDA; encoded and decoded by the plugin's CUDA kernels)");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/param_enums.h"
 
 namespace trim::transport {
 
@@ -45,12 +46,13 @@ const char* data_type_name(net::DataType d) {
 namespace {
 
 codec::DType declared_dtype(const Params& p) {
-  switch (p.dtype) {  // NCCL_TRIM_DTYPE choices: none|fp32|bf16|fp16
-    case 1: return codec::DType::kF32;
-    case 2: return codec::DType::kBF16;
-    case 3: return codec::DType::kF16;
-    default: return codec::DType::kRaw;
+  switch (param::dtype(p)) {
+    case param::Dtype::kFp32: return codec::DType::kF32;
+    case param::Dtype::kBf16: return codec::DType::kBF16;
+    case param::Dtype::kFp16: return codec::DType::kF16;
+    case param::Dtype::kNone: break;
   }
+  return codec::DType::kRaw;
 }
 
 }  // namespace
@@ -60,8 +62,8 @@ SendClassifier::SendClassifier(const Params& p, const codec::CodecConfig& codec,
   base_.declared = declared_dtype(p);
   base_.scheme = codec.scheme;
   base_.min_bytes = static_cast<uint64_t>(p.min_bytes);
-  base_.phase = p.phase == 1 ? PhaseRule::kAll : PhaseRule::kReduceScatter;  // reduce_scatter|all
-  base_.force = p.force == 1;
+  base_.phase = param::phase(p) == param::Phase::kAll ? PhaseRule::kAll : PhaseRule::kReduceScatter;
+  base_.force = param::force(p) == param::Force::k1;
   if (base_.force) {
     TRIM_WARN("NET/Trim: NCCL_TRIM_FORCE=1: sends NCCL says nothing about count as AllReduce SIMPLE of "
               "NCCL_TRIM_DTYPE. Run with NCCL_PROTO=Simple NCCL_ALGO=Ring, or integer and LL traffic will be "

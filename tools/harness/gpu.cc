@@ -2,13 +2,14 @@
 
 #include "common/params.h"
 #include "cuda/gpu_codec.h"
+#include "common/param_enums.h"
 
 namespace trim::harness {
 
 bool use_gpu_memory(const Options& opt) {
   if (!opt.ptr_cuda) return false;
   Result<Params> p = process_params();  // the rank's environment is set by now
-  if (p && p->test_gpu != 0) return false;   // emulated: host memory stands for the GPU's
+  if (p && param::test_gpu(*p) != param::TestGpu::kOff) return false;  // emulated: host memory stands in
   return gpu::gpu_available();
 }
 

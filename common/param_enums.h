@@ -1,0 +1,54 @@
+// Generated from common/params.def by `make docs` (trim-config --enums); a test fails when it
+// is stale. One enum per enum knob, its values in the order of the knob's choices (which is
+// the index Params stores), and a typed accessor, so no code compares bare indexes.
+#pragma once
+
+#include "common/params.h"
+
+namespace trim::param {
+
+// NCCL_TRIM_SCHEME: none|sign|sq|sd|rht
+enum class Scheme : int { kNone = 0, kSign = 1, kSq = 2, kSd = 3, kRht = 4 };
+inline Scheme scheme(const Params& p) { return static_cast<Scheme>(p.scheme); }
+
+// NCCL_TRIM_HEAD_BITS: 1|16
+enum class HeadBits : int { k1 = 0, k16 = 1 };
+inline HeadBits head_bits(const Params& p) { return static_cast<HeadBits>(p.head_bits); }
+
+// NCCL_TRIM_LOG_LEVEL: trace|debug|info|warn|error|off
+enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarn = 3, kError = 4, kOff = 5 };
+inline LogLevel log_level(const Params& p) { return static_cast<LogLevel>(p.log_level); }
+
+// NCCL_TRIM_DTYPE: none|fp32|bf16|fp16
+enum class Dtype : int { kNone = 0, kFp32 = 1, kBf16 = 2, kFp16 = 3 };
+inline Dtype dtype(const Params& p) { return static_cast<Dtype>(p.dtype); }
+
+// NCCL_TRIM_PHASE: reduce_scatter|all
+enum class Phase : int { kReduceScatter = 0, kAll = 1 };
+inline Phase phase(const Params& p) { return static_cast<Phase>(p.phase); }
+
+// NCCL_TRIM_TUNER: 0|1
+enum class Tuner : int { k0 = 0, k1 = 1 };
+inline Tuner tuner(const Params& p) { return static_cast<Tuner>(p.tuner); }
+
+// NCCL_TRIM_FORCE: 0|1
+enum class Force : int { k0 = 0, k1 = 1 };
+inline Force force(const Params& p) { return static_cast<Force>(p.force); }
+
+// NCCL_TRIM_UDP_OFFLOAD: off|on
+enum class UdpOffload : int { kOff = 0, kOn = 1 };
+inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }
+
+// NCCL_TRIM_GPU: auto|off
+enum class Gpu : int { kAuto = 0, kOff = 1 };
+inline Gpu gpu(const Params& p) { return static_cast<Gpu>(p.gpu); }
+
+// NCCL_TRIM_TEST_GPU: off|emulate|emulate_fault
+enum class TestGpu : int { kOff = 0, kEmulate = 1, kEmulateFault = 2 };
+inline TestGpu test_gpu(const Params& p) { return static_cast<TestGpu>(p.test_gpu); }
+
+// NCCL_TRIM_TEST_CUDA_CHECK: off|on
+enum class TestCudaCheck : int { kOff = 0, kOn = 1 };
+inline TestCudaCheck test_cuda_check(const Params& p) { return static_cast<TestCudaCheck>(p.test_cuda_check); }
+
+}  // namespace trim::param
