@@ -34,9 +34,6 @@ struct Params {
   ParamValue<ParamKind::kind>::type field{};
 #include "common/params.def"
 #undef TRIM_PARAM
-
-  // Convenience views of enum-valued knobs.
-  int head_bits_value() const { return head_bits == 0 ? 1 : 16; }
 };
 
 // Looks a variable up; returns nullptr when unset. Tests inject a map; production uses getenv.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/param_enums.h"
 #include "tests/env_guard.h"
 
 #include <cstdint>
@@ -139,7 +140,7 @@ TEST(ParamsTest, ValidOverridesTakeEffect) {
   EXPECT_EQ(p->row_elems, 1024);
   EXPECT_EQ(p->seed, 0xffu);
   EXPECT_DOUBLE_EQ(p->clip_sigmas, 3.0);
-  EXPECT_EQ(p->head_bits_value(), 16);
+  EXPECT_EQ(trim::param::head_bits(*p), trim::param::HeadBits::k16);
   EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kDebug));
 
   trim::Result<Params> q = load({{"NCCL_TRIM_MTU", "9000"},
