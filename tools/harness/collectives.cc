@@ -25,6 +25,23 @@ RingBuffers::RingBuffers(RankCtx& c, size_t work_bytes, size_t slot_bytes)
   b_.slot_bytes = slot_bytes;
 }
 
+Status record_allreduce(RankCtx& c, const RingGeometry& geo, const uint64_t* keys, char* work, double* nmse_sum) {
+  RankReport& rep = *c.report;
+  const size_t bytes = c.opt.bytes;
+  const Check chk = check_allreduce(geo, keys, work);
+  rep.exact = rep.exact && chk.exact;
+  rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
+  rep.err2 += chk.err2;
+  rep.ref2 += chk.ref2;
+  *nmse_sum += chk.nmse();
+  rep.result_hash = hash_bytes(work, bytes, rep.result_hash);
+  const uint64_t this_hash = hash_bytes(work, bytes, 0);
+  Result<double> dev = replica_nmse(c.chan, c.rank, c.shared, work, geo.elems(), this_hash);
+  if (!dev) return dev.status();
+  rep.replica_nmse = std::max(rep.replica_nmse, *dev);
+  return Status::ok();
+}
+
 Status RingBuffers::reg() {
   TRIM_RETURN_IF_ERROR(work_reg_.reg(work_.data(), std::max<size_t>(work_.bytes(), 1)));
   TRIM_RETURN_IF_ERROR(staging_reg_.reg(staging_.data(), staging_.bytes()));

@@ -37,6 +37,11 @@ class RingBuffers {
   WorkBuffers b_;
 };
 
+// Checks an fp32 ring AllReduce's result in `work` against the reference summed in the ring's
+// order (keys: every rank's data key), folds it into this rank's report (exactness, error,
+// result hash, replica deviation from rank 0) and adds its NMSE to *nmse_sum.
+Status record_allreduce(RankCtx& c, const RingGeometry& geo, const uint64_t* keys, char* work, double* nmse_sum);
+
 // NCCL's ring AllReduce (reduce-scatter, then allgather) of `elem` values in b.work, announced
 // as RING and `proto` ("SIMPLE" or "LL"). Rank r sends to r+1 and receives from r-1.
 Status ring_allreduce(RankCtx& c, const RingGeometry& geo, Elem elem, const char* proto, const WorkBuffers& b,

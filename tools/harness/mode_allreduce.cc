@@ -39,17 +39,7 @@ Status run_allreduce(RankCtx& c) {
     TRIM_RETURN_IF_ERROR(c.spin->end(it));
     if (it >= o.warmup) rep.iter_ns.push_back(mono_ns() - t0);
 
-    Check chk = check_allreduce(geo, keys.data(), work);
-    rep.exact = rep.exact && chk.exact;
-    rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
-    rep.err2 += chk.err2;
-    rep.ref2 += chk.ref2;
-    nmse_sum += chk.nmse();
-    rep.result_hash = hash_bytes(work, o.bytes, rep.result_hash);
-    const uint64_t this_hash = hash_bytes(work, o.bytes, 0);
-    Result<double> dev = replica_nmse(c.chan, c.rank, c.shared, work, geo.elems(), this_hash);
-    if (!dev) return dev.status();
-    rep.replica_nmse = std::max(rep.replica_nmse, *dev);
+    TRIM_RETURN_IF_ERROR(record_allreduce(c, geo, keys.data(), work, &nmse_sum));
   }
   rep.verified = true;
   rep.nmse = nmse_sum / (o.warmup + o.iters);

@@ -62,19 +62,7 @@ class Mixed {
   Status trimmable_allreduce(int it, int64_t* ns) {
     fill(o_.seed, it, Elem::kF32);
     TRIM_RETURN_IF_ERROR(timed([&] { return ring_allreduce(c_, simple_, Elem::kF32, "SIMPLE", b_, deadline_); }, ns));
-    RankReport& rep = *c_.report;
-    Check chk = check_allreduce(simple_, keys_.data(), work_);
-    rep.exact = rep.exact && chk.exact;
-    rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
-    rep.err2 += chk.err2;
-    rep.ref2 += chk.ref2;
-    nmse_sum_ += chk.nmse();
-    rep.result_hash = hash_bytes(work_, o_.bytes, rep.result_hash);
-    const uint64_t this_hash = hash_bytes(work_, o_.bytes, 0);
-    Result<double> dev = replica_nmse(c_.chan, c_.rank, c_.shared, work_, simple_.elems(), this_hash);
-    if (!dev) return dev.status();
-    rep.replica_nmse = std::max(rep.replica_nmse, *dev);
-    return Status::ok();
+    return record_allreduce(c_, simple_, keys_.data(), work_, &nmse_sum_);
   }
 
   Status exact_allreduce(int it, Elem elem, const char* proto, const RingGeometry& geo, uint64_t seed, int64_t* ns) {
