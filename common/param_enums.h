@@ -43,8 +43,8 @@ inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(
 enum class Gpu : int { kAuto = 0, kOff = 1 };
 inline Gpu gpu(const Params& p) { return static_cast<Gpu>(p.gpu); }
 
-// NCCL_TRIM_TEST_GPU: off|emulate|emulate_fault
-enum class TestGpu : int { kOff = 0, kEmulate = 1, kEmulateFault = 2 };
+// NCCL_TRIM_TEST_GPU: off|emulate|emulate_fault|emulate_hang
+enum class TestGpu : int { kOff = 0, kEmulate = 1, kEmulateFault = 2, kEmulateHang = 3 };
 inline TestGpu test_gpu(const Params& p) { return static_cast<TestGpu>(p.test_gpu); }
 
 // NCCL_TRIM_TEST_CUDA_CHECK: off|on

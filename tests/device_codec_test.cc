@@ -127,6 +127,7 @@ TEST(DeviceCodec, ProbeHonoursTheParams) {
   std::string why;
   EXPECT_EQ(probe_device_mode(false, 1, &why), DeviceMode::kEmulated);
   EXPECT_EQ(probe_device_mode(false, 2, &why), DeviceMode::kEmulatedFault);
+  EXPECT_EQ(probe_device_mode(false, 3, &why), DeviceMode::kEmulatedHang);
   EXPECT_EQ(probe_device_mode(true, 0, &why), DeviceMode::kNone);
   EXPECT_EQ(why, "NCCL_TRIM_GPU=off");
   const DeviceMode m = probe_device_mode(false, 0, &why);

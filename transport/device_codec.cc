@@ -116,8 +116,9 @@ class VectorStaging final : public StagingBuffer {
 // enforcement on, one that may wait, made on the data path, fails as the real one would hang.
 class EmulatedDeviceCodec final : public DeviceCodec {
  public:
-  EmulatedDeviceCodec(const codec::CodecConfig& cfg, bool fault) : cfg_(cfg), enc_(cfg), dec_(cfg), fault_(fault) {}
-  DeviceMode mode() const override { return fault_ ? DeviceMode::kEmulatedFault : DeviceMode::kEmulated; }
+  EmulatedDeviceCodec(const codec::CodecConfig& cfg, DeviceMode mode)
+      : cfg_(cfg), enc_(cfg), dec_(cfg), mode_(mode), fault_(mode == DeviceMode::kEmulatedFault) {}
+  DeviceMode mode() const override { return mode_; }
   int device() const override { return -1; }
 
   Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg, uint32_t first_row,
@@ -165,6 +166,7 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   bool poll(Ticket t) override {
     (void)data_path::allow(data_path::CallClass::kNeverWaits, "cudaEventQuery (emulated)");
     while (!queue_.empty() && queue_.front().ticket <= t) {
+      if (mode_ == DeviceMode::kEmulatedHang) return false;  // a wedged kernel: nothing ever completes
       Item& it = queue_.front();
       if (--it.polls_left > 0) return false;
       if (fault_ && it.ticket >= 2 && !failed_) {
@@ -210,6 +212,7 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   std::deque<Item> queue_;
   Ticket last_ = 0;
   std::string error_;
+  DeviceMode mode_;
   bool fault_ = false;
   bool failed_ = false;
 };
@@ -239,11 +242,12 @@ Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const co
     case DeviceMode::kNone: return std::unique_ptr<DeviceCodec>();
     case DeviceMode::kEmulated:
     case DeviceMode::kEmulatedFault:
+    case DeviceMode::kEmulatedHang:
       // Stands for stream, event and scratch creation and the kernels' module load.
       if (!data_path::allow(data_path::CallClass::kMayWait, "GPU codec creation (emulated)")) {
         return Status(Code::kInternal, "GPU codec created on the data path: " + data_path::last_violation());
       }
-      return std::unique_ptr<DeviceCodec>(std::make_unique<EmulatedDeviceCodec>(cfg, mode == DeviceMode::kEmulatedFault));
+      return std::unique_ptr<DeviceCodec>(std::make_unique<EmulatedDeviceCodec>(cfg, mode));
     case DeviceMode::kCuda: {
       std::string err;
       gpu::GpuCodec::Options opt;
@@ -262,6 +266,7 @@ Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const co
 DeviceMode probe_device_mode(bool gpu_off, int test_gpu, std::string* why) {
   if (test_gpu == 1) return DeviceMode::kEmulated;
   if (test_gpu == 2) return DeviceMode::kEmulatedFault;
+  if (test_gpu == 3) return DeviceMode::kEmulatedHang;
   if (gpu_off) {
     if (why != nullptr) *why = "NCCL_TRIM_GPU=off";
     return DeviceMode::kNone;

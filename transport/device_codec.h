@@ -24,7 +24,7 @@
 
 namespace trim::transport {
 
-enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated, kEmulatedFault };
+enum class DeviceMode : uint8_t { kNone, kCuda, kEmulated, kEmulatedFault, kEmulatedHang };
 
 // Host memory the device writes packets into (pinned for kCuda).
 class StagingBuffer {
@@ -71,7 +71,7 @@ Result<std::unique_ptr<DeviceCodec>> make_device_codec(DeviceMode mode, const co
                                                        int device = -1);
 
 // Which device path this process can use, from NCCL_TRIM_GPU=off (gpu_off), NCCL_TRIM_TEST_GPU
-// (test_gpu: 0 off, 1 emulate, 2 emulate_fault) and what the CUDA runtime finds (probed once);
+// (test_gpu: 0 off, 1 emulate, 2 emulate_fault, 3 emulate_hang) and what the CUDA runtime finds (probed once);
 // *why says why when kNone.
 DeviceMode probe_device_mode(bool gpu_off, int test_gpu, std::string* why);
 

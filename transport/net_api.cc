@@ -227,8 +227,11 @@ Result<Context*> init(const InitOptions& options) {
       break;
     case transport::DeviceMode::kEmulated:
     case transport::DeviceMode::kEmulatedFault:
+    case transport::DeviceMode::kEmulatedHang:
       TRIM_WARN("NET/Trim: TEST-ONLY GPU emulation is on (NCCL_TRIM_TEST_GPU={}): never use this in a real job",
-                ctx->device_mode == transport::DeviceMode::kEmulated ? "emulate" : "emulate_fault");
+                ctx->device_mode == transport::DeviceMode::kEmulated        ? "emulate"
+                : ctx->device_mode == transport::DeviceMode::kEmulatedFault ? "emulate_fault"
+                                                                            : "emulate_hang");
       break;
     case transport::DeviceMode::kNone:
       TRIM_INFO("NET/Trim: GPU buffers: off ({}); host buffers, CPU codec", why);
