@@ -100,9 +100,15 @@ bool RecvProto::begin_device(Msg* m, const codec::MessageId& id) {
   m->rows_per_chunk = device_rows_per_chunk(m->layout);
   const uint32_t chunks = (m->layout.rows() + m->rows_per_chunk - 1) / m->rows_per_chunk;
   m->chunk_missing.assign(chunks, 0);
+  m->chunk_first_slot.assign(chunks, 0);
   m->chunk_decode.assign(chunks, 0);
   m->chunks_launched = 0;
-  for (uint32_t r = 0; r < m->layout.rows(); ++r) m->chunk_missing[r / m->rows_per_chunk] += m->layout.row(r).packets;
+  uint64_t slot = 0;
+  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
+    if (r % m->rows_per_chunk == 0) m->chunk_first_slot[r / m->rows_per_chunk] = slot;
+    m->chunk_missing[r / m->rows_per_chunk] += m->layout.row(r).packets;
+    slot += m->layout.row(r).packets;
+  }
   ++counters_.device_msgs;
   decoders_[m->op->seq % kMaxPostedRecvs]->begin_collect(m->layout, id);
   return true;
@@ -133,8 +139,7 @@ void RecvProto::launch_chunk(Msg* m, uint32_t chunk, bool trimmable) {
   DeviceCodec* device = dev_.codec();
   const uint32_t first_row = chunk * m->rows_per_chunk;
   const uint32_t n_rows = std::min(m->rows_per_chunk, m->layout.rows() - first_row);
-  uint64_t first_slot = 0;
-  for (uint32_t r = 0; r < first_row; ++r) first_slot += m->layout.row(r).packets;
+  const uint64_t first_slot = m->chunk_first_slot[chunk];
   const codec::MessageId id{params_.cookie, m->op->seq, trimmable};
   const size_t stride = params_.codec.packet_bytes;
   const DeviceCodec::Ticket t =

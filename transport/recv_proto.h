@@ -72,6 +72,7 @@ class RecvProto {
     uint32_t* got_bytes = nullptr;  // in staging, after the packets: bytes kept per slot; 0 = none
     uint32_t rows_per_chunk = 1;
     std::vector<uint32_t> chunk_missing;  // per chunk: slots not filled yet
+    std::vector<uint64_t> chunk_first_slot;  // per chunk: the slot of its first row's packet 0
     std::vector<DeviceCodec::Ticket> chunk_decode;  // per chunk: 0 until launched
     uint32_t chunks_launched = 0;
     DeviceCodec::Ticket decode = 0;  // the last chunk's: the receive is done with it

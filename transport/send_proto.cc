@@ -106,18 +106,20 @@ Result<bool> SendProto::start(Msg* m) {
                                                       op.bytes, m->capacity, op.seq));
   }
   const codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
-  Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
-  if (!layout) return layout.status();
-  m->layout = layout.value();
-  if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
-  m->npackets = static_cast<uint32_t>(m->layout.packets());
-  m->row_first.resize(m->layout.rows() + 1);
-  uint32_t first = 0;
-  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
-    m->row_first[r] = first;
-    first += m->layout.row(r).packets;
+  if (m->row_first.empty()) {  // (laid out already when a device message waited for staging)
+    Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
+    if (!layout) return layout.status();
+    m->layout = layout.value();
+    if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
+    m->npackets = static_cast<uint32_t>(m->layout.packets());
+    m->row_first.resize(m->layout.rows() + 1);
+    uint32_t first = 0;
+    for (uint32_t r = 0; r < m->layout.rows(); ++r) {
+      m->row_first[r] = first;
+      first += m->layout.row(r).packets;
+    }
+    m->row_first[m->layout.rows()] = first;
   }
-  m->row_first[m->layout.rows()] = first;
   if (op.on_device) {
     Result<bool> got = start_device(m);
     if (!got || !*got) return got;
