@@ -254,22 +254,18 @@ std::string params_enum_header() {
       "// is stale. One enum per enum knob, its values in the order of the knob's choices (which is\n"
       "// the index Params stores), and a typed accessor, so no code compares bare indexes.\n"
       "#pragma once\n\n#include \"common/params.h\"\n\nnamespace trim::param {\n";
-  struct Field {
-    const char* field;
-    const char* env;
-  };
-  static const Field kFields[] = {
-#define TRIM_PARAM(field, NAME, kind, def, lo, hi, choices, doc) {#field, "NCCL_TRIM_" #NAME},
+  // The fields' names, in the list's order (param_infos() is in the same order).
+  static const char* const kFields[] = {
+#define TRIM_PARAM(field, NAME, kind, def, lo, hi, choices, doc) #field,
 #include "common/params.def"
 #undef TRIM_PARAM
   };
-  for (const Field& f : kFields) {
-    const ParamInfo* info = nullptr;
-    for (const ParamInfo& i : param_infos()) {
-      if (std::strcmp(i.env, f.env) == 0) info = &i;
-    }
-    if (info == nullptr || info->kind != ParamKind::kEnum) continue;
-    const std::string type = camel(f.field);
+  const std::vector<ParamInfo>& infos = param_infos();
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const ParamInfo* info = &infos[i];
+    if (info->kind != ParamKind::kEnum) continue;
+    const std::string field = kFields[i];
+    const std::string type = camel(field);
     out += fmt::format("\n// {}: {}\nenum class {} : int {{", info->env, info->choices, type);
     std::string choices = info->choices;
     int index = 0;
@@ -280,8 +276,8 @@ std::string params_enum_header() {
       ++index;
       start = bar + 1;
     }
-    out += fmt::format(" }};\ninline {} {}(const Params& p) {{ return static_cast<{}>(p.{}); }}\n", type, f.field, type,
-                       f.field);
+    out += fmt::format(" }};\ninline {} {}(const Params& p) {{ return static_cast<{}>(p.{}); }}\n", type, field, type,
+                       field);
   }
   out += "\n}  // namespace trim::param\n";
   return out;

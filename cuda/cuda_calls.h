@@ -103,15 +103,9 @@ inline cudaError_t stream_synchronize(cudaStream_t s) {
 inline cudaError_t event_create(cudaEvent_t* e) {
   TRIM_CU_CALL(kMayWait, "cudaEventCreateWithFlags", cudaEventCreateWithFlags(e, cudaEventDisableTiming));
 }
-inline cudaError_t event_create_timed(cudaEvent_t* e) {
-  TRIM_CU_CALL(kMayWait, "cudaEventCreate", cudaEventCreate(e));
-}
 inline cudaError_t event_destroy(cudaEvent_t e) { TRIM_CU_CALL(kMayWait, "cudaEventDestroy", cudaEventDestroy(e)); }
 inline cudaError_t event_synchronize(cudaEvent_t e) {
   TRIM_CU_CALL(kMayWait, "cudaEventSynchronize", cudaEventSynchronize(e));
-}
-inline cudaError_t event_elapsed_ms(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  TRIM_CU_CALL(kMayWait, "cudaEventElapsedTime", cudaEventElapsedTime(ms, a, b));
 }
 inline cudaError_t device_synchronize() { TRIM_CU_CALL(kMayWait, "cudaDeviceSynchronize", cudaDeviceSynchronize()); }
 

@@ -191,25 +191,21 @@ TEST(ParamsTest, UnknownTrimVariableInEnvironmentIsWarned) {
   EXPECT_EQ(foo, 1);
 }
 
-TEST(ParamsTest, EnumHeaderMatchesParams) {
-  const std::string path = trim::testing::source_dir() + "/common/param_enums.h";
+// A file generated from the params list (`make docs`) must equal what the list generates now.
+void expect_generated(const std::string& relative_path, const std::string& expected, const char* flag) {
+  const std::string path = trim::testing::source_dir() + "/" + relative_path;
   std::ifstream in(path, std::ios::binary);
   ASSERT_TRUE(in.good()) << path << " is missing: run `make docs`";
   std::ostringstream text;
   text << in.rdbuf();
-  EXPECT_TRUE(text.str() == trim::params_enum_header())
-      << path << " is stale (it must equal trim-config --enums): run `make docs`";
+  EXPECT_TRUE(text.str() == expected) << path << " is stale (it must equal trim-config " << flag << "): run `make docs`";
 }
 
-TEST(ParamsTest, ConfigDocMatchesParams) {
-  const std::string path = trim::testing::source_dir() + "/docs/CONFIG.md";
-  std::ifstream in(path, std::ios::binary);
-  ASSERT_TRUE(in.good()) << path << " is missing: run `make docs`";
-  std::ostringstream text;
-  text << in.rdbuf();
-  EXPECT_TRUE(text.str() == trim::params_markdown())
-      << path << " is stale (it must equal trim-config --markdown): run `make docs`";
+TEST(ParamsTest, EnumHeaderMatchesParams) {
+  expect_generated("common/param_enums.h", trim::params_enum_header(), "--enums");
 }
+
+TEST(ParamsTest, ConfigDocMatchesParams) { expect_generated("docs/CONFIG.md", trim::params_markdown(), "--markdown"); }
 
 }  // namespace
 

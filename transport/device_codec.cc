@@ -22,32 +22,38 @@ uint32_t device_rows_per_chunk(const codec::Layout& layout) {
   return static_cast<uint32_t>(std::max<uint64_t>(1, kChunkBytes / row_bytes));
 }
 
-uint32_t device_max_call_packets(const codec::CodecConfig& cfg) {
+namespace {
+
+// The largest count(layout) (at least 1) over every kind of message a connection can carry:
+// raw bytes, and each dtype both raw and in the connection's scheme; bytes(dtype) sizes it.
+template <class Bytes, class Count>
+uint64_t most_over_layouts(const codec::CodecConfig& cfg, Bytes bytes, Count count) {
   uint64_t most = 1;
   for (int d = 0; d < codec::kNumDTypes; ++d) {
     const auto dtype = static_cast<codec::DType>(d);
     for (codec::Scheme scheme : {codec::Scheme::kNone, cfg.scheme}) {
       if (dtype == codec::DType::kRaw && scheme != codec::Scheme::kNone) continue;
-      // Two whole rows and a raw tail: every kind of row a chunk can hold.
-      const uint64_t row_bytes = static_cast<uint64_t>(cfg.row_elems) * codec::dtype_bytes(dtype);
-      Result<codec::Layout> l = codec::Layout::make(cfg, dtype, scheme, 2 * row_bytes + 1);
-      if (!l) continue;
-      most = std::max<uint64_t>(most, static_cast<uint64_t>(device_rows_per_chunk(*l)) * l->max_packets_per_row() + 1);
+      Result<codec::Layout> l = codec::Layout::make(cfg, dtype, scheme, bytes(dtype));
+      if (l) most = std::max<uint64_t>(most, count(*l));
     }
   }
-  return static_cast<uint32_t>(most);
+  return most;
+}
+
+}  // namespace
+
+uint32_t device_max_call_packets(const codec::CodecConfig& cfg) {
+  // Two whole rows and a raw tail: every kind of row a chunk can hold.
+  const auto two_rows = [&](codec::DType d) { return 2 * static_cast<uint64_t>(cfg.row_elems) * codec::dtype_bytes(d) + 1; };
+  const auto chunk = [](const codec::Layout& l) {
+    return static_cast<uint64_t>(device_rows_per_chunk(l)) * l.max_packets_per_row() + 1;
+  };
+  return static_cast<uint32_t>(most_over_layouts(cfg, two_rows, chunk));
 }
 
 size_t device_staging_bytes(const codec::CodecConfig& cfg, uint64_t region_bytes) {
-  uint64_t packets = 1;
-  for (int d = 0; d < codec::kNumDTypes; ++d) {
-    const auto dtype = static_cast<codec::DType>(d);
-    for (codec::Scheme scheme : {codec::Scheme::kNone, cfg.scheme}) {
-      if (dtype == codec::DType::kRaw && scheme != codec::Scheme::kNone) continue;
-      Result<codec::Layout> l = codec::Layout::make(cfg, dtype, scheme, std::max<uint64_t>(region_bytes, 1));
-      if (l) packets = std::max<uint64_t>(packets, l->packets());
-    }
-  }
+  const auto region = [&](codec::DType) { return std::max<uint64_t>(region_bytes, 1); };
+  uint64_t packets = most_over_layouts(cfg, region, [](const codec::Layout& l) { return l.packets(); });
   // Messages in flight split the region; each may round up by a packet per row (plus its tail):
   // 32 messages' worth of rounding, then a quarter more against fragmentation.
   packets += 32 * 3;
@@ -76,7 +82,6 @@ class CudaDeviceCodec final : public DeviceCodec {
  public:
   explicit CudaDeviceCodec(std::unique_ptr<gpu::GpuCodec> g) : g_(std::move(g)) {}
   DeviceMode mode() const override { return DeviceMode::kCuda; }
-  int device() const override { return g_->device(); }
   Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg, uint32_t first_row,
                      uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes) override {
     return g_->encode_rows_async(layout, id, dev_msg, first_row, n_rows, out, stride, sizes);
@@ -119,7 +124,6 @@ class EmulatedDeviceCodec final : public DeviceCodec {
   EmulatedDeviceCodec(const codec::CodecConfig& cfg, DeviceMode mode)
       : cfg_(cfg), enc_(cfg), dec_(cfg), mode_(mode), fault_(mode == DeviceMode::kEmulatedFault) {}
   DeviceMode mode() const override { return mode_; }
-  int device() const override { return -1; }
 
   Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg, uint32_t first_row,
                      uint32_t n_rows, uint8_t* out, size_t stride, uint32_t* sizes) override {

@@ -39,8 +39,6 @@ class DeviceCodec {
   using Ticket = uint64_t;  // 0: the call failed, last_error() says why
   virtual ~DeviceCodec() = default;
   virtual DeviceMode mode() const = 0;
-  // The GPU the codec runs on (-1 emulated).
-  virtual int device() const = 0;
   // Rows [first_row, first_row + n_rows) of dev_msg into out + j * stride (packet j of the
   // range), byte for byte what codec::Encoder::encode_row writes; sizes[j] set before return.
   virtual Ticket encode_rows(const codec::Layout& layout, const codec::MessageId& id, const void* dev_msg,

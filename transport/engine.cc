@@ -218,7 +218,7 @@ void Engine::attach_device(Conn* c, std::unique_ptr<DeviceCodec> codec, uintptr_
 
 bool Engine::device_idle(Conn* c) {
   bool q = true;
-  Cmd cmd{Cmd::kQuiescent, c};
+  Cmd cmd{Cmd::kDeviceIdle, c};
   cmd.result = &q;
   submit(cmd, true);
   return q;
@@ -257,7 +257,7 @@ void Engine::apply_commands(Tx* tx) {
       DeviceStaging& dev = c->send ? c->send->device() : c->recv->device();
       if (dev.codec() == nullptr) dev.set_codec(std::move(*cmd.codec));
       dev.add_region(cmd.lo, cmd.hi, std::move(*cmd.arena));
-    } else if (cmd.kind == Cmd::kQuiescent) {
+    } else if (cmd.kind == Cmd::kDeviceIdle) {
       *cmd.result = (c->send ? c->send->device() : c->recv->device()).device_idle();
     } else if (cmd.kind == Cmd::kAdd) {
       conns_.push_back(c);

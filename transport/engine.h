@@ -106,14 +106,14 @@ class Engine {
 
  private:
   struct Cmd {
-    enum Kind { kAdd, kRemove, kReleaseMemory, kAttachDevice, kQuiescent } kind;
+    enum Kind { kAdd, kRemove, kReleaseMemory, kAttachDevice, kDeviceIdle } kind;
     Conn* conn;
     uintptr_t lo = 0, hi = 0;  // kReleaseMemory, kAttachDevice
     // kAttachDevice: in; kReleaseMemory: out (the region's arena, when free). Owned by the
     // submitting thread, which waits for the command.
     std::unique_ptr<DeviceCodec>* codec = nullptr;
     std::unique_ptr<StagingArena>* arena = nullptr;
-    bool* result = nullptr;  // kReleaseMemory: busy; kQuiescent: quiescent
+    bool* result = nullptr;  // kReleaseMemory: busy; kDeviceIdle: idle
   };
   // Queues a command; with `wait`, blocks until the engine thread applied it (or has exited).
   void submit(const Cmd& cmd, bool wait);

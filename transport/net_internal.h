@@ -5,9 +5,12 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "codec/layout.h"
 #include "common/params.h"
@@ -99,8 +102,16 @@ inline Status null_argument(const char* call, const char* what) {
 // The core of a send or receive comm (null for anything else).
 CommCore* core_of(Comm* comm);
 
-// How long close and deregMr wait for the device work of a connection before they give up.
-inline uint64_t device_wait_ns(const Context& ctx) { return static_cast<uint64_t>(ctx.params.timeout_ms) * 1'000'000; }
+// Close's and deregMr's bounded wait for a connection's device work: polls done() until it
+// holds or NCCL_TRIM_TIMEOUT_MS has passed; false on timeout.
+inline bool wait_for_device(const Context& ctx, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctx.params.timeout_ms);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
 
 }  // namespace detail
 }  // namespace trim::net

@@ -4,9 +4,6 @@
 // the device work that may still use it.
 #include <fmt/format.h>
 
-#include <chrono>
-#include <thread>
-
 #include "common/log.h"
 #include "transport/net_internal.h"
 #include "transport/staging_arena.h"
@@ -16,7 +13,7 @@ namespace trim::net {
 namespace {
 
 using detail::core_of;
-using detail::device_wait_ns;
+using detail::wait_for_device;
 using detail::null_argument;
 
 // The device side of a CUDA region, made here on the registering thread (setup: kernels
@@ -87,19 +84,16 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
   if (core == nullptr || mem->region.bytes == 0) return Status::ok();
   const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
   const bool device = mem->region.type == MemType::kCuda && core->device_attached;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(device_wait_ns(*comm->ctx()));
-  for (;;) {
+  const bool released = wait_for_device(*comm->ctx(), [&] {
     bool busy = false;
-    std::unique_ptr<transport::StagingArena> arena;
+    std::unique_ptr<transport::StagingArena> arena;  // if handed back, freed here (setup thread)
     core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes, &busy, &arena);
-    if (!device || !busy) return Status::ok();  // the arena, if any, is freed here (setup thread)
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(Code::kSystem, fmt::format("dereg_mr: GPU work on this region still running after {} ms "
-                                               "(NCCL_TRIM_TIMEOUT_MS); its staging stays allocated",
-                                               comm->ctx()->params.timeout_ms));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+    return !device || !busy;
+  });
+  if (released) return Status::ok();
+  return Status(Code::kSystem, fmt::format("dereg_mr: GPU work on this region still running after {} ms "
+                                           "(NCCL_TRIM_TIMEOUT_MS); its staging stays allocated",
+                                           comm->ctx()->params.timeout_ms));
 }
 
 }  // namespace trim::net

@@ -2,10 +2,8 @@
 // spinning on the GPU, so every call here holds a data_path::Scope) and teardown (close).
 #include <fmt/format.h>
 
-#include <chrono>
 #include <climits>
 #include <mutex>
-#include <thread>
 
 #include "common/data_path.h"
 #include "common/log.h"
@@ -14,7 +12,7 @@
 namespace trim::net {
 
 using transport::Conn;
-using detail::device_wait_ns;
+using detail::wait_for_device;
 using detail::null_argument;
 
 namespace {
@@ -143,19 +141,12 @@ Status close_comm(CommT* comm) {
   // Our kernels may still read or write NCCL's buffers: wait for them, bounded, before the
   // connection goes (its staging is then freed on the release thread, after the device).
   Status device_status;
-  if (comm->core.device_attached) {
-    const uint64_t wait_ns = device_wait_ns(*comm->ctx());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
-    while (!comm->core.engine->device_idle(c)) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
-                                                          "{} ms (NCCL_TRIM_TIMEOUT_MS)",
-                                                          c->cookie, comm->ctx()->params.timeout_ms));
-        TRIM_WARN("NET/Trim: {}", device_status.message());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+  if (comm->core.device_attached &&
+      !wait_for_device(*comm->ctx(), [&] { return comm->core.engine->device_idle(c); })) {
+    device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
+                                                      "{} ms (NCCL_TRIM_TIMEOUT_MS)",
+                                                      c->cookie, comm->ctx()->params.timeout_ms));
+    TRIM_WARN("NET/Trim: {}", device_status.message());
   }
   comm->core.engine->remove(c);  // from here on only this thread touches the connection
   if (c->tcp_open) {
