@@ -22,9 +22,10 @@ ifneq ($(SAN),)
   LDFLAGS  += -fsanitize=address,undefined
 endif
 
-# GPU codec (cuda/): kernels when nvcc is found, else a stub whose gpu_available() says
-# "built without nvcc". cudart is linked statically, so the plugin loads (and reports no GPU)
-# on a machine without a driver; NVCC= (empty) forces the stub.
+# GPU kernels (cuda/): built when nvcc is found, else a stub whose gpu_available() says
+# "built without nvcc"; NVCC= (empty) forces the stub. cuda/ is NOT part of the plugin, which
+# makes no CUDA call (docs/ARCHITECTURE.md): only trim-bench and the tests link it, with cudart
+# statically (they run, reporting no GPU, where there is no driver).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifneq ($(NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
@@ -34,21 +35,22 @@ ifneq ($(NVCC),)
   NVCCFLAGS := -std=c++17 -O3 --fmad=false -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=[sm_90,compute_90] \
                -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings
-  LDFLAGS   += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl
 else
   GPU_SRCS  := cuda/gpu_stub.cc
   CU_SRCS   :=
 endif
 
 # One archive per layer, each linked only with what is below it, so a call up the layers is a
-# link error: common <- codec <- cuda <- transport <- plugin; the switch model (switch_sim/*.cc)
-# sits on common and codec. The plugin .so takes every layer's objects.
+# link error: common <- codec <- transport <- plugin; cuda/ sits on codec beside the transport
+# (never in the plugin); the switch model (switch_sim/*.cc) sits on common and codec. The
+# plugin .so takes the objects of common, codec, transport and plugin.
 COMMON_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard common/*.cc))
 CODEC_OBJS     := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard codec/*.cc))
 CUDA_OBJS      := $(GPU_SRCS:%.cc=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 TRANSPORT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard transport/*.cc))
 PLUGIN_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard plugin/*.cc))
-LIB_OBJS  := $(COMMON_OBJS) $(CODEC_OBJS) $(CUDA_OBJS) $(TRANSPORT_OBJS) $(PLUGIN_OBJS)
+LIB_OBJS  := $(COMMON_OBJS) $(CODEC_OBJS) $(TRANSPORT_OBJS) $(PLUGIN_OBJS)
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
 BENCH_SRCS := $(wildcard tools/bench/*.cc)
@@ -70,8 +72,10 @@ A_CUDA      := $(BUILD)/lib/libtrim_cuda.a
 A_TRANSPORT := $(BUILD)/lib/libtrim_transport.a
 A_PLUGIN    := $(BUILD)/lib/libtrim_plugin.a
 SW_ARCHIVE  := $(BUILD)/lib/libtrimsw.a
-# Top layer first: a lower archive can never resolve a symbol of a higher one.
-ARCHIVES    := $(A_PLUGIN) $(A_TRANSPORT) $(A_CUDA) $(A_CODEC) $(A_COMMON)
+# Top layer first: a lower archive can never resolve a symbol of a higher one. GPU_ARCHIVES adds
+# cuda/ for the programs that measure or test the kernels (trim-bench, trim-tests).
+ARCHIVES     := $(A_PLUGIN) $(A_TRANSPORT) $(A_CODEC) $(A_COMMON)
+GPU_ARCHIVES := $(A_PLUGIN) $(A_TRANSPORT) $(A_CUDA) $(A_CODEC) $(A_COMMON)
 # trim-sim's endpoints share exactly one unit with the transport: its loss recovery.
 RECOVERY_OBJ := $(BUILD)/obj/transport/recovery.o
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
@@ -130,9 +134,9 @@ $(PLUGIN): $(LIB_OBJS) plugin/exports.map
 $(BUILD)/lib/libnccl-net.so: $(PLUGIN)
 	ln -sf libnccl-net-trim.so $@
 
-$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(ARCHIVES)
+$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(GPU_ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(ARCHIVES) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -ldl
 
 # trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
 $(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVES)
@@ -157,9 +161,9 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVES) $(LDFLAGS) -ldl
 
 # The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(ARCHIVES) $(LDFLAGS) -lgtest_main -lgtest -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -lgtest_main -lgtest -ldl
 
 setup:
 	@scripts/setup.sh

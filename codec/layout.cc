@@ -62,7 +62,8 @@ Result<CodecConfig> CodecConfig::from_params(const Params& p) {
   c.scheme = static_cast<Scheme>(param::scheme(p));  // the knob lists the schemes in wire order
   c.row_elems = static_cast<uint32_t>(p.row_elems);
   c.head_planes = param::head_bits(p) == param::HeadBits::k16 ? 2 : 1;
-  c.packet_bytes = packet_bytes_for_mtu(static_cast<uint32_t>(p.mtu));
+  // auto: the transport resolves it per interface and connection; 4096 stands in until then.
+  c.packet_bytes = packet_bytes_for_mtu(static_cast<uint32_t>(p.mtu == kAuto ? 4096 : p.mtu));
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);
   TRIM_RETURN_IF_ERROR(c.validate());

@@ -39,16 +39,8 @@ inline Force force(const Params& p) { return static_cast<Force>(p.force); }
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }
 
-// NCCL_TRIM_GPU: auto|off
-enum class Gpu : int { kAuto = 0, kOff = 1 };
+// NCCL_TRIM_GPU: off|on
+enum class Gpu : int { kOff = 0, kOn = 1 };
 inline Gpu gpu(const Params& p) { return static_cast<Gpu>(p.gpu); }
-
-// NCCL_TRIM_TEST_GPU: off|emulate|emulate_fault|emulate_hang
-enum class TestGpu : int { kOff = 0, kEmulate = 1, kEmulateFault = 2, kEmulateHang = 3 };
-inline TestGpu test_gpu(const Params& p) { return static_cast<TestGpu>(p.test_gpu); }
-
-// NCCL_TRIM_TEST_CUDA_CHECK: off|on
-enum class TestCudaCheck : int { kOff = 0, kOn = 1 };
-inline TestCudaCheck test_cuda_check(const Params& p) { return static_cast<TestCudaCheck>(p.test_cuda_check); }
 
 }  // namespace trim::param

@@ -43,6 +43,8 @@ std::string allowed_text(const ParamInfo& info) {
     case ParamKind::kEnum: return fmt::format("one of {}", info.choices);
     case ParamKind::kInt:
       return fmt::format("an integer in [{}, {}]", format_bound(info.min), format_bound(info.max));
+    case ParamKind::kIntAuto:
+      return fmt::format("auto or an integer in [{}, {}]", format_bound(info.min), format_bound(info.max));
     case ParamKind::kPow2:
       return fmt::format("a power of two in [{}, {}]", format_bound(info.min), format_bound(info.max));
     case ParamKind::kDouble:
@@ -57,6 +59,7 @@ const char* kind_name(ParamKind kind) {
   switch (kind) {
     case ParamKind::kEnum: return "enum";
     case ParamKind::kInt: return "int";
+    case ParamKind::kIntAuto: return "int or auto";
     case ParamKind::kPow2: return "int (power of 2)";
     case ParamKind::kDouble: return "float";
     case ParamKind::kU64: return "uint64";
@@ -94,6 +97,12 @@ Status parse_value(const ParamInfo& info, const std::string& text, int* e, int64
       }
       return reject(info, text);
     }
+    case ParamKind::kIntAuto:
+      if (strcasecmp(text.c_str(), "auto") == 0) {
+        *i = kAuto;
+        return Status::ok();
+      }
+      [[fallthrough]];
     case ParamKind::kInt:
     case ParamKind::kPow2: {
       int64_t v = 0;
@@ -308,21 +317,15 @@ std::string params_markdown() {
                        info.default_text, cell(allowed_text(info)), cell(info.doc));
   }
   out +=
-      "\n## GPU buffers: what NCCL needs to hand the plugin GPU memory\n\n"
-      "With `NCCL_TRIM_GPU=auto` and a GPU present, the plugin advertises `NCCL_PTR_CUDA`, but NCCL\n"
-      "only registers GPU buffers with a network device it considers close enough to the GPU\n"
-      "(GPUDirect RDMA). The plugin reports a NIC's PCI path when `/sys/class/net/<if>/device` has\n"
-      "one; a virtual or loopback interface has none and counts as attached to the CPU, so NCCL keeps\n"
-      "giving the plugin pinned host buffers unless the user sets:\n\n"
-      "| NCCL variable | Value | Effect |\n"
-      "|---|---|---|\n"
-      "| `NCCL_NET_GDR_LEVEL` | `SYS` | receive buffers (and send buffers, see next line) in GPU memory for any NIC-GPU distance |\n"
-      "| `NCCL_NET_GDR_READ` | `1` | send buffers in GPU memory too (NCCL's default depends on the platform) |\n\n"
-      "The `NET/Trim: GPU buffers: ...` INFO line at init says which path is active; NCCL's own\n"
-      "`NCCL_DEBUG=INFO` lines show `GDRDMA` on the connections that use GPU buffers. With the GPU path\n"
-      "on, sends from GPU memory are encoded by the plugin's kernels into pinned staging (a chunk of\n"
-      "rows at a time, packets leaving as each chunk completes), receives are decoded by one kernel\n"
-      "launch into the GPU buffer before the request completes, so `iflush` has nothing to do.\n";
+      "\n## GPU buffers: NCCL stages them through host memory\n\n"
+      "The plugin advertises `NCCL_PTR_HOST` only and makes no CUDA call. On a GPU machine NCCL's own\n"
+      "kernel copies each slice between GPU memory and pinned host buffers that NCCL allocates, exactly\n"
+      "as it does for its Socket transport, and the plugin encodes and decodes those host buffers on its\n"
+      "codec threads (`NCCL_TRIM_CODEC_THREADS`). A CUDA call from NCCL's proxy thread can wait behind the\n"
+      "application's own CUDA calls while NCCL's kernel waits for the proxy: a deadlock no plugin can\n"
+      "rule out (docs/ARCHITECTURE.md). So `NCCL_TRIM_GPU=on` is refused at init, and\n"
+      "`NCCL_NET_GDR_LEVEL`/`NCCL_NET_GDR_READ` change nothing for this plugin. The GPU Randomized\n"
+      "Hadamard Transform belongs on the application's stream, in the PyTorch comm hook.\n";
   return out;
 }
 

@@ -10,11 +10,15 @@
 
 namespace trim {
 
-enum class ParamKind { kEnum, kInt, kPow2, kDouble, kU64, kString };
+enum class ParamKind { kEnum, kInt, kIntAuto, kPow2, kDouble, kU64, kString };
+
+// kIntAuto: "auto" (stored as kAuto, the value is then chosen at run time) or an integer in [min, max].
+constexpr int64_t kAuto = -1;
 
 template <ParamKind K> struct ParamValue;
 template <> struct ParamValue<ParamKind::kEnum> { using type = int; };  // index into choices
 template <> struct ParamValue<ParamKind::kInt> { using type = int64_t; };
+template <> struct ParamValue<ParamKind::kIntAuto> { using type = int64_t; };
 template <> struct ParamValue<ParamKind::kPow2> { using type = int64_t; };
 template <> struct ParamValue<ParamKind::kDouble> { using type = double; };
 template <> struct ParamValue<ParamKind::kU64> { using type = uint64_t; };

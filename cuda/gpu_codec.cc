@@ -210,12 +210,6 @@ PinnedBuffer::PinnedBuffer(size_t bytes, std::string* err)
   if (data() == nullptr) *this = PinnedBuffer();
 }
 
-ManagedBuffer::ManagedBuffer(size_t bytes, std::string* err)
-    : OwnedMemory(allocate(bytes, [](void** p, size_t n) { return cu::malloc_managed(p, n); }, "cudaMallocManaged",
-                           err),
-                  bytes, free_device) {
-  if (data() == nullptr) *this = ManagedBuffer();
-}
 
 DeviceBuffer::DeviceBuffer(size_t bytes, std::string* err)
     : OwnedMemory(allocate(bytes, [](void** p, size_t n) { return cu::malloc_device(p, n); }, "cudaMalloc", err),

@@ -98,14 +98,6 @@ class PinnedBuffer : public detail::OwnedMemory {
   explicit PinnedBuffer(size_t bytes, std::string* err = nullptr);
 };
 
-// Managed memory (cudaMallocManaged): what trim-harness registers as NCCL_PTR_CUDA on a GPU
-// machine, since its ranks read and write their buffers from the CPU.
-class ManagedBuffer : public detail::OwnedMemory {
- public:
-  ManagedBuffer() = default;
-  explicit ManagedBuffer(size_t bytes, std::string* err = nullptr);
-};
-
 // Device memory (cudaMalloc) with RAII; for tests, benchmarks and device-side staging.
 class DeviceBuffer : public detail::OwnedMemory {
  public:
@@ -117,28 +109,6 @@ class DeviceBuffer : public detail::OwnedMemory {
   bool download(void* host, size_t bytes, size_t offset = 0) const;
   // Synchronous device-to-device copy of `bytes` from src (benchmarks' baseline).
   bool copy_from(const DeviceBuffer& src, size_t bytes);
-};
-
-// NCCL's situation for tests: a kernel on a stream of its own that spins, one block, until a
-// flag in host-mapped pinned memory reaches a value, as NCCL's kernel spins on the proxy's
-// progress. While it runs, any plugin call that waits for the device never returns.
-class SpinKernel {
- public:
-  static std::unique_ptr<SpinKernel> create(std::string* err);
-  ~SpinKernel();
-  SpinKernel(const SpinKernel&) = delete;
-  SpinKernel& operator=(const SpinKernel&) = delete;
-  // Launches a kernel that spins until the flag is >= value.
-  bool launch(uint32_t value, std::string* err);
-  // Sets the flag (the kernel sees it through the mapping and exits).
-  void release(uint32_t value);
-  // Waits up to timeout_ms for the launched kernels to exit.
-  bool wait_done(int timeout_ms, std::string* err);
-
- private:
-  struct Impl;  // the flag mapping and the stream (cuda/spin.cu)
-  SpinKernel();
-  std::unique_ptr<Impl> impl_;
 };
 
 // What a codec is created for. The transport's codec is `trusted`: its callers pass

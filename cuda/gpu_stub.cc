@@ -22,20 +22,7 @@ int current_device() { return 0; }
 void defer_release(std::function<void()> fn) { fn(); }
 bool release_idle(int) { return true; }
 
-ManagedBuffer::ManagedBuffer(size_t, std::string* err) {
-  if (err != nullptr) *err = kWhy;
-}
 
-struct SpinKernel::Impl {};
-SpinKernel::SpinKernel() = default;
-std::unique_ptr<SpinKernel> SpinKernel::create(std::string* err) {
-  if (err != nullptr) *err = kWhy;
-  return nullptr;
-}
-SpinKernel::~SpinKernel() = default;
-bool SpinKernel::launch(uint32_t, std::string*) { return false; }
-void SpinKernel::release(uint32_t) {}
-bool SpinKernel::wait_done(int, std::string*) { return false; }
 
 PinnedBuffer::PinnedBuffer(size_t, std::string* err) {
   if (err != nullptr) *err = kWhy;

@@ -9,7 +9,7 @@ SRCS := $(wildcard common/*.cc codec/*.cc)
 # Only what the protocol state machines need: no sockets, engine or plugin.
 # (device_codec + the GPU stub: the state machines reach the GPU path through them.)
 WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc \
-             transport/device_codec.cc transport/staging_arena.cc transport/recovery.cc cuda/gpu_stub.cc
+             transport/recovery.cc
 OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
 WIRE_OBJS := $(WIRE_SRCS:%.cc=$(FB)/obj/%.o)
 FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \

@@ -62,9 +62,27 @@ TEST(ParamsTest, EveryDefaultParses) {
   }
   trim::Result<Params> p = load({});
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
-  EXPECT_EQ(p->mtu, 4096);
-  EXPECT_EQ(trim::codec::CodecConfig::from_params(*p)->packet_bytes, 4096u - 28);
+  EXPECT_EQ(p->mtu, trim::kAuto);  // resolved per interface and connection by the transport
+  EXPECT_EQ(p->codec_threads, trim::kAuto);
+  EXPECT_EQ(p->gpu, 0);  // off
   EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kInfo));
+}
+
+// "auto" or an integer in range; anything else names the variable and both forms.
+TEST(ParamsTest, IntOrAutoKnobs) {
+  for (const char* v : {"auto", "AUTO", "0", "17", "64"}) {
+    trim::Result<Params> p = load({{"NCCL_TRIM_CODEC_THREADS", v}});
+    ASSERT_TRUE(p.is_ok()) << v << ": " << p.status().to_string();
+  }
+  EXPECT_EQ(load({{"NCCL_TRIM_CODEC_THREADS", "auto"}})->codec_threads, trim::kAuto);
+  EXPECT_EQ(load({{"NCCL_TRIM_CODEC_THREADS", "0"}})->codec_threads, 0);
+  EXPECT_EQ(load({{"NCCL_TRIM_MTU", "1500"}})->mtu, 1500);
+  for (const char* v : {"65", "-1", "automatic", "", "2x"}) {
+    trim::Result<Params> p = load({{"NCCL_TRIM_CODEC_THREADS", v}});
+    ASSERT_FALSE(p.is_ok()) << v;
+    EXPECT_NE(p.status().message().find("NCCL_TRIM_CODEC_THREADS"), std::string::npos);
+    EXPECT_NE(p.status().message().find("auto or an integer in [0, 64]"), std::string::npos) << p.status().to_string();
+  }
 }
 
 TEST(ParamsTest, LookupIsAskedForEveryKnob) {

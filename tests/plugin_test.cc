@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gpu_codec.h"
 #include "plugin/nccl_net.h"
 #include "tests/test_paths.h"
 
@@ -272,6 +271,31 @@ TEST_F(PluginTest, BadEnvValueFailsInitNamingVariable) {
   }
 }
 
+// NCCL_TRIM_GPU=on is refused with the reason and what to do instead; the old value auto is
+// no longer a choice and is named as such.
+TEST_F(PluginTest, GpuOnIsAClearInitError) {
+  {
+    EnvGuard gpu("NCCL_TRIM_GPU", "on");
+    void* ctx = nullptr;
+    EXPECT_EQ(v11_->init(&ctx, 4, nullptr, capture_logger, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ctx, nullptr);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_GPU=on", "deadlock", "host", "comm hook"})) << dump(lines);
+  }
+  {
+    EnvGuard gpu("NCCL_TRIM_GPU", "auto");
+    void* ctx = nullptr;
+    EXPECT_EQ(v11_->init(&ctx, 5, nullptr, capture_logger, nullptr), ncclInvalidUsage);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_GPU", "'auto'", "off|on"})) << dump(lines);
+  }
+  EnvGuard gpu("NCCL_TRIM_GPU", "off");
+  void* ctx = nullptr;
+  EXPECT_EQ(v11_->init(&ctx, 6, nullptr, capture_logger, nullptr), ncclSuccess);
+  take_lines();
+  EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
+}
+
 TEST_F(PluginTest, UnknownTrimVariableIsWarnedAbout) {
   EnvGuard typo("NCCL_TRIM_FOO", "1");
   void* ctx = nullptr;
@@ -306,8 +330,8 @@ TEST_F(PluginTest, PropertiesOfTheLoopbackDevice) {
   ASSERT_EQ(v11_->getProperties(0, &p), ncclSuccess);
   EXPECT_STREQ(p.name, "lo");
   EXPECT_EQ(p.pciPath, nullptr);
-  // NCCL_PTR_CUDA exactly when the CUDA runtime finds a GPU (the GPU path's default, auto).
-  EXPECT_EQ(p.ptrSupport, trim::gpu::gpu_available() ? (NCCL_PTR_HOST | NCCL_PTR_CUDA) : NCCL_PTR_HOST);
+  // Host buffers only, GPU or not: NCCL stages GPU data through its pinned host buffers.
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
   EXPECT_GT(p.maxP2pBytes, 0u);
   EXPECT_LE(p.maxP2pBytes, static_cast<size_t>(NCCL_MAX_NET_SIZE_BYTES));
   EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/data_path.h"
 #include "common/log.h"
 #include "transport/engine_tx.h"
 #include "common/param_enums.h"
@@ -198,31 +197,7 @@ void Engine::add(Conn* c) { submit(Cmd{Cmd::kAdd, c}, false); }
 
 void Engine::remove(Conn* c) { submit(Cmd{Cmd::kRemove, c}, true); }
 
-void Engine::release_memory(Conn* c, uintptr_t lo, uintptr_t hi, bool* busy, std::unique_ptr<StagingArena>* arena) {
-  bool b = false;
-  Cmd cmd{Cmd::kReleaseMemory, c, lo, hi};
-  cmd.arena = arena;
-  cmd.result = &b;
-  submit(cmd, true);
-  if (busy != nullptr) *busy = b;
-}
-
-void Engine::attach_device(Conn* c, std::unique_ptr<DeviceCodec> codec, uintptr_t lo, uintptr_t hi,
-                           std::unique_ptr<StagingArena> arena) {
-  Cmd cmd{Cmd::kAttachDevice, c, lo, hi};
-  cmd.codec = &codec;
-  cmd.arena = &arena;
-  submit(cmd, true);
-  // Anything left here (the engine exited first) is freed by this, the setup thread.
-}
-
-bool Engine::device_idle(Conn* c) {
-  bool q = true;
-  Cmd cmd{Cmd::kDeviceIdle, c};
-  cmd.result = &q;
-  submit(cmd, true);
-  return q;
-}
+void Engine::release_memory(Conn* c, uintptr_t lo, uintptr_t hi) { submit(Cmd{Cmd::kReleaseMemory, c, lo, hi}, true); }
 
 void Engine::apply_release(const Cmd& cmd, Tx* tx) {
   Conn* c = cmd.conn;
@@ -233,11 +208,6 @@ void Engine::apply_release(const Cmd& cmd, Tx* tx) {
     declare_dead(c, Status(Code::kUnavailable, "memory deregistered while operations on it were in flight "
                                            "(communicator abort): connection failed"));
   }
-  DeviceStaging& dev = c->send ? c->send->device() : c->recv->device();
-  bool busy = false;
-  std::unique_ptr<StagingArena> arena = dev.take_region(cmd.lo, cmd.hi, &busy);
-  if (cmd.arena != nullptr) *cmd.arena = std::move(arena);
-  *cmd.result = busy;
 }
 
 void Engine::apply_commands(Tx* tx) {
@@ -253,12 +223,6 @@ void Engine::apply_commands(Tx* tx) {
     auto& map = c->role == Role::kSend ? send_by_cookie_ : recv_by_cookie_;
     if (cmd.kind == Cmd::kReleaseMemory) {
       apply_release(cmd, tx);
-    } else if (cmd.kind == Cmd::kAttachDevice) {
-      DeviceStaging& dev = c->send ? c->send->device() : c->recv->device();
-      if (dev.codec() == nullptr) dev.set_codec(std::move(*cmd.codec));
-      dev.add_region(cmd.lo, cmd.hi, std::move(*cmd.arena));
-    } else if (cmd.kind == Cmd::kDeviceIdle) {
-      *cmd.result = (c->send ? c->send->device() : c->recv->device()).device_idle();
     } else if (cmd.kind == Cmd::kAdd) {
       conns_.push_back(c);
       map[c->cookie] = c;
@@ -368,8 +332,6 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
 }
 
 void Engine::run() {
-  // Everything this thread does is the data path: no call here may wait for the device.
-  const data_path::Scope on_data_path;
   Tx tx(udp_.get(), cfg_.udp_offload);
   while (running_.load(std::memory_order_relaxed)) {
     if (has_cmds_.load(std::memory_order_acquire)) apply_commands(&tx);
@@ -387,15 +349,10 @@ void Engine::run() {
     for (Conn* c : conns_) {
       tx.bind(c);
       timers(c, now, &tx);
-      if (c->send) c->send->poll_device();  // dead ones too: staging of failed work comes back
       if (c->send && !c->dead) {
         const uint32_t n = c->send->poll_tx(now, kTxBudgetPerConn, &tx);
         if (n == kTxBudgetPerConn) busy = true;
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
-      }
-      if (c->recv) {
-        c->recv->poll_device();
-        deadline = std::min(deadline, c->recv->next_deadline_ns(now));
       }
       deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
@@ -414,8 +371,6 @@ void GlobalStats::add(const ConnCounters& c) {
   dup_packets += c.dup_packets;
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
-  device_msgs += c.device_msgs;
-  staging_waits += c.staging_waits;
 }
 
 std::string GlobalStats::to_json() const {
@@ -423,13 +378,12 @@ std::string GlobalStats::to_json() const {
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
-      "\"gso_sends\":{},\"gro_batches\":{},\"device_msgs\":{},\"staging_waits\":{},"
-      "\"data_path_violations\":{}}}",
+      "\"gso_sends\":{},\"gro_batches\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
-      gso_sends.load(), gro_batches.load(), device_msgs.load(), staging_waits.load(), data_path::violations());
+      gso_sends.load(), gro_batches.load());
 }
 
 GlobalStats& global_stats() {
@@ -441,11 +395,10 @@ std::string ConnCounters::to_string() const {
   return fmt::format(
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
-      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}; "
-      "device messages {} (staging waits {})",
+      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, dup_packets, bad_packets, out_of_window, acks_sent,
-      acks_received, device_msgs, staging_waits);
+      acks_received);
 }
 
 }  // namespace trim::transport

@@ -89,31 +89,16 @@ class Engine {
   // NCCL deregisters memory before it frees it (on abort, with operations still in flight):
   // if a pending operation of `c` uses [lo, hi), the connection is failed so the engine never
   // touches that memory again. Blocks until the engine has looked.
-  // Then, for a GPU region, takes its staging back when no device work uses it any more (else
-  // *busy: the caller retries, with a bounded wait). Blocks until the engine has looked.
-  void release_memory(Conn* c, uintptr_t lo, uintptr_t hi, bool* busy = nullptr,
-                      std::unique_ptr<StagingArena>* arena = nullptr);
-  // Hands a connection the device side made at regMr: its codec (when it has none yet) and the
-  // staging of region [lo, hi). Blocks until applied.
-  void attach_device(Conn* c, std::unique_ptr<DeviceCodec> codec, uintptr_t lo, uintptr_t hi,
-                     std::unique_ptr<StagingArena> arena);
-  // Whether the connection's device work has all finished (close polls this, with a bounded
-  // wait, before it takes the connection back). Blocks until answered.
-  bool device_idle(Conn* c);
+  void release_memory(Conn* c, uintptr_t lo, uintptr_t hi);
   // Called after posting into a Conn.
   void wake();
   void stop();
 
  private:
   struct Cmd {
-    enum Kind { kAdd, kRemove, kReleaseMemory, kAttachDevice, kDeviceIdle } kind;
+    enum Kind { kAdd, kRemove, kReleaseMemory } kind;
     Conn* conn;
-    uintptr_t lo = 0, hi = 0;  // kReleaseMemory, kAttachDevice
-    // kAttachDevice: in; kReleaseMemory: out (the region's arena, when free). Owned by the
-    // submitting thread, which waits for the command.
-    std::unique_ptr<DeviceCodec>* codec = nullptr;
-    std::unique_ptr<StagingArena>* arena = nullptr;
-    bool* result = nullptr;  // kReleaseMemory: busy; kDeviceIdle: idle
+    uintptr_t lo = 0, hi = 0;  // kReleaseMemory
   };
   // Queues a command; with `wait`, blocks until the engine thread applied it (or has exited).
   void submit(const Cmd& cmd, bool wait);
@@ -180,9 +165,7 @@ struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
-      gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
-      device_msgs{0},  // messages in GPU memory, encoded/decoded by the DeviceCodec
-      staging_waits{0};
+      gso_sends{0}, gro_batches{0};  // segmentation offload: super-datagrams sent, coalesced runs received
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

@@ -12,7 +12,6 @@
 #include <mutex>
 
 #include "codec/rng.h"
-#include "common/data_path.h"
 #include "common/log.h"
 #include "transport/classify.h"
 #include "transport/devices.h"
@@ -38,9 +37,6 @@ struct Globals {
   std::vector<transport::NetIf> devices;
   std::vector<std::unique_ptr<Engine>> engines;  // one per device, started on first use
   int contexts = 0;
-  // The GPU path of the latest init: getProperties (which has no context) advertises
-  // NCCL_PTR_CUDA by it. NCCL uses one params set per process.
-  transport::DeviceMode device_mode = transport::DeviceMode::kNone;
 };
 
 Globals& globals() {
@@ -137,7 +133,6 @@ transport::ConnParams conn_params(const Context& ctx, uint64_t cookie, uint32_t 
   cp.target_trim = ctx.params.target_trim;
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
-  cp.device = ctx.device_mode;
   return cp;
 }
 
@@ -192,6 +187,17 @@ Result<Context*> init(const InitOptions& options) {
   Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
   if (!p) return p.status();
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
+  if (param::gpu(p.value()) == param::Gpu::kOn) {
+    // A CUDA call from NCCL's proxy thread can wait behind an application thread's CUDA call
+    // (cudaMalloc/cudaFree hold the driver's lock while the device is busy) while NCCL's kernel
+    // waits for the proxy: a deadlock no plugin can rule out. NCCL's Socket transport makes no
+    // CUDA call either.
+    return Status(Code::kBadConfig,
+                  "NCCL_TRIM_GPU=on is not supported: a CUDA call from NCCL's proxy thread can deadlock behind the "
+                  "application's own CUDA calls, so the plugin takes host buffers only (NCCL stages GPU data through "
+                  "pinned host memory). Unset NCCL_TRIM_GPU (or set it to off); to rotate gradients on the GPU, "
+                  "use the nccl_trim PyTorch comm hook.");
+  }
   Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value());
   if (!cfg) return cfg.status();
   Status sw;
@@ -208,40 +214,6 @@ Result<Context*> init(const InitOptions& options) {
   ctx->params = p.value();
   ctx->codec = cfg.value();
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
-  std::string why;
-  ctx->device_mode = transport::probe_device_mode(param::gpu(ctx->params) == param::Gpu::kOff,
-                                                  static_cast<int>(param::test_gpu(ctx->params)), &why);
-  // The kernels are loaded now, while no kernel of this communicator runs (regMr loads them on
-  // other GPUs): a first launch that loads lazily would wait for the device on the data path.
-  if (ctx->device_mode == transport::DeviceMode::kCuda && !transport::prepare_gpu(-1, &why)) {
-    ctx->device_mode = transport::DeviceMode::kNone;
-    why = "the GPU codec's kernels could not be loaded: " + why;
-  }
-  if (param::test_cuda_check(ctx->params) == param::TestCudaCheck::kOn ||
-      param::test_gpu(ctx->params) != param::TestGpu::kOff) {
-    data_path::set_enforce(true);
-  }
-  switch (ctx->device_mode) {
-    case transport::DeviceMode::kCuda:
-      TRIM_INFO("NET/Trim: GPU buffers: on (NCCL_PTR_CUDA; encoded and decoded by the plugin's CUDA kernels)");
-      break;
-    case transport::DeviceMode::kEmulated:
-    case transport::DeviceMode::kEmulatedFault:
-    case transport::DeviceMode::kEmulatedHang:
-      TRIM_WARN("NET/Trim: TEST-ONLY GPU emulation is on (NCCL_TRIM_TEST_GPU={}): never use this in a real job",
-                ctx->device_mode == transport::DeviceMode::kEmulated        ? "emulate"
-                : ctx->device_mode == transport::DeviceMode::kEmulatedFault ? "emulate_fault"
-                                                                            : "emulate_hang");
-      break;
-    case transport::DeviceMode::kNone:
-      TRIM_INFO("NET/Trim: GPU buffers: off ({}); host buffers, CPU codec", why);
-      break;
-  }
-  {
-    Globals& g = globals();
-    std::lock_guard<std::mutex> lock(g.mu);
-    g.device_mode = ctx->device_mode;
-  }
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
       ctx->params.test_trim > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
@@ -282,7 +254,7 @@ Result<DeviceProps> device_props(int dev) {
   p.name = d.name;
   p.pci_path = d.pci_path;
   p.guid = d.guid;
-  p.ptr_support = kPtrHost | (g.device_mode != transport::DeviceMode::kNone ? kPtrCuda : 0);
+  p.ptr_support = kPtrHost;  // NCCL stages GPU data through its pinned host buffers
   p.speed_mbps = d.speed_mbps;
   p.port = 0;
   p.latency_us = 0;

@@ -1,20 +1,16 @@
 // The internal side of trim::net (net_api.h): the objects behind its opaque handles, shared by
 // the files that implement it — net_api.cc (init, devices, connection setup), net_mem.cc
-// (memory registration, GPU regions) and net_ops.cc (the data path and teardown).
+// (memory registration) and net_ops.cc (the data path and teardown).
 #pragma once
 
 #include <array>
 #include <atomic>
-#include <chrono>
-#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "codec/layout.h"
 #include "common/params.h"
-#include "transport/device_codec.h"
 #include "transport/engine.h"
 #include "transport/net_api.h"
 #include "transport/send_class.h"
@@ -28,7 +24,6 @@ class Context {
   codec::CodecConfig codec;
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
   std::unique_ptr<transport::SendClassifier> classifier;
-  transport::DeviceMode device_mode = transport::DeviceMode::kNone;  // GPU buffers: how, if at all
 };
 
 class Comm {
@@ -64,10 +59,6 @@ struct CommCore {
   transport::Engine* engine = nullptr;
   std::array<Request, kMaxRequests> reqs;
   uint32_t next_seq = 0;
-  // GPU memory registered on this comm: the engine holds its codec (made at the first such
-  // regMr, on this GPU) and one staging arena per region.
-  bool device_attached = false;
-  int device = -1;
 
   Request* free_slot(Comm* owner) {
     for (Request& r : reqs) {
@@ -101,17 +92,6 @@ inline Status null_argument(const char* call, const char* what) {
 
 // The core of a send or receive comm (null for anything else).
 CommCore* core_of(Comm* comm);
-
-// Close's and deregMr's bounded wait for a connection's device work: polls done() until it
-// holds or NCCL_TRIM_TIMEOUT_MS has passed; false on timeout.
-inline bool wait_for_device(const Context& ctx, const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctx.params.timeout_ms);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
 
 }  // namespace detail
 }  // namespace trim::net

@@ -1,18 +1,16 @@
 // trim::net's data path (isend, irecv, iflush, test: NCCL's proxy thread, with NCCL's kernel
-// spinning on the GPU, so every call here holds a data_path::Scope) and teardown (close).
+// spinning on the GPU until the data has moved, so nothing here may wait) and teardown (close).
 #include <fmt/format.h>
 
 #include <climits>
 #include <mutex>
 
-#include "common/data_path.h"
 #include "common/log.h"
 #include "transport/net_internal.h"
 
 namespace trim::net {
 
 using transport::Conn;
-using detail::wait_for_device;
 using detail::null_argument;
 
 namespace {
@@ -30,7 +28,6 @@ OpAttr unpack_attr(uint32_t v) {
 // ---- Data path ----
 
 Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, MemHandle* mem, void* profiler_op) {
-  const data_path::Scope on_data_path;  // NCCL's proxy thread, with NCCL's kernel spinning
   (void)tag;  // NCCL matches FIFO per comm; tags carry nothing more
   if (comm == nullptr) return null_argument("isend", "comm");
   if (data == nullptr && bytes != 0) return null_argument("isend", "data");
@@ -49,7 +46,7 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
   op.bytes = bytes;
   op.seq = comm->core.next_seq++;
   op.trimmable = cls.trimmable;
-  op.on_device = mem != nullptr && mem->region.type == MemType::kCuda;
+  (void)mem;  // host memory only: nothing to look up
   op.dtype = cls.dtype;
   op.result.reset();
   {
@@ -62,7 +59,6 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
 }
 
 Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional) {
-  const data_path::Scope on_data_path;
   (void)completion_optional;  // we always complete; NCCL then need not rely on LL flags alone
   if (comm == nullptr) return null_argument("irecv", "comm");
   if (buffers == nullptr) return null_argument("irecv", "buffers");
@@ -76,7 +72,6 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
   transport::RecvOp& op = r->recv;
   op.data = static_cast<uint8_t*>(buffers[0].data);
   op.capacity = buffers[0].capacity_bytes;
-  op.on_device = buffers[0].mem != nullptr && buffers[0].mem->region.type == MemType::kCuda;
   op.seq = comm->core.next_seq++;
   op.result.reset();
   {
@@ -89,16 +84,13 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
 }
 
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
-  const data_path::Scope on_data_path;
   if (comm == nullptr) return null_argument("iflush", "comm");
   if (buffers == nullptr || n < 1 || n > kMaxRecvs) return Status(Code::kInvalidArgument, "iflush: bad buffers");
-  // Host memory: the data is where the CPU sees it. GPU memory: a receive completes only after
-  // our decode kernel, on our stream, has written it; NCCL's later kernels see it.
+  // Host memory: the data is where the CPU sees it, and NCCL's kernel reads it from there.
   return static_cast<Request*>(nullptr);
 }
 
 Status test(Request* request, Completion* out) {
-  const data_path::Scope on_data_path;
   if (request == nullptr) return null_argument("test", "request");
   if (out == nullptr) return null_argument("test", "completion");
   if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
@@ -138,16 +130,6 @@ template <typename CommT>
 Status close_comm(CommT* comm) {
   std::unique_ptr<CommT> owned(comm);
   Conn* c = comm->core.conn.get();
-  // Our kernels may still read or write NCCL's buffers: wait for them, bounded, before the
-  // connection goes (its staging is then freed on the release thread, after the device).
-  Status device_status;
-  if (comm->core.device_attached &&
-      !wait_for_device(*comm->ctx(), [&] { return comm->core.engine->device_idle(c); })) {
-    device_status = Status(Code::kSystem, fmt::format("close: GPU work of connection {:#018x} still running after "
-                                                      "{} ms (NCCL_TRIM_TIMEOUT_MS)",
-                                                      c->cookie, comm->ctx()->params.timeout_ms));
-    TRIM_WARN("NET/Trim: {}", device_status.message());
-  }
   comm->core.engine->remove(c);  // from here on only this thread touches the connection
   if (c->tcp_open) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
@@ -161,7 +143,7 @@ Status close_comm(CommT* comm) {
   transport::global_stats().add(k);
   TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
             c->peer_name, k.to_string());
-  return device_status;
+  return Status::ok();
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 
 #include "codec/layout.h"
 #include "common/status.h"
-#include "transport/device_codec.h"
 #include "transport/wire.h"
 
 namespace trim::transport {
@@ -25,11 +24,7 @@ struct ConnParams {
   double target_trim = 0.05;
   uint64_t min_rto_ns = 2'000'000;
   double rate_gbps = 0;      // 0 = no pacing
-  DeviceMode device = DeviceMode::kNone;  // how device-memory operations are encoded/decoded
 };
-
-// How long the engine may sleep while device work it must poll is in flight.
-inline constexpr uint64_t kDevicePollNs = 5'000;
 
 // Completion of one isend/irecv, written by the engine thread, polled by NCCL's proxy thread.
 class OpResult {
@@ -86,8 +81,6 @@ struct ConnCounters {
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
-  uint64_t device_msgs = 0;  // messages encoded or decoded by the DeviceCodec (GPU memory)
-  uint64_t staging_waits = 0;  // device messages that found their region's staging full for a while
   std::string to_string() const;
 };
 

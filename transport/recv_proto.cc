@@ -11,19 +11,7 @@ namespace trim::transport {
 
 RecvProto::RecvProto(const ConnParams& params) : params_(params) {}
 
-RecvProto::~RecvProto() {
-  // Nothing waits here: staging still used by device work is freed, on the release thread,
-  // only after the device is done with it (cudaFreeHost waits for the device).
-  for (Msg& m : msgs_) retire_device(&m);
-}
-
-void RecvProto::retire_device(Msg* m) {
-  if (!m->staging) return;
-  DeviceCodec::Ticket last = 0;
-  for (DeviceCodec::Ticket t : m->chunk_decode) last = std::max(last, t);
-  dev_.retire(std::move(m->staging), last);
-  m->got_bytes = nullptr;
-}
+RecvProto::~RecvProto() = default;
 
 Status RecvProto::post(RecvOp* op, TxSink* sink) {
   if (op->seq != static_cast<uint32_t>(posted_)) {
@@ -58,122 +46,9 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
   if (!decoders_[idx]) decoders_[idx] = std::make_unique<codec::Decoder>(params_.codec);
   codec::MessageId id{params_.cookie, m->op->seq, h.trimmable()};
   m->layout = layout.value();
-  if (m->op->on_device) {
-    if (!begin_device(m, id)) return false;
-  } else if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) {
-    return false;
-  }
+  if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) return false;
   m->started = true;
   return true;
-}
-
-bool RecvProto::begin_device(Msg* m, const codec::MessageId& id) {
-  // The codec and the staging were made at regMr; nothing here allocates or waits.
-  Status st;
-  if (dev_.codec() == nullptr) {
-    st = Status(Code::kUnavailable, "irecv into GPU memory on a connection with no GPU memory registered");
-  }
-  const uint64_t packets = m->layout.packets();
-  // Packets, then their received sizes (8-byte aligned), in one lease.
-  const size_t sizes_at = (static_cast<size_t>(packets) * params_.codec.packet_bytes + 7) / 8 * 8;
-  if (st.is_ok()) {
-    Result<StagingLease> lease = dev_.lease(m->op->data, sizes_at + packets * sizeof(uint32_t));
-    if (!lease) {
-      st = lease.status();
-    } else if (!*lease) {
-      // Every span in use (work of failed receives still running): the packet is not taken,
-      // and the sender's loss recovery sends it again.
-      ++counters_.staging_waits;
-      return false;
-    } else {
-      m->staging = std::move(lease).value();
-    }
-  }
-  if (!st.is_ok()) {
-    m->failed = true;
-    m->op->result.fail(st);
-    return false;
-  }
-  m->staging_wait = false;
-  m->got_bytes = reinterpret_cast<uint32_t*>(m->staging.data() + sizes_at);
-  std::fill(m->got_bytes, m->got_bytes + packets, 0u);
-  m->rows_per_chunk = device_rows_per_chunk(m->layout);
-  const uint32_t chunks = (m->layout.rows() + m->rows_per_chunk - 1) / m->rows_per_chunk;
-  m->chunk_missing.assign(chunks, 0);
-  m->chunk_first_slot.assign(chunks, 0);
-  m->chunk_decode.assign(chunks, 0);
-  m->chunks_launched = 0;
-  uint64_t slot = 0;
-  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
-    if (r % m->rows_per_chunk == 0) m->chunk_first_slot[r / m->rows_per_chunk] = slot;
-    m->chunk_missing[r / m->rows_per_chunk] += m->layout.row(r).packets;
-    slot += m->layout.row(r).packets;
-  }
-  ++counters_.device_msgs;
-  decoders_[m->op->seq % kMaxPostedRecvs]->begin_collect(m->layout, id);
-  return true;
-}
-
-void RecvProto::keep_for_device(Msg* m, const codec::ParsedPacket& p, uint32_t slot) {
-  // The packet as it arrived (header and whatever payload survived): the GPU decodes it.
-  const uint32_t bytes = codec::kHeaderBytes + p.payload_received;
-  std::memcpy(m->staging.data() + static_cast<size_t>(slot) * params_.codec.packet_bytes,
-              p.payload - codec::kHeaderBytes, bytes);
-  m->got_bytes[slot] = bytes;
-}
-
-codec::PacketError RecvProto::admit_device(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p) {
-  const uint32_t chunk = p.hdr.row / m->rows_per_chunk;
-  // A chunk being decoded has what it needs; its staging must not change under the GPU.
-  if (chunk < m->chunk_decode.size() && m->chunk_decode[chunk] != 0) return codec::PacketError::kOk;
-  uint32_t slot = UINT32_MAX;
-  const uint64_t filled = dec.slots_filled();
-  const codec::PacketError e = dec.admit(p, &slot);
-  if (e != codec::PacketError::kOk || slot == UINT32_MAX) return e;
-  keep_for_device(m, p, slot);
-  if (dec.slots_filled() > filled && --m->chunk_missing[chunk] == 0) launch_chunk(m, chunk, p.hdr.trimmable());
-  return e;
-}
-
-void RecvProto::launch_chunk(Msg* m, uint32_t chunk, bool trimmable) {
-  DeviceCodec* device = dev_.codec();
-  const uint32_t first_row = chunk * m->rows_per_chunk;
-  const uint32_t n_rows = std::min(m->rows_per_chunk, m->layout.rows() - first_row);
-  const uint64_t first_slot = m->chunk_first_slot[chunk];
-  const codec::MessageId id{params_.cookie, m->op->seq, trimmable};
-  const size_t stride = params_.codec.packet_bytes;
-  const DeviceCodec::Ticket t =
-      device->decode_rows(m->layout, id, m->staging.data() + first_slot * stride, stride, m->got_bytes + first_slot,
-                          first_row, n_rows, m->op->data);
-  if (t == 0) {
-    m->failed = true;
-    m->op->result.fail(Status(Code::kInternal, fmt::format("GPU decode: {}", device->last_error())));
-    return;
-  }
-  m->chunk_decode[chunk] = t;
-  if (++m->chunks_launched == m->chunk_decode.size()) {
-    m->decode = t;  // tickets complete in order: the last launched is the last to finish
-    ++decoding_;
-  }
-}
-
-void RecvProto::poll_device() {
-  dev_.poll_retired();
-  if (decoding_ == 0) return;
-  DeviceCodec* device = dev_.codec();
-  for (Msg& m : msgs_) {
-    if (m.op == nullptr || m.decode == 0 || !device->poll(m.decode)) continue;
-    m.decode = 0;
-    --decoding_;
-    m.staging.reset();
-    m.got_bytes = nullptr;
-    if (device->failed()) {
-      m.failed = true;
-      m.op->result.fail(Status(Code::kSystem, fmt::format("GPU decode failed: {}", device->last_error())));
-      continue;
-    }
-    complete(&m, m.layout.bytes());
-  }
 }
 
 void RecvProto::complete(Msg* m, uint64_t bytes) {
@@ -209,11 +84,11 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     return;
   }
   if (!m->started && !begin_msg(m, p.hdr)) {
-    if (!m->staging_wait) ++counters_.bad_packets;
+    ++counters_.bad_packets;
     return;
   }
   codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
-  const codec::PacketError e = m->op->on_device ? admit_device(m, dec, p) : dec.add(p);
+  const codec::PacketError e = dec.add(p);
   if (e != codec::PacketError::kOk) {
     ++counters_.bad_packets;
     TRIM_DEBUG("NET/Trim: packet psn {} of message {} rejected: {}", psn, p.hdr.msg_seq, codec::packet_error_name(e));
@@ -230,7 +105,7 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   ack_due_ = true;
   // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
   // must not complete a receive with data missing.
-  if (!m->op->on_device && dec.slots_filled() == m->layout.packets()) {
+  if (dec.slots_filled() == m->layout.packets()) {
     dec.finish();
     complete(m, m->layout.bytes());
   }
@@ -286,9 +161,7 @@ bool RecvProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
 }
 
 void RecvProto::fail_all(const Status& error) {
-  decoding_ = 0;
   for (Msg& m : msgs_) {
-    retire_device(&m);
     if (m.op != nullptr) m.op->result.fail(error);
     m = Msg{};
   }

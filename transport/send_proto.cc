@@ -28,11 +28,7 @@ struct SendProto::Msg {
   uint32_t zc_row = 0;              // row of packet `next`
   std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
-  // Device messages: packets land in dstaging, one encode launch per chunk of rows.
-  StagingLease dstaging;
-  std::vector<DeviceCodec::Ticket> chunk_tickets;
-  uint32_t rows_per_chunk = 1;
-  uint8_t* packets() { return dstaging ? dstaging.data() : staging.data(); }
+  uint8_t* packets() { return staging.data(); }
 };
 
 namespace {
@@ -49,18 +45,7 @@ SendProto::SendProto(const ConnParams& params)
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes),
       rec_(RecoveryConfig::plugin(params.min_rto_ns)) {}
 
-SendProto::~SendProto() {
-  // Nothing waits here: staging still used by device work is freed, on the release thread,
-  // only after the device is done with it (cudaFreeHost waits for the device).
-  for (auto& m : msgs_) retire_device(m.get());
-  msgs_.clear();
-}
-
-void SendProto::retire_device(Msg* m) {
-  if (!m->dstaging) return;
-  const DeviceCodec::Ticket last = m->chunk_tickets.empty() ? 0 : m->chunk_tickets.back();
-  dev_.retire(std::move(m->dstaging), last);
-}
+SendProto::~SendProto() = default;
 
 Status SendProto::post(SendOp* op) {
   if (op->seq != next_seq_) {
@@ -99,36 +84,29 @@ bool SendProto::in_flight_psn(uint32_t psn) const {
   return psn_diff(psn, snd_una_) >= 0 && psn_diff(psn, snd_nxt_) < 0;
 }
 
-Result<bool> SendProto::start(Msg* m) {
+Status SendProto::start(Msg* m) {
   const SendOp& op = *m->op;
   if (op.bytes > m->capacity) {
     return Status(Code::kInvalidArgument, fmt::format("send of {} bytes matched a receive of {} bytes (seq {})",
                                                       op.bytes, m->capacity, op.seq));
   }
   const codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
-  if (m->row_first.empty()) {  // (laid out already when a device message waited for staging)
-    Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
-    if (!layout) return layout.status();
-    m->layout = layout.value();
-    if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
-    m->npackets = static_cast<uint32_t>(m->layout.packets());
-    m->row_first.resize(m->layout.rows() + 1);
-    uint32_t first = 0;
-    for (uint32_t r = 0; r < m->layout.rows(); ++r) {
-      m->row_first[r] = first;
-      first += m->layout.row(r).packets;
-    }
-    m->row_first[m->layout.rows()] = first;
+  Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
+  if (!layout) return layout.status();
+  m->layout = layout.value();
+  if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
+  m->npackets = static_cast<uint32_t>(m->layout.packets());
+  m->row_first.resize(m->layout.rows() + 1);
+  uint32_t first = 0;
+  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
+    m->row_first[r] = first;
+    first += m->layout.row(r).packets;
   }
-  if (op.on_device) {
-    Result<bool> got = start_device(m);
-    if (!got || !*got) return got;
-  }
+  m->row_first[m->layout.rows()] = first;
   m->psn_base = snd_nxt_;
   m->started = true;
-  if (op.on_device) return true;
   m->zero_copy = scheme == codec::Scheme::kNone;
-  if (m->zero_copy) return true;
+  if (m->zero_copy) return Status::ok();
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   // Reuse a staging buffer: messages of a connection are mostly the same size.
   for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it) {
@@ -140,53 +118,11 @@ Result<bool> SendProto::start(Msg* m) {
   }
   m->staging.resize(need);
   m->sizes.assign(m->npackets, 0);
-  return true;
+  return Status::ok();
 }
 
-Result<bool> SendProto::start_device(Msg* m) {
-  // GPU memory cannot be a socket's iovec: exact messages too go through the device codec
-  // (scheme none: header + raw bytes, copied into host staging). The codec and the staging
-  // were made at regMr; nothing here allocates or waits.
-  DeviceCodec* device = dev_.codec();
-  if (device == nullptr) {
-    return Status(Code::kUnavailable, "isend of GPU memory on a connection with no GPU memory registered");
-  }
-  const size_t stride = params_.codec.packet_bytes;
-  const size_t need = static_cast<size_t>(m->npackets) * stride;
-  Result<StagingLease> lease = dev_.lease(m->op->data, need);
-  if (!lease) return lease.status();
-  if (!*lease) {
-    ++counters_.staging_waits;  // every span in use: start once one comes back
-    return false;
-  }
-  m->dstaging = std::move(lease).value();
-  m->sizes.assign(m->npackets, 0);
-  ++counters_.device_msgs;
-  m->rows_per_chunk = device_rows_per_chunk(m->layout);
-  const codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
-  for (uint32_t r = 0; r < m->layout.rows(); r += m->rows_per_chunk) {
-    const uint32_t n = std::min(m->rows_per_chunk, m->layout.rows() - r);
-    const DeviceCodec::Ticket t = device->encode_rows(m->layout, id, m->op->data, r, n,
-                                                      m->dstaging.data() + m->row_first[r] * stride, stride,
-                                                      m->sizes.data() + m->row_first[r]);
-    if (t == 0) return Status(Code::kInternal, fmt::format("GPU encode: {}", device->last_error()));
-    m->chunk_tickets.push_back(t);
-  }
-  return true;
-}
-
-Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
-  if (m->zero_copy) return true;
-  if (m->dstaging) {
-    while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
-      const uint32_t chunk = m->rows_encoded / m->rows_per_chunk;
-      DeviceCodec* device = dev_.codec();
-      if (!device->poll(m->chunk_tickets[chunk])) return false;
-      if (device->failed()) return Status(Code::kSystem, fmt::format("GPU encode failed: {}", device->last_error()));
-      m->rows_encoded = std::min(m->layout.rows(), (chunk + 1) * m->rows_per_chunk);
-    }
-    return true;
-  }
+Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
+  if (m->zero_copy) return Status::ok();
   while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
     const uint32_t r = m->rows_encoded;
     codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
@@ -197,7 +133,7 @@ Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
     if (!n) return n.status();
     ++m->rows_encoded;
   }
-  return true;
+  return Status::ok();
 }
 
 Status SendProto::build_zero_copy_header(Msg* m, uint32_t psn) {
@@ -249,7 +185,6 @@ SendProto::Msg* SendProto::next_to_send() {
 
 uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
   uint32_t n = 0;
-  device_waiting_ = false;
   const bool paced = params_.rate_gbps > 0;
   while (n < budget && !retx_.empty()) {
     if (paced && now_ns < pace_next_ns_) return n;
@@ -273,29 +208,19 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
         m->started = m->sent_all = true;
         continue;
       }
-      Result<bool> st = start(m);
-      if (!st) {
-        TRIM_WARN("NET/Trim: {}", st.status().message());
-        retire_device(m);
-        m->op->result.fail(st.status());
+      Status st = start(m);
+      if (!st.is_ok()) {
+        TRIM_WARN("NET/Trim: {}", st.message());
+        m->op->result.fail(st);
         msgs_.remove_if([m](const std::unique_ptr<Msg>& x) { return x.get() == m; });
         continue;
       }
-      if (!*st) {
-        device_waiting_ = true;  // staging busy; FIFO: nothing later may overtake it
-        break;
-      }
     }
-    Result<bool> ready = encode_rows_through(m, m->next);
-    if (!ready) {
-      fail_all(ready.status());
+    Status st = encode_rows_through(m, m->next);
+    if (!st.is_ok()) {
+      fail_all(st);
       return n;
     }
-    if (!*ready) {
-      device_waiting_ = true;  // FIFO: nothing later may overtake it
-      break;
-    }
-    Status st;
     const uint32_t psn = m->psn_base + m->next;
     Slot& s = slot(psn);
     s = Slot{m, m->next, 0, 0, false, false};
@@ -438,7 +363,6 @@ void SendProto::on_timer(uint64_t now_ns) {
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
   uint64_t d = rec_.next_deadline_ns();
-  if (device_waiting_ || dev_.has_retired()) d = std::min(d, now_ns + kDevicePollNs);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
   }
@@ -451,7 +375,7 @@ void SendProto::complete_finished() {
     if (m->sent_all && m->acked == m->npackets) {
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
-      it = msgs_.erase(it);  // its device staging goes back: every chunk's encode was polled done
+      it = msgs_.erase(it);
     } else {
       ++it;
     }
@@ -459,10 +383,7 @@ void SendProto::complete_finished() {
 }
 
 void SendProto::fail_all(const Status& error) {
-  for (auto& m : msgs_) {
-    retire_device(m.get());
-    m->op->result.fail(error);
-  }
+  for (auto& m : msgs_) m->op->result.fail(error);
   msgs_.clear();
   for (Slot& s : ring_) s = Slot{};
   retx_.clear();
@@ -484,7 +405,6 @@ void SendProto::on_peer_fin(uint64_t completed) {
   for (auto it = msgs_.begin(); it != msgs_.end();) {
     if ((*it)->op->seq < completed) {
       (*it)->op->result.finish((*it)->op->bytes);
-      retire_device(it->get());
       it = msgs_.erase(it);
     } else {
       ++it;

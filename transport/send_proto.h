@@ -14,7 +14,6 @@
 #include "transport/congestion.h"
 #include "transport/proto.h"
 #include "transport/recovery.h"
-#include "transport/staging_arena.h"
 
 namespace trim::transport {
 
@@ -24,7 +23,6 @@ struct SendOp {
   uint64_t bytes = 0;
   uint32_t seq = 0;  // position in the connection's FIFO
   bool trimmable = false;
-  bool on_device = false;  // data is GPU memory: encoded by the connection's DeviceCodec
   codec::DType dtype = codec::DType::kRaw;  // kRaw when exact
   OpResult result;
 };
@@ -51,11 +49,6 @@ class SendProto {
   // The receiver closed after completing `completed` receives: those sends are delivered.
   void on_peer_fin(uint64_t completed);
 
-  // Frees staging whose device work finished after its message ended (failures).
-  void poll_device() { dev_.poll_retired(); }
-  // The connection's device side: its codec and staging arrive at regMr (engine commands).
-  DeviceStaging& device() { return dev_; }
-
   const ConnParams& params() const { return params_; }
   bool has_pending() const { return !msgs_.empty(); }
   // Whether a pending operation's buffer overlaps [lo, hi): the proto still reads from it.
@@ -80,14 +73,9 @@ class SendProto {
   };
   Slot& slot(uint32_t psn) { return ring_[psn % kSackBits]; }
   bool in_flight_psn(uint32_t psn) const;
-  // False (not an error) when a device message waits for staging.
-  Result<bool> start(Msg* m);
-  Result<bool> start_device(Msg* m);
-  // Whether packet `pkt` of m is encoded (host: encodes the rows up to it; device: polls the
-  // encode of its chunk of rows).
-  Result<bool> encode_rows_through(Msg* m, uint32_t pkt);
-  // Hands m's staging to dev_ until its device work is done (m is ending before it finished).
-  void retire_device(Msg* m);
+  Status start(Msg* m);
+  // Encodes the rows of m up to the one holding packet `pkt`.
+  Status encode_rows_through(Msg* m, uint32_t pkt);
   // Header of the zero-copy packet m->next, sent as `psn` (kept in headers_ until acknowledged).
   Status build_zero_copy_header(Msg* m, uint32_t psn);
   uint8_t* header(uint32_t psn) { return headers_.data() + static_cast<size_t>(psn % kSackBits) * codec::kHeaderBytes; }
@@ -102,7 +90,6 @@ class SendProto {
   ConnParams params_;
   codec::Encoder encoder_;
   TrimCc cc_;
-  DeviceStaging dev_;  // before msgs_: their staging leases go back before the arenas go
   std::list<std::unique_ptr<Msg>> msgs_;  // posted and not yet complete, in seq order
   uint32_t next_seq_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> early_cts_;  // CTS for messages not posted yet
@@ -116,7 +103,6 @@ class SendProto {
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
   std::vector<std::vector<uint8_t>> staging_pool_;
-  bool device_waiting_ = false;  // the next packet waits for a device encode (or staging)
 };
 
 }  // namespace trim::transport

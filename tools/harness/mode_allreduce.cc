@@ -34,9 +34,7 @@ Status run_allreduce(RankCtx& c) {
     fill_input(keys[static_cast<size_t>(c.rank)], work, o.bytes);
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
-    TRIM_RETURN_IF_ERROR(c.spin->begin(it));
     TRIM_RETURN_IF_ERROR(ring_allreduce(c, geo, Elem::kF32, "SIMPLE", bufs, deadline));
-    TRIM_RETURN_IF_ERROR(c.spin->end(it));
     if (it >= o.warmup) rep.iter_ns.push_back(mono_ns() - t0);
 
     TRIM_RETURN_IF_ERROR(record_allreduce(c, geo, keys.data(), work, &nmse_sum));

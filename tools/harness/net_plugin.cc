@@ -168,8 +168,7 @@ ncclResult_t NetPlugin::accept(void* listen_comm, void** recv_comm) {
 }
 
 ncclResult_t NetPlugin::reg_mr(void* comm, void* data, size_t bytes, void** mhandle) {
-  const int type = ptr_cuda_ ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
-  HARNESS_DISPATCH(regMr(comm, data, bytes, type, mhandle));
+  HARNESS_DISPATCH(regMr(comm, data, bytes, NCCL_PTR_HOST, mhandle));
 }
 
 ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { HARNESS_DISPATCH(deregMr(comm, mhandle)); }

@@ -56,9 +56,8 @@ class NetPlugin {
   // NCCL passes the same handle buffer on every retry: so must the caller.
   ncclResult_t connect(int dev, void* handle, void** send_comm);
   ncclResult_t accept(void* listen_comm, void** recv_comm);
-  // Registers as NCCL_PTR_HOST, or NCCL_PTR_CUDA after set_ptr_cuda(true) (--ptr cuda).
+  // Registers as NCCL_PTR_HOST, as NCCL does with a host-only plugin.
   ncclResult_t reg_mr(void* comm, void* data, size_t bytes, void** mhandle);
-  void set_ptr_cuda(bool on) { ptr_cuda_ = on; }
   ncclResult_t dereg_mr(void* comm, void* mhandle);
   // `phandle`: NCCL's per-step profiler handle (ProxyOp::phandle), passed on to v10+.
   ncclResult_t isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void* phandle,
@@ -88,7 +87,6 @@ class NetPlugin {
   void* ctx_ = nullptr;  // v11 context from init
   ncclNetCommConfig_v10_t config_{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int (*stats_fn_)(char*, int) = nullptr;
-  bool ptr_cuda_ = false;
 };
 
 }  // namespace trim::harness

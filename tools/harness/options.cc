@@ -173,13 +173,6 @@ Fault scenarios (sendrecv):
   --freeze-peer        the same with SIGSTOP (the parent SIGKILLs the frozen rank at the end)
   --close-in-flight    post up to 8 sends/receives, let one complete, then deregMr and close
                        without waiting for the rest (buffers are freed after the close)
-  --ptr host|cuda      register buffers as NCCL_PTR_HOST (default) or NCCL_PTR_CUDA: the GPU
-                       path (needs a GPU, where the buffers are managed memory, or
-                       NCCL_TRIM_TEST_GPU=emulate with host memory)
-  --spin-kernel        NCCL's situation (needs a GPU): in every rank a kernel on a stream of its
-                       own spins on a host-mapped flag until the rank's operations of the
-                       iteration have completed; a plugin call that waits for the device then
-                       hangs (the run ends at the peer timeout or --deadline)
   --abort-in-flight    the same in the order of NCCL's proxy teardown on abort: deregMr, free
                        the buffers, then close (the plugin must not touch them after deregMr)
 Verify (of the fp32 data: sendrecv's copy, the allreduce, mixed's trimmable AllReduce): exact
@@ -209,7 +202,6 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     if (flag == "--json") { o.json = true; continue; }
     if (flag == "--verbose") { o.verbose = true; continue; }
     if (flag == "--trimmable") { o.trimmable = true; continue; }
-    if (flag == "--spin-kernel") { o.spin_kernel = true; continue; }
     if (flag == "--kill-peer") { o.fault = Fault::kKillPeer; continue; }
     if (flag == "--freeze-peer") { o.fault = Fault::kFreezePeer; continue; }
     if (flag == "--close-in-flight") { o.fault = Fault::kCloseInFlight; continue; }
@@ -220,10 +212,6 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
       o.plugin_path = v;
     } else if (flag == "--csv") {
       o.csv_path = v;
-    } else if (flag == "--ptr") {
-      if (v == "host") o.ptr_cuda = false;
-      else if (v == "cuda") o.ptr_cuda = true;
-      else return bad("--ptr " + v + ": expected host or cuda");
     } else if (flag == "--api") {
       if (v == "v8") o.api = Api::kV8;
       else if (v == "v9") o.api = Api::kV9;

@@ -41,8 +41,6 @@ struct Options {
   int warmup = 1;
   bool json = false;
   std::string csv_path;  // --csv: per-iteration times (empty: none)
-  bool ptr_cuda = false;  // --ptr cuda: register buffers as NCCL_PTR_CUDA (the GPU path)
-  bool spin_kernel = false;  // --spin-kernel: a kernel spins on the GPU while each iteration runs
   bool verbose = false;
   double nmse_max = 1.0;
   int deadline_s = 120;

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gpu_codec.h"
 
 namespace trim::harness {
 
@@ -80,8 +79,8 @@ Status Connections::open(const Options& opt, int rank, RankChannel* chan, RankRe
                                        " outside (0, 1 TiB]");
   }
   if ((info.ptr_support & NCCL_PTR_HOST) == 0) return Status(Code::kInternal, "getProperties: no NCCL_PTR_HOST");
-  if (opt.ptr_cuda && (info.ptr_support & NCCL_PTR_CUDA) == 0) {
-    return Status(Code::kUnavailable, "--ptr cuda, but getProperties has no NCCL_PTR_CUDA (no GPU path)");
+  if ((info.ptr_support & NCCL_PTR_CUDA) != 0) {
+    return Status(Code::kInternal, "getProperties: NCCL_PTR_CUDA advertised, but the plugin takes host buffers only");
   }
 
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -155,7 +154,6 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   Result<NetPlugin*> opened = NetPlugin::open(opt.plugin_path, opt.api);
   if (!opened) return opened.status();
   std::unique_ptr<NetPlugin> net(opened.value());
-  net->set_ptr_cuda(opt.ptr_cuda);
 
   // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while
   // no profiler is loaded.
@@ -167,15 +165,12 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   prof.init(comm_id, opt.ranks, opt.ranks, rank);  // one rank per node
   report->profiler = prof.version();
   Status st;
-  BufferArena buffers(use_gpu_memory(opt));  // outlives the comms: freed after they are closed
-  IterationSpin spin;
-  TRIM_RETURN_IF_ERROR(spin.start(opt));
+  BufferArena buffers;  // outlives the comms: freed after they are closed
   {
     Connections conns(net.get());
     st = conns.open(opt, rank, chan, report);
     if (st.is_ok()) {
-      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared,
-                &spin};
+      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared};
       st = run_mode(c);
     }
     Status closed = conns.close_all();
@@ -221,32 +216,19 @@ Status plugin_error(const char* call, ncclResult_t r) {
   return Status(Code::kUnavailable, std::string(call) + " returned " + result_name(r));
 }
 
-HostBuffer::HostBuffer(size_t bytes, bool gpu) : bytes_(bytes) {
+HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
   // At least one page, so even a 0-byte run has a valid pointer to register.
   size_t alloc = ((bytes + 4095) / 4096 + 1) * 4096;
-  void* p = nullptr;
-  if (gpu) {
-    std::string err;
-    auto m = std::make_shared<gpu::ManagedBuffer>(alloc, &err);
-    if (m->data() == nullptr) {
-      std::fprintf(stderr, "trim-harness: %zu bytes of GPU (managed) memory: %s\n", alloc, err.c_str());
-      std::abort();
-    }
-    p = m->data();
-    owner_ = m;
-  } else {
-    p = std::aligned_alloc(4096, alloc);
-    if (p == nullptr) {
-      std::fprintf(stderr, "trim-harness: out of memory allocating %zu bytes\n", alloc);
-      std::abort();
-    }
-    owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  void* p = std::aligned_alloc(4096, alloc);
+  if (p == nullptr) {
+    std::fprintf(stderr, "trim-harness: out of memory allocating %zu bytes\n", alloc);
+    std::abort();
   }
   std::memset(p, 0, alloc);  // touch every page now, not inside a timed iteration
   data_ = static_cast<char*>(p);
 }
 
-HostBuffer::~HostBuffer() = default;
+HostBuffer::~HostBuffer() { std::free(data_); }
 
 Status MemReg::reg(void* data, size_t bytes) {
   ncclResult_t r = net_->reg_mr(comm_, data, bytes, &mh_);

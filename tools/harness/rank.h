@@ -10,7 +10,6 @@
 
 #include "common/status.h"
 #include "tools/harness/bootstrap.h"
-#include "tools/harness/gpu.h"
 #include "tools/harness/net_plugin.h"
 #include "tools/harness/options.h"
 #include "tools/harness/profiler_host.h"
@@ -37,11 +36,10 @@ inline constexpr uint32_t kProtoSimple = 1u << 2;
 // A plugin call's non-success result as a Status naming the call.
 Status plugin_error(const char* call, ncclResult_t r);
 
-// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can
-// mimic), or, with `gpu`, managed memory the plugin's kernels and the rank's CPU both use.
+// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can mimic).
 class HostBuffer {
  public:
-  explicit HostBuffer(size_t bytes, bool gpu = false);
+  explicit HostBuffer(size_t bytes);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -51,7 +49,6 @@ class HostBuffer {
  private:
   char* data_ = nullptr;
   size_t bytes_;
-  std::shared_ptr<void> owner_;  // frees data_
 };
 
 // Every buffer a rank registers, freed only after its comms are closed (a plugin may still
@@ -59,15 +56,13 @@ class HostBuffer {
 // (--abort-in-flight reproduces NCCL's abort order: deregMr, free, close).
 class BufferArena {
  public:
-  explicit BufferArena(bool gpu = false) : gpu_(gpu) {}
   HostBuffer& make(size_t bytes) {
-    buffers_.push_back(std::make_unique<HostBuffer>(bytes, gpu_));
+    buffers_.push_back(std::make_unique<HostBuffer>(bytes));
     return *buffers_.back();
   }
   void free_all() { buffers_.clear(); }
 
  private:
-  bool gpu_;
   std::vector<std::unique_ptr<HostBuffer>> buffers_;
 };
 
@@ -83,7 +78,6 @@ struct RankCtx {
   void* recv_comm;  // from rank-1; null when this rank never receives
   RankReport* report;
   SharedBuffer* shared;  // null in sendrecv mode
-  IterationSpin* spin;   // --spin-kernel (inactive otherwise): begin/end around each iteration's operations
 };
 
 // regMr on construction's request; deregMr exactly once (release() reports the result).

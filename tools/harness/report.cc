@@ -99,10 +99,7 @@ void add_stats(PluginStats* sum, const PluginStats& s) {
   sum->trimmed_accepted += s.trimmed_accepted;
   sum->trimmed_nacked += s.trimmed_nacked;
   sum->dup_packets += s.dup_packets;
-  sum->device_msgs += s.device_msgs;
   sum->bad_packets += s.bad_packets;
-  sum->staging_waits += s.staging_waits;
-  sum->data_path_violations += s.data_path_violations;
 }
 
 std::string describe_exit(int status) {
@@ -147,10 +144,7 @@ PluginStats parse_stats(const std::string& json) {
   s.trimmed_accepted = json_int(json, "trimmed_accepted");
   s.trimmed_nacked = json_int(json, "trimmed_nacked");
   s.dup_packets = json_int(json, "dup_packets");
-  s.device_msgs = json_int(json, "device_msgs");
   s.bad_packets = json_int(json, "bad_packets");
-  s.staging_waits = json_int(json, "staging_waits");
-  s.data_path_violations = json_int(json, "data_path_violations");
   return s;
 }
 
@@ -298,13 +292,13 @@ std::string to_json(const Options& opt, const RunSummary& s, const std::string& 
       "\"iters\":{},\"warmup\":{},\"device\":\"{}\",\"gbps\":{:.4f},\"busbw_gbps\":{:.4f},"
       "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"verify\":\"{}\",\"nmse\":{:.6g},\"trim_rate\":{:.6g},"
       "\"replicas_identical\":{},{}\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
-      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"device_msgs\":{},"
-      "\"staging_waits\":{},\"data_path_violations\":{},\"spin_kernel\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
+      "\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
       mode_name(opt.mode), api_name(opt.api), run_op_name(opt), opt.ranks, opt.bytes, opt.iters, opt.warmup,
       json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
       finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", extra, t.retransmitted_packets,
-      t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets, t.device_msgs,
-      t.staging_waits, t.data_path_violations, opt.spin_kernel ? "true" : "false", t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
+      t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
+      t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
 }
 
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {

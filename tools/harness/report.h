@@ -20,10 +20,7 @@ struct PluginStats {
   int64_t trimmed_accepted = 0;
   int64_t trimmed_nacked = 0;
   int64_t dup_packets = 0;
-  int64_t device_msgs = 0;
   int64_t bad_packets = 0;
-  int64_t staging_waits = 0;
-  int64_t data_path_violations = 0;  // CUDA calls that may wait, made on the data path
 };
 
 // Reads the integer keys above out of the plugin's JSON object (other keys are ignored).
