@@ -24,6 +24,8 @@ struct DecodeStats {
 class Decoder {
  public:
   explicit Decoder(const CodecConfig& cfg);
+  // Another connection's settings (its seed), keeping the scratch. Not while a message is open.
+  void set_config(const CodecConfig& cfg) { cfg_ = cfg; }
 
   // Starts a message; `out` receives layout.bytes() bytes (and holds rotated fp32 rows until
   // they are finished).

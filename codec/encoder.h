@@ -14,6 +14,8 @@ class Encoder {
  public:
   explicit Encoder(const CodecConfig& cfg);
   const CodecConfig& config() const { return cfg_; }
+  // Another connection's settings (its seed), keeping the row scratch.
+  void set_config(const CodecConfig& cfg) { cfg_ = cfg; }
 
   // Encodes row `r` of the message at `msg` (layout.bytes() bytes). Packet k of the row is
   // written at out + k * stride (stride >= config().packet_bytes) and its size to sizes[k].

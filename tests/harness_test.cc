@@ -435,3 +435,60 @@ TEST(HarnessCli, MissingPluginIsAnError) {
 
 }  // namespace
 
+
+namespace {
+
+// ---- The codec worker pool (NCCL_TRIM_CODEC_THREADS) through the plugin, as NCCL drives it ----
+
+// 0 keeps the codec on the progress engine's thread; N > 0 encodes and decodes every trimmable
+// message on N workers, a chunk of rows per task. Either way the collective is bit-exact when
+// nothing is trimmed, and only the pool's runs count tasks.
+TEST(HarnessCodecPool, EncodedAllReduceIsExactWithAndWithoutWorkers) {
+  for (const char* threads : {"0", "3"}) {
+    SCOPED_TRACE(std::string("NCCL_TRIM_CODEC_THREADS=") + threads);
+    trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", threads};
+    HarnessRun r = run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 2");
+    expect_encoded_exact(r);
+    if (std::string(threads) == "0") {
+      EXPECT_EQ(r.count("codec_tasks") + r.count("codec_inline"), 0) << r.context();
+    } else {
+      EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+    }
+  }
+}
+
+// Loss, duplicates and reordering with the decode on workers: still the original bits.
+TEST(HarnessCodecPool, FaultsStayExact) {
+  trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
+  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 4M --iters 2 --drop 0.02 --dup 0.05 --reorder 0.05");
+  expect_encoded_exact(r);
+  EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+}
+
+// Trimming with the decode on workers: only the reduce-scatter half is trimmed, so the
+// replicas stay identical, and the estimate's error stays that of 1-bit rht heads.
+TEST(HarnessCodecPool, TrimmedMixedTrafficKeepsReplicasIdentical) {
+  trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
+  HarnessRun r = run_harness("--mode mixed --ranks 3 --bytes 2M --iters 2 --trim 0.3");
+  EXPECT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(r.str("replicas_identical"), "true") << r.context();
+  EXPECT_GT(r.count("trimmed_accepted"), 0) << r.context();
+  EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+}
+
+// NCCL's abort order (deregMr, free, close) while codec tasks may still run: deregMr and close
+// wait for the connection's tasks, so nothing reads or writes freed memory (ASan runs this too).
+TEST(HarnessCodecPool, AbortAndCloseWithTasksInFlight) {
+  trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
+  trim::testing::EnvGuard phase{"NCCL_TRIM_PHASE", "all"};  // every transfer trimmable: all on the pool
+  for (int i = 0; i < 3; ++i) {
+    for (const char* fault : {"--abort-in-flight", "--close-in-flight"}) {
+      HarnessRun r = run_harness(std::string("--mode sendrecv --bytes 8M --op allreduce ") + fault);
+      EXPECT_EQ(r.exit_code, 0) << fault << "\n" << r.context();
+      EXPECT_EQ(r.str("error"), "") << r.context();
+      EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+    }
+  }
+}
+
+}  // namespace

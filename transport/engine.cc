@@ -354,6 +354,7 @@ void Engine::run() {
         if (n == kTxBudgetPerConn) busy = true;
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
       }
+      if (c->recv) c->recv->poll_codec();
       deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
     tx.flush();
@@ -371,6 +372,8 @@ void GlobalStats::add(const ConnCounters& c) {
   dup_packets += c.dup_packets;
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
+  codec_tasks += c.codec_tasks;
+  codec_inline += c.codec_inline;
 }
 
 std::string GlobalStats::to_json() const {
@@ -378,12 +381,12 @@ std::string GlobalStats::to_json() const {
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
-      "\"gso_sends\":{},\"gro_batches\":{}}}",
+      "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
-      gso_sends.load(), gro_batches.load());
+      gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load());
 }
 
 GlobalStats& global_stats() {
@@ -395,10 +398,11 @@ std::string ConnCounters::to_string() const {
   return fmt::format(
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
-      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}",
+      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}; "
+      "codec tasks {} (on the engine {})",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, dup_packets, bad_packets, out_of_window, acks_sent,
-      acks_received);
+      acks_received, codec_tasks, codec_inline);
 }
 
 }  // namespace trim::transport

@@ -72,7 +72,7 @@ struct EngineConfig {
   static EngineConfig from_params(const Params& p, Status* error);
 };
 
-class Engine {
+class Engine final : public Waker {
  public:
   Engine(std::string name, uint32_t ip4_be, const EngineConfig& cfg);
   ~Engine();
@@ -90,8 +90,8 @@ class Engine {
   // if a pending operation of `c` uses [lo, hi), the connection is failed so the engine never
   // touches that memory again. Blocks until the engine has looked.
   void release_memory(Conn* c, uintptr_t lo, uintptr_t hi);
-  // Called after posting into a Conn.
-  void wake();
+  // Called after posting into a Conn, and by codec workers when a task is done. Never blocks.
+  void wake() override;
   void stop();
 
  private:
@@ -165,7 +165,8 @@ struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
-      gso_sends{0}, gro_batches{0};  // segmentation offload: super-datagrams sent, coalesced runs received
+      gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
+      codec_tasks{0}, codec_inline{0};  // codec pool tasks queued, and run on the engine (queue full)
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

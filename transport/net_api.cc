@@ -122,7 +122,8 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
 }
 
 // The per-connection parameters both ends derive from the handshake.
-transport::ConnParams conn_params(const Context& ctx, uint64_t cookie, uint32_t dst_ip, uint16_t dst_port) {
+transport::ConnParams conn_params(const Context& ctx, Engine* engine, uint64_t cookie, uint32_t dst_ip,
+                                  uint16_t dst_port) {
   transport::ConnParams cp;
   cp.codec = ctx.codec;
   cp.codec.seed = codec::mix64(ctx.codec.seed ^ cookie);  // distinct randomness per connection
@@ -133,6 +134,8 @@ transport::ConnParams conn_params(const Context& ctx, uint64_t cookie, uint32_t 
   cp.target_trim = ctx.params.target_trim;
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
+  cp.pool = ctx.pool;
+  cp.waker = engine;
   return cp;
 }
 
@@ -214,6 +217,12 @@ Result<Context*> init(const InitOptions& options) {
   ctx->params = p.value();
   ctx->codec = cfg.value();
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
+  const int threads = ctx->params.codec_threads == kAuto ? transport::CodecPool::auto_threads()
+                                                        : static_cast<int>(ctx->params.codec_threads);
+  ctx->pool = threads > 0 ? transport::CodecPool::instance(threads) : nullptr;
+  TRIM_INFO("NET/Trim: codec {} (NCCL_TRIM_CODEC_THREADS={})",
+            threads > 0 ? fmt::format("on {} worker threads", threads) : std::string("on the progress engine's thread"),
+            ctx->params.codec_threads == kAuto ? std::string("auto") : std::to_string(ctx->params.codec_threads));
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
       ctx->params.test_trim > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
@@ -350,7 +359,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   c->data_dst = st->engine->config().has_switch ? st->engine->config().switch_addr : c->peer_udp;
   c->peer_name = transport::addr_string(c->peer_udp);
   c->tcp = std::move(st->fd);
-  c->send = std::make_unique<transport::SendProto>(conn_params(*ctx, c->cookie, ack.udp_ip4_be, ack.udp_port));
+  c->send = std::make_unique<transport::SendProto>(conn_params(*ctx, st->engine, c->cookie, ack.udp_ip4_be, ack.udp_port));
   comm->core.engine = st->engine;
   comm->core.conn = std::move(c);
   TRIM_INFO("NET/Trim: send connection {:#018x} to {} (data via {})", comm->core.conn->cookie,
@@ -413,7 +422,7 @@ Result<RecvComm*> accept(ListenComm* l) {
     c->peer_name = transport::addr_string(c->peer_udp);
     c->tcp = std::move(done->fd);
     c->recv = std::make_unique<transport::RecvProto>(
-        conn_params(*l->ctx, c->cookie, l->engine->ip4_be(), l->engine->udp_port()));
+        conn_params(*l->ctx, l->engine, c->cookie, l->engine->ip4_be(), l->engine->udp_port()));
     comm->core.engine = l->engine;
     comm->core.conn = std::move(c);
     TRIM_INFO("NET/Trim: recv connection {:#018x} from {}", comm->core.conn->cookie, comm->core.conn->peer_name);

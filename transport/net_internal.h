@@ -5,9 +5,11 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "codec/layout.h"
 #include "common/params.h"
@@ -24,6 +26,7 @@ class Context {
   codec::CodecConfig codec;
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
   std::unique_ptr<transport::SendClassifier> classifier;
+  transport::CodecPool* pool = nullptr;  // null: the codec runs on the progress engine's thread
 };
 
 class Comm {
@@ -92,6 +95,19 @@ inline Status null_argument(const char* call, const char* what) {
 
 // The core of a send or receive comm (null for anything else).
 CommCore* core_of(Comm* comm);
+
+// Close's and deregMr's wait for the connection's codec tasks, which may still read or write
+// NCCL's buffers: CPU work that always ends, so this is short, but bounded all the same by
+// NCCL_TRIM_TIMEOUT_MS. False on timeout.
+inline bool wait_for_codec(const Context& ctx, const transport::Conn& c) {
+  const auto in_flight = [&c] { return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight(); };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctx.params.timeout_ms);
+  while (in_flight() != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
 
 }  // namespace detail
 }  // namespace trim::net

@@ -35,6 +35,11 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
   if (core == nullptr || mem->region.bytes == 0) return Status::ok();
   const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
   core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes);
+  // A codec task of an operation on the region may still be running: NCCL frees it next.
+  if (!detail::wait_for_codec(*comm->ctx(), *core->conn)) {
+    return Status(Code::kInternal, fmt::format("dereg_mr: codec tasks still running after {} ms (NCCL_TRIM_TIMEOUT_MS)",
+                                               comm->ctx()->params.timeout_ms));
+  }
   return Status::ok();
 }
 

@@ -130,7 +130,16 @@ template <typename CommT>
 Status close_comm(CommT* comm) {
   std::unique_ptr<CommT> owned(comm);
   Conn* c = comm->core.conn.get();
-  comm->core.engine->remove(c);  // from here on only this thread touches the connection
+  comm->core.engine->remove(c);  // from here on only this thread (and its codec tasks) touch it
+  // Codec tasks of its operations may still read or write NCCL's buffers, which NCCL frees
+  // after close: let them finish (CPU work: short, but bounded).
+  Status status;
+  if (!detail::wait_for_codec(*comm->ctx(), *c)) {
+    status = Status(Code::kInternal, fmt::format("close: codec tasks of connection {:#018x} still running after {} ms "
+                                                 "(NCCL_TRIM_TIMEOUT_MS)",
+                                                 c->cookie, comm->ctx()->params.timeout_ms));
+    TRIM_WARN("NET/Trim: {}", status.message());
+  }
   if (c->tcp_open) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
     // still completes those sends instead of failing them.
@@ -143,7 +152,7 @@ Status close_comm(CommT* comm) {
   transport::global_stats().add(k);
   TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
             c->peer_name, k.to_string());
-  return Status::ok();
+  return status;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "codec/layout.h"
 #include "common/status.h"
+#include "transport/codec_pool.h"
 #include "transport/wire.h"
 
 namespace trim::transport {
@@ -24,7 +25,15 @@ struct ConnParams {
   double target_trim = 0.05;
   uint64_t min_rto_ns = 2'000'000;
   double rate_gbps = 0;      // 0 = no pacing
+  // Codec worker pool for trimmable messages (null: encode/decode on the engine's thread) and
+  // what its workers wake when a task is done (the engine; null in tests that poll).
+  CodecPool* pool = nullptr;
+  Waker* waker = nullptr;
 };
+
+// How long the engine sleeps at most while it waits for a codec task (a finished task wakes
+// it at once; this only bounds the cost of a wake-up that never came).
+inline constexpr uint64_t kCodecPollNs = 200'000;
 
 // Completion of one isend/irecv, written by the engine thread, polled by NCCL's proxy thread.
 class OpResult {
@@ -81,6 +90,7 @@ struct ConnCounters {
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
+  uint64_t codec_tasks = 0, codec_inline = 0;  // pool tasks queued / run on the engine (queue full)
   std::string to_string() const;
 };
 

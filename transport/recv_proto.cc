@@ -46,9 +46,93 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
   if (!decoders_[idx]) decoders_[idx] = std::make_unique<codec::Decoder>(params_.codec);
   codec::MessageId id{params_.cookie, m->op->seq, h.trimmable()};
   m->layout = layout.value();
-  if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) return false;
+  if (params_.pool != nullptr && scheme != codec::Scheme::kNone) {
+    decoders_[idx]->begin_collect(layout.value(), id);
+    begin_pooled(m, id);
+  } else if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) {
+    return false;
+  }
   m->started = true;
   return true;
+}
+
+void RecvProto::begin_pooled(Msg* m, const codec::MessageId& id) {
+  std::shared_ptr<CodecWork> w;
+  if (!spare_work_.empty()) {
+    w = std::move(spare_work_.back());
+    spare_work_.pop_back();
+  } else {
+    w = std::make_shared<CodecWork>();
+  }
+  const codec::Layout& l = m->layout;
+  w->kind = CodecWork::Kind::kDecode;
+  w->cfg = params_.codec;
+  w->layout = l;
+  w->id = id;
+  w->dst = m->op->data;
+  w->stride = params_.codec.packet_bytes;
+  w->packets.resize(static_cast<size_t>(l.packets()) * w->stride);  // payloads only: no need to clear
+  w->parsed.assign(l.packets(), codec::ParsedPacket());
+  w->row_first.resize(l.rows() + 1);
+  uint32_t slot = 0;
+  for (uint32_t r = 0; r < l.rows(); ++r) {
+    w->row_first[r] = slot;
+    slot += l.row(r).packets;
+  }
+  w->row_first[l.rows()] = slot;
+  const uint32_t rpt = rows_per_task(l);
+  w->reset_tasks(rpt, (l.rows() + rpt - 1) / rpt);
+  w->waker = params_.waker;
+  w->in_flight = in_flight_;
+  m->task_missing.resize(w->tasks);
+  for (uint32_t t = 0; t < w->tasks; ++t) m->task_missing[t] = w->row_first[w->end_row(t)] - w->row_first[w->first_row(t)];
+  m->work = std::move(w);
+}
+
+codec::PacketError RecvProto::admit_pooled(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p) {
+  CodecWork& w = *m->work;
+  uint32_t slot = UINT32_MAX;
+  const uint64_t filled = dec.slots_filled();
+  const codec::PacketError e = dec.admit(p, &slot);
+  if (e != codec::PacketError::kOk || slot == UINT32_MAX) return e;
+  const uint32_t t = w.task_of_row(p.hdr.row);
+  // A queued chunk has every slot it needs (a later, fuller copy of a trimmed packet is
+  // ignored: its task may be reading the slot now).
+  if (m->task_missing[t] == kSubmitted) return e;
+  uint8_t* keep = w.packets.data() + static_cast<size_t>(slot) * w.stride;
+  std::memcpy(keep, p.payload, p.payload_received);
+  w.parsed[slot] = p;
+  w.parsed[slot].payload = keep;
+  if (dec.slots_filled() > filled && --m->task_missing[t] == 0) {
+    m->task_missing[t] = kSubmitted;
+    if (params_.pool->submit(m->work, t)) {
+      ++counters_.codec_tasks;
+    } else {
+      ++counters_.codec_inline;
+    }
+    if (dec.slots_filled() == m->layout.packets()) ++decoding_;  // every task is queued now
+  }
+  return e;
+}
+
+void RecvProto::poll_codec() {
+  if (decoding_ == 0) return;
+  for (Msg& m : msgs_) {
+    if (m.op == nullptr || !m.work || m.failed || !m.work->all_done()) continue;
+    bool queued = true;
+    for (uint32_t left : m.task_missing) queued = queued && left == kSubmitted;
+    if (!queued) continue;
+    --decoding_;
+    const std::string err = m.work->first_error();
+    if (m.work.use_count() == 1 && spare_work_.size() < 4) spare_work_.push_back(std::move(m.work));
+    m.work.reset();
+    if (!err.empty()) {
+      m.failed = true;
+      m.op->result.fail(Status(Code::kInternal, "decode: " + err));
+      continue;
+    }
+    complete(&m, m.layout.bytes());
+  }
 }
 
 void RecvProto::complete(Msg* m, uint64_t bytes) {
@@ -88,7 +172,7 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     return;
   }
   codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
-  const codec::PacketError e = dec.add(p);
+  const codec::PacketError e = m->work ? admit_pooled(m, dec, p) : dec.add(p);
   if (e != codec::PacketError::kOk) {
     ++counters_.bad_packets;
     TRIM_DEBUG("NET/Trim: packet psn {} of message {} rejected: {}", psn, p.hdr.msg_seq, codec::packet_error_name(e));
@@ -105,7 +189,7 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   ack_due_ = true;
   // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
   // must not complete a receive with data missing.
-  if (dec.slots_filled() == m->layout.packets()) {
+  if (!m->work && dec.slots_filled() == m->layout.packets()) {
     dec.finish();
     complete(m, m->layout.bytes());
   }
@@ -161,6 +245,7 @@ bool RecvProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
 }
 
 void RecvProto::fail_all(const Status& error) {
+  decoding_ = 0;  // tasks still running keep their work alive; close waits for them
   for (Msg& m : msgs_) {
     if (m.op != nullptr) m.op->result.fail(error);
     m = Msg{};

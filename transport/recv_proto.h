@@ -39,6 +39,10 @@ class RecvProto {
   // or unconditionally when `force` (a duplicate asks for a fresh ACK too).
   void flush_ack(TxSink* sink);
   void fail_all(const Status& error);
+  // Completes pooled receives whose decode tasks have all finished.
+  void poll_codec();
+  // Codec tasks of this connection queued or running on the pool (close waits for none).
+  uint32_t tasks_in_flight() const { return in_flight_->load(std::memory_order_acquire); }
 
   const ConnParams& params() const { return params_; }
   bool has_pending() const { return posted_ != completed_; }
@@ -54,13 +58,21 @@ class RecvProto {
     bool started = false;
     bool failed = false;
     codec::Layout layout;
+    // Decoded on the pool: each arriving packet is validated here (Decoder::admit) and its
+    // payload kept in `work`; a chunk of rows is handed to a worker as soon as all of its
+    // slots are filled, and the receive completes when every chunk's task is done.
+    std::shared_ptr<CodecWork> work;
+    std::vector<uint32_t> task_missing;  // per task: slots not filled yet; kSubmitted once queued
   };
+  static constexpr uint32_t kSubmitted = UINT32_MAX;
   bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
   void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
   void clear_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] &= ~(uint64_t{1} << (psn % 64)); }
   Msg* find(uint32_t seq);
   bool begin_msg(Msg* m, const codec::PacketHeader& h);
   void complete(Msg* m, uint64_t bytes);
+  void begin_pooled(Msg* m, const codec::MessageId& id);
+  codec::PacketError admit_pooled(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p);
 
   ConnParams params_;
   std::array<Msg, kMaxPostedRecvs> msgs_;
@@ -72,6 +84,9 @@ class RecvProto {
   std::vector<uint32_t> nacks_;
   bool ack_due_ = false;
   ConnCounters counters_;
+  std::vector<std::shared_ptr<CodecWork>> spare_work_;  // pooled receives' staging, reused
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
+  uint32_t decoding_ = 0;  // pooled receives with every task queued, not yet completed
 };
 
 }  // namespace trim::transport

@@ -28,7 +28,10 @@ struct SendProto::Msg {
   uint32_t zc_row = 0;              // row of packet `next`
   std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
-  uint8_t* packets() { return staging.data(); }
+  bool prepared = false;
+  std::shared_ptr<CodecWork> work;  // encoded on the pool: its packets and sizes live there
+  uint8_t* packets() { return work ? work->packets.data() : staging.data(); }
+  uint32_t packet_size(uint32_t k) const { return work ? work->sizes[k] : sizes[k]; }
 };
 
 namespace {
@@ -59,6 +62,8 @@ Status SendProto::post(SendOp* op) {
     m->capacity = early_cts_.front().second;
     early_cts_.pop_front();
   }
+  // Encoded messages start encoding on the pool now (a layout error is reported at start).
+  if (params_.pool != nullptr && op->trimmable && op->bytes > 0) (void)prepare(m.get());
   msgs_.push_back(std::move(m));
   return Status::ok();
 }
@@ -90,6 +95,14 @@ Status SendProto::start(Msg* m) {
     return Status(Code::kInvalidArgument, fmt::format("send of {} bytes matched a receive of {} bytes (seq {})",
                                                       op.bytes, m->capacity, op.seq));
   }
+  if (!m->prepared) TRIM_RETURN_IF_ERROR(prepare(m));
+  m->psn_base = snd_nxt_;
+  m->started = true;
+  return Status::ok();
+}
+
+Status SendProto::prepare(Msg* m) {
+  const SendOp& op = *m->op;
   const codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
   Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
   if (!layout) return layout.status();
@@ -103,11 +116,41 @@ Status SendProto::start(Msg* m) {
     first += m->layout.row(r).packets;
   }
   m->row_first[m->layout.rows()] = first;
-  m->psn_base = snd_nxt_;
-  m->started = true;
+  m->prepared = true;
   m->zero_copy = scheme == codec::Scheme::kNone;
   if (m->zero_copy) return Status::ok();
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
+  if (params_.pool != nullptr) {
+    std::shared_ptr<CodecWork> w;
+    if (!spare_work_.empty()) {
+      w = std::move(spare_work_.back());
+      spare_work_.pop_back();
+    } else {
+      w = std::make_shared<CodecWork>();
+    }
+    w->kind = CodecWork::Kind::kEncode;
+    w->cfg = params_.codec;
+    w->layout = m->layout;
+    w->id = codec::MessageId{params_.cookie, op.seq, op.trimmable};
+    w->src = op.data;
+    w->stride = params_.codec.packet_bytes;
+    w->packets.resize(need);
+    w->sizes.assign(m->npackets, 0);
+    w->row_first = m->row_first;
+    const uint32_t rpt = rows_per_task(m->layout);
+    w->reset_tasks(rpt, (m->layout.rows() + rpt - 1) / rpt);
+    w->waker = params_.waker;
+    w->in_flight = in_flight_;
+    m->work = std::move(w);
+    for (uint32_t t = 0; t < m->work->tasks; ++t) {
+      if (params_.pool->submit(m->work, t)) {
+        ++counters_.codec_tasks;
+      } else {
+        ++counters_.codec_inline;
+      }
+    }
+    return Status::ok();
+  }
   // Reuse a staging buffer: messages of a connection are mostly the same size.
   for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it) {
     if (it->capacity() >= need) {
@@ -121,8 +164,19 @@ Status SendProto::start(Msg* m) {
   return Status::ok();
 }
 
-Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
-  if (m->zero_copy) return Status::ok();
+Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
+  if (m->zero_copy) return true;
+  if (m->work) {
+    const CodecWork& w = *m->work;
+    while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
+      const uint32_t t = w.task_of_row(m->rows_encoded);
+      const uint8_t state = w.task_state(t);
+      if (state == CodecWork::kPending) return false;
+      if (state == CodecWork::kFailed) return Status(Code::kInternal, "encode: " + w.errors[t]);
+      m->rows_encoded = w.end_row(t);
+    }
+    return true;
+  }
   while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
     const uint32_t r = m->rows_encoded;
     codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
@@ -133,7 +187,7 @@ Status SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
     if (!n) return n.status();
     ++m->rows_encoded;
   }
-  return Status::ok();
+  return true;
 }
 
 Status SendProto::build_zero_copy_header(Msg* m, uint32_t psn) {
@@ -159,7 +213,7 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
     bytes = codec::kHeaderBytes + s.payload_bytes;
   } else {
     uint8_t* pkt = m->packets() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
-    bytes = m->sizes[s.pkt];
+    bytes = m->packet_size(s.pkt);
     if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
     sink->data(pkt, bytes, nullptr, 0);
   }
@@ -185,6 +239,7 @@ SendProto::Msg* SendProto::next_to_send() {
 
 uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
   uint32_t n = 0;
+  codec_waiting_ = false;
   const bool paced = params_.rate_gbps > 0;
   while (n < budget && !retx_.empty()) {
     if (paced && now_ns < pace_next_ns_) return n;
@@ -216,11 +271,16 @@ uint32_t SendProto::poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink) {
         continue;
       }
     }
-    Status st = encode_rows_through(m, m->next);
-    if (!st.is_ok()) {
-      fail_all(st);
+    Result<bool> ready = encode_rows_through(m, m->next);
+    if (!ready) {
+      fail_all(ready.status());
       return n;
     }
+    if (!*ready) {
+      codec_waiting_ = true;  // FIFO: nothing later may overtake it; a finished task wakes us
+      break;
+    }
+    Status st;
     const uint32_t psn = m->psn_base + m->next;
     Slot& s = slot(psn);
     s = Slot{m, m->next, 0, 0, false, false};
@@ -363,6 +423,7 @@ void SendProto::on_timer(uint64_t now_ns) {
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
   uint64_t d = rec_.next_deadline_ns();
+  if (codec_waiting_) d = std::min(d, now_ns + kCodecPollNs);
   if (params_.rate_gbps > 0 && pace_next_ns_ > now_ns && (!retx_.empty() || !msgs_.empty())) {
     d = std::min(d, pace_next_ns_);
   }
@@ -375,6 +436,9 @@ void SendProto::complete_finished() {
     if (m->sent_all && m->acked == m->npackets) {
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
+      // Every task is done (each packet was sent); a worker may still hold its reference for a
+      // moment, and then the work is simply freed instead of reused.
+      if (m->work && m->work.use_count() == 1 && spare_work_.size() < 4) spare_work_.push_back(std::move(m->work));
       it = msgs_.erase(it);
     } else {
       ++it;

@@ -55,6 +55,8 @@ class SendProto {
   bool uses_memory(uintptr_t lo, uintptr_t hi) const;
   const ConnCounters& counters() const { return counters_; }
   ConnCounters& counters() { return counters_; }
+  // Codec tasks of this connection queued or running on the pool (close waits for none).
+  uint32_t tasks_in_flight() const { return in_flight_->load(std::memory_order_acquire); }
   const TrimCc& cc() const { return cc_; }
   uint64_t srtt_ns() const { return rec_.srtt_ns(); }
   uint32_t in_flight() const { return outstanding_; }
@@ -73,9 +75,13 @@ class SendProto {
   };
   Slot& slot(uint32_t psn) { return ring_[psn % kSackBits]; }
   bool in_flight_psn(uint32_t psn) const;
+  // Lays m out and, for an encoded message, sets its encoding going (on the pool: every task
+  // at once, as soon as it is posted, so encoding overlaps sending what is ahead of it).
+  Status prepare(Msg* m);
   Status start(Msg* m);
-  // Encodes the rows of m up to the one holding packet `pkt`.
-  Status encode_rows_through(Msg* m, uint32_t pkt);
+  // Whether m's rows up to the one holding packet `pkt` are encoded (inline: encodes them now;
+  // pool: whether their tasks are done). False: wait for the pool.
+  Result<bool> encode_rows_through(Msg* m, uint32_t pkt);
   // Header of the zero-copy packet m->next, sent as `psn` (kept in headers_ until acknowledged).
   Status build_zero_copy_header(Msg* m, uint32_t psn);
   uint8_t* header(uint32_t psn) { return headers_.data() + static_cast<size_t>(psn % kSackBits) * codec::kHeaderBytes; }
@@ -103,6 +109,9 @@ class SendProto {
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
   std::vector<std::vector<uint8_t>> staging_pool_;
+  std::vector<std::shared_ptr<CodecWork>> spare_work_;  // pooled messages' staging, reused
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
+  bool codec_waiting_ = false;  // the next packet waits for a pool task
 };
 
 }  // namespace trim::transport

@@ -21,6 +21,7 @@ struct PluginStats {
   int64_t trimmed_nacked = 0;
   int64_t dup_packets = 0;
   int64_t bad_packets = 0;
+  int64_t codec_tasks = 0, codec_inline = 0;  // codec pool tasks queued / run on the engine
 };
 
 // Reads the integer keys above out of the plugin's JSON object (other keys are ignored).

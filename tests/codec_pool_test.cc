@@ -1,0 +1,236 @@
+// The codec worker pool (transport/codec_pool.h): trimmable messages encoded and decoded on
+// worker threads, a chunk of rows per task, must produce exactly what the progress engine's own
+// encoder and decoder produce — byte for byte, in any arrival order, trimmed or not — and every
+// task must end, whoever runs it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "codec/packet.h"
+#include "tests/codec_util.h"
+#include "transport/codec_pool.h"
+#include "transport/recv_proto.h"
+#include "transport/send_proto.h"
+
+namespace trim::transport {
+namespace {
+
+struct Capture final : TxSink {
+  std::vector<std::vector<uint8_t>> packets;
+  void data(const uint8_t* h, uint32_t hn, const uint8_t* r, uint32_t rn) override {
+    packets.emplace_back(h, h + hn);
+    if (rn > 0) packets.back().insert(packets.back().end(), r, r + rn);
+  }
+  void ctrl(const CtrlPacket&) override {}
+  void frame(const Frame&) override {}
+};
+
+ConnParams params(codec::Scheme scheme, CodecPool* pool) {
+  ConnParams p;
+  p.codec.scheme = scheme;
+  p.codec.seed = 0x5eed;
+  p.cookie = 0xC00C1E;
+  p.dst_ip4_be = 0x0100007f;
+  p.dst_port = 9;
+  p.window_max = 1023;
+  p.min_rto_ns = 1'000'000'000;  // no timer fires in these tests
+  p.pool = pool;
+  return p;
+}
+
+CtrlPacket ack_upto(uint32_t cum) {
+  CtrlPacket a;
+  a.cookie = 0xC00C1E;
+  a.cum_psn = cum;
+  a.accepted_total = cum;
+  return a;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Every packet of one trimmable message as the sender emits it (acknowledging as it goes).
+std::vector<std::vector<uint8_t>> send_all(const ConnParams& p, codec::DType dtype, const std::vector<uint8_t>& msg) {
+  SendProto s(p);
+  SendOp op;
+  op.data = msg.data();
+  op.bytes = msg.size();
+  op.trimmable = true;
+  op.dtype = dtype;
+  EXPECT_TRUE(s.post(&op).is_ok());
+  s.on_cts(0, msg.size());
+  Capture tx;
+  uint32_t sent = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (op.result.pending() && Clock::now() < deadline) {
+    const uint32_t n = s.poll_tx(0, 1000, &tx);
+    sent += n;
+    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));  // pool tasks running
+    s.on_ack(ack_upto(sent), 10);
+  }
+  EXPECT_EQ(op.result.state(), OpResult::kDone);
+  if (p.pool != nullptr) {
+
+    EXPECT_GT(s.counters().codec_tasks + s.counters().codec_inline, 0u);
+  }
+  return tx.packets;
+}
+
+// The message the receiver rebuilds from `packets` (each cut to `keep[k]` bytes of payload when
+// keep[k] >= 0), delivered in the given order.
+std::vector<uint8_t> receive_all(const ConnParams& p, size_t bytes, const std::vector<std::vector<uint8_t>>& packets,
+                                 const std::vector<int64_t>& keep, const std::vector<size_t>& order) {
+  RecvProto r(p);
+  std::vector<uint8_t> out(bytes + 64, 0xEE);
+  RecvOp op;
+  op.data = out.data();
+  op.capacity = out.size();
+  Capture tx;
+  EXPECT_TRUE(r.post(&op, &tx).is_ok());
+  for (size_t k : order) {
+    codec::ParsedPacket parsed;
+    const std::vector<uint8_t>& pkt = packets[k];
+    size_t len = pkt.size();
+    if (keep[k] >= 0) len = std::min(len, codec::kHeaderBytes + static_cast<size_t>(keep[k]));
+    EXPECT_EQ(codec::parse_packet(pkt.data(), len, &parsed), codec::PacketError::kOk);
+    r.on_data(parsed, 0);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (op.result.pending() && Clock::now() < deadline) {
+    r.poll_codec();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  EXPECT_EQ(op.result.state(), OpResult::kDone);
+  EXPECT_EQ(r.counters().bad_packets, 0u);
+  if (p.pool != nullptr) {
+
+    EXPECT_GT(r.counters().codec_tasks + r.counters().codec_inline, 0u);
+  }
+  out.resize(bytes);
+  return out;
+}
+
+struct Case {
+  codec::Scheme scheme;
+  codec::DType dtype;
+  size_t elems, extra;  // elements of dtype, then raw tail bytes
+};
+
+std::vector<Case> cases() {
+  return {
+      {codec::Scheme::kRht, codec::DType::kF32, 262144, 0},      // 1 MiB: NCCL's ring slice, 8 tasks
+      {codec::Scheme::kRht, codec::DType::kF32, 250001, 3},      // odd rows and a raw tail
+      {codec::Scheme::kRht, codec::DType::kBF16, 300007, 1},     // 16-bit: two rows a task
+      {codec::Scheme::kSign, codec::DType::kF16, 70001, 0},
+      {codec::Scheme::kSq, codec::DType::kF32, 40000, 2},
+      {codec::Scheme::kRht, codec::DType::kF32, 5, 0},           // one short row
+  };
+}
+
+TEST(CodecPool, PooledSendsAreByteIdenticalToTheEngineEncoder) {
+  CodecPool* pool = CodecPool::instance(3);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(testing::Message() << codec::scheme_name(c.scheme) << " dtype " << static_cast<int>(c.dtype)
+                                    << " elems " << c.elems << " +" << c.extra);
+    const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, c.extra, c.elems, true);
+    const auto inline_pkts = send_all(params(c.scheme, nullptr), c.dtype, msg);
+    const auto pooled_pkts = send_all(params(c.scheme, pool), c.dtype, msg);
+    ASSERT_EQ(inline_pkts.size(), pooled_pkts.size());
+    for (size_t k = 0; k < inline_pkts.size(); ++k) ASSERT_EQ(inline_pkts[k], pooled_pkts[k]) << "packet " << k;
+  }
+}
+
+TEST(CodecPool, PooledReceivesDecodeExactlyAsTheEngineDecoderInAnyOrder) {
+  CodecPool* pool = CodecPool::instance(3);
+  std::mt19937_64 rng(42);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(testing::Message() << codec::scheme_name(c.scheme) << " elems " << c.elems << " +" << c.extra);
+    const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, c.extra, c.elems + 1, true);
+    const auto pkts = send_all(params(c.scheme, nullptr), c.dtype, msg);
+    std::vector<size_t> in_order(pkts.size());
+    for (size_t k = 0; k < pkts.size(); ++k) in_order[k] = k;
+    std::vector<size_t> shuffled = in_order;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    // Untrimmed: the exact original bytes, both ways, in either order.
+    const std::vector<int64_t> whole(pkts.size(), -1);
+    EXPECT_EQ(receive_all(params(c.scheme, nullptr), msg.size(), pkts, whole, in_order), msg);
+    EXPECT_EQ(receive_all(params(c.scheme, pool), msg.size(), pkts, whole, shuffled), msg);
+    // A third of the packets trimmed at their trim point: the same estimate, byte for byte.
+    std::vector<int64_t> cut(pkts.size(), -1);
+    for (size_t k = 0; k < pkts.size(); k += 3) {
+      codec::ParsedPacket p;
+      ASSERT_EQ(codec::parse_packet(pkts[k].data(), pkts[k].size(), &p), codec::PacketError::kOk);
+      if (p.hdr.trimmable()) cut[k] = p.hdr.trim_bytes;
+    }
+    const std::vector<uint8_t> inline_out = receive_all(params(c.scheme, nullptr), msg.size(), pkts, cut, in_order);
+    const std::vector<uint8_t> pooled_out = receive_all(params(c.scheme, pool), msg.size(), pkts, cut, shuffled);
+    EXPECT_EQ(inline_out, pooled_out);
+    if (c.elems > 1000) {
+
+      EXPECT_NE(pooled_out, msg) << "the trims must have cost something";
+    }
+  }
+}
+
+// Thousands of tasks from two producers at once, more than the queue holds: every task runs
+// exactly once (on a worker, or on its producer when the queue is full) and ends.
+TEST(CodecPool, EveryTaskRunsOnceUnderLoad) {
+  CodecPool* pool = CodecPool::instance(2);
+  const codec::CodecConfig cfg = codec::testing::config(codec::Scheme::kSign, 4096, 64);
+  const std::vector<uint8_t> msg = codec::testing::message_bytes(codec::DType::kF32, 64 * 4, 0, 9, false);
+  Result<codec::Layout> layout = codec::Layout::make(cfg, codec::DType::kF32, codec::Scheme::kSign, msg.size());
+  ASSERT_TRUE(layout.is_ok());
+  const uint64_t run0 = pool->tasks_run() + pool->tasks_inline();
+  auto in_flight = std::make_shared<InFlight>(0);
+  constexpr int kWorks = 1500;  // 4 tasks each: 6000 > the queue's 4096 cells
+  std::vector<std::shared_ptr<CodecWork>> works(kWorks);
+  for (auto& w : works) {
+    w = std::make_shared<CodecWork>();
+    w->cfg = cfg;
+    w->layout = *layout;
+    w->id = codec::MessageId{1, 2, true};
+    w->src = msg.data();
+    w->stride = cfg.packet_bytes;
+    w->packets.resize(layout->packets() * w->stride);
+    w->sizes.assign(layout->packets(), 0);
+    w->row_first.resize(layout->rows() + 1);
+    for (uint32_t r = 0; r <= layout->rows(); ++r) w->row_first[r] = r * layout->row(0).packets;
+    w->reset_tasks(1, layout->rows());
+    w->in_flight = in_flight;
+  }
+  auto produce = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      for (uint32_t t = 0; t < works[i]->tasks; ++t) pool->submit(works[i], t);
+    }
+  };
+  std::thread a(produce, 0, kWorks / 2), b(produce, kWorks / 2, kWorks);
+  a.join();
+  b.join();
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (in_flight->load() != 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(in_flight->load(), 0u);
+  for (const auto& w : works) {
+    ASSERT_TRUE(w->all_done());
+    EXPECT_EQ(w->first_error(), "");
+    EXPECT_EQ(0, std::memcmp(w->packets.data(), works[0]->packets.data(), w->packets.size()));
+  }
+  EXPECT_EQ(pool->tasks_run() + pool->tasks_inline() - run0, static_cast<uint64_t>(kWorks) * layout->rows());
+}
+
+TEST(CodecPool, AutoThreadsFollowTheCpus) {
+  const int n = CodecPool::auto_threads();
+  EXPECT_GE(n, 0);
+  EXPECT_LE(n, 8);
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus >= 4 && cpus <= 32) {
+
+    EXPECT_EQ(n, static_cast<int>(cpus / 4));
+  }
+}
+
+}  // namespace
+}  // namespace trim::transport
