@@ -3,7 +3,12 @@
 
 For each size from --min-bytes to --max-bytes (doubling), fp32, sum: --warmup untimed calls,
 then --iters calls issued back to back and timed together (one device sync at the end), so
-the time per call is the collective's own, not the launch latency's. Reported per size:
+the time per call is the collective's own, not the launch latency's. With --target-ms T, small
+sizes get more calls: the last warmup call is timed on its own and the timed loop runs
+max(--iters, T / that time) calls (every rank runs rank 0's count), so that every size is
+measured over about T ms whatever its speed; at most --max-iters, and at most log_n(1e30) calls
+(99 for 2 ranks, 49 for 4): the in-place sum grows n-fold per call and must stay finite (a
+transport's codec may treat inf/NaN differently). Reported per size:
   time_us   mean time per call, the slowest rank's (max over ranks)
   algbw     bytes / time
   busbw     algbw * 2(n-1)/n: what each rank's link carries in a ring AllReduce, comparable
@@ -15,6 +20,7 @@ JSON lines ({"event": "config" | "size" | "final"}) and, after them, a table who
 with '#'. --json-out PATH: every rank writes its JSON lines there ("{rank}" is replaced).
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -34,7 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"), help="default 1M")
     p.add_argument("--max-bytes", type=parse_size, default=parse_size("256M"), help="default 256M")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=20, help="timed calls per size (at least)")
+    p.add_argument("--target-ms", type=float, default=0,
+                   help="time each size over about this many ms (more calls for small sizes); 0: --iters")
+    p.add_argument("--max-iters", type=int, default=1000, help="cap of the calls --target-ms may ask for")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
     p.add_argument("--timeout-s", type=float, default=300)
@@ -63,14 +72,30 @@ def main():
         dist.barrier(device_ids=[device.index] if use_cuda else None)
 
     bus_factor = 2.0 * (world - 1) / world if world > 1 else 1.0
+    # Timed calls that keep the in-place sum (n-fold per call, from values of about 1) finite.
+    finite_cap = int(math.log(1e30) / math.log(world)) if world > 1 else args.max_iters
     rows = []
     size = args.min_bytes
     gen = torch.Generator(device=device).manual_seed(1234 + rank)
     while size <= args.max_bytes:
         count = size // 4
         buf = torch.randn(count, generator=gen, device=device)
-        for _ in range(args.warmup):
+        for _ in range(max(0, args.warmup - 1)):
             dist.all_reduce(buf)
+        iters = args.iters
+        if args.warmup > 0:
+            # The last warmup call alone, synchronized: how long one call takes at this size.
+            sync()
+            t1 = time.perf_counter()
+            dist.all_reduce(buf)
+            sync()
+            one = time.perf_counter() - t1
+            if args.target_ms > 0:
+                # Rank 0's choice for all: every rank must issue the same number of calls.
+                want = min(args.max_iters, finite_cap, int(args.target_ms / 1e3 / max(one, 1e-6)))
+                n = torch.tensor([max(args.iters, want)], dtype=torch.int64, device=device)
+                dist.broadcast(n, 0)
+                iters = int(n.item())
         # An in-place sum grows by a factor of n per call: refill after the warmup so that the
         # timed calls (n^iters) stay finite, with values shaped like gradients (not zeros).
         buf.normal_(generator=gen)
@@ -78,10 +103,10 @@ def main():
         barrier()
         sync()
         t0 = time.perf_counter()
-        for _ in range(args.iters):
+        for _ in range(iters):
             dist.all_reduce(buf)
         sync()
-        elapsed = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64, device=device)
+        elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         t = elapsed.item()
         # Correctness, out of the timed loop: every element must sum to n(n+1)/2 exactly.
@@ -89,7 +114,7 @@ def main():
         dist.all_reduce(chk)
         err = (chk - world * (world + 1) / 2).abs().max().item()
         algbw = size / t / 1e9
-        row = {"bytes": size, "count": count, "dtype": "float32", "time_us": t * 1e6,
+        row = {"bytes": size, "count": count, "dtype": "float32", "iters": iters, "time_us": t * 1e6,
                "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor, "max_err": err}
         rows.append(row)
         log("size", label=args.label, **row)

@@ -1,204 +1,416 @@
 #!/usr/bin/env bash
-# check-gpu.sh: the one command a reviewer runs on a GPU machine. Each step has a time limit
-# (the whole stays under 10 minutes on an H100) and never hangs:
-#   1. build if needed (make; on a bare machine pass --build DIR with binaries built elsewhere)
-#   2. the GPU tests (CudaCodec GPU-vs-CPU equality on odd sizes, the GPU path, the discipline)
-#   3. compute-sanitizer memcheck, racecheck and synccheck on the CUDA codec tests
-#   4. trim-harness --ptr cuda --spin-kernel: NCCL's situation (a kernel spinning on the GPU
-#      while the plugin moves the data): sendrecv exact, allreduce, mixed with trimming
-#   5. real NCCL through the plugin: scripts/run_ddp.sh --bench allreduce --modes lossless,socket
-#      with GPU buffers (NCCL_NET_GDR_LEVEL=SYS), then host buffers; a DDP digits job with random
-#      trimming 0.5 on GPU buffers (replicas must stay identical)
-#   6. trim-bench cuda --json (codec kernels against a D2D and a D2H copy of the same bytes)
-# It prints a table, then, last, one JSON line: every step ok or failed, busbw per mode and
-# size, sanitizer error counts, replicas identical.
+# check-gpu.sh: the one command that checks the plugin on the GPU machine (docs/GPU-MACHINE.md).
+# The plugin makes no CUDA call: it takes host buffers only (NCCL_PTR_HOST) and NCCL's kernel
+# stages GPU data through pinned host memory, as for NCCL's Socket transport; the codec runs on
+# CPU worker threads (NCCL_TRIM_CODEC_THREADS). So this is real NCCL + PyTorch through the plugin
+# against NCCL Socket, every rank on the one GPU with its own NCCL_HOSTID (all traffic on the
+# network transport), over loopback:
+#   preflight         GPU, torch + NCCL, the carried build; nothing else runs without them
+#   1 allreduce_2r    ring allreduce busbw 1..256 MiB, 2 ranks, lossless plugin vs Socket at its
+#     allreduce_4r    defaults, the same at 4 ranks (NCCL_ALGO=Ring NCCL_PROTO=Simple, channels
+#                     pinned alike); goal: plugin >= 1.0x Socket at every size
+#     socket_sweep_2r Socket tuned: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (--socket-sweep);
+#     socket_sweep_4r at 4 ranks the --sweep4-top best of the 2-rank sweep; the best config
+#                     (geometric mean over sizes) is "Socket best"; goal: plugin >= 1.0x it
+#     codec_threads_2r  the plugin at NCCL_TRIM_CODEC_THREADS = --codec-threads (default auto above)
+#   2 ddp_lossless    DDP (ddp_train.py --deterministic) through the plugin and through Socket: the
+#                     final parameter sha256 must be equal; goal: iteration p50 plugin <= 1.05x
+#   3 ddp_random_trim DDP through trim-switch --mode random, trim probability 0.5 (run_ddp.sh
+#                     --mode random): something trimmed, replicas identical on every rank
+#   4 rank_killed     DDP where rank 1 SIGKILLs itself after N steps (ddp_train.py
+#                     --die-after-iters): rank 0 must fail by itself, with the plugin's dead-peer /
+#                     closed-connection error or an NCCL error, within 60 s (NCCL_TRIM_TIMEOUT_MS
+#                     10000, collective timeout 30 s); a hang is a failure
+#   5 congestion_quick  scripts/congestion_bench.sh at one point (60 % cross load), Socket vs plugin
+#                     trim through one netns/TUN bottleneck; only where `ip` (iproute2), root and
+#                     /dev/net/tun are there (else skipped, saying why)
+# Execution order: preflight, 1 (plugin vs Socket default), 2, 3, 4, 5, then the sweeps of 1
+# with the time left. Every part runs under `timeout` and within --budget-s for the whole (a part
+# is skipped, saying so, when too little is left); each has a log under --out. The end: a table,
+# the busbw per size, and ONE JSON line (scripts/check_gpu_report.py). Exit status: 0 every step
+# passed or was skipped and no goal was missed; 3 steps passed but a goal was missed; 1 a step
+# failed; 2 preflight failed (no GPU, no torch, no build: said why, in seconds). A part whose
+# limit the budget had cut and that ran out of it counts as skipped (cut short), not failed.
 #
-# Usage: scripts/check-gpu.sh [--build DIR] [--out DIR] [--quick] [--skip STEP,...]
-#   --build DIR   built tree with bin/ and lib/ [build]; built with make when missing
-#   --out DIR     logs and results [DIR/check-gpu]
-#   --quick       smaller benchmarks (for a second look)
-#   --skip LIST   steps to leave out: tests,sanitizer,harness,nccl,bench
+# Usage: scripts/check-gpu.sh [options]
+#   --build DIR        bin/ and lib/ [.gpu/build when it holds the plugin, else build]
+#   --out DIR          logs and results [BUILD/check-gpu; wiped first, if it holds an earlier run]
+#   --bundle DIR       also write DIR/check-gpu.json, DIR/check-gpu.txt and DIR/check-gpu-logs.tgz
+#                      (three files: what the device tool can bring back from $OUT)
+#   --budget-s S       wall-clock budget of the whole run [330]
+#   --quick            up to 64 MiB, 3 Socket configs, 1 at 4 ranks, codec threads 0 and 4
+#   --skip LIST        leave out steps: allreduce,sweep,codec,ddp,random,kill,congestion
+#   --channels N       NCCL_MIN/MAX_NCHANNELS for the allreduce steps [2]; 'default': unset
+#   --socket-sweep L   NTHREADSxNSOCKS configs, in this order [4x1,2x1,4x2,2x2,1x2,1x1]
+#   --sweep4-top N     how many of the best 2-rank configs to rerun at 4 ranks [2]
+#   --codec-threads L  NCCL_TRIM_CODEC_THREADS values for codec_threads_2r [0,2,4]
+#   --ddp-task T       digits|charlm for ddp_lossless [digits] (charlm: minutes)  --ddp-epochs E [4]
+#   --kill-after N     rank 1 dies after N steps [15]
+#   --iproute2 DIR     fetch-iproute2.sh's folder, used when `ip` is missing [.gpu/iproute2]
+#   --dry-run          print every step's command, limit and log; run nothing
+# Environment: PYTHON [python3] (with torch). NCCL_* variables that change what is measured
+# (NCCL_TRIM_*, NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD, NCCL_ALGO, NCCL_PROTO,
+# NCCL_*NCHANNELS, NCCL_NET_GDR_*, NCCL_BUFFSIZE) are unset first, and listed in preflight.json.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build=build out="" quick=0 skip=""
+PYTHON=${PYTHON:-python3}
+export PYTHON
+build="" out="" bundle="" budget=330 quick=0 skip="" dry=0 channels=2
+socket_sweep="4x1,2x1,4x2,2x2,1x2,1x1" sweep4_top=2 codec_threads="0,2,4"
+ddp_task=digits ddp_epochs=4 kill_after=15 iproute2=""
+trim_p=0.5 trim_ranks=4 kill_bound_s=60
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+die() { echo "check-gpu: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --quick) quick=1; shift ;;
-    --skip) skip=$2; shift 2 ;;
-    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "check-gpu: unknown option $1" >&2; exit 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --quick) quick=1; shift; continue ;;
+    --dry-run) dry=1; shift; continue ;;
   esac
+  (($# >= 2)) || die "$1 needs a value (see --help)"
+  case $1 in
+    --build) build=$2 ;;
+    --out) out=$2 ;;
+    --bundle) bundle=$2 ;;
+    --budget-s) budget=$2 ;;
+    --skip) skip=$2 ;;
+    --channels) channels=$2 ;;
+    --socket-sweep) socket_sweep=$2 ;;
+    --sweep4-top) sweep4_top=$2 ;;
+    --codec-threads) codec_threads=$2 ;;
+    --ddp-task) ddp_task=$2 ;;
+    --ddp-epochs) ddp_epochs=$2 ;;
+    --kill-after) kill_after=$2 ;;
+    --iproute2) iproute2=$2 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+  shift 2
 done
-cd "$repo"
+[[ $budget =~ ^[0-9]+$ ]] || die "--budget-s: a number of seconds"
+[[ $channels == default || $channels =~ ^[1-9][0-9]*$ ]] || die "--channels: a number or 'default'"
+[[ $ddp_task =~ ^(digits|charlm)$ ]] || die "--ddp-task: digits or charlm"
+[[ $kill_after =~ ^[1-9][0-9]*$ && $ddp_epochs =~ ^[1-9][0-9]*$ && $sweep4_top =~ ^[0-9]+$ ]] ||
+  die "--kill-after, --ddp-epochs, --sweep4-top: numbers"
+for s in ${skip//,/ }; do
+  [[ $s =~ ^(allreduce|sweep|codec|ddp|random|kill|congestion)$ ]] || die "--skip: unknown step '$s'"
+done
+max_bytes=256M
+if ((quick)); then
+  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4" ddp_epochs=3
+fi
+IFS=, read -r -a sweep_list <<<"$socket_sweep"
+IFS=, read -r -a codec_list <<<"$codec_threads"
+for c in "${sweep_list[@]}"; do [[ $c =~ ^[0-9]+x[0-9]+$ ]] || die "--socket-sweep: NTHREADSxNSOCKS, not '$c'"; done
+for c in "${codec_list[@]}"; do [[ $c =~ ^([0-9]+|auto)$ ]] || die "--codec-threads: numbers or auto, not '$c'"; done
+
+cd "$repo" || exit 2
+if [[ -z $build ]]; then
+  build=build
+  [[ -f .gpu/build/lib/libnccl-net-trim.so ]] && build=.gpu/build
+fi
 [[ $build = /* ]] || build=$repo/$build
 out=${out:-$build/check-gpu}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-steps=$out/steps.jsonl
-: >"$steps"
+[[ $out = /* ]] || out=$PWD/$out
+iproute2=${iproute2:-$repo/.gpu/iproute2}
+[[ $iproute2 = /* ]] || iproute2=$repo/$iproute2
 skipped() { [[ ",$skip," == *",$1,"* ]]; }
-
-# record STEP OK SECONDS [JSON-EXTRA]
-record() {
-  printf '{"step":"%s","ok":%s,"seconds":%s%s}\n' "$1" "$2" "$3" "${4:+,$4}" >>"$steps"
-  printf 'check-gpu: %-28s %s (%ss)\n' "$1" "$([[ $2 == true ]] && echo ok || echo FAILED)" "$3" >&2
+# want STEP KEY...: false (and STEP recorded as skipped) when one of the KEYs is in --skip
+want() {
+  local step=$1 k
+  shift
+  for k in "$@"; do
+    if skipped "$k"; then skip_part "$step" "" "--skip $k"; return 1; fi
+  done
 }
 
-# step NAME LIMIT_S LOG COMMAND...: runs COMMAND with a time limit, logs, records ok/failed.
-step() {
-  local name=$1 limit=$2 log=$3
-  shift 3
+# `ip` for step 5: the carried copy (scripts/fetch-iproute2.sh) when the machine has none.
+ip_note=""
+if ! command -v ip >/dev/null 2>&1 && [[ -x $iproute2/bin/ip ]]; then
+  PATH=$iproute2/bin:$PATH
+  ip_note="ip from $iproute2 (fetch-iproute2.sh)"
+fi
+congestion_why=""  # why step 5 cannot run here ("" = it can)
+if ! command -v ip >/dev/null 2>&1; then
+  congestion_why="iproute2 missing: no ip on PATH and no $iproute2/bin/ip; run scripts/fetch-iproute2.sh on the build machine and carry .gpu (see docs/GPU-MACHINE.md)"
+elif ! ip -V >/dev/null 2>&1; then
+  congestion_why="iproute2 broken: '$(command -v ip) -V' fails ($(ip -V 2>&1 | head -1)); see docs/GPU-MACHINE.md"
+elif (($(id -u) != 0)); then
+  congestion_why="not root: network namespaces and TUN devices need root"
+elif [[ ! -c /dev/net/tun ]]; then
+  congestion_why="no /dev/net/tun"
+fi
+[[ -z $ip_note ]] && command -v ip >/dev/null 2>&1 && ip_note="ip at $(command -v ip)"
+
+# What is measured must not depend on the caller's environment.
+unset_env=()
+for v in $(compgen -e); do
+  case $v in
+    NCCL_TRIM_*|NCCL_SOCKET_NTHREADS|NCCL_NSOCKS_PERTHREAD|NCCL_ALGO|NCCL_PROTO|NCCL_MIN_NCHANNELS| \
+    NCCL_MAX_NCHANNELS|NCCL_NET_GDR_LEVEL|NCCL_NET_GDR_READ|NCCL_BUFFSIZE|NCCL_NET|NCCL_NET_PLUGIN)
+      unset_env+=("$v"); unset "$v" ;;
+  esac
+done
+
+# ---------------------------------------------------------------- the parts
+bench_env=(env NCCL_ALGO=Ring NCCL_PROTO=Simple)
+[[ $channels != default ]] && bench_env+=(NCCL_MIN_NCHANNELS="$channels" NCCL_MAX_NCHANNELS="$channels")
+bench_args=(-- --min-bytes 1M --max-bytes "$max_bytes" --warmup 2 --iters 5 --target-ms 100 --timeout-s 45)
+rd=("$here/run_ddp.sh" --build "$build" --no-plots)
+
+start=$SECONDS
+deadline=$((start + budget))
+reserve=10     # kept for the report
+min_start=25   # a part is not started with less than this left
+steps=$out/steps.jsonl
+
+# record STEP PART KEY=VALUE... (values numbers, or strings without quotes/backslashes)
+record() {
+  local step=$1 part=$2 kv
+  shift 2
+  local line="{\"step\":\"$step\",\"part\":\"$part\""
+  for kv in "$@"; do
+    local k=${kv%%=*} v=${kv#*=}
+    if [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then line+=",\"$k\":$v"; else line+=",\"$k\":\"${v//\"/\'}\""; fi
+  done
+  echo "$line}" >>"$steps"
+}
+skip_part() {  # skip_part STEP PART REASON
+  if ((dry)); then echo "[$1${2:+ $2}] skipped: $3"; return; fi
+  record "$1" "$2" "skip=$3"
+  echo "check-gpu: $1${2:+ $2}: skipped: $3" >&2
+}
+
+# reap DIR: kill what a part left running (ranks are in sessions of their own; run_ddp.sh kills
+# them on TERM, this is the backstop when it was killed): processes whose command line names DIR.
+reap() {
+  local dir=$1 p pid n=0 args
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+    mapfile -d '' args 2>/dev/null <"$p/cmdline" || continue
+    if [[ "${args[*]}" == *"$dir"* ]]; then
+      kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
+    fi
+  done
+  ((n == 0)) || echo "check-gpu: killed $n leftover process(es) of $dir" >&2
+}
+
+# part STEP PART LIMIT DIR -- COMMAND...: COMMAND under `timeout` (and within the budget), its
+# output in OUT/STEP[_PART].log, a record in steps.jsonl. DIR is the part's results (relative).
+part() {
+  local step=$1 name=$2 limit=$3 dir=$4
+  shift 5
+  local log=$step${name:+_$name}.log
+  if ((dry)); then
+    printf '[%s%s] limit %ss, results %s, log %s\n  %s\n' "$step" "${name:+ $name}" "$limit" "$dir" "$log" \
+      "$(printf '%q ' "$@")"
+    return 0
+  fi
+  local left=$((deadline - SECONDS - reserve))
+  if ((left < min_start)); then
+    skip_part "$step" "$name" "time budget: ${left}s left of --budget-s $budget"
+    return 1
+  fi
+  local clipped=0
+  ((limit > left)) && limit=$left clipped=1
+  echo "check-gpu: $step${name:+ $name} (limit ${limit}s, log $log)" >&2
   local t0=$SECONDS rc
-  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >"$out/$log" 2>&1 </dev/null
   rc=$?
-  local ok=true
-  ((rc == 0)) || ok=false
-  ((rc == 124 || rc == 137)) && echo "check-gpu: $name timed out after ${limit}s" >>"$log"
-  record "$name" "$ok" "$((SECONDS - t0))" "\"rc\":$rc,\"log\":\"$(basename "$log")\""
+  ((rc == 124 || rc == 137)) && echo "check-gpu: timed out after ${limit}s" >>"$out/$log"
+  reap "$out/$dir/"
+  record "$step" "$name" "rc=$rc" "seconds=$((SECONDS - t0))" "limit=$limit" "clipped=$clipped" "dir=$dir" "log=$log"
+  echo "check-gpu: $step${name:+ $name}: exit $rc after $((SECONDS - t0))s" >&2
   return "$rc"
 }
 
-# ---- 1. build
-if [[ ! -x $build/bin/trim-tests || ! -f $build/lib/libnccl-net-trim.so ]]; then
-  step build 900 "$out/build.log" make -j"$(nproc)" BUILD="$build" all "$build/bin/trim-tests"
-fi
-export TRIM_TEST_PLUGIN=$build/lib/libnccl-net-trim.so TRIM_TEST_SOURCE=$repo
-tests=$build/bin/trim-tests
-
-# Versions, for the record.
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 |
-    awk -F', ' '{printf "{\"gpu\":\"%s\",\"driver\":\"%s\",\"memory\":\"%s\"", $1, $2, $3}'
-  printf ',"commit":"%s"' "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  printf ',"torch":"%s"' "$(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null || echo none)"
-  printf ',"nccl":"%s"}\n' "$(python3 -c 'import torch;print(".".join(map(str,torch.cuda.nccl.version())))' 2>/dev/null || echo none)"
-} >"$out/versions.json"
-
-# ---- 2. GPU tests
-gpu_filter='CudaCodec*:CudaEmu*:HarnessGpuPath*:DeviceCodec*:DeviceStaging*:StagingArena*:DataPath*:CudaDiscipline*:PluginTest.PropertiesOfTheLoopbackDevice:Loopback*'
-if ! skipped tests; then
-  step gpu_tests 300 "$out/gpu_tests.log" "$tests" --gtest_filter="$gpu_filter"
-  step all_tests 600 "$out/all_tests.log" "$tests"
-fi
-
-# ---- 3. sanitizers on the CUDA codec tests
-san_json=""
-if ! skipped sanitizer; then
-  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck racecheck synccheck; do
-    log=$out/sanitizer_$tool.log
-    step "sanitizer_$tool" 300 "$log" "$san" --tool "$tool" --error-exitcode 99 "$tests" --gtest_filter='CudaCodec*'
-    n=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$log" | awk '{s+=$3} END {print s+0}')
-    san_json+="${san_json:+,}\"$tool\":$n"
-  done
-fi
-
-# ---- 4. NCCL's situation in the harness: a spinning kernel while the plugin moves GPU data
-if ! skipped harness; then
-  h=$build/bin/trim-harness
-  export NCCL_TRIM_TEST_CUDA_CHECK=on
-  step spin_sendrecv 120 "$out/spin_sendrecv.log" "$h" --mode sendrecv --bytes 16M --ptr cuda --spin-kernel \
-    --profiler none --timeout-ms 15000 --deadline-s 100 --json
-  step spin_allreduce 120 "$out/spin_allreduce.log" "$h" --mode allreduce --ranks 2 --bytes 16M --ptr cuda \
-    --spin-kernel --timeout-ms 15000 --deadline-s 100 --json
-  step spin_mixed_trim 120 "$out/spin_mixed_trim.log" "$h" --mode mixed --ranks 2 --bytes 8M --iters 3 --trim 0.3 \
-    --ptr cuda --spin-kernel --timeout-ms 15000 --deadline-s 100 --json
-  unset NCCL_TRIM_TEST_CUDA_CHECK
-fi
-
-# ---- 5. real NCCL
-if ! skipped nccl; then
-  max=64M
-  ((quick)) && max=16M
-  step nccl_bench_gpu_buffers 300 "$out/nccl_bench_gpu.log" "$here/run_ddp.sh" --build "$build" --bench allreduce \
-    --modes lossless,socket --out "$out/nccl_bench_gpu" -- --max-bytes "$max" --iters 5
-  step nccl_bench_host_buffers 300 "$out/nccl_bench_host.log" "$here/run_ddp.sh" --build "$build" --bench allreduce \
-    --modes lossless,socket --gdr-level unset --out "$out/nccl_bench_host" -- --max-bytes "$max" --iters 5
-  step ddp_digits_random_0.5_gpu 300 "$out/ddp_digits.log" "$here/run_ddp.sh" --build "$build" --mode random \
-    --trim-p 0.5 --task digits --epochs 3 --out "$out/ddp_digits"
-fi
-
-# ---- 6. kernel speed
-if ! skipped bench; then
-  args=(cuda --json)
-  ((quick)) && args+=(--quick)
-  step bench_cuda 300 "$out/bench_cuda.log" "$build/bin/trim-bench" "${args[@]}"
-fi
-
-# ---- table and the closing JSON line
-python3 - "$out" <<'EOF'
-import glob, json, os, sys
-out = sys.argv[1]
-steps = [json.loads(l) for l in open(os.path.join(out, "steps.jsonl")) if l.strip()]
-res = {"bench": "check-gpu", "ok": all(s["ok"] for s in steps) and bool(steps),
-       "steps": {s["step"]: s["ok"] for s in steps}}
+# ---------------------------------------------------------------- preflight
+if ((dry)); then
+  echo "# check-gpu.sh --dry-run: build $build, out $out, budget ${budget}s (nothing is run)"
+  echo "[preflight] limit 60s: $build/lib/libnccl-net-trim.so and bin/trim-switch; nvidia-smi -L;"
+  echo "  $PYTHON -c 'import torch; torch.cuda.is_available(); torch.cuda.nccl.version()'; sklearn"
+  echo "# step 5 here: ${congestion_why:-would run (${ip_note})}"
+else
+  # Wiped first, but only an earlier check's output (or an empty folder).
+  if [[ -d $out && -n $(ls -A "$out" 2>/dev/null) && ! -f $out/steps.jsonl ]]; then
+    die "--out $out holds something else than an earlier check-gpu.sh run: not wiping it"
+  fi
+  rm -rf "$out"
+  mkdir -p "$out" || die "cannot make $out"
+  out=$(cd "$out" && pwd)
+  steps=$out/steps.jsonl
+  : >"$steps"
+  t0=$SECONDS
+  why=()
+  [[ -f $build/lib/libnccl-net-trim.so ]] ||
+    why+=("no build: $build/lib/libnccl-net-trim.so missing (make here, or carry .gpu/build from scripts/pack-gpu.sh)")
+  [[ -x $build/bin/trim-switch ]] || why+=("no $build/bin/trim-switch (make, or scripts/pack-gpu.sh)")
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    why+=("no GPU: nvidia-smi not found")
+  elif ! timeout 20 nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$out/nvidia-smi.txt"; then
+    why+=("no GPU: nvidia-smi -L: $(head -1 "$out/nvidia-smi.txt")")
+  fi
+  ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) || why+=("bash ${BASH_VERSION} < 5.1 (run_ddp.sh)")
+  timeout 60 "$PYTHON" - >"$out/preflight_torch.json" 2>"$out/preflight.log" <<'PY'
+import json
+d = {}
 try:
-    res["versions"] = json.load(open(os.path.join(out, "versions.json")))
+    import torch
+    d["torch"] = torch.__version__
+    d["torch_cuda"] = torch.version.cuda
+    d["cuda_available"] = torch.cuda.is_available()
+    if d["cuda_available"]:
+        d["gpu"] = torch.cuda.get_device_name(0)
+        v = torch.cuda.nccl.version()
+        d["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+except Exception as e:  # no torch, or a broken one
+    d["torch_error"] = f"{type(e).__name__}: {e}"
+try:
+    import sklearn
+    d["sklearn"] = sklearn.__version__
 except Exception:
-    pass
-san = {}
-for tool in ("memcheck", "racecheck", "synccheck"):
-    p = os.path.join(out, f"sanitizer_{tool}.log")
-    if os.path.exists(p):
-        import re
-        san[tool] = sum(int(m) for m in re.findall(r"ERROR SUMMARY: (\d+)", open(p, errors="replace").read()))
-res["sanitizer_errors"] = san
-busbw = {}
-for buffers in ("gpu", "host"):
-    for summ in glob.glob(os.path.join(out, f"nccl_bench_{buffers}", "*", "summary.json")):
-        s = json.load(open(summ))
-        mode = os.path.basename(os.path.dirname(summ))
-        busbw.setdefault(buffers, {})[mode] = {str(e["bytes"]): round(e["busbw_GBps"], 3) for e in s.get("bench", [])}
-res["busbw_GBps"] = busbw
-rat = {}
-for buffers, modes in busbw.items():
-    sock = next((v for k, v in modes.items() if k.startswith("socket")), None)
-    plug = next((v for k, v in modes.items() if k.startswith("lossless")), None)
-    if sock and plug:
-        rat[buffers] = {b: round(plug[b] / sock[b], 3) for b in plug if b in sock and sock[b] > 0}
-res["lossless_over_socket"] = rat
-ddp = os.path.join(out, "ddp_digits", "summary.json")
-if os.path.exists(ddp):
-    d = json.load(open(ddp))
-    res["ddp_digits"] = {k: d.get(k) for k in ("status", "val_acc", "params_identical", "iter_p50_ms", "iter_p99_ms")}
-    res["replicas_identical"] = d.get("params_identical")
-spin = {}
-for name in ("spin_sendrecv", "spin_allreduce", "spin_mixed_trim"):
-    p = os.path.join(out, name + ".log")
-    if os.path.exists(p):
-        lines = [l for l in open(p, errors="replace") if l.startswith("{")]
-        if lines:
-            j = json.loads(lines[-1])
-            spin[name] = {k: j.get(k) for k in ("verify", "replicas_identical", "data_path_violations", "device_msgs",
-                                                "busbw_gbps", "error")}
-res["spin_kernel"] = spin
-bench = []
-p = os.path.join(out, "bench_cuda.log")
-if os.path.exists(p):
-    for l in open(p, errors="replace"):
-        if l.startswith("{"):
-            j = json.loads(l)
-            if "op" in j:
-                bench.append({k: j[k] for k in ("scheme", "dtype", "op", "gbps", "baseline", "ratio")})
-res["bench_cuda"] = bench
+    d["sklearn"] = None
+print(json.dumps(d))
+PY
+  rc=$?
+  torch_why=$("$PYTHON" -c '
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("torch check did not finish (exit " + sys.argv[2] + ")"); sys.exit()
+if "torch_error" in d: print("torch: " + d["torch_error"])
+elif not d.get("cuda_available"): print("torch " + d["torch"] + " sees no GPU (torch.cuda.is_available() is False)")
+' "$out/preflight_torch.json" "$rc" 2>&1)
+  [[ -n $torch_why ]] && why+=("$torch_why")
+  so_sha=$(sha256sum "$build/lib/libnccl-net-trim.so" 2>/dev/null | cut -c1-16)
+  commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  "$PYTHON" - "$out/preflight.json" "$out/preflight_torch.json" "$build" "$so_sha" "$commit" "$(nproc)" \
+    "$congestion_why" "$ip_note" "${unset_env[*]:-}" "$budget" "$channels" "$max_bytes" "$socket_sweep" \
+    "$sweep4_top" "$codec_threads" "$ddp_task" "$ddp_epochs" "$kill_after" "$quick" "$trim_p" "$trim_ranks" \
+    "$kill_bound_s" "${why[@]}" <<'PY'
+import json, sys
+a = sys.argv[1:]
+(f, tj, build, so, commit, cores, cong, ipn, unset, budget, ch, maxb, sweep, top, codec, task, epochs,
+ kill_after, quick, trim_p, trim_ranks, kill_bound) = a[:22]
+why = a[22:]
+try:
+    t = json.load(open(tj))
+except Exception:
+    t = {}
+json.dump({"ok": not why, "why": why, "build": build, "plugin_sha256": so or None, "commit": commit,
+           "cores": int(cores), "congestion_blocker": cong or None, "ip": ipn or None,
+           "unset_env": unset.split(), **t,
+           "settings": {"budget_s": int(budget), "channels": ch, "max_bytes": maxb, "socket_sweep": sweep,
+                        "sweep4_top": int(top), "codec_threads": codec, "ddp_task": task,
+                        "ddp_epochs": int(epochs), "kill_after": int(kill_after), "quick": quick == "1",
+                        "trim_p": float(trim_p), "trim_ranks": int(trim_ranks),
+                        "kill_bound_s": int(kill_bound)}},
+          open(f, "w"))
+PY
+  if ((${#why[@]})); then
+    record preflight "" rc=1 "seconds=$((SECONDS - t0))" limit=60 log=preflight.log
+    {
+      echo "check-gpu: cannot run here:"
+      printf '  - %s\n' "${why[@]}"
+      echo "  This check needs the GPU machine, torch with CUDA, and the plugin built here and carried"
+      echo "  (scripts/pack-gpu.sh): see docs/GPU-MACHINE.md."
+    } >&2
+  else
+    record preflight "" rc=0 "seconds=$((SECONDS - t0))" limit=60 log=preflight.log
+  fi
+fi
+preflight_ok=1
+((dry)) || [[ -z ${why[*]:-} ]] || preflight_ok=0
 
-print(f"{'step':30} result")
-for s in steps:
-    print(f"{s['step']:30} {'ok' if s['ok'] else 'FAILED'}  ({s['seconds']} s)")
-for buffers, modes in busbw.items():
-    print(f"\nbusbw GB/s, {buffers} buffers")
-    for mode, sizes in sorted(modes.items()):
-        print(f"  {mode:28} " + "  ".join(f"{int(b) >> 20}M:{v}" for b, v in sorted(sizes.items(), key=lambda x: int(x[0]))))
-    if buffers in rat:
-        print(f"  {'lossless / socket':28} " + "  ".join(f"{int(b) >> 20}M:{v}" for b, v in sorted(rat[buffers].items(), key=lambda x: int(x[0]))))
-if san:
-    print("\nsanitizer errors:", san)
-for b in bench:
-    print(f"  {b['scheme']:5} {b['dtype']:5} {b['op']:14} {b['gbps']:8.1f} GB/s  {b['ratio']:.3f} of {b['baseline']}")
-print(json.dumps(res, separators=(",", ":")))
-sys.exit(0 if res["ok"] else 1)
-EOF
+# ---------------------------------------------------------------- the steps
+if ((preflight_ok)); then
+  # 1. allreduce busbw, plugin (lossless) vs Socket at its defaults.
+  if want allreduce_2r allreduce; then
+    part allreduce_2r "" 150 ar2 -- "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes lossless,socket \
+      --ranks 2 --timeout-s 70 --out "$out/ar2" "${bench_args[@]}"
+  fi
+  if want allreduce_4r allreduce; then
+    part allreduce_4r "" 200 ar4 -- "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes lossless,socket \
+      --ranks 4 --timeout-s 95 --out "$out/ar4" "${bench_args[@]}"
+  fi
+  # 2. DDP lossless: plugin and Socket end with the same parameter bits.
+  if want ddp_lossless ddp; then
+    for m in lossless socket; do
+      part ddp_lossless "$m" 90 "ddp_$m" -- "${rd[@]}" --mode "$m" --ranks 2 --task "$ddp_task" \
+        --epochs "$ddp_epochs" --timeout-s 80 --out "$out/ddp_$m" -- --deterministic
+    done
+  fi
+  # 3. DDP with random trimming: replicas stay identical.
+  if want ddp_random_trim random; then
+    part ddp_random_trim "" 120 ddp_random -- "${rd[@]}" --mode random --trim-p "$trim_p" --ranks "$trim_ranks" \
+      --task digits --epochs 3 --timeout-s 105 --out "$out/ddp_random"
+  fi
+  # 4. A rank lost mid-training: the survivor fails by itself, in bounded time.
+  if want rank_killed kill; then
+    part rank_killed "" 110 ddp_kill -- env NCCL_TRIM_TIMEOUT_MS=10000 "${rd[@]}" --mode lossless --ranks 2 \
+      --wait-all --timeout-s 95 --task digits --epochs 50 --out "$out/ddp_kill" -- \
+      --die-after-iters "$kill_after" --die-rank 1 --timeout-s 30
+  fi
+  # 5. The congestion head-to-head, one point, where namespaces can be made.
+  if want congestion_quick congestion; then
+    if [[ -n $congestion_why ]]; then
+      skip_part congestion_quick "" "$congestion_why"
+    else
+      part congestion_quick "" 150 congestion -- "$here/congestion_bench.sh" --build "$build" --ranks 2 \
+        --tasks digits --transports socket,trim --cross 60 --loss 0 --max-steps 80 --timeout-s 60 \
+        --out "$out/congestion"
+    fi
+  fi
+  # 1, continued with the time left: Socket tuned, at 2 ranks, then its best at 4; codec threads.
+  sweeps=1
+  want socket_sweep_2r allreduce sweep || sweeps=0
+  want socket_sweep_4r allreduce sweep || sweeps=0
+  if ((sweeps)); then
+    for c in "${sweep_list[@]}"; do
+      t=${c%x*} s=${c#*x}
+      part socket_sweep_2r "$c" 75 "sweep2/$c" -- env NCCL_SOCKET_NTHREADS="$t" NCCL_NSOCKS_PERTHREAD="$s" \
+        "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks 2 --timeout-s 65 \
+        --out "$out/sweep2/$c" "${bench_args[@]}"
+    done
+    if ((sweep4_top > 0)); then
+      if ((dry)); then
+        top=("TxS")
+        echo "# socket_sweep_4r: the $sweep4_top best of socket_sweep_2r (geometric mean busbw) at 4 ranks:"
+      else
+        mapfile -t top < <("$PYTHON" "$here/check_gpu_report.py" --best-socket "$out/sweep2" --top "$sweep4_top")
+        ((${#top[@]})) || skip_part socket_sweep_4r "" "no 2-rank Socket config finished"
+      fi
+      for c in "${top[@]}"; do
+        t=${c%x*} s=${c#*x}
+        part socket_sweep_4r "$c" 100 "sweep4/$c" -- env NCCL_SOCKET_NTHREADS="$t" NCCL_NSOCKS_PERTHREAD="$s" \
+          "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks 4 --timeout-s 90 \
+          --out "$out/sweep4/$c" "${bench_args[@]}"
+      done
+    fi
+  fi
+  if want codec_threads_2r allreduce codec; then
+    for c in "${codec_list[@]}"; do
+      part codec_threads_2r "$c" 75 "codec2/$c" -- env NCCL_TRIM_CODEC_THREADS="$c" "${bench_env[@]}" "${rd[@]}" \
+        --bench allreduce --modes lossless --ranks 2 --timeout-s 65 --out "$out/codec2/$c" "${bench_args[@]}"
+    done
+  fi
+fi
+((dry)) && { echo "# then: $PYTHON scripts/check_gpu_report.py OUT (table + one JSON line)"; exit 0; }
+
+# ---------------------------------------------------------------- the report
+"$PYTHON" "$here/check_gpu_report.py" "$out" --elapsed-s "$((SECONDS - start))" | tee "$out/report.txt"
+rc=${PIPESTATUS[0]}
+if [[ -n $bundle ]]; then
+  mkdir -p "$bundle"
+  tail -1 "$out/report.txt" >"$bundle/check-gpu.json"
+  cp "$out/report.txt" "$bundle/check-gpu.txt"
+  tar -czf "$bundle/check-gpu-logs.tgz" -C "$(dirname "$out")" "$(basename "$out")" 2>/dev/null
+  # The device tool brings back files of at most 16 MiB: without the NCCL logs if too big.
+  if (($(stat -c %s "$bundle/check-gpu-logs.tgz") > 15 * 1024 * 1024)); then
+    tar -czf "$bundle/check-gpu-logs.tgz" --exclude='rank*.log' -C "$(dirname "$out")" "$(basename "$out")"
+  fi
+fi
+exit "$rc"

@@ -22,6 +22,13 @@ path is replaced by the rank, and a path without it is written by rank 0 only):
 An iteration is one optimizer step (forward, backward with DDP's all-reduces, step), timed with
 the device synchronized at both ends. The run's very first step is left out of the statistics
 (it includes the lazy connection setup) and logged as first_step_ms.
+
+Test options:
+  --deterministic     deterministic cuDNN/cuBLAS kernels, so that two runs over different
+                      transports that deliver the same sums end with the same parameter bits
+  --die-after-iters N rank --die-rank (default 1) logs {"event": "die", "time": <unix time>}
+                      after its N-th optimizer step and SIGKILLs itself: a rank lost mid-training,
+                      to see how the others end (scripts/check-gpu.sh, step rank_killed)
 """
 import argparse
 import datetime
@@ -69,7 +76,14 @@ def parse_args(argv=None):
     p.add_argument("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
     p.add_argument("--d-model", type=int, default=128, help="charlm width")
     p.add_argument("--layers", type=int, default=4, help="charlm depth")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic cuDNN/cuBLAS kernels (same data + same sums = same parameter bits)")
+    p.add_argument("--die-after-iters", type=int, default=0, metavar="N",
+                   help="test: rank --die-rank SIGKILLs itself after its N-th optimizer step (0: never)")
+    p.add_argument("--die-rank", type=int, default=1, help="the rank that --die-after-iters kills (default 1)")
     args = p.parse_args(argv)
+    if args.die_after_iters < 0:
+        p.error("--die-after-iters must be >= 0")
     d = TASK_DEFAULTS[args.task]
     for k in ("lr", "optimizer", "batch_size", "epochs"):
         if getattr(args, k) is None:
@@ -263,9 +277,33 @@ def init_distributed(args, torch, dist):
     return rank, world, device, backend
 
 
+def make_deterministic(torch):
+    """Kernels whose results do not depend on scheduling (cuDNN's non-atomic algorithms, cuBLAS
+    with a fixed workspace). CUBLAS_WORKSPACE_CONFIG must be set before cuBLAS starts."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def die_now(log, rank, step):
+    """A rank lost without warning: no destroy_process_group, no goodbye, sockets closed by the
+    kernel. The event line comes first (flushed) so the launcher knows when it happened."""
+    import signal
+    import sys
+    print(f"ddp_train: rank {rank}: --die-after-iters {step}: SIGKILL now", file=sys.stderr, flush=True)
+    log("die", step=step, time=time.time(), pid=os.getpid())
+    if log.f:
+        log.f.flush()
+        os.fsync(log.f.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main():
     args = parse_args()
     import torch
+    if args.deterministic:
+        make_deterministic(torch)
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
@@ -274,6 +312,8 @@ def main():
     rank, world, device, backend = init_distributed(args, torch, dist)
     use_cuda = device.type == "cuda"
     log = Logger(rank, args.json_out)
+    if args.die_after_iters and not 0 <= args.die_rank < world:
+        raise SystemExit(f"--die-rank {args.die_rank}: no such rank in a world of {world}")
 
     # Data: every rank loads the whole (small) set onto its device once, and indexes batches
     # from it; a DataLoader's per-batch overhead would dominate steps this small.
@@ -392,6 +432,8 @@ def main():
             loss_sum += loss.detach()
             steps += 1
             total_steps += 1
+            if args.die_after_iters and rank == args.die_rank and total_steps >= args.die_after_iters:
+                die_now(log, rank, total_steps)
         train_s += sum(times)
         val_loss, val_acc = evaluate()
         wall = time.perf_counter() - t0

@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
-# pack-gpu.sh [BUILD] [DEST]: copies the built binaries and plugin, without debug info, into DEST
-# [.gpu/build] (ignored by git), small enough to carry to a GPU machine that has no compiler or
-# Debian packages; there: scripts/check-gpu.sh --build DEST. (.gpu/ is in .gitignore.)
+# pack-gpu.sh [--iproute2] [BUILD] [DEST]: what scripts/check-gpu.sh needs on the GPU machine (which
+# has no compiler packages and no Debian packages), without debug info, into DEST [.gpu/build]
+# (.gpu/ is in .gitignore; carry it):
+#   lib/libnccl-net-trim.so (+ the libnccl-net.so link), bin/trim-switch (random mode, the
+#   netns bottleneck), bin/trim-harness, bin/trim-config, bin/trim-bench (optional tools).
+# The plugin makes no CUDA call, so no CUDA test binary is packed. BUILD [build] is built first
+# when the plugin or trim-switch is missing (make -j all). --iproute2 also runs
+# scripts/fetch-iproute2.sh (Debian 12's ip into .gpu/iproute2) unless .gpu/iproute2/bin/ip exists.
+# On the GPU machine: scripts/check-gpu.sh (it finds .gpu/build and .gpu/iproute2 by itself);
+# see docs/GPU-MACHINE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+iproute2=0
+if [[ ${1:-} == --iproute2 ]]; then iproute2=1; shift; fi
+case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build} dest=${2:-.gpu/build}
-[[ -f $build/lib/libnccl-net-trim.so && -x $build/bin/trim-tests ]] || { echo "pack-gpu: build first (make -j all $build/bin/trim-tests)" >&2; exit 1; }
+if [[ ! -f $build/lib/libnccl-net-trim.so || ! -x $build/bin/trim-switch ]]; then
+  echo "pack-gpu: building $build (make -j all)" >&2
+  make -j"$(nproc)" BUILD="$build" all >&2
+fi
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib"
-for f in "$build"/bin/trim-*; do strip --strip-debug -o "$dest/bin/$(basename "$f")" "$f"; done
+for t in trim-switch trim-harness trim-config trim-bench; do
+  if [[ -x $build/bin/$t ]]; then
+    strip --strip-debug -o "$dest/bin/$t" "$build/bin/$t"
+  elif [[ $t == trim-switch ]]; then
+    echo "pack-gpu: no $build/bin/$t" >&2; exit 1
+  fi
+done
 strip --strip-debug -o "$dest/lib/libnccl-net-trim.so" "$build/lib/libnccl-net-trim.so"
 ln -sf libnccl-net-trim.so "$dest/lib/libnccl-net.so"
-du -sh "$dest"
+if ((iproute2)) && [[ ! -x .gpu/iproute2/bin/ip ]]; then
+  scripts/fetch-iproute2.sh .gpu/iproute2
+fi
+sha=$(sha256sum "$dest/lib/libnccl-net-trim.so" | cut -c1-16)
+echo "pack-gpu: $dest ($(du -sh "$dest" | cut -f1), plugin sha256 $sha, from $(git rev-parse --short=12 HEAD 2>/dev/null || echo '?'))" >&2
+[[ -x .gpu/iproute2/bin/ip ]] && echo "pack-gpu: .gpu/iproute2 ($(du -sh .gpu/iproute2 | cut -f1)) is there too" >&2 ||
+  echo "pack-gpu: no .gpu/iproute2: step 5 (congestion) will be skipped there; scripts/fetch-iproute2.sh fetches it" >&2
+echo "pack-gpu: carry .gpu; there: scripts/check-gpu.sh --bundle \$OUT (docs/GPU-MACHINE.md)" >&2

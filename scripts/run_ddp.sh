@@ -43,13 +43,15 @@
 #   --cross SPEC                     cross traffic, repeatable [trim/drop: incast:8:0.1:all]
 #   --trim-exact 0|1 [0]             trim mode: cut exact packets to a header (NDP) instead of dropping
 #   --switch-seed N [7]  --switch-arg ARG (repeatable, appended to trim-switch's command line)
-#   --gdr-level L [SYS]              NCCL_NET_GDR_LEVEL for plugin modes, so that NCCL hands the
-#                                    plugin GPU buffers; 'unset' leaves NCCL's default (host buffers)
 #   --out DIR                        run dir (one run) or results root (bench, sweep)
 #                                    [build/ddp/<label> | build/ddp/bench | build/ddp/sweep_<name>]
 #   --label NAME                     run name (default from mode, scheme, head bits, p)
 #   --timeout-s S [600]              kill a run that takes longer
+#   --wait-all                       when a rank fails, wait for the others to end by themselves
+#                                    (until --timeout-s) instead of killing them: to see how the
+#                                    survivors of a lost rank end (ddp_train.py --die-after-iters)
 #   --build DIR [build]              where libnccl-net-trim.so and trim-switch are
+#   --no-plots                       tables only at the end of a bench or sweep (no PNGs)
 #   --dry-run                        print the switch and rank commands with their environment
 #   --resume                         skip runs whose summary.json says ok (a sweep cut short by a
 #                                    time limit goes on where it stopped)
@@ -58,8 +60,13 @@
 # above win for the variables they set). NCCL_DEBUG defaults to INFO with INIT,NET, so that
 # rank logs show which network NCCL used and the plugin's counters.
 #
+# The plugin gets host buffers (it advertises NCCL_PTR_HOST only; NCCL's kernel stages GPU data
+# through pinned host memory, as for Socket): no NCCL_NET_GDR_* is set here.
+#
 # Per run dir: run.json (the launcher's settings, versions), rank<R>.jsonl (each rank's JSON
 # lines), rank<R>.log (stderr: NCCL and plugin log), rank0.out (rank 0's stdout),
+# rank<R>.exit (how the rank ended: {"rank","status","time"}, unix time; status 128+N for
+# signal N; absent when the launcher killed it),
 # switch.jsonl (trim-switch's stats lines), summary.json. The last stdout line of the whole
 # invocation is one JSON summary. Everything started here runs in process groups of its own
 # (setsid) and is killed by group on exit, error or Ctrl-C.
@@ -83,7 +90,7 @@ mode=lossless cpu=0 bench="" sweep="" modes="lossless,socket"
 ranks=2 task=digits epochs="" batch_size="" lr="" seed=0 target_acc="" max_steps=""
 scheme=rht head_bits=1 phase=reduce_scatter trim_p=0.1
 rate_gbps="" buffer_packets="" buffer_bytes=0 prop_us="" trim_exact=0 switch_seed=7
-crosses=() switch_extra=() gdr_level=SYS out="" label="" timeout_s=600 build=build dry_run=0 resume=0
+crosses=() switch_extra=() out="" label="" timeout_s=600 build=build dry_run=0 resume=0 wait_all=0 no_plots=0
 schemes="sign,sq,sd,rht" trim_ps="0,0.01,0.1,0.5,0.75"
 extra=()
 while [[ $# -gt 0 ]]; do
@@ -94,10 +101,12 @@ while [[ $# -gt 0 ]]; do
     --cpu) cpu=1; shift; continue ;;
     --dry-run) dry_run=1; shift; continue ;;
     --resume) resume=1; shift; continue ;;
+    --wait-all) wait_all=1; shift; continue ;;
+    --no-plots) no_plots=1; shift; continue ;;
     --mode|--modes|--bench|--sweep|--ranks|--task|--epochs|--batch-size|--lr|--seed|--target-acc| \
     --max-steps|--scheme|--schemes|--head-bits|--phase|--trim-p|--trim-ps|--rate-gbps| \
     --buffer-packets|--buffer-bytes|--prop-delay-us|--cross|--trim-exact|--switch-seed| \
-    --switch-arg|--gdr-level|--out|--label|--timeout-s|--build) ;;
+    --switch-arg|--out|--label|--timeout-s|--build) ;;
     *) die "unknown option $a (see --help)" ;;
   esac
   [[ $# -ge 2 ]] || die "$a needs a value (see --help)"
@@ -129,7 +138,6 @@ while [[ $# -gt 0 ]]; do
     --trim-exact) trim_exact=$v ;;
     --switch-seed) switch_seed=$v ;;
     --switch-arg) switch_extra+=("$v") ;;
-    --gdr-level) gdr_level=$v ;;
     --out) out=$v ;;
     --label) label=$v ;;
     --timeout-s) timeout_s=$v ;;
@@ -273,8 +281,6 @@ rank_env() {
   else
     e+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME="${NCCL_TRIM_IFNAME:-lo}"
       NCCL_TRIM_SCHEME="$run_scheme" NCCL_TRIM_HEAD_BITS="$run_head_bits" NCCL_TRIM_PHASE="$run_phase")
-    # GPU send buffers need GDR read as well (docs/CONFIG.md, "GPU buffers").
-    [[ $gdr_level != unset ]] && e+=(NCCL_NET_GDR_LEVEL="$gdr_level" NCCL_NET_GDR_READ="${NCCL_NET_GDR_READ:-1}")
     [[ $m == lossless ]] || e+=(NCCL_TRIM_SWITCH="127.0.0.1:$sw_port")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
@@ -324,18 +330,18 @@ run_one() {
     [[ -x $switch_bin ]] || { echo "run_ddp: no $switch_bin: run 'make -j' first (or pass --build)" >&2; return 1; }
   fi
   mkdir -p "$dir"
-  rm -f "$dir"/rank*.jsonl "$dir"/rank*.log "$dir"/rank*.out "$dir"/switch.* "$dir"/summary.json
+  rm -f "$dir"/rank*.jsonl "$dir"/rank*.log "$dir"/rank*.out "$dir"/rank*.exit "$dir"/switch.* "$dir"/summary.json
 
   "$PYTHON" - "$dir/run.json" "$kind" "$lbl" "$m" "$ranks" "$task" "$run_scheme" "$run_head_bits" \
-    "$run_phase" "$run_p" "$gdr_level" "$root/versions.json" "${switch_cmd[*]:-}" "${args[*]}" <<'PY'
+    "$run_phase" "$run_p" "$root/versions.json" "${switch_cmd[*]:-}" "${args[*]}" <<'PY'
 import json, sys
-(f, kind, label, mode, ranks, task, scheme, hb, phase, p, gdr, versions, sw, args) = sys.argv[1:15]
+(f, kind, label, mode, ranks, task, scheme, hb, phase, p, versions, sw, args) = sys.argv[1:14]
 plugin = mode not in ("cpu", "socket")
 run = {"kind": kind, "label": label, "mode": mode, "ranks": int(ranks),
        "task": task if kind == "train" else None,
        "scheme": scheme if plugin else None, "head_bits": int(hb) if plugin else None,
        "phase": phase if plugin else None, "trim_p": float(p) if mode == "random" else None,
-       "gdr_level": gdr if plugin else None, "switch_cmd": sw if mode in ("random", "trim", "drop") else None,
+       "switch_cmd": sw if mode in ("random", "trim", "drop") else None,
        "script_args": args, "versions": json.load(open(versions))}
 json.dump(run, open(f, "w"), indent=1)
 PY
@@ -347,6 +353,7 @@ PY
     start_switch "$dir" || return 1
   fi
   local pids=() r
+  declare -A rank_of=()
   for ((r = 0; r < ranks; r++)); do
     local envs=()
     mapfile -t envs < <(rank_env "$m" "$r" "$ranks" "$port")
@@ -355,9 +362,10 @@ PY
     env "${envs[@]}" setsid "$PYTHON" "$script" "${args[@]}" >"$dir/rank$r.out" 2>"$dir/rank$r.log" &
     pids+=("$!")
     groups+=("$!")
+    rank_of[$!]=$r
   done
   # Wait for the ranks; the first one to fail, or the watchdog, ends the run (the others would
-  # otherwise sit in a collective until its timeout).
+  # otherwise sit in a collective until its timeout); with --wait-all only the watchdog does.
   sleep "$timeout_s" &
   watchdog=$!
   local rc=0 running=("${pids[@]}") done_pid st p
@@ -370,13 +378,15 @@ PY
       break
     fi
     forget "$done_pid"
+    printf '{"rank":%s,"status":%s,"time":%s}\n' "${rank_of[$done_pid]}" "$st" "${EPOCHREALTIME/,/.}" \
+      >"$dir/rank${rank_of[$done_pid]}.exit"
     local still=()
     for p in "${running[@]}"; do [[ $p == "$done_pid" ]] || still+=("$p"); done
     running=("${still[@]}")
     if ((st != 0)); then
-      echo "run_ddp: $lbl: a rank (pid $done_pid) failed with status $st" >&2
-      rc=$st
-      break
+      echo "run_ddp: $lbl: rank ${rank_of[$done_pid]} (pid $done_pid) failed with status $st" >&2
+      ((rc == 0)) && rc=$st
+      ((wait_all)) || break
     fi
   done
   kill "$watchdog" 2>/dev/null || true
@@ -495,7 +505,7 @@ if [[ -n $single_dir ]]; then
   cat "$single_dir/summary.json"
 else
   plot_args=()
-  "$PYTHON" -c 'import matplotlib' 2>/dev/null || plot_args+=(--no-plots)
+  ((no_plots)) || ! "$PYTHON" -c 'import matplotlib' 2>/dev/null && plot_args+=(--no-plots)
   # (plot_ddp.py exits 1 when a run failed too: those are already counted)
   "$PYTHON" "$here/plot_ddp.py" "$root" "${plot_args[@]}" --summary-line || ((failures)) || failures=1
 fi
