@@ -117,7 +117,7 @@ rank_cmd() {
     local hb=1
     [[ $tr == trim16 ]] && hb=16
     cmd+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME=trimbn NCCL_TRIM_SCHEME=rht
-          NCCL_TRIM_HEAD_BITS="$hb" NCCL_NET_GDR_LEVEL="${NCCL_NET_GDR_LEVEL:-SYS}" NCCL_NET_GDR_READ="${NCCL_NET_GDR_READ:-1}")
+          NCCL_TRIM_HEAD_BITS="$hb")  # host buffers: NCCL stages GPU data (the plugin takes no GPU memory)
   fi
   cmd+=(timeout "$timeout_s" "$TRAIN_PYTHON" "$here/ddp_train.py" --task "$task" --seed 0 --target-acc "$acc"
         --json-out "$dir/rank{rank}.jsonl")

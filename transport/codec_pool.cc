@@ -1,5 +1,6 @@
 #include "transport/codec_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <fmt/format.h>
@@ -198,7 +199,10 @@ struct CodecPool::Impl {
   void grow(int n) {
     std::lock_guard<std::mutex> lock(mu);
     while (workers.load() < n) {
-      std::thread([this] { worker(); }).detach();  // lives as long as the process
+      std::thread([this] {
+        pthread_setname_np(pthread_self(), "trim-codec");
+        worker();
+      }).detach();  // lives as long as the process
       workers.fetch_add(1);
     }
   }

@@ -1,6 +1,7 @@
 #include "transport/engine.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -153,7 +154,10 @@ Status Engine::start() {
     if (!gro_) TRIM_INFO("NET/Trim: UDP_GRO unavailable ({}): receiving packet by packet", std::strerror(errno));
   }
   running_ = true;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "trim-engine");  // per-role CPU in top -H and /proc
+    run();
+  });
   TRIM_INFO("NET/Trim: progress engine for {} on {}{}{}", name_, addr_string(ip4_be_, udp_port_),
             cfg_.has_switch ? ", data through switch " + addr_string(cfg_.switch_addr) : std::string(),
             faults_ ? fmt::format(" [TEST fault injection: drop {} dup {} reorder {} trim {}]", cfg_.drop, cfg_.dup,
