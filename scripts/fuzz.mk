@@ -7,8 +7,8 @@ FB := build-fuzz
 CLANG := clang++
 SRCS := $(wildcard common/*.cc codec/*.cc)
 # Only what the protocol state machines need: no sockets, engine or plugin.
-# (device_codec + the GPU stub: the state machines reach the GPU path through them.)
-WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc \
+# (codec_pool: the state machines hand encoded messages to it when a pool is configured.)
+WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc transport/codec_pool.cc \
              transport/recovery.cc
 OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
 WIRE_OBJS := $(WIRE_SRCS:%.cc=$(FB)/obj/%.o)
