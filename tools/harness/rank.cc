@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -148,6 +151,33 @@ Status run_mode(RankCtx& c) {
   return Status(Code::kInternal, "unknown mode");
 }
 
+// CPU seconds (user + system) of this process's threads the plugin named trim-engine or
+// trim-codec, from /proc/self/task/<tid>/{comm,stat}.
+double plugin_threads_cpu_s() {
+  double ticks = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "trim-engine" && name != "trim-codec") continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');  // the name may hold spaces: fields follow its ')'
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime
+      if (i == 14) utime = std::stoull(f);
+      if (i == 15) stime = std::stoull(f);
+    }
+    ticks += static_cast<double>(utime + stime);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 // Everything after the fork; the report carries any failure. The order of NCCL's comm setup
 // and teardown: net init, profiler init, ..., profiler finalize, net finalize.
 Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* report, SharedBuffer* shared) {
@@ -184,6 +214,7 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   // the connection closes.
   std::string json;
   if (net->stats_json(&json)) report->stats = parse_stats(json);
+  report->stats.plugin_cpu_s = plugin_threads_cpu_s();
   return st;
 }
 

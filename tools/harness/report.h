@@ -22,6 +22,9 @@ struct PluginStats {
   int64_t dup_packets = 0;
   int64_t bad_packets = 0;
   int64_t codec_tasks = 0, codec_inline = 0;  // codec pool tasks queued / run on the engine
+  // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
+  // the transport's cost, without the harness's data generation and checks.
+  double plugin_cpu_s = 0;
 };
 
 // Reads the integer keys above out of the plugin's JSON object (other keys are ignored).
