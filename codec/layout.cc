@@ -58,12 +58,16 @@ static_assert(static_cast<int>(param::Scheme::kNone) == static_cast<int>(Scheme:
               "NCCL_TRIM_SCHEME's choices must list the codec's schemes in wire order");
 
 Result<CodecConfig> CodecConfig::from_params(const Params& p) {
+  return from_params(p, p.mtu == kAuto ? kNoInterfaceMtuBytes : static_cast<uint32_t>(p.mtu));
+}
+
+Result<CodecConfig> CodecConfig::from_params(const Params& p, uint32_t mtu_bytes) {
   CodecConfig c;
   c.scheme = static_cast<Scheme>(param::scheme(p));  // the knob lists the schemes in wire order
   c.row_elems = static_cast<uint32_t>(p.row_elems);
   c.head_planes = param::head_bits(p) == param::HeadBits::k16 ? 2 : 1;
-  // auto: the transport resolves it per interface and connection; 4096 stands in until then.
-  c.packet_bytes = packet_bytes_for_mtu(static_cast<uint32_t>(p.mtu == kAuto ? 4096 : p.mtu));
+  // Below the IP/UDP headers the subtraction would wrap: leave 0 for validate() to refuse.
+  c.packet_bytes = mtu_bytes > kIpv4UdpBytes ? packet_bytes_for_mtu(mtu_bytes) : 0;
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);
   TRIM_RETURN_IF_ERROR(c.validate());

@@ -15,15 +15,23 @@ namespace trim::codec {
 // one place that turns NCCL_TRIM_MTU into packet bytes.
 constexpr uint32_t packet_bytes_for_mtu(uint32_t mtu_bytes) { return mtu_bytes - kIpv4UdpBytes; }
 
+// NCCL_TRIM_MTU=auto where no interface decides (the codec demo, benches): a stand-in MTU. The
+// transport never uses it: each connection's packet size comes from the MTU its two ends agreed
+// at the handshake (transport/net_api.cc).
+constexpr uint32_t kNoInterfaceMtuBytes = 4096;
+
 struct CodecConfig {
   Scheme scheme = Scheme::kRht;
   uint32_t row_elems = 32768;     // power of two, 8..32768
   uint8_t head_planes = 1;        // 1: 1-bit heads survive a trim; 2: 16-bit heads
-  uint32_t packet_bytes = packet_bytes_for_mtu(4096);  // whole codec packet, header included
+  uint32_t packet_bytes = packet_bytes_for_mtu(kNoInterfaceMtuBytes);  // whole codec packet, header included
   uint64_t seed = 0x7472696d;
   float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
 
+  // Every codec knob; packet_bytes from NCCL_TRIM_MTU, auto read as kNoInterfaceMtuBytes.
   static Result<CodecConfig> from_params(const Params& p);
+  // The same with packet_bytes from `mtu_bytes`, whatever NCCL_TRIM_MTU says.
+  static Result<CodecConfig> from_params(const Params& p, uint32_t mtu_bytes);
   Status validate() const;
 };
 

@@ -18,6 +18,9 @@
 #                          congestion that matters is the cross traffic's bursts, not the CPU.
 #   DEMO_BUFFER_PACKETS=8  data queue of 8 packets (32 KiB at the 4 KiB MTU): the shallow buffer
 #                          of NDP's evaluation, so that bursts overflow it.
+#   DEMO_MTU=4096          NCCL_TRIM_MTU of the ranks: the size the buffer, the cross traffic's
+#                          packets (trim-switch's default 4096) and docs/RESULTS.md assume; auto
+#                          would give loopback's 9000.
 #   DEMO_PROP_US=200       link delay: a loss costs at least a round trip, a trim does not.
 #   DEMO_CROSS=incast:8:0.04:all
 #                          background incast toward every receiver: 8 senders at 0.04 Gbit/s
@@ -43,6 +46,7 @@ build=${1:-build}
 out="$build/demo"
 rate=${DEMO_RATE_GBPS:-1}
 buffer_packets=${DEMO_BUFFER_PACKETS:-8}
+mtu=${DEMO_MTU:-4096}
 prop_us=${DEMO_PROP_US:-200}
 cross=${DEMO_CROSS:-incast:8:0.04:all}
 trim_exact=${DEMO_TRIM_EXACT:-1}
@@ -93,7 +97,7 @@ run_mode() {
   # foreground child would delay the trap until it ended.
   # setsid: the harness and the ranks it forks get a process group of their own, which cleanup
   # kills whole (the ranks outlive a killed harness parent otherwise).
-  NCCL_TRIM_SWITCH="127.0.0.1:$port" setsid nice -n "$nice_ranks" "$build/bin/trim-harness" --mode allreduce --ranks "$ranks" \
+  NCCL_TRIM_MTU="$mtu" NCCL_TRIM_SWITCH="127.0.0.1:$port" setsid nice -n "$nice_ranks" "$build/bin/trim-harness" --mode allreduce --ranks "$ranks" \
     --bytes "$bytes" --iters "$iters" --warmup 1 --seed "$seed" --deadline-s 60 --json \
     --csv "$out/iters_$mode.csv" >"$out/harness_$mode.json" 2>"$out/harness_$mode.log" &
   local hp=$!

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/params.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -355,6 +357,61 @@ TEST(Devices, MtuLargerThanAnInterfacesIsRefusedNamingBoth) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_EQ(st.code(), trim::Code::kBadConfig);
   EXPECT_NE(st.message().find("NCCL_TRIM_MTU=4096 exceeds the MTU of eth0 (1500)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("at most 1500"), std::string::npos) << st.message();
+  EXPECT_TRUE(trim::transport::check_mtu({eth}, 256).is_ok());  // below the interface's: fine
+}
+
+// auto fits any interface whose MTU is known to be at least 256 (or unknown: then 1500).
+TEST(Devices, AutoMtuIsRefusedOnlyBelow256) {
+  NetIf eth, lo, unknown, tiny;
+  eth.name = "eth0";
+  eth.mtu = 1500;
+  lo.name = "lo";
+  lo.mtu = 65536;
+  unknown.name = "tun0";
+  tiny.name = "slip0";
+  tiny.mtu = 200;
+  EXPECT_TRUE(trim::transport::check_mtu({eth, lo, unknown}, trim::kAuto).is_ok());
+  const trim::Status st = trim::transport::check_mtu({eth, tiny}, trim::kAuto);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), trim::Code::kBadConfig);
+  EXPECT_NE(st.message().find("NCCL_TRIM_MTU=auto: the MTU of slip0 (200) is below 256"), std::string::npos)
+      << st.message();
+}
+
+// What each end offers: auto follows the interface up to 9000 (1500 when unknown); an explicit
+// value is offered as given on every interface. The MTUs come from a fake sysfs tree.
+TEST(DevicesSysfs, AutoMtuFollowsEachInterfaceCappedAt9000) {
+  TempDir root;
+  ASSERT_FALSE(root.path().empty());
+  root.put("eth0", "mtu", "1500\n");
+  root.put("eth1", "mtu", "9000\n");
+  root.put("eth2", "mtu", "4200\n");
+  root.put("lo", "mtu", "65536\n");
+  // tun0: no mtu file (unknown)
+  auto r = select_interfaces({up_if("eth0", "10.0.0.1", 2), up_if("eth1", "10.0.0.2", 3), up_if("eth2", "10.0.0.3", 4),
+                              up_if("lo", "127.0.0.1", 1, true), up_if("tun0", "10.0.0.4", 5)},
+                             "eth,lo,tun", kFallbackMbps, root.path());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(names_of(*r), (std::vector<std::string>{"eth0", "eth1", "eth2", "tun0", "lo"}));
+  const std::vector<int> want = {1500, 9000, 4200, 1500, 9000};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(trim::transport::resolve_mtu((*r)[i], trim::kAuto), want[i]) << (*r)[i].name;
+    EXPECT_EQ(trim::transport::resolve_mtu((*r)[i], 1400), 1400) << (*r)[i].name;
+  }
+}
+
+// The transport's lower bound is NCCL_TRIM_MTU's (params.def), so no agreed MTU is below what
+// the knob allows.
+TEST(Devices, MinMtuIsTheKnobsLowerBound) {
+  bool found = false;
+  for (const trim::ParamInfo& info : trim::param_infos()) {
+    if (std::string(info.env) != "NCCL_TRIM_MTU") continue;
+    found = true;
+    EXPECT_EQ(info.min, trim::transport::kMinMtuBytes);
+    EXPECT_EQ(info.kind, trim::ParamKind::kIntAuto);
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

@@ -85,6 +85,38 @@ TEST(ParamsTest, IntOrAutoKnobs) {
   }
 }
 
+// NCCL_TRIM_MTU: auto (the default; the transport resolves it per device, then per connection)
+// or an explicit IP MTU in [256, 65535]; the codec packet is the MTU less 28 bytes of IPv4 + UDP.
+TEST(ParamsTest, MtuIsAutoOrAnExplicitIpMtu) {
+  for (const char* v : {"auto", "Auto", "256", "1500", "9000", "65535"}) {
+    trim::Result<Params> p = load({{"NCCL_TRIM_MTU", v}});
+    ASSERT_TRUE(p.is_ok()) << v << ": " << p.status().to_string();
+  }
+  EXPECT_EQ(load({{"NCCL_TRIM_MTU", "AUTO"}})->mtu, trim::kAuto);
+  EXPECT_EQ(load({{"NCCL_TRIM_MTU", "256"}})->mtu, 256);
+  EXPECT_EQ(load({{"NCCL_TRIM_MTU", "65535"}})->mtu, 65535);
+  for (const char* v : {"255", "65536", "-1", "0", "automatic", ""}) {
+    trim::Result<Params> p = load({{"NCCL_TRIM_MTU", v}});
+    ASSERT_FALSE(p.is_ok()) << v;
+    EXPECT_NE(p.status().message().find("NCCL_TRIM_MTU='" + std::string(v) + "'"), std::string::npos)
+        << p.status().to_string();
+    EXPECT_NE(p.status().message().find("auto or an integer in [256, 65535]"), std::string::npos)
+        << p.status().to_string();
+  }
+  using trim::codec::CodecConfig;
+  // Explicit: its packet size. auto without an interface (tools): the documented stand-in.
+  EXPECT_EQ(CodecConfig::from_params(*load({{"NCCL_TRIM_MTU", "9000"}}))->packet_bytes, 8972u);
+  EXPECT_EQ(CodecConfig::from_params(*load({}))->packet_bytes, trim::codec::kNoInterfaceMtuBytes - 28);
+  // The transport gives the MTU a connection agreed on, whatever the knob says.
+  EXPECT_EQ(CodecConfig::from_params(*load({{"NCCL_TRIM_MTU", "9000"}}), 1500)->packet_bytes, 1472u);
+  EXPECT_EQ(CodecConfig::from_params(*load({}), 256)->packet_bytes, 228u);
+  for (uint32_t mtu : {0u, 28u, 100u}) {  // no codec packet fits: refused, never wrapped around
+    trim::Result<CodecConfig> c = CodecConfig::from_params(*load({}), mtu);
+    ASSERT_FALSE(c.is_ok()) << mtu;
+    EXPECT_NE(c.status().message().find("packet_bytes"), std::string::npos) << c.status().to_string();
+  }
+}
+
 TEST(ParamsTest, LookupIsAskedForEveryKnob) {
   std::set<std::string> asked;
   trim::Result<Params> p = trim::load_params([&asked](const char* name) -> const char* {

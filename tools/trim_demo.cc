@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < elems; ++i) truth[i] += grads[w][i] / workers;
   }
 
-  std::printf("nccl-trim codec demo: %zu fp32 gradients per worker, %d workers, MTU %lld, rows of %u\n", elems,
-              workers, static_cast<long long>(params.mtu), base.row_elems);
+  std::printf("nccl-trim codec demo: %zu fp32 gradients per worker, %d workers, MTU %u, rows of %u\n", elems,
+              workers, base.packet_bytes + trim::codec::kIpv4UdpBytes, base.row_elems);
   std::printf("NMSE of one worker's gradient / of the %d-worker average, after trimming a fraction of packets\n",
               workers);
   std::printf("(drop = raw packets lost outright, as at a switch without trimming, before any resend;\n"

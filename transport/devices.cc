@@ -21,6 +21,8 @@
 
 #include <fmt/format.h>
 
+#include "common/params.h"
+
 namespace trim::transport {
 namespace {
 
@@ -241,12 +243,25 @@ Result<std::vector<NetIf>> discover_interfaces(const std::string& spec, int fall
   return select_interfaces(candidates, spec, fallback_speed_mbps, "/sys/class/net");
 }
 
-Status check_mtu(const std::vector<NetIf>& devices, int mtu_bytes) {
+int resolve_mtu(const NetIf& dev, int64_t mtu_param) {
+  if (mtu_param != kAuto) return static_cast<int>(mtu_param);
+  return dev.mtu > 0 ? std::min(dev.mtu, kAutoMtuCapBytes) : kUnknownIfMtuBytes;
+}
+
+Status check_mtu(const std::vector<NetIf>& devices, int64_t mtu_param) {
   for (const NetIf& d : devices) {
-    if (d.mtu > 0 && d.mtu < mtu_bytes) {
-      return Status(Code::kBadConfig, fmt::format("NCCL_TRIM_MTU={} exceeds the MTU of {} ({}): set NCCL_TRIM_MTU to at "
-                                                  "most {}, or choose another interface with NCCL_TRIM_IFNAME",
-                                                  mtu_bytes, d.name, d.mtu, d.mtu));
+    if (d.mtu <= 0) continue;  // unknown: auto takes 1500, an explicit value is trusted
+    if (mtu_param == kAuto && d.mtu < kMinMtuBytes) {
+      return Status(Code::kBadConfig,
+                    fmt::format("NCCL_TRIM_MTU=auto: the MTU of {} ({}) is below {}, the smallest packet the plugin "
+                                "sends: raise the interface's MTU, or choose another interface with NCCL_TRIM_IFNAME",
+                                d.name, d.mtu, kMinMtuBytes));
+    }
+    if (mtu_param != kAuto && d.mtu < mtu_param) {
+      return Status(Code::kBadConfig,
+                    fmt::format("NCCL_TRIM_MTU={} exceeds the MTU of {} ({}): set NCCL_TRIM_MTU to at most {} (or "
+                                "auto), or choose another interface with NCCL_TRIM_IFNAME",
+                                mtu_param, d.name, d.mtu, d.mtu));
     }
   }
   return Status::ok();

@@ -59,10 +59,24 @@ Result<std::vector<NetIf>> discover_interfaces(const std::string& spec, int fall
 // Dotted quad, e.g. "127.0.0.1".
 std::string ip4_to_string(uint32_t ip4_be);
 
-// Whether packets of `mtu_bytes` (NCCL_TRIM_MTU) fit every interface: a larger packet would be
-// fragmented by IP (a lost fragment loses the packet; a switch cannot trim a fragment). The
-// error names the interface, both MTUs and what to set.
-Status check_mtu(const std::vector<NetIf>& devices, int mtu_bytes);
+// NCCL_TRIM_MTU=auto on an interface: its MTU, at most kAutoMtuCapBytes (a loopback's 65536 is
+// no wire's: a peer would agree to the smaller value anyway, and jumbo frames stop at 9000), or
+// kUnknownIfMtuBytes when sysfs gave none (fits any Ethernet).
+constexpr int kAutoMtuCapBytes = 9000;
+constexpr int kUnknownIfMtuBytes = 1500;
+// NCCL_TRIM_MTU's lower bound (common/params.def; the params test checks they agree): the
+// smallest MTU a connection may agree on.
+constexpr int kMinMtuBytes = 256;
+
+// The MTU this end offers on `dev` for NCCL_TRIM_MTU = `mtu_param` (kAuto or an explicit value,
+// which is used as given: check_mtu judges it).
+int resolve_mtu(const NetIf& dev, int64_t mtu_param);
+
+// Whether NCCL_TRIM_MTU = `mtu_param` fits every interface. An explicit value above an
+// interface's MTU would be fragmented by IP (a lost fragment loses the packet; a switch cannot
+// trim a fragment); auto fails only on an interface whose MTU is below kMinMtuBytes. The error
+// names the interface, both MTUs and what to set.
+Status check_mtu(const std::vector<NetIf>& devices, int64_t mtu_param);
 
 // Helpers exposed for tests and logging.
 // 64-bit FNV-1a: a hash whose value is fixed by definition (std::hash is not), so guids stay

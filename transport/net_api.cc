@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -61,8 +62,6 @@ Status ensure_devices(const Params& p) {
     g.devices_status = devs.status();
     return g.devices_status;
   }
-  g.devices_status = transport::check_mtu(devs.value(), static_cast<int>(p.mtu));
-  if (!g.devices_status.is_ok()) return g.devices_status;
   g.devices = devs.value();
   g.engines.resize(g.devices.size());
   for (const auto& d : g.devices) {
@@ -73,13 +72,30 @@ Status ensure_devices(const Params& p) {
   return Status::ok();
 }
 
-Result<Engine*> engine_for(const Params& p, int dev) {
+// NCCL_TRIM_MTU against every device, per context (contexts may carry different params), and
+// what each device offers, for the log.
+Status check_context_mtu(const std::vector<transport::NetIf>& devices, const Params& p) {
+  TRIM_RETURN_IF_ERROR(transport::check_mtu(devices, p.mtu));
+  std::string offers;
+  for (const auto& d : devices) {
+    offers += fmt::format("{}{} {} (interface {})", offers.empty() ? "" : ", ", d.name,
+                          transport::resolve_mtu(d, p.mtu), d.mtu > 0 ? std::to_string(d.mtu) : std::string("unknown"));
+  }
+  TRIM_INFO("NET/Trim: MTU offered per device (NCCL_TRIM_MTU={}; each connection agrees on the smaller of its two "
+            "ends' at the handshake): {}",
+            p.mtu == kAuto ? std::string("auto") : std::to_string(p.mtu), offers);
+  return Status::ok();
+}
+
+// The device's engine (started on first use) and, in *mtu_bytes, the MTU this end offers there.
+Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
   Globals& g = globals();
   std::lock_guard<std::mutex> lock(g.mu);
   TRIM_RETURN_IF_ERROR(ensure_devices(p));
   if (dev < 0 || dev >= static_cast<int>(g.devices.size())) {
     return Status(Code::kInvalidArgument, fmt::format("device {} does not exist ({} devices)", dev, g.devices.size()));
   }
+  *mtu_bytes = transport::resolve_mtu(g.devices[dev], p.mtu);
   if (!g.engines[dev]) {
     Status err;
     transport::EngineConfig cfg = transport::EngineConfig::from_params(p, &err);
@@ -91,14 +107,15 @@ Result<Engine*> engine_for(const Params& p, int dev) {
   return g.engines[dev].get();
 }
 
-// What both ends must agree on, in the Hello.
-transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie, const Engine& e) {
+// What both ends must agree on, in the Hello, and the MTU this end offers (resolved for its
+// device; the connection takes the smaller of the two ends').
+transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie, const Engine& e, int mtu_bytes) {
   transport::Hello h;
   h.listen_nonce = nonce;
   h.cookie = cookie;
   h.udp_ip4_be = e.ip4_be();
   h.udp_port = e.udp_port();
-  h.mtu = static_cast<uint16_t>(ctx.params.mtu);
+  h.mtu = static_cast<uint16_t>(mtu_bytes);
   h.scheme = static_cast<uint8_t>(ctx.codec.scheme);
   h.head_bits = ctx.codec.head_planes == 1 ? 1 : 16;
   h.row_elems = ctx.codec.row_elems;
@@ -107,8 +124,8 @@ transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie,
   return h;
 }
 
+// Every codec setting but the MTU, which is agreed instead (min of both ends).
 std::string codec_mismatch(const transport::Hello& ours, const transport::Hello& theirs) {
-  if (ours.mtu != theirs.mtu) return fmt::format("NCCL_TRIM_MTU differs: {} here, {} at the peer", ours.mtu, theirs.mtu);
   if (ours.scheme != theirs.scheme) {
     return fmt::format("NCCL_TRIM_SCHEME differs: {} here, {} at the peer",
                        codec::scheme_name(static_cast<codec::Scheme>(ours.scheme)),
@@ -121,11 +138,13 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
   return "";
 }
 
-// The per-connection parameters both ends derive from the handshake.
+// The per-connection parameters both ends derive from the handshake, the packet size from the
+// agreed MTU (both ends' layouts must cut messages alike).
 transport::ConnParams conn_params(const Context& ctx, Engine* engine, uint64_t cookie, uint32_t dst_ip,
-                                  uint16_t dst_port) {
+                                  uint16_t dst_port, int agreed_mtu_bytes) {
   transport::ConnParams cp;
   cp.codec = ctx.codec;
+  cp.codec.packet_bytes = codec::packet_bytes_for_mtu(static_cast<uint32_t>(agreed_mtu_bytes));
   cp.codec.seed = codec::mix64(ctx.codec.seed ^ cookie);  // distinct randomness per connection
   cp.cookie = cookie;
   cp.dst_ip4_be = dst_ip;
@@ -148,6 +167,7 @@ class ListenComm {
   Context* ctx = nullptr;
   int dev = 0;
   Engine* engine = nullptr;
+  int mtu_bytes = 0;  // what this end offers on the device
   Fd fd;
   uint64_t nonce = 0;
   struct Pending {
@@ -166,6 +186,7 @@ struct ConnectStage {
   Fd fd;
   transport::ListenHandle target;
   uint64_t cookie = 0;
+  int mtu_bytes = 0;  // offered in the Hello
   bool hello_sent = false;
   uint8_t buf[transport::kFrameBytes] = {};
   size_t have = 0;
@@ -201,7 +222,9 @@ Result<Context*> init(const InitOptions& options) {
                   "pinned host memory). Unset NCCL_TRIM_GPU (or set it to off); to rotate gradients on the GPU, "
                   "use the nccl_trim PyTorch comm hook.");
   }
-  Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value());
+  // The MTU is per device and connection; the smallest one a connection may agree on checks
+  // that every codec knob works with any of them.
+  Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value(), transport::kMinMtuBytes);
   if (!cfg) return cfg.status();
   Status sw;
   transport::EngineConfig::from_params(p.value(), &sw);  // reject a bad NCCL_TRIM_SWITCH now
@@ -210,12 +233,16 @@ Result<Context*> init(const InitOptions& options) {
     Globals& g = globals();
     std::lock_guard<std::mutex> lock(g.mu);
     TRIM_RETURN_IF_ERROR(ensure_devices(p.value()));
+    TRIM_RETURN_IF_ERROR(check_context_mtu(g.devices, p.value()));
     ++g.contexts;
   }
   auto ctx = std::make_unique<Context>();
   ctx->comm_id = options.comm_id;
   ctx->params = p.value();
   ctx->codec = cfg.value();
+  // Each connection's packet size comes from its agreed MTU (conn_params); 0 makes any other
+  // use fail CodecConfig::validate() loudly instead of cutting packets of a guessed size.
+  ctx->codec.packet_bytes = 0;
   ctx->classifier = std::make_unique<transport::SendClassifier>(ctx->params, ctx->codec, options.profiler);
   const int threads = ctx->params.codec_threads == kAuto ? transport::CodecPool::auto_threads()
                                                         : static_cast<int>(ctx->params.codec_threads);
@@ -281,12 +308,14 @@ Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handl
   if (handle_capacity < transport::kHandleBytes) {
     return Status(Code::kInvalidArgument, "listen: handle capacity below 128 bytes");
   }
-  Result<Engine*> e = engine_for(ctx->params, dev);
+  int mtu_bytes = 0;
+  Result<Engine*> e = engine_for(ctx->params, dev, &mtu_bytes);
   if (!e) return e.status();
   auto l = std::make_unique<ListenComm>();
   l->ctx = ctx;
   l->dev = dev;
   l->engine = e.value();
+  l->mtu_bytes = mtu_bytes;
   uint16_t port = 0;
   Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port);
   if (!fd) return fd.status();
@@ -305,7 +334,8 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   if (st == nullptr) {
     transport::ListenHandle target;
     TRIM_RETURN_IF_ERROR(transport::parse_handle(static_cast<const uint8_t*>(handle), &target));
-    Result<Engine*> e = engine_for(ctx->params, dev);
+    int mtu_bytes = 0;
+    Result<Engine*> e = engine_for(ctx->params, dev, &mtu_bytes);
     if (!e) return e.status();
     Result<Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port));
     if (!fd) return fd.status();
@@ -315,6 +345,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     st->fd = std::move(fd).value();
     st->target = target;
     st->cookie = transport::random_u64();
+    st->mtu_bytes = mtu_bytes;
     set_stage(handle, st);
   }
   std::unique_ptr<ConnectStage> owned(st);  // released back below while still in progress
@@ -331,7 +362,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
       return static_cast<SendComm*>(nullptr);
     }
     uint8_t hello[transport::kHelloBytes];
-    transport::write_hello(make_hello(*ctx, st->target.nonce, st->cookie, *st->engine), hello);
+    transport::write_hello(make_hello(*ctx, st->target.nonce, st->cookie, *st->engine, st->mtu_bytes), hello);
     Status ws = transport::write_all(st->fd.get(), hello, sizeof hello, 1000);
     if (!ws.is_ok()) return fail(ws);
     st->hello_sent = true;
@@ -345,10 +376,20 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   transport::HelloAck ack;
   Status ps = transport::parse_hello_ack(st->buf, &ack);
   if (!ps.is_ok()) return fail(ps);
+  if (ack.status == transport::kHelloCodecMismatch) {
+    return fail(Status(Code::kBadConfig, "the peer uses different NCCL_TRIM_* codec settings (see its log)"));
+  }
+  if (ack.status == transport::kHelloBadMtu) {
+    return fail(Status(Code::kBadConfig, fmt::format("the peer refused our MTU {} (see its log)", st->mtu_bytes)));
+  }
   if (ack.status != transport::kHelloOk) {
-    return fail(Status(Code::kBadConfig, ack.status == transport::kHelloCodecMismatch
-                                             ? "the peer uses different NCCL_TRIM_* codec settings (see its log)"
-                                             : fmt::format("the peer refused the connection (reason {})", ack.status)));
+    return fail(Status(Code::kBadConfig, fmt::format("the peer refused the connection (reason {})", ack.status)));
+  }
+  // The agreed MTU is the smaller of both ends': more than we offered could be fragmented here.
+  if (ack.mtu < transport::kMinMtuBytes || ack.mtu > st->mtu_bytes) {
+    return fail(Status(Code::kBadPacket, fmt::format("the peer's HelloAck agrees on MTU {}, outside [{}, {}] (the "
+                                                    "NCCL_TRIM_MTU we offered)",
+                                                    ack.mtu, transport::kMinMtuBytes, st->mtu_bytes)));
   }
   set_stage(handle, nullptr);
   auto comm = std::make_unique<SendComm>(ctx);
@@ -359,11 +400,14 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   c->data_dst = st->engine->config().has_switch ? st->engine->config().switch_addr : c->peer_udp;
   c->peer_name = transport::addr_string(c->peer_udp);
   c->tcp = std::move(st->fd);
-  c->send = std::make_unique<transport::SendProto>(conn_params(*ctx, st->engine, c->cookie, ack.udp_ip4_be, ack.udp_port));
+  c->send = std::make_unique<transport::SendProto>(
+      conn_params(*ctx, st->engine, c->cookie, ack.udp_ip4_be, ack.udp_port, ack.mtu));
   comm->core.engine = st->engine;
   comm->core.conn = std::move(c);
-  TRIM_INFO("NET/Trim: send connection {:#018x} to {} (data via {})", comm->core.conn->cookie,
-            comm->core.conn->peer_name, transport::addr_string(comm->core.conn->data_dst));
+  // The ack carries only the agreed value: the peer offered it when it is below ours.
+  TRIM_INFO("NET/Trim: send connection {:#018x} to {} (data via {}), MTU {} (agreed: ours {}, peer {}{})",
+            comm->core.conn->cookie, comm->core.conn->peer_name, transport::addr_string(comm->core.conn->data_dst),
+            ack.mtu, st->mtu_bytes, ack.mtu < st->mtu_bytes ? "" : ">= ", ack.mtu);
   comm->core.engine->add(comm->core.conn.get());
   return comm.release();
 }
@@ -390,11 +434,11 @@ Result<RecvComm*> accept(ListenComm* l) {
     if (!got.value()) continue;
     transport::Hello hello;
     Status hs = transport::parse_hello(p.buf, &hello);
-    const transport::Hello ours = make_hello(*l->ctx, l->nonce, hello.cookie, *l->engine);
+    const transport::Hello ours = make_hello(*l->ctx, l->nonce, hello.cookie, *l->engine, l->mtu_bytes);
     transport::HelloAck ack;
     ack.udp_ip4_be = l->engine->ip4_be();
     ack.udp_port = l->engine->udp_port();
-    ack.mtu = ours.mtu;
+    ack.mtu = std::min(ours.mtu, hello.mtu);  // the connection's MTU: no end sends above its own
     std::string why;
     if (!hs.is_ok()) {
       why = hs.message();
@@ -402,6 +446,9 @@ Result<RecvComm*> accept(ListenComm* l) {
     } else if (hello.listen_nonce != l->nonce) {
       why = "handshake for another listener (stale handle?)";
       ack.status = transport::kHelloBadNonce;
+    } else if (hello.mtu < transport::kMinMtuBytes) {
+      why = fmt::format("the peer offers MTU {}, below {}", hello.mtu, transport::kMinMtuBytes);
+      ack.status = transport::kHelloBadMtu;
     } else if (!(why = codec_mismatch(ours, hello)).empty()) {
       ack.status = transport::kHelloCodecMismatch;
     }
@@ -422,10 +469,11 @@ Result<RecvComm*> accept(ListenComm* l) {
     c->peer_name = transport::addr_string(c->peer_udp);
     c->tcp = std::move(done->fd);
     c->recv = std::make_unique<transport::RecvProto>(
-        conn_params(*l->ctx, l->engine, c->cookie, l->engine->ip4_be(), l->engine->udp_port()));
+        conn_params(*l->ctx, l->engine, c->cookie, l->engine->ip4_be(), l->engine->udp_port(), ack.mtu));
     comm->core.engine = l->engine;
     comm->core.conn = std::move(c);
-    TRIM_INFO("NET/Trim: recv connection {:#018x} from {}", comm->core.conn->cookie, comm->core.conn->peer_name);
+    TRIM_INFO("NET/Trim: recv connection {:#018x} from {}, MTU {} (agreed: ours {}, peer {})", comm->core.conn->cookie,
+              comm->core.conn->peer_name, ack.mtu, l->mtu_bytes, hello.mtu);
     comm->core.engine->add(comm->core.conn.get());
     return comm.release();
   }

@@ -64,7 +64,7 @@ struct Hello {
   uint64_t cookie = 0;        // random per connection; every data/control packet carries it
   uint32_t udp_ip4_be = 0;    // where the receiver sends ACKs
   uint16_t udp_port = 0;      // host order
-  uint16_t mtu = 0;
+  uint16_t mtu = 0;           // the MTU the sender offers on its device (resolved, never auto)
   uint8_t scheme = 0, head_bits = 0;
   uint32_t row_elems = 0;
   uint64_t seed = 0;
@@ -75,9 +75,15 @@ struct HelloAck {
   uint32_t status = 0;        // 0 = accepted; else a HelloReject reason
   uint32_t udp_ip4_be = 0;    // where data packets go (or, through a switch, their header dst)
   uint16_t udp_port = 0;
-  uint16_t mtu = 0;
+  uint16_t mtu = 0;           // the connection's MTU: min(the Hello's, the receiver's own)
 };
-enum HelloReject : uint32_t { kHelloOk = 0, kHelloCodecMismatch = 1, kHelloBadNonce = 2, kHelloVersion = 3 };
+enum HelloReject : uint32_t {
+  kHelloOk = 0,
+  kHelloCodecMismatch = 1,
+  kHelloBadNonce = 2,
+  kHelloVersion = 3,
+  kHelloBadMtu = 4,  // the Hello's MTU is below 256 (no valid sender offers one)
+};
 
 void write_hello(const Hello& h, uint8_t out[kHelloBytes]);
 Status parse_hello(const uint8_t in[kHelloBytes], Hello* out);

@@ -90,7 +90,10 @@ live_run() {
   local rc=0
   # Background + wait: a trapped signal interrupts wait at once. setsid: the harness and the
   # ranks it forks form one process group, which cleanup kills whole.
-  env "${envs[@]}" NCCL_TRIM_SWITCH="127.0.0.1:$port" setsid "$BUILD/bin/trim-harness" "${h_args[@]}" \
+  # NCCL_TRIM_MTU: the scenarios' buffers, cross traffic and recorded results (docs/RESULTS.md)
+  # are in 4 KiB packets; loopback's auto would be 9000. LIVE_MTU changes it, a scenario's env wins.
+  env NCCL_TRIM_MTU="${LIVE_MTU:-4096}" "${envs[@]}" NCCL_TRIM_SWITCH="127.0.0.1:$port" \
+    setsid "$BUILD/bin/trim-harness" "${h_args[@]}" \
     --json >"$hj" 2>"$hl" &
   local hp=$!
   live_groups+=("$hp")
