@@ -24,7 +24,7 @@ struct CrossSpec {
   bool all_ports = false;     // DST = all: every egress port the daemon has seen (now or later)
   sockaddr_in dst{};          // otherwise this one (its port exists from the start)
   bool trimmable = false;     // whether the model may trim them (plane0 like a real packet)
-  uint32_t packet_bytes = 4096;  // IP packet size; 4096 is the plugin's default MTU
+  uint32_t packet_bytes = 4096;  // IP packet size; 4096, the MTU the demo and live scenarios pin
   std::string text;           // the spec as given, for the stats
 };
 
