@@ -16,39 +16,25 @@
 #include "transport/codec_pool.h"
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
+#include "tests/proto_util.h"
 
 namespace trim::transport {
 namespace {
 
-struct Capture final : TxSink {
-  std::vector<std::vector<uint8_t>> packets;
-  void data(const uint8_t* h, uint32_t hn, const uint8_t* r, uint32_t rn) override {
-    packets.emplace_back(h, h + hn);
-    if (rn > 0) packets.back().insert(packets.back().end(), r, r + rn);
-  }
-  void ctrl(const CtrlPacket&) override {}
-  void frame(const Frame&) override {}
-};
+using testing::ack_upto;
+using testing::Capture;
 
 ConnParams params(codec::Scheme scheme, CodecPool* pool) {
   ConnParams p;
   p.codec.scheme = scheme;
   p.codec.seed = 0x5eed;
-  p.cookie = 0xC00C1E;
+  p.cookie = testing::kTestCookie;
   p.dst_ip4_be = 0x0100007f;
   p.dst_port = 9;
   p.window_max = 1023;
   p.min_rto_ns = 1'000'000'000;  // no timer fires in these tests
   p.pool = pool;
   return p;
-}
-
-CtrlPacket ack_upto(uint32_t cum) {
-  CtrlPacket a;
-  a.cookie = 0xC00C1E;
-  a.cum_psn = cum;
-  a.accepted_total = cum;
-  return a;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -134,7 +120,7 @@ std::vector<Case> cases() {
 TEST(CodecPool, PooledSendsAreByteIdenticalToTheEngineEncoder) {
   CodecPool* pool = CodecPool::instance(3);
   for (const Case& c : cases()) {
-    SCOPED_TRACE(testing::Message() << codec::scheme_name(c.scheme) << " dtype " << static_cast<int>(c.dtype)
+    SCOPED_TRACE(::testing::Message() << codec::scheme_name(c.scheme) << " dtype " << static_cast<int>(c.dtype)
                                     << " elems " << c.elems << " +" << c.extra);
     const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, c.extra, c.elems, true);
     const auto inline_pkts = send_all(params(c.scheme, nullptr), c.dtype, msg);
@@ -148,7 +134,7 @@ TEST(CodecPool, PooledReceivesDecodeExactlyAsTheEngineDecoderInAnyOrder) {
   CodecPool* pool = CodecPool::instance(3);
   std::mt19937_64 rng(42);
   for (const Case& c : cases()) {
-    SCOPED_TRACE(testing::Message() << codec::scheme_name(c.scheme) << " elems " << c.elems << " +" << c.extra);
+    SCOPED_TRACE(::testing::Message() << codec::scheme_name(c.scheme) << " elems " << c.elems << " +" << c.extra);
     const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, c.extra, c.elems + 1, true);
     const auto pkts = send_all(params(c.scheme, nullptr), c.dtype, msg);
     std::vector<size_t> in_order(pkts.size());

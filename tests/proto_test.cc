@@ -12,21 +12,13 @@
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
 #include "transport/wire.h"
+#include "tests/proto_util.h"
 
 namespace trim::transport {
 namespace {
 
-struct Capture final : TxSink {
-  std::vector<std::vector<uint8_t>> packets;
-  std::vector<CtrlPacket> ctrls;
-  std::vector<Frame> frames;
-  void data(const uint8_t* h, uint32_t hn, const uint8_t* r, uint32_t rn) override {
-    packets.emplace_back(h, h + hn);
-    if (rn > 0) packets.back().insert(packets.back().end(), r, r + rn);
-  }
-  void ctrl(const CtrlPacket& p) override { ctrls.push_back(p); }
-  void frame(const Frame& f) override { frames.push_back(f); }
-};
+using testing::ack_upto;
+using testing::Capture;
 
 ConnParams params(codec::Scheme scheme = codec::Scheme::kRht, uint64_t min_rto_ns = 1'000'000) {
   ConnParams p;
@@ -50,14 +42,6 @@ uint32_t psn_of(const std::vector<uint8_t>& pkt) {
   codec::ParsedPacket p;
   EXPECT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &p), codec::PacketError::kOk);
   return p.hdr.psn;
-}
-
-CtrlPacket ack_upto(uint32_t cum) {
-  CtrlPacket a;
-  a.cookie = 0xC00C1E;
-  a.cum_psn = cum;
-  a.accepted_total = cum;
-  return a;
 }
 
 // A sender with one exact message of n bytes (pattern `seed`) posted, cleared to send unless

@@ -18,6 +18,26 @@ namespace trim::transport {
 
 // ---- CodecWork ----
 
+void CodecWork::prepare(Kind k, const codec::CodecConfig& c, const codec::Layout& l, const codec::MessageId& m,
+                        Waker* w, std::shared_ptr<InFlight> count) {
+  kind = k;
+  cfg = c;
+  layout = l;
+  id = m;
+  stride = c.packet_bytes;
+  row_first.resize(l.rows() + 1);
+  uint32_t slot = 0;
+  for (uint32_t r = 0; r < l.rows(); ++r) {
+    row_first[r] = slot;
+    slot += l.row(r).packets;
+  }
+  row_first[l.rows()] = slot;
+  const uint32_t rpt = transport::rows_per_task(l);  // (the member of the same name is the result)
+  reset_tasks(rpt, (l.rows() + rpt - 1) / rpt);
+  waker = w;
+  in_flight = std::move(count);
+}
+
 void CodecWork::reset_tasks(uint32_t rows_per_task_, uint32_t n_tasks) {
   rows_per_task = rows_per_task_;
   if (n_tasks > tasks || !state) state = std::make_unique<std::atomic<uint8_t>[]>(n_tasks);
@@ -34,6 +54,19 @@ std::string CodecWork::first_error() const {
     if (task_state(t) == kFailed) return errors[t];
   }
   return "";
+}
+
+std::shared_ptr<CodecWork> SpareWork::take() {
+  if (spare_.empty()) return std::make_shared<CodecWork>();
+  std::shared_ptr<CodecWork> w = std::move(spare_.back());
+  spare_.pop_back();
+  return w;
+}
+
+void SpareWork::give_back(std::shared_ptr<CodecWork>* w) {
+  constexpr size_t kKeep = 4;  // a connection has a few messages of one size in flight
+  if (*w && w->use_count() == 1 && spare_.size() < kKeep) spare_.push_back(std::move(*w));
+  w->reset();
 }
 
 uint32_t rows_per_task(const codec::Layout& layout) {

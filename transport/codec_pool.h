@@ -62,7 +62,11 @@ struct CodecWork {
   Waker* waker = nullptr;
   std::shared_ptr<InFlight> in_flight;
 
-  // Sizes the per-task state for `layout` (reusing what is allocated) and clears it.
+  // Sets the work up for one message: its rows' first slots, its tasks (rows_per_task(layout)
+  // each), whom to wake and count. The caller then fills src/dst and the buffers.
+  void prepare(Kind k, const codec::CodecConfig& c, const codec::Layout& l, const codec::MessageId& m, Waker* w,
+               std::shared_ptr<InFlight> count);
+  // Sizes the per-task state (reusing what is allocated) and clears it.
   void reset_tasks(uint32_t rows_per_task_, uint32_t n_tasks);
   uint32_t task_of_row(uint32_t r) const { return r / rows_per_task; }
   uint32_t first_row(uint32_t t) const { return t * rows_per_task; }
@@ -80,6 +84,19 @@ uint32_t rows_per_task(const codec::Layout& layout);
 
 // Runs task t of w on the calling thread (a worker, or the engine when the queue is full).
 void run_codec_task(CodecWork* w, uint32_t t);
+
+// A connection half's finished works, kept so a new message reuses their buffers' capacity.
+class SpareWork {
+ public:
+  // A spare work, or a new one.
+  std::shared_ptr<CodecWork> take();
+  // Keeps *w (and clears it) when nothing else holds it any more; a worker that has just
+  // finished its task may still, for a moment: then it is simply freed.
+  void give_back(std::shared_ptr<CodecWork>* w);
+
+ private:
+  std::vector<std::shared_ptr<CodecWork>> spare_;
+};
 
 class CodecPool {
  public:

@@ -94,4 +94,9 @@ struct ConnCounters {
   std::string to_string() const;
 };
 
+// Queues task t of w on the pool, counting where it ran (queued, or at once on a full queue).
+inline void submit_task(CodecPool* pool, const std::shared_ptr<CodecWork>& w, uint32_t t, ConnCounters* k) {
+  ++(pool->submit(w, t) ? k->codec_tasks : k->codec_inline);
+}
+
 }  // namespace trim::transport

@@ -57,36 +57,15 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
 }
 
 void RecvProto::begin_pooled(Msg* m, const codec::MessageId& id) {
-  std::shared_ptr<CodecWork> w;
-  if (!spare_work_.empty()) {
-    w = std::move(spare_work_.back());
-    spare_work_.pop_back();
-  } else {
-    w = std::make_shared<CodecWork>();
-  }
+  m->work = spare_work_.take();
+  CodecWork& w = *m->work;
   const codec::Layout& l = m->layout;
-  w->kind = CodecWork::Kind::kDecode;
-  w->cfg = params_.codec;
-  w->layout = l;
-  w->id = id;
-  w->dst = m->op->data;
-  w->stride = params_.codec.packet_bytes;
-  w->packets.resize(static_cast<size_t>(l.packets()) * w->stride);  // payloads only: no need to clear
-  w->parsed.assign(l.packets(), codec::ParsedPacket());
-  w->row_first.resize(l.rows() + 1);
-  uint32_t slot = 0;
-  for (uint32_t r = 0; r < l.rows(); ++r) {
-    w->row_first[r] = slot;
-    slot += l.row(r).packets;
-  }
-  w->row_first[l.rows()] = slot;
-  const uint32_t rpt = rows_per_task(l);
-  w->reset_tasks(rpt, (l.rows() + rpt - 1) / rpt);
-  w->waker = params_.waker;
-  w->in_flight = in_flight_;
-  m->task_missing.resize(w->tasks);
-  for (uint32_t t = 0; t < w->tasks; ++t) m->task_missing[t] = w->row_first[w->end_row(t)] - w->row_first[w->first_row(t)];
-  m->work = std::move(w);
+  w.prepare(CodecWork::Kind::kDecode, params_.codec, l, id, params_.waker, in_flight_);
+  w.dst = m->op->data;
+  w.packets.resize(static_cast<size_t>(l.packets()) * w.stride);  // payloads only: no need to clear
+  w.parsed.assign(l.packets(), codec::ParsedPacket());
+  m->task_missing.resize(w.tasks);
+  for (uint32_t t = 0; t < w.tasks; ++t) m->task_missing[t] = w.row_first[w.end_row(t)] - w.row_first[w.first_row(t)];
 }
 
 codec::PacketError RecvProto::admit_pooled(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p) {
@@ -105,11 +84,7 @@ codec::PacketError RecvProto::admit_pooled(Msg* m, codec::Decoder& dec, const co
   w.parsed[slot].payload = keep;
   if (dec.slots_filled() > filled && --m->task_missing[t] == 0) {
     m->task_missing[t] = kSubmitted;
-    if (params_.pool->submit(m->work, t)) {
-      ++counters_.codec_tasks;
-    } else {
-      ++counters_.codec_inline;
-    }
+    submit_task(params_.pool, m->work, t, &counters_);
     if (dec.slots_filled() == m->layout.packets()) ++decoding_;  // every task is queued now
   }
   return e;
@@ -124,8 +99,7 @@ void RecvProto::poll_codec() {
     if (!queued) continue;
     --decoding_;
     const std::string err = m.work->first_error();
-    if (m.work.use_count() == 1 && spare_work_.size() < 4) spare_work_.push_back(std::move(m.work));
-    m.work.reset();
+    spare_work_.give_back(&m.work);
     if (!err.empty()) {
       m.failed = true;
       m.op->result.fail(Status(Code::kInternal, "decode: " + err));

@@ -84,7 +84,7 @@ class RecvProto {
   std::vector<uint32_t> nacks_;
   bool ack_due_ = false;
   ConnCounters counters_;
-  std::vector<std::shared_ptr<CodecWork>> spare_work_;  // pooled receives' staging, reused
+  SpareWork spare_work_;  // pooled receives' staging, reused
   std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
   uint32_t decoding_ = 0;  // pooled receives with every task queued, not yet completed
 };

@@ -121,34 +121,14 @@ Status SendProto::prepare(Msg* m) {
   if (m->zero_copy) return Status::ok();
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   if (params_.pool != nullptr) {
-    std::shared_ptr<CodecWork> w;
-    if (!spare_work_.empty()) {
-      w = std::move(spare_work_.back());
-      spare_work_.pop_back();
-    } else {
-      w = std::make_shared<CodecWork>();
-    }
-    w->kind = CodecWork::Kind::kEncode;
-    w->cfg = params_.codec;
-    w->layout = m->layout;
-    w->id = codec::MessageId{params_.cookie, op.seq, op.trimmable};
-    w->src = op.data;
-    w->stride = params_.codec.packet_bytes;
-    w->packets.resize(need);
-    w->sizes.assign(m->npackets, 0);
-    w->row_first = m->row_first;
-    const uint32_t rpt = rows_per_task(m->layout);
-    w->reset_tasks(rpt, (m->layout.rows() + rpt - 1) / rpt);
-    w->waker = params_.waker;
-    w->in_flight = in_flight_;
-    m->work = std::move(w);
-    for (uint32_t t = 0; t < m->work->tasks; ++t) {
-      if (params_.pool->submit(m->work, t)) {
-        ++counters_.codec_tasks;
-      } else {
-        ++counters_.codec_inline;
-      }
-    }
+    m->work = spare_work_.take();
+    CodecWork& w = *m->work;
+    w.prepare(CodecWork::Kind::kEncode, params_.codec, m->layout, codec::MessageId{params_.cookie, op.seq, op.trimmable},
+              params_.waker, in_flight_);
+    w.src = op.data;
+    w.packets.resize(need);
+    w.sizes.assign(m->npackets, 0);
+    for (uint32_t t = 0; t < w.tasks; ++t) submit_task(params_.pool, m->work, t, &counters_);
     return Status::ok();
   }
   // Reuse a staging buffer: messages of a connection are mostly the same size.
@@ -436,9 +416,8 @@ void SendProto::complete_finished() {
     if (m->sent_all && m->acked == m->npackets) {
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
-      // Every task is done (each packet was sent); a worker may still hold its reference for a
-      // moment, and then the work is simply freed instead of reused.
-      if (m->work && m->work.use_count() == 1 && spare_work_.size() < 4) spare_work_.push_back(std::move(m->work));
+      // Every task is done: each packet was sent.
+      spare_work_.give_back(&m->work);
       it = msgs_.erase(it);
     } else {
       ++it;

@@ -109,7 +109,7 @@ class SendProto {
   uint64_t last_accepted_ = 0, last_trimmed_ = 0, last_nacked_ = 0;
   ConnCounters counters_;
   std::vector<std::vector<uint8_t>> staging_pool_;
-  std::vector<std::shared_ptr<CodecWork>> spare_work_;  // pooled messages' staging, reused
+  SpareWork spare_work_;  // pooled messages' staging, reused
   std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
   bool codec_waiting_ = false;  // the next packet waits for a pool task
 };
