@@ -293,12 +293,18 @@ void Engine::timers(Conn* c, uint64_t now, Tx* tx) {
     c->last_ping_ns = now;
   }
   // Silence only matters while something waits on the peer: an idle connection may be quiet
-  // for hours, and a live peer that has not posted yet still answers keepalives.
+  // for hours, and a live peer that has not posted yet still answers keepalives. So it counts
+  // from when the wait began (a peer frozen while nothing waited must not fail an operation
+  // posted just before its first packet arrives) up to when the socket was last read, not to
+  // now: this process may itself have been stopped in between (SIGSTOP, a preempted VM), with
+  // the peer's packets waiting unread in the socket.
   const bool waiting = (c->send && c->send->has_pending()) || (c->recv && c->recv->has_pending());
-  if (waiting && now > c->last_heard_ns && now - c->last_heard_ns > cfg_.timeout_ns) {
+  if (!waiting) c->idle_at_ns = now;
+  const uint64_t since = std::max(c->last_heard_ns, c->idle_at_ns);
+  if (waiting && heard_until_ns_ > since && heard_until_ns_ - since > cfg_.timeout_ns) {
     declare_dead(c, Status(Code::kUnavailable,
                            fmt::format("peer {} silent for {} ms (NCCL_TRIM_TIMEOUT_MS={}): declared dead",
-                                       c->peer_name, (now - c->last_heard_ns) / 1'000'000,
+                                       c->peer_name, (heard_until_ns_ - since) / 1'000'000,
                                        cfg_.timeout_ns / 1'000'000)));
   }
 }
@@ -348,6 +354,7 @@ void Engine::run() {
       }
     }
     busy |= rx_batch(now, &tx);
+    heard_until_ns_ = now;  // what arrived before `now` has been read, and stamped no earlier
     now = now_ns();
     uint64_t deadline = now + kMaxSleepNs;
     for (Conn* c : conns_) {
@@ -359,7 +366,9 @@ void Engine::run() {
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
       }
       if (c->recv) c->recv->poll_codec();
-      deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
+      // A dead connection sends no keepalives (timers skips it): its stale ping time would be
+      // a deadline always in the past, and the engine would spin until the comm is closed.
+      if (!c->dead) deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
     tx.flush();
     sleep_until(busy ? now : deadline, now);

@@ -54,6 +54,7 @@ struct Conn {
 
   // Engine-only state.
   uint64_t last_heard_ns = 0;
+  uint64_t idle_at_ns = 0;  // the last time nothing waited on the peer: silence before it is no evidence
   uint64_t last_ping_ns = 0;
   uint8_t tcp_buf[kFrameBytes] = {};
   size_t tcp_have = 0;
@@ -150,6 +151,7 @@ class Engine final : public Waker {
   // Engine-thread state.
   std::vector<Conn*> conns_;
   std::unordered_map<uint64_t, Conn*> send_by_cookie_, recv_by_cookie_;
+  uint64_t heard_until_ns_ = 0;  // the start of the last receive batch: silence is measured up to it
   std::vector<std::vector<uint8_t>> rx_bufs_;
   std::vector<uint8_t> held_;  // reorder injection: one packet held back
   sockaddr_in held_from_{};

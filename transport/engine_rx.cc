@@ -49,6 +49,10 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
     const int n = recvmmsg(udp_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
     any = true;
+    // Stamp what was just read with the time it was read, not the turn's start: this process
+    // may have been stopped in between, and a stale stamp would make a peer that went on
+    // sending look silent since then.
+    now = now_ns();
     for (int i = 0; i < n; ++i) {
       if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0 || msgs[i].msg_hdr.msg_namelen != sizeof(sockaddr_in)) {
         ++global_stats().malformed;
