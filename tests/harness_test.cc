@@ -492,3 +492,28 @@ TEST(HarnessCodecPool, AbortAndCloseWithTasksInFlight) {
 }
 
 }  // namespace
+
+namespace {
+
+// NCCL_TRIM_ENGINES=2: a rank's connections take the device's two engines in turn (its listen
+// one, its connect the other), each with its own thread and socket; data stays exact, under
+// loss and with the codec pool too.
+TEST(HarnessEngines, TwoEnginesPerDeviceStayExact) {
+  trim::testing::EnvGuard engines{"NCCL_TRIM_ENGINES", "2"};
+  HarnessRun r = run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 2");
+  expect_encoded_exact(r);
+  EXPECT_EQ(r.count("engine_threads"), 6) << r.context();  // 3 ranks x 2
+  trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
+  r = run_harness("--mode allreduce --ranks 2 --bytes 4M --iters 2 --drop 0.02 --reorder 0.05");
+  expect_encoded_exact(r);
+  EXPECT_EQ(r.count("engine_threads"), 4) << r.context();
+  EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+}
+
+TEST(HarnessEngines, OneEngineByDefault) {
+  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 64K --iters 1");
+  expect_exact(r);
+  EXPECT_EQ(r.count("engine_threads"), 2) << r.context();
+}
+
+}  // namespace

@@ -126,8 +126,10 @@ void run_codec_task(CodecWork* w, uint32_t t) {
   const bool failed = !err.empty();
   if (failed) w->errors[t] = std::move(err);
   w->state[t].store(failed ? CodecWork::kFailed : CodecWork::kDone, std::memory_order_release);
-  w->tasks_left.fetch_sub(1, std::memory_order_acq_rel);
-  if (w->waker != nullptr) w->waker->wake();
+  const uint32_t left = w->tasks_left.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  // The engine sends an encoded packet as soon as its rows' task is done, so every encode task
+  // wakes it; a receive completes only with its last task.
+  if (w->waker != nullptr && (w->kind == CodecWork::Kind::kEncode || left == 0)) w->waker->wake();
   // Last: once the connection's count is zero, close may free what the waker and the message
   // buffers belong to (w itself stays alive through the caller's reference).
   if (w->in_flight) w->in_flight->fetch_sub(1, std::memory_order_acq_rel);
@@ -208,10 +210,11 @@ struct CodecPool::Impl {
     std::shared_ptr<CodecWork> w;
     uint32_t t = 0;
     for (;;) {
-      // Spin briefly before sleeping: a message's tasks arrive in bursts, and a futex round
-      // trip per task would cost more than the spin.
+      // Spin briefly (a few us) before sleeping: a message's tasks arrive together, so a worker
+      // that ran out usually finds the next at once; a longer spin only burns a core the engine
+      // may need.
       bool got = false;
-      for (int i = 0; i < 2000 && !(got = pop(&w, &t)); ++i) {
+      for (int i = 0; i < 256 && !(got = pop(&w, &t)); ++i) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif

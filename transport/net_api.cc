@@ -36,7 +36,13 @@ struct Globals {
   bool devices_ready = false;
   Status devices_status;
   std::vector<transport::NetIf> devices;
-  std::vector<std::unique_ptr<Engine>> engines;  // one per device, started on first use
+  // Per device, NCCL_TRIM_ENGINES progress engines, each started on first use; new listens and
+  // connects take them in turn, so a device's connections (NCCL's channels) spread over them.
+  struct DeviceEngines {
+    std::vector<std::unique_ptr<Engine>> engines;
+    uint32_t next = 0;
+  };
+  std::vector<DeviceEngines> engines;
   int contexts = 0;
 };
 
@@ -48,8 +54,10 @@ Globals& globals() {
 void stop_engines_at_exit() {
   Globals& g = globals();
   std::lock_guard<std::mutex> lock(g.mu);
-  for (auto& e : g.engines) {
-    if (e) e->stop();
+  for (auto& dev : g.engines) {
+    for (auto& e : dev.engines) {
+      if (e) e->stop();
+    }
   }
 }
 
@@ -87,7 +95,8 @@ Status check_context_mtu(const std::vector<transport::NetIf>& devices, const Par
   return Status::ok();
 }
 
-// The device's engine (started on first use) and, in *mtu_bytes, the MTU this end offers there.
+// The device's next engine (started on first use) and, in *mtu_bytes, the MTU this end offers
+// there.
 Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
   Globals& g = globals();
   std::lock_guard<std::mutex> lock(g.mu);
@@ -96,15 +105,19 @@ Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
     return Status(Code::kInvalidArgument, fmt::format("device {} does not exist ({} devices)", dev, g.devices.size()));
   }
   *mtu_bytes = transport::resolve_mtu(g.devices[dev], p.mtu);
-  if (!g.engines[dev]) {
+  Globals::DeviceEngines& d = g.engines[dev];
+  if (d.engines.size() < static_cast<size_t>(p.engines)) d.engines.resize(static_cast<size_t>(p.engines));
+  const size_t k = d.next++ % static_cast<uint32_t>(p.engines);
+  if (!d.engines[k]) {
     Status err;
     transport::EngineConfig cfg = transport::EngineConfig::from_params(p, &err);
     if (!err.is_ok()) return err;
-    auto e = std::make_unique<Engine>(g.devices[dev].name, g.devices[dev].ip4_be, cfg);
+    const std::string name = k == 0 ? g.devices[dev].name : fmt::format("{}#{}", g.devices[dev].name, k);
+    auto e = std::make_unique<Engine>(name, g.devices[dev].ip4_be, cfg);
     TRIM_RETURN_IF_ERROR(e->start());
-    g.engines[dev] = std::move(e);
+    d.engines[k] = std::move(e);
   }
-  return g.engines[dev].get();
+  return d.engines[k].get();
 }
 
 // What both ends must agree on, in the Hello, and the MTU this end offers (resolved for its
@@ -515,10 +528,12 @@ void set_profiler_active() { g_profiler_active.store(true, std::memory_order_rel
 Result<std::string> engine_endpoint(int dev) {
   Globals& g = globals();
   std::lock_guard<std::mutex> lock(g.mu);
-  if (dev < 0 || dev >= static_cast<int>(g.engines.size()) || !g.engines[dev]) {
+  if (dev < 0 || dev >= static_cast<int>(g.engines.size()) || g.engines[dev].engines.empty() ||
+      !g.engines[dev].engines[0]) {
     return Status(Code::kUnavailable, fmt::format("device {} has no progress engine running", dev));
   }
-  return transport::addr_string(g.engines[dev]->ip4_be(), g.engines[dev]->udp_port());
+  const Engine& e = *g.engines[dev].engines[0];
+  return transport::addr_string(e.ip4_be(), e.udp_port());
 }
 
 }  // namespace trim::net

@@ -152,15 +152,17 @@ Status run_mode(RankCtx& c) {
 }
 
 // CPU seconds (user + system) of this process's threads the plugin named trim-engine or
-// trim-codec, from /proc/self/task/<tid>/{comm,stat}.
-double plugin_threads_cpu_s() {
+// trim-codec, from /proc/self/task/<tid>/{comm,stat}; *engines counts the engines.
+double plugin_threads_cpu_s(int64_t* engines) {
   double ticks = 0;
+  *engines = 0;
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
     std::ifstream comm(task.path() / "comm");
     std::string name;
     std::getline(comm, name);
     if (name != "trim-engine" && name != "trim-codec") continue;
+    if (name == "trim-engine") ++*engines;
     std::ifstream stat(task.path() / "stat");
     std::string line;
     std::getline(stat, line);
@@ -214,7 +216,7 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   // the connection closes.
   std::string json;
   if (net->stats_json(&json)) report->stats = parse_stats(json);
-  report->stats.plugin_cpu_s = plugin_threads_cpu_s();
+  report->stats.plugin_cpu_s = plugin_threads_cpu_s(&report->stats.engine_threads);
   return st;
 }
 

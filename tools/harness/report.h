@@ -25,6 +25,7 @@ struct PluginStats {
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
+  int64_t engine_threads = 0;  // the plugin's progress engines (threads named trim-engine)
 };
 
 // Reads the integer keys above out of the plugin's JSON object (other keys are ignored).
