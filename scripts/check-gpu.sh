@@ -43,7 +43,8 @@
 #   --channels N       NCCL_MIN/MAX_NCHANNELS for the allreduce steps [2]; 'default': unset
 #   --socket-sweep L   NTHREADSxNSOCKS configs, in this order [4x1,2x1,4x2,2x2,1x2,1x1]
 #   --sweep4-top N     how many of the best 2-rank configs to rerun at 4 ranks [2]
-#   --codec-threads L  NCCL_TRIM_CODEC_THREADS values for codec_threads_2r [0,2,4]
+#   --codec-threads L  NCCL_TRIM_CODEC_THREADS values for codec_threads_2r [0,2,4,4e2]; TeE also sets
+#                      NCCL_TRIM_ENGINES=E (progress engines per device)
 #   --ddp-task T       digits|charlm for ddp_lossless [digits] (charlm: minutes)  --ddp-epochs E [4]
 #   --kill-after N     rank 1 dies after N steps [15]
 #   --iproute2 DIR     fetch-iproute2.sh's folder, used when `ip` is missing [.gpu/iproute2]
@@ -58,7 +59,7 @@ repo=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 export PYTHON
 build="" out="" bundle="" budget=330 quick=0 skip="" dry=0 channels=2
-socket_sweep="4x1,2x1,4x2,2x2,1x2,1x1" sweep4_top=2 codec_threads="0,2,4"
+socket_sweep="4x1,2x1,4x2,2x2,1x2,1x1" sweep4_top=2 codec_threads="0,2,4,4e2"
 ddp_task=digits ddp_epochs=4 kill_after=15 iproute2=""
 trim_p=0.5 trim_ranks=4 kill_bound_s=60
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -98,12 +99,12 @@ for s in ${skip//,/ }; do
 done
 max_bytes=256M
 if ((quick)); then
-  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4" ddp_epochs=3
+  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4,4e2" ddp_epochs=3
 fi
 IFS=, read -r -a sweep_list <<<"$socket_sweep"
 IFS=, read -r -a codec_list <<<"$codec_threads"
 for c in "${sweep_list[@]}"; do [[ $c =~ ^[0-9]+x[0-9]+$ ]] || die "--socket-sweep: NTHREADSxNSOCKS, not '$c'"; done
-for c in "${codec_list[@]}"; do [[ $c =~ ^([0-9]+|auto)$ ]] || die "--codec-threads: numbers or auto, not '$c'"; done
+for c in "${codec_list[@]}"; do [[ $c =~ ^([0-9]+|auto)(e[0-9]+)?$ ]] || die "--codec-threads: numbers or auto, each maybe with eE (E engines), not '$c'"; done
 
 cd "$repo" || exit 2
 if [[ -z $build ]]; then
@@ -393,7 +394,11 @@ if ((preflight_ok)); then
   fi
   if want codec_threads_2r allreduce codec; then
     for c in "${codec_list[@]}"; do
-      part codec_threads_2r "$c" 75 "codec2/$c" -- env NCCL_TRIM_CODEC_THREADS="$c" "${bench_env[@]}" "${rd[@]}" \
+      # "TeE": T codec threads and E progress engines per device (NCCL_TRIM_ENGINES); plain T: 1 engine.
+      engines=1
+      [[ $c == *e* ]] && engines=${c#*e}
+      part codec_threads_2r "$c" 75 "codec2/$c" -- env NCCL_TRIM_CODEC_THREADS="${c%e*}" NCCL_TRIM_ENGINES="$engines" \
+        "${bench_env[@]}" "${rd[@]}" \
         --bench allreduce --modes lossless --ranks 2 --timeout-s 65 --out "$out/codec2/$c" "${bench_args[@]}"
     done
   fi
