@@ -55,14 +55,8 @@ void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
   out_ = nullptr;
   stats_ = DecodeStats();
   rows_.assign(layout.rows(), RowState());
-  row_first_slot_.resize(layout.rows() + 1);
-  uint32_t slots = 0;
-  for (uint32_t r = 0; r < layout.rows(); ++r) {
-    row_first_slot_[r] = slots;
-    slots += layout.row(r).packets;
-  }
-  row_first_slot_[layout.rows()] = slots;
-  got_.assign(slots, -1);
+  layout.row_first_packets(&row_first_slot_);
+  got_.assign(row_first_slot_.back(), -1);
   slots_filled_ = 0;
 }
 

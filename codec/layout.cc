@@ -151,4 +151,14 @@ RowInfo Layout::row(uint32_t r) const {
   return info;
 }
 
+void Layout::row_first_packets(std::vector<uint32_t>* out) const {
+  out->resize(rows() + 1);
+  uint32_t first = 0;
+  for (uint32_t r = 0; r < rows(); ++r) {
+    (*out)[r] = first;
+    first += row(r).packets;
+  }
+  (*out)[rows()] = first;
+}
+
 }  // namespace trim::codec

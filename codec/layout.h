@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "codec/packet.h"
 #include "codec/types.h"
@@ -68,6 +69,8 @@ class Layout {
   uint64_t packets() const { return packets_; }
   uint32_t max_packets_per_row() const;
   RowInfo row(uint32_t r) const;
+  // Into *out (resized): the message-wide index of each row's first packet, then packets().
+  void row_first_packets(std::vector<uint32_t>* out) const;
   // Elements per packet for rows of this scheme and dtype under `packet_bytes`.
   static uint32_t elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
                                    uint32_t row_elems);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/net_pair.h"
 #include "tests/close_util.h"
 #include "tests/env_guard.h"
 #include "transport/net_internal.h"
@@ -56,24 +57,12 @@ class CloseIsolation : public ::testing::Test {
       p.send_ctx = i % 2 == 0 ? a_ : b_;
       Context* receiver = i % 2 == 0 ? b_ : a_;
       p.name = "pair " + std::to_string(i);
-      uint8_t handle[kMaxHandleBytes] = {};
-      Result<ListenComm*> l = listen(receiver, 0, handle, sizeof handle);
-      ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-      const auto deadline = Clock::now() + std::chrono::seconds(10);
-      while ((p.send == nullptr || p.recv == nullptr) && Clock::now() < deadline) {
-        if (p.send == nullptr) {
-          Result<SendComm*> s = connect(p.send_ctx, 0, handle, ConnectOptions());
-          ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-          p.send = s.value();
-        }
-        if (p.recv == nullptr) {
-          Result<RecvComm*> r = accept(l.value());
-          ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-          p.recv = r.value();
-        }
+      ListenComm* l = nullptr;
+      testing::connect_pair(p.send_ctx, receiver, &p.send, &p.recv, &l);
+      if (l != nullptr) {
+        EXPECT_TRUE(close_listen(l).is_ok());
       }
-      EXPECT_TRUE(close_listen(l.value()).is_ok());
-      ASSERT_TRUE(p.send != nullptr && p.recv != nullptr) << p.name << ": no connection in 10 s";
+      ASSERT_TRUE(p.send != nullptr && p.recv != nullptr) << p.name << ": no connection";
     }
   }
 

@@ -16,6 +16,7 @@
 
 #include "codec/layout.h"
 #include "common/param_enums.h"
+#include "tests/net_pair.h"
 #include "tests/env_guard.h"
 #include "transport/devices.h"
 #include "transport/net_api.h"
@@ -74,25 +75,7 @@ class MtuPair : public ::testing::Test {
     Result<Context*> b = init(ro);
     ASSERT_TRUE(b.is_ok()) << b.status().to_string();
     recv_ctx_ = b.value();
-    uint8_t handle[kMaxHandleBytes] = {};
-    Result<ListenComm*> l = listen(recv_ctx_, 0, handle, sizeof handle);
-    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-    listen_ = l.value();
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while ((send_ == nullptr || recv_ == nullptr) && Clock::now() < deadline) {
-      if (send_ == nullptr) {
-        Result<SendComm*> s = connect(send_ctx_, 0, handle, ConnectOptions());
-        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-        send_ = s.value();
-      }
-      if (recv_ == nullptr) {
-        Result<RecvComm*> r = accept(listen_);
-        ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-        recv_ = r.value();
-      }
-    }
-    ASSERT_NE(send_, nullptr);
-    ASSERT_NE(recv_, nullptr);
+    testing::connect_pair(send_ctx_, recv_ctx_, &send_, &recv_, &listen_);
   }
 
   // Sends `in` and receives it; returns whether it arrived bit for bit.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codec/encoder.h"
+#include "tests/net_pair.h"
 #include "tests/env_guard.h"
 #include "transport/net_api.h"
 #include "transport/socket.h"
@@ -28,25 +29,7 @@ class Loopback : public ::testing::Test {
     Result<Context*> c = init(opt);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ctx_ = c.value();
-    uint8_t handle[kMaxHandleBytes] = {};
-    Result<ListenComm*> l = listen(ctx_, 0, handle, sizeof handle);
-    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-    listen_ = l.value();
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while ((send_ == nullptr || recv_ == nullptr) && Clock::now() < deadline) {
-      if (send_ == nullptr) {
-        Result<SendComm*> s = connect(ctx_, 0, handle, ConnectOptions());
-        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-        send_ = s.value();
-      }
-      if (recv_ == nullptr) {
-        Result<RecvComm*> r = accept(listen_);
-        ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-        recv_ = r.value();
-      }
-    }
-    ASSERT_NE(send_, nullptr);
-    ASSERT_NE(recv_, nullptr);
+    testing::connect_pair(ctx_, ctx_, &send_, &recv_, &listen_);
   }
   void TearDown() override {
     if (send_ != nullptr) {

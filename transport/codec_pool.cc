@@ -25,13 +25,7 @@ void CodecWork::prepare(Kind k, const codec::CodecConfig& c, const codec::Layout
   layout = l;
   id = m;
   stride = c.packet_bytes;
-  row_first.resize(l.rows() + 1);
-  uint32_t slot = 0;
-  for (uint32_t r = 0; r < l.rows(); ++r) {
-    row_first[r] = slot;
-    slot += l.row(r).packets;
-  }
-  row_first[l.rows()] = slot;
+  l.row_first_packets(&row_first);
   const uint32_t rpt = transport::rows_per_task(l);  // (the member of the same name is the result)
   reset_tasks(rpt, (l.rows() + rpt - 1) / rpt);
   waker = w;

@@ -109,13 +109,7 @@ Status SendProto::prepare(Msg* m) {
   m->layout = layout.value();
   if (m->layout.packets() > 0xFFFFFFFFull) return Status(Code::kInvalidArgument, "message has too many packets");
   m->npackets = static_cast<uint32_t>(m->layout.packets());
-  m->row_first.resize(m->layout.rows() + 1);
-  uint32_t first = 0;
-  for (uint32_t r = 0; r < m->layout.rows(); ++r) {
-    m->row_first[r] = first;
-    first += m->layout.row(r).packets;
-  }
-  m->row_first[m->layout.rows()] = first;
+  m->layout.row_first_packets(&m->row_first);
   m->prepared = true;
   m->zero_copy = scheme == codec::Scheme::kNone;
   if (m->zero_copy) return Status::ok();
