@@ -392,6 +392,11 @@ if ((preflight_ok)); then
       done
     fi
   fi
+  if want harness_scaling codec; then
+    # No GPU needed: the transport's own speed and CPU cost over codec workers on these cores.
+    part harness_scaling "" 120 harness_scaling -- "$PYTHON" "$here/bench_codec.py" --build "$build" \
+      --threads 0,2,4,8 --rounds 1 --bytes 64M --iters 5 --out "$out/harness_scaling.jsonl"
+  fi
   if want codec_threads_2r allreduce codec; then
     for c in "${codec_list[@]}"; do
       # "TeE": T codec threads and E progress engines per device (NCCL_TRIM_ENGINES); plain T: 1 engine.

@@ -93,7 +93,7 @@ cg_dry() {
   [[ ! -e $tmp/cg-dry ]] || { echo "--dry-run made $tmp/cg-dry"; return 1; }
   local s
   for s in preflight allreduce_2r allreduce_4r ddp_lossless ddp_random_trim rank_killed socket_sweep_2r \
-      socket_sweep_4r codec_threads_2r; do
+      socket_sweep_4r codec_threads_2r harness_scaling; do
     grep -q "^\[$s" "$tmp/cg-dry.txt" || { echo "no step $s"; cat "$tmp/cg-dry.txt"; return 1; }
   done
   grep -q -- '--die-after-iters 15' "$tmp/cg-dry.txt" || { echo "no --die-after-iters"; return 1; }
@@ -114,7 +114,7 @@ d = json.loads(sys.stdin.read())
 assert d["exit"] == 2 and d["result"] == "fail", d
 assert d["steps"]["preflight"]["result"] == "fail" and "no build" in d["steps"]["preflight"]["why"], d
 assert all(v["result"] == "skip" for k, v in d["steps"].items() if k != "preflight"), d
-assert len(d["steps"]) == 10 and all(g["state"] == "unknown" for g in d["goals"]), d'
+assert len(d["steps"]) == 11 and all(g["state"] == "unknown" for g in d["goals"]), d'
 }
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check-gpu.sh without a GPU: skipped (this machine has one: run scripts/check-gpu.sh itself)"

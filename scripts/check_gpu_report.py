@@ -29,6 +29,7 @@ STEPS = [  # (name, what it checks): the table's order
     ("socket_sweep_2r", "1: Socket NTHREADS x NSOCKS_PERTHREAD, 2 ranks"),
     ("socket_sweep_4r", "1: the best Socket configs, 4 ranks"),
     ("codec_threads_2r", "1: plugin at NCCL_TRIM_CODEC_THREADS values, 2 ranks"),
+    ("harness_scaling", "1: trim-harness rht/none and sendrecv over codec threads, CPU per GB"),
     ("ddp_lossless", "2: DDP plugin vs Socket: same parameter sha256"),
     ("ddp_random_trim", "3: DDP, random trimming: replicas identical"),
     ("rank_killed", "4: a rank SIGKILLed: the survivor fails, no hang"),
@@ -357,6 +358,27 @@ class Report:
         d["result"] = "pass"
         return d
 
+    def harness_scaling(self):
+        d = self.base("harness_scaling")
+        if d is None or d["result"] == "skip":
+            return d
+        rows = [r for r in read_jsonl(self.out / "harness_scaling.jsonl") if r.get("bench") == "codec_summary"]
+        if not rows:
+            return self.fail(d, "no codec_summary line (see harness_scaling.log)")
+        d["threads"] = {str(r["threads"]): {"rht_over_none": r.get("rht_over_none"),
+                                           "allreduce_rht_busbw_gbps": r.get("allreduce_rht_busbw_gbps"),
+                                           "sendrecv_gbps": r.get("sendrecv_gbps"),
+                                           "sendrecv_rht_gbps": r.get("sendrecv_rht_gbps"),
+                                           "cpu_s_per_gb": r.get("cpu_s_per_gb")} for r in rows}
+        best = max(rows, key=lambda r: r.get("rht_over_none") or 0)
+        self.goal("trim-harness allreduce rht / none >= 0.95 (best codec threads)", (best.get("rht_over_none") or 0) >= 0.95,
+                  f"{best.get('rht_over_none')} at {best['threads']} threads")
+        parts = [p for p in self.parts.get("harness_scaling", []) if "skip" not in p]
+        if any(p.get("rc") not in (0, None) for p in parts):
+            return self.fail(d, "bench_codec.py failed (see harness_scaling.log)")
+        d["result"] = "pass"
+        return d
+
     def congestion(self):
         d = self.base("congestion_quick")
         if d is None or d["result"] == "skip":
@@ -393,6 +415,7 @@ class Report:
                   "socket_sweep_2r": lambda: self.sweep("socket_sweep_2r", "sweep2", "socket"),
                   "socket_sweep_4r": lambda: self.sweep("socket_sweep_4r", "sweep4", "socket"),
                   "codec_threads_2r": lambda: self.sweep("codec_threads_2r", "codec2", "lossless"),
+                  "harness_scaling": self.harness_scaling,
                   "ddp_lossless": self.ddp_lossless, "ddp_random_trim": self.ddp_random,
                   "rank_killed": self.rank_killed, "congestion_quick": self.congestion}[name]
             self.steps[name] = fn() or {"result": "skip", "why": "not run (no record in steps.jsonl)"}
@@ -479,6 +502,8 @@ class Report:
                     f"val acc {s.get('val_acc')}")
         if name == "rank_killed":
             return f"rank 0 failed {s.get('seconds_to_error')} s after the kill ({s.get('cause')}): {s.get('message')}"
+        if name == "harness_scaling":
+            return " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in s.get("threads", {}).items())
         if name == "congestion_quick":
             return " ".join(f"{k}: p50 {v['iter_p50_ms']} ms" for k, v in s.get("runs", {}).items())
         return ""
