@@ -113,6 +113,8 @@ run_mode() {
 }
 
 echo "== switch demo: ${ranks}-rank AllReduce of $bytes through trim-switch ($rate Gbit/s, $buffer_packets-packet buffer, ${prop_us} us, cross $cross)"
+echo "   our plugin with trimming vs our plugin with tail drop, on loopback (not NCCL Socket: the Socket"
+echo "   head-to-head through one bottleneck is in docs/RESULTS.md, \"On a GPU machine\")"
 run_mode trim
 run_mode drop
 
@@ -141,7 +143,7 @@ def row(name, fmt, key):
     vals = [fmt(key(res[m][0], res[m][1])) for m in ("trim", "drop")]
     print(f"  {name:<28}{vals[0]:>16}{vals[1]:>16}")
 
-print(f"  {'':<28}{'trim switch':>16}{'drop switch':>16}")
+print(f"  {'':<28}{'plugin, trim':>16}{'plugin, drop':>16}")
 row("iteration p50 (ms)", lambda v: f"{v:.1f}", lambda h, s: h["p50_ms"])
 row("iteration p99 (ms)", lambda v: f"{v:.1f}", lambda h, s: h["p99_ms"])
 row("goodput (Gbit/s)", lambda v: f"{v:.3f}", lambda h, s: h["gbps"])
