@@ -130,24 +130,13 @@ class MtuPair : public ::testing::Test {
   }
 
   void close_all() {
-    if (send_ != nullptr) {
-      EXPECT_TRUE(close_send(send_).is_ok());
-    }
-    if (recv_ != nullptr) {
-      EXPECT_TRUE(close_recv(recv_).is_ok());
-    }
-    if (listen_ != nullptr) {
-      EXPECT_TRUE(close_listen(listen_).is_ok());
-    }
+    testing::close_pair(&send_, &recv_, &listen_);
     if (send_ctx_ != nullptr) {
       EXPECT_TRUE(finalize(send_ctx_).is_ok());
     }
     if (recv_ctx_ != nullptr) {
       EXPECT_TRUE(finalize(recv_ctx_).is_ok());
     }
-    send_ = nullptr;
-    recv_ = nullptr;
-    listen_ = nullptr;
     send_ctx_ = recv_ctx_ = nullptr;
   }
 

@@ -40,4 +40,20 @@ inline void connect_pair(Context* send_ctx, Context* recv_ctx, SendComm** send, 
   ASSERT_NE(*recv, nullptr) << "no connection in 10 s";
 }
 
+// Closes whatever of a pair is open, expecting each close to succeed, and clears the pointers.
+inline void close_pair(SendComm** send, RecvComm** recv, ListenComm** listen) {
+  if (*send != nullptr) {
+    EXPECT_TRUE(net::close_send(*send).is_ok());
+  }
+  if (*recv != nullptr) {
+    EXPECT_TRUE(net::close_recv(*recv).is_ok());
+  }
+  if (*listen != nullptr) {
+    EXPECT_TRUE(net::close_listen(*listen).is_ok());
+  }
+  *send = nullptr;
+  *recv = nullptr;
+  *listen = nullptr;
+}
+
 }  // namespace trim::testing

@@ -32,15 +32,7 @@ class Loopback : public ::testing::Test {
     testing::connect_pair(ctx_, ctx_, &send_, &recv_, &listen_);
   }
   void TearDown() override {
-    if (send_ != nullptr) {
-      EXPECT_TRUE(close_send(send_).is_ok());
-    }
-    if (recv_ != nullptr) {
-      EXPECT_TRUE(close_recv(recv_).is_ok());
-    }
-    if (listen_ != nullptr) {
-      EXPECT_TRUE(close_listen(listen_).is_ok());
-    }
+    testing::close_pair(&send_, &recv_, &listen_);
     if (ctx_ != nullptr) {
       EXPECT_TRUE(finalize(ctx_).is_ok());
     }
