@@ -369,13 +369,15 @@ if ((preflight_ok)); then
   sweeps=1
   want socket_sweep_2r allreduce sweep || sweeps=0
   want socket_sweep_4r allreduce sweep || sweeps=0
+  # One Socket config TxS (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD): socket_part STEP TxS RANKS LIMIT DIR.
+  socket_part() {
+    local step=$1 c=$2 ranks=$3 limit=$4 dir=$5
+    part "$step" "$c" "$limit" "$dir/$c" -- env NCCL_SOCKET_NTHREADS="${c%x*}" NCCL_NSOCKS_PERTHREAD="${c#*x}" \
+      "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks "$ranks" --timeout-s $((limit - 10)) \
+      --out "$out/$dir/$c" "${bench_args[@]}"
+  }
   if ((sweeps)); then
-    for c in "${sweep_list[@]}"; do
-      t=${c%x*} s=${c#*x}
-      part socket_sweep_2r "$c" 75 "sweep2/$c" -- env NCCL_SOCKET_NTHREADS="$t" NCCL_NSOCKS_PERTHREAD="$s" \
-        "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks 2 --timeout-s 65 \
-        --out "$out/sweep2/$c" "${bench_args[@]}"
-    done
+    for c in "${sweep_list[@]}"; do socket_part socket_sweep_2r "$c" 2 75 sweep2; done
     if ((sweep4_top > 0)); then
       if ((dry)); then
         top=("TxS")
@@ -384,12 +386,7 @@ if ((preflight_ok)); then
         mapfile -t top < <("$PYTHON" "$here/check_gpu_report.py" --best-socket "$out/sweep2" --top "$sweep4_top")
         ((${#top[@]})) || skip_part socket_sweep_4r "" "no 2-rank Socket config finished"
       fi
-      for c in "${top[@]}"; do
-        t=${c%x*} s=${c#*x}
-        part socket_sweep_4r "$c" 100 "sweep4/$c" -- env NCCL_SOCKET_NTHREADS="$t" NCCL_NSOCKS_PERTHREAD="$s" \
-          "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks 4 --timeout-s 90 \
-          --out "$out/sweep4/$c" "${bench_args[@]}"
-      done
+      for c in "${top[@]}"; do socket_part socket_sweep_4r "$c" 4 100 sweep4; done
     fi
   fi
   if want harness_scaling codec; then
