@@ -40,6 +40,13 @@ else
   GPU_SRCS  := cuda/gpu_stub.cc
   CU_SRCS   :=
 endif
+# libtrim-rht.so: the comm hook's rotation (cuda/trim_rht.h), loaded by the Python package with
+# ctypes. The host twin always; the GPU kernels when nvcc is found, else a stub that says so.
+RHT_LIB      := $(BUILD)/lib/libtrim-rht.so
+RHT_GPU_SRCS := cuda/rht_cuda_stub.cc
+RHT_CU_SRCS  :=
+RHT_OBJS     := $(BUILD)/obj/cuda/rht_host.o $(RHT_GPU_SRCS:%.cc=$(BUILD)/obj/%.o) \
+                $(RHT_CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 
 # One archive per layer, each linked only with what is below it, so a call up the layers is a
 # link error: common <- codec <- transport <- plugin; cuda/ sits on codec beside the transport
@@ -94,7 +101,7 @@ TESTS   := $(BUILD)/bin/trim-tests
 # Keep object files of the pattern-built tools (make would delete them as intermediates).
 .SECONDARY:
 
-all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
 
 # spdlog is used header-only, in this one translation unit only.
 $(BUILD)/obj/common/log.o: CPPFLAGS += -DSPDLOG_HEADER_ONLY
@@ -130,6 +137,12 @@ $(PLUGIN): $(LIB_OBJS) plugin/exports.map
 	  -Wl,--version-script=plugin/exports.map -Wl,-z,defs -Wl,--exclude-libs,ALL -Wl,-z,nodelete
 # (nodelete: NCCL dlcloses the plugin with the last communicator; its threads and logger
 # singletons must not lose their code under them.)
+
+# Only trim_rht_* leave it; cudart is linked statically (the application's torch brings its own).
+$(RHT_LIB): $(RHT_OBJS) $(A_CODEC) $(A_COMMON) cuda/rht_exports.map
+	@mkdir -p $(@D)
+	$(CXX) -shared $(CXXFLAGS) -o $@ $(RHT_OBJS) $(A_CODEC) $(A_COMMON) $(LDFLAGS) $(if $(RHT_CU_SRCS),$(CUDA_LDLIBS)) \
+	  -Wl,--version-script=cuda/rht_exports.map -Wl,-z,defs -Wl,--exclude-libs,ALL
 
 $(BUILD)/lib/libnccl-net.so: $(PLUGIN)
 	ln -sf libnccl-net-trim.so $@
