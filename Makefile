@@ -152,9 +152,10 @@ $(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(GPU_ARCHIVES)
 	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -ldl
 
 # trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
-$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVES)
+# --prerotate rotates as the comm hook does, with libtrim-rht's host twin.
+$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVES) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES) $(LDFLAGS) -ldl
 
 $(SW_ARCHIVE): $(SW_OBJS)
 	@mkdir -p $(@D)
