@@ -55,9 +55,11 @@ check "run_ddp.sh --help: --wait-all, --no-plots, no --gdr-level" run_ddp_help
 
 # dry_run_has MODE PATTERN... : the dry run of MODE prints every PATTERN (grep -E) and, for a
 # pattern written !PATTERN, not that one.
-dry_run_has() {
-  local m=$1; shift
-  "$here/run_ddp.sh" --mode "$m" --ranks 3 --dry-run --out "$tmp/dry" >"$tmp/dry.txt" 2>&1 || return 1
+dry_run_has() {  # dry_run_has "MODE [FLAGS...]" PATTERN...  (!PATTERN: must not appear)
+  local m flags
+  read -r m flags <<<"$1"; shift
+  # shellcheck disable=SC2086  # FLAGS are words
+  "$here/run_ddp.sh" --mode "$m" $flags --ranks 3 --dry-run --out "$tmp/dry" >"$tmp/dry.txt" 2>&1 || return 1
   local p
   for p in "$@"; do
     if [[ $p == !* ]]; then
@@ -74,6 +76,10 @@ check "dry-run lossless" dry_run_has lossless "$so" 'NCCL_NET=Trim ' 'NCCL_HOSTI
 check "dry-run random" dry_run_has random "$so" 'NCCL_TRIM_SWITCH=127\.0\.0\.1:' '# switch: .*--mode random .*--random-p 0\.1'
 check "dry-run trim" dry_run_has trim "$so" 'NCCL_TRIM_SWITCH=127\.0\.0\.1:' '# switch: .*--mode trim .*--cross '
 check "dry-run drop" dry_run_has drop "$so" '# switch: .*--mode drop .*--cross '
+# --hook: the ranks run under nccl_trim's bootstrap, from the checkout's python/ and the build's libraries.
+check "dry-run random --hook" dry_run_has "random --hook" "$so" '-m nccl_trim\._boot /[^ ]*/ddp_train\.py' \
+  'PYTHONPATH=/[^ ]*/python' 'NCCL_TRIM_LIB_DIR=/[^ ]*/lib ' '^# run random_rht_hb1_p0\.1_hook_digits '
+check "dry-run lossless (no --hook)" dry_run_has lossless '!nccl_trim\._boot' '!NCCL_TRIM_LIB_DIR'
 check "dry-run socket" dry_run_has socket 'NCCL_NET=Socket ' 'NCCL_NET_PLUGIN=none ' '!libnccl-net-trim' '!# switch:'
 # The accuracy sweep: every run gets its own trim probability, scheme, head bits and phase.
 sweep_has() {
