@@ -120,7 +120,7 @@ d = json.loads(sys.stdin.read())
 assert d["exit"] == 2 and d["result"] == "fail", d
 assert d["steps"]["preflight"]["result"] == "fail" and "no build" in d["steps"]["preflight"]["why"], d
 assert all(v["result"] == "skip" for k, v in d["steps"].items() if k != "preflight"), d
-assert len(d["steps"]) == 11 and all(g["state"] == "unknown" for g in d["goals"]), d'
+assert len(d["steps"]) == 14 and all(g["state"] == "unknown" for g in d["goals"]), d'
 }
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check-gpu.sh without a GPU: skipped (this machine has one: run scripts/check-gpu.sh itself)"
@@ -168,6 +168,18 @@ if variant != "hang":
 w("ddp_kill/rank0.log", "NCCL WARN NET/Trim: peer x closed the control connection without saying goodbye\n")
 rec("rank_killed", "", 1)
 steps.append({"step": "congestion_quick", "part": "", "skip": "iproute2 missing: no ip; see docs/GPU-MACHINE.md"})
+w("kernels_bench.log", "".join(json.dumps({"bench": "cuda", "dtype": d, "op": o, "ratio": r, "copy_gbps": 2900.0}) + "\n"
+                               for d, o, r in (("fp32", "forward", 0.7), ("fp32", "inverse", 0.6), ("bf16", "forward", 0.4))))
+rec("kernels", "tests"); rec("kernels", "bench")
+seen = "NCCL INFO NET/Trim: comm 0x1 is the nccl_trim comm hook's (traffic class 116): ...\n"
+for h, p50 in (("plain", 40.0), ("hook", 41.0)):
+    w(f"hook_{h}/summary.json", {"status": "ok", "iter_p50_ms": p50})
+    rec("hook_overhead", h)
+w("hook_hook/rank0.log", seen)
+for t, acc in (("socket", 0.60), ("rht", 0.585), ("hook", 0.59)):
+    w(f"hookacc/{t}_s1/summary.json", {"status": "ok", "val_acc": acc, "params_identical": True})
+    rec("hook_accuracy", f"{t}_s1")
+w("hookacc/hook_s1/rank0.log", seen)
 w("steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
 PY
 }
@@ -188,7 +200,9 @@ check "check_gpu_report.py: all pass, Socket best 2x1 beats the plugin: goal mis
    d["steps"]["ddp_lossless"]["hash_equal"] and d["steps"]["rank_killed"]["cause"] == "plugin" and
    d["steps"]["rank_killed"]["seconds_to_error"] == 2.5 and d["steps"]["codec_threads_2r"]["result"] == "skip" and
    d["steps"]["congestion_quick"]["why"].startswith("iproute2 missing") and
-   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met"]'
+   d["steps"]["kernels"]["ratios"]["fp32 forward"] == 0.7 and d["steps"]["hook_overhead"]["p50_hook_over_plain"] == 1.025 and
+   d["steps"]["hook_accuracy"]["hook_points_below_socket"] == 1.0 and
+   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met", "met", "met", "met"]'
 check "check_gpu_report.py: a survivor that never ended is a failure (exit 1)" report_says hang 1 \
   'd["steps"]["rank_killed"]["result"] == "fail" and "hang" in d["steps"]["rank_killed"]["why"]'
 best_socket() { [[ $("$PYTHON" "$here/check_gpu_report.py" --best-socket "$tmp/res/sweep2" --top 2 | tr '\n' ' ') == "2x1 1x1 " ]]; }
