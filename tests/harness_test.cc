@@ -21,7 +21,6 @@
 #include <sstream>
 #include <string>
 
-#include "cuda/gpu_codec.h"
 #include "tests/env_guard.h"
 #include "tests/live_util.h"
 #include "tests/test_paths.h"
