@@ -3,8 +3,10 @@
 # has no compiler packages and no Debian packages), without debug info, into DEST [.gpu/build]
 # (.gpu/ is in .gitignore; carry it):
 #   lib/libnccl-net-trim.so (+ the libnccl-net.so link), bin/trim-switch (random mode, the
-#   netns bottleneck), bin/trim-harness, bin/trim-config, bin/trim-bench (optional tools).
-# The plugin makes no CUDA call, so no CUDA test binary is packed. BUILD [build] is built first
+#   netns bottleneck), bin/trim-harness, bin/trim-config, bin/trim-bench (`trim-bench cuda`: the
+#   comm hook's rotation vs a device copy), lib/libtrim-rht.so (the hook's GPU rotation, for
+#   run_ddp.sh --hook) and bin/trim-tests (its RotateCuda.* tests; the GPU machine has no gtest).
+# The plugin makes no CUDA call; only libtrim-rht, trim-bench and trim-tests link CUDA (static). BUILD [build] is built first
 # when the plugin or trim-switch is missing (make -j all). --iproute2 also runs
 # scripts/fetch-iproute2.sh (Debian 12's ip into .gpu/iproute2) unless .gpu/iproute2/bin/ip exists.
 # On the GPU machine: scripts/check-gpu.sh (it finds .gpu/build and .gpu/iproute2 by itself);
@@ -15,13 +17,13 @@ iproute2=0
 if [[ ${1:-} == --iproute2 ]]; then iproute2=1; shift; fi
 case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build} dest=${2:-.gpu/build}
-if [[ ! -f $build/lib/libnccl-net-trim.so || ! -x $build/bin/trim-switch ]]; then
-  echo "pack-gpu: building $build (make -j all)" >&2
-  make -j"$(nproc)" BUILD="$build" all >&2
+if [[ ! -f $build/lib/libnccl-net-trim.so || ! -x $build/bin/trim-switch || ! -x $build/bin/trim-tests ]]; then
+  echo "pack-gpu: building $build (make -j all trim-tests)" >&2
+  make -j"$(nproc)" BUILD="$build" all "$build/bin/trim-tests" >&2
 fi
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib"
-for t in trim-switch trim-harness trim-config trim-bench; do
+for t in trim-switch trim-harness trim-config trim-bench trim-tests; do
   if [[ -x $build/bin/$t ]]; then
     strip --strip-debug -o "$dest/bin/$t" "$build/bin/$t"
   elif [[ $t == trim-switch ]]; then
@@ -29,6 +31,7 @@ for t in trim-switch trim-harness trim-config trim-bench; do
   fi
 done
 strip --strip-debug -o "$dest/lib/libnccl-net-trim.so" "$build/lib/libnccl-net-trim.so"
+[[ -f $build/lib/libtrim-rht.so ]] && strip --strip-debug -o "$dest/lib/libtrim-rht.so" "$build/lib/libtrim-rht.so"
 ln -sf libnccl-net-trim.so "$dest/lib/libnccl-net.so"
 if ((iproute2)) && [[ ! -x .gpu/iproute2/bin/ip ]]; then
   scripts/fetch-iproute2.sh .gpu/iproute2
