@@ -27,7 +27,8 @@
 #   6 kernels         libtrim-rht's GPU rotation (the comm hook's): trim-tests --gtest_filter=
 #                     --kernel-tests (bit-identical to the host twin on odd sizes), then
 #                     trim-bench cuda --json: forward/inverse per dtype vs a device-to-device copy of
-#                     the same bytes in the same run; goal: fp32 ratio >= 0.5 (aim 0.85)
+#                     the same bytes in the same run; goal: fp32 ratio >= 0.5 (aim 0.85); ncu's
+#                     full set on the first launches (kernels_ncu.log), where ncu exists
 #   7 hook_overhead   char-LM DDP through the plugin, lossless, without and with the comm hook
 #                     (run_ddp.sh --hook), --hook-steps steps each; goal: p50 with hook <= 1.05x
 #   8 hook_accuracy   char-LM under random trimming p = --hook-p, --hook-epochs epochs, per seed of
@@ -397,6 +398,13 @@ if ((preflight_ok)); then
   if want kernels kernels; then
     part kernels tests 90 kernels -- "$build/bin/trim-tests" --gtest_filter="$kernel_tests"
     part kernels bench 120 kernels -- "$build/bin/trim-bench" cuda --json
+    # What bounds each kernel (dram throughput vs shared-memory bank conflicts vs barrier stalls):
+    # ncu's full set on the first fp32/bf16/fp16 forward and inverse launches, where ncu exists.
+    if command -v ncu >/dev/null 2>&1 || ((dry)); then
+      part kernels ncu 150 kernels -- ncu --set full -k regex:rotate_tiles -c 6 "$build/bin/trim-bench" cuda --quick --reps 1
+    else
+      skip_part kernels ncu "ncu not found"
+    fi
   fi
   # 7. The hook's cost per iteration: char-LM, lossless, without and with it.
   if want hook_overhead hook; then
