@@ -191,6 +191,7 @@ test: setup
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
+	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",scripts/run_python_tests.sh $(BUILD))
 	scripts/check_ddp_scripts.sh
 
 asan:
