@@ -22,39 +22,42 @@ ifneq ($(SAN),)
   LDFLAGS  += -fsanitize=address,undefined
 endif
 
-# GPU kernels (cuda/): built when nvcc is found, else a stub whose gpu_available() says
-# "built without nvcc"; NVCC= (empty) forces the stub. cuda/ is NOT part of the plugin, which
-# makes no CUDA call (docs/ARCHITECTURE.md): only trim-bench and the tests link it, with cudart
-# statically (they run, reporting no GPU, where there is no driver).
+# libtrim-rht.so: the comm hook's rotation (cuda/trim_rht.h), loaded by the Python package with
+# ctypes. The host twin always; the GPU kernels (cuda/rotate.cu) when nvcc is found, else a stub
+# whose trim_rht_cuda_available() says "built without nvcc"; NVCC= (empty) forces the stub.
+# cuda/ is NOT part of the plugin, which makes no CUDA call (docs/ARCHITECTURE.md): only
+# libtrim-rht.so, trim-bench and the tests link it, with cudart statically (they run, reporting
+# no GPU, where there is no driver).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+RHT_LIB := $(BUILD)/lib/libtrim-rht.so
 ifneq ($(NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
-  GPU_SRCS  := cuda/gpu_codec.cc cuda/cuda_calls.cc
-  CU_SRCS   := $(wildcard cuda/*.cu)
-  # --fmad=false: no FMA contraction, the same bits as the CPU build's -ffp-contract=off.
+  RHT_GPU_SRCS :=
+  RHT_CU_SRCS  := cuda/rotate.cu
+  # --fmad=false: no FMA contraction, the same bits as the CPU build's -ffp-contract=off; no
+  # -ftz/--use_fast_math: denormals are kept, as on the CPU.
   NVCCFLAGS := -std=c++17 -O3 --fmad=false -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=[sm_90,compute_90] \
-               -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings
+               -Xcompiler -fPIC,-fvisibility=hidden,-ffp-contract=off,-Wall,-Wextra,-Werror -Werror all-warnings
   CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl
+  # The .cc files that call the CUDA runtime themselves (the bench, the GPU tests) compile their
+  # CUDA parts only with TRIM_HAVE_CUDA.
+  CUDA_CPPFLAGS := -I$(CUDA_HOME)/include -DTRIM_HAVE_CUDA=1
 else
-  GPU_SRCS  := cuda/gpu_stub.cc
-  CU_SRCS   :=
+  RHT_GPU_SRCS := cuda/rht_cuda_stub.cc
+  RHT_CU_SRCS  :=
+  CUDA_LDLIBS  :=
+  CUDA_CPPFLAGS :=
 endif
-# libtrim-rht.so: the comm hook's rotation (cuda/trim_rht.h), loaded by the Python package with
-# ctypes. The host twin always; the GPU kernels when nvcc is found, else a stub that says so.
-RHT_LIB      := $(BUILD)/lib/libtrim-rht.so
-RHT_GPU_SRCS := cuda/rht_cuda_stub.cc
-RHT_CU_SRCS  :=
-RHT_OBJS     := $(BUILD)/obj/cuda/rht_host.o $(RHT_GPU_SRCS:%.cc=$(BUILD)/obj/%.o) \
-                $(RHT_CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+RHT_OBJS := $(BUILD)/obj/cuda/rht_host.o $(RHT_GPU_SRCS:%.cc=$(BUILD)/obj/%.o) \
+            $(RHT_CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 
 # One archive per layer, each linked only with what is below it, so a call up the layers is a
-# link error: common <- codec <- transport <- plugin; cuda/ sits on codec beside the transport
-# (never in the plugin); the switch model (switch_sim/*.cc) sits on common and codec. The
+# link error: common <- codec <- transport <- plugin; cuda/ (RHT_OBJS) sits on codec beside the
+# transport (never in the plugin); the switch model (switch_sim/*.cc) sits on common and codec. The
 # plugin .so takes the objects of common, codec, transport and plugin.
 COMMON_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard common/*.cc))
 CODEC_OBJS     := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard codec/*.cc))
-CUDA_OBJS      := $(GPU_SRCS:%.cc=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 TRANSPORT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard transport/*.cc))
 PLUGIN_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard plugin/*.cc))
 LIB_OBJS  := $(COMMON_OBJS) $(CODEC_OBJS) $(TRANSPORT_OBJS) $(PLUGIN_OBJS)
@@ -75,14 +78,12 @@ SIM_OBJS := $(SIM_SRCS:%.cc=$(BUILD)/obj/%.o)
 
 A_COMMON    := $(BUILD)/lib/libtrim_common.a
 A_CODEC     := $(BUILD)/lib/libtrim_codec.a
-A_CUDA      := $(BUILD)/lib/libtrim_cuda.a
 A_TRANSPORT := $(BUILD)/lib/libtrim_transport.a
 A_PLUGIN    := $(BUILD)/lib/libtrim_plugin.a
 SW_ARCHIVE  := $(BUILD)/lib/libtrimsw.a
-# Top layer first: a lower archive can never resolve a symbol of a higher one. GPU_ARCHIVES adds
-# cuda/ for the programs that measure or test the kernels (trim-bench, trim-tests).
-ARCHIVES     := $(A_PLUGIN) $(A_TRANSPORT) $(A_CODEC) $(A_COMMON)
-GPU_ARCHIVES := $(A_PLUGIN) $(A_TRANSPORT) $(A_CUDA) $(A_CODEC) $(A_COMMON)
+# Top layer first: a lower archive can never resolve a symbol of a higher one. The programs that
+# measure or test the rotation (trim-bench, trim-tests) link RHT_OBJS before them.
+ARCHIVES := $(A_PLUGIN) $(A_TRANSPORT) $(A_CODEC) $(A_COMMON)
 # trim-sim's endpoints share exactly one unit with the transport: its loss recovery.
 RECOVERY_OBJ := $(BUILD)/obj/transport/recovery.o
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
@@ -108,15 +109,14 @@ python-libs: $(PLUGIN) $(RHT_LIB)
 
 # spdlog is used header-only, in this one translation unit only.
 $(BUILD)/obj/common/log.o: CPPFLAGS += -DSPDLOG_HEADER_ONLY
-# The tests find the plugin they dlopen here.
+# The tests find the plugin they dlopen here (and libtrim-rht.so beside it).
 $(BUILD)/obj/tests/%.o: CPPFLAGS += -DTRIM_TEST_PLUGIN_PATH='"$(abspath $(PLUGIN))"' \
                                     -DTRIM_TEST_SOURCE_DIR='"$(CURDIR)"'
+$(BUILD)/obj/tools/bench/cuda_bench.o $(BUILD)/obj/tests/rotate_cuda_test.o: CPPFLAGS += $(CUDA_CPPFLAGS)
 
 $(BUILD)/obj/%.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
-
-$(BUILD)/obj/cuda/gpu_codec.o $(BUILD)/obj/cuda/cuda_calls.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
@@ -129,7 +129,6 @@ $(1): $(2)
 endef
 $(eval $(call archive_rule,$(A_COMMON),$(COMMON_OBJS)))
 $(eval $(call archive_rule,$(A_CODEC),$(CODEC_OBJS)))
-$(eval $(call archive_rule,$(A_CUDA),$(CUDA_OBJS)))
 $(eval $(call archive_rule,$(A_TRANSPORT),$(TRANSPORT_OBJS)))
 $(eval $(call archive_rule,$(A_PLUGIN),$(PLUGIN_OBJS)))
 
@@ -150,14 +149,15 @@ $(RHT_LIB): $(RHT_OBJS) $(A_CODEC) $(A_COMMON) cuda/rht_exports.map
 $(BUILD)/lib/libnccl-net.so: $(PLUGIN)
 	ln -sf libnccl-net-trim.so $@
 
-$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(GPU_ARCHIVES)
+$(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(RHT_OBJS) $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(BENCH_OBJS) $(RHT_OBJS) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -ldl
 
 # trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
-$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(ARCHIVES)
+# --prerotate rotates as the comm hook does, with libtrim-rht's host twin.
+$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(ARCHIVES) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES) $(LDFLAGS) -ldl
 
 $(SW_ARCHIVE): $(SW_OBJS)
 	@mkdir -p $(@D)
@@ -176,10 +176,12 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVES) $(LDFLAGS) -ldl
 
-# The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+# The plugin tests dlopen the built library (and libtrim-rht.so), so they come with the test
+# binary; the rotation tests link RHT_OBJS statically.
+$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -lgtest_main -lgtest -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \
+	  -lgtest_main -lgtest -ldl
 
 setup:
 	@scripts/setup.sh

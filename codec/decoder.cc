@@ -19,7 +19,7 @@ inline uint32_t midpoint_fill(uint32_t top16) {
   return (exp != 0 && exp != 0xFFu) ? 0x8000u : 0u;
 }
 
-// A head-only element decodes to +-scale. In the sign layout (sign, rht) the head is the
+// A head-only element decodes to +-scale. For sign, rht and rotated the head is a sign bit
 // sign bit, so 1 means negative; an sq/sd head of 1 means +L.
 inline float head_estimate(Scheme scheme, uint32_t head, float scale) {
   const bool positive = (scheme == Scheme::kSq || scheme == Scheme::kSd) ? head != 0 : head == 0;
@@ -124,7 +124,7 @@ void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes
   const uint32_t n = h.elem_count;
   const bool bf16 = layout_.dtype() == DType::kBF16;
   const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
-  const bool value_layout = scheme != Scheme::kSign;
+  const bool value_layout = plane_bits(scheme, layout_.dtype(), false).b1 == 16;
   const uint8_t* p0 = p.payload;
   const uint8_t* p1 = p0 + (n + 7) / 8;
   // Whole values [0, n1), head-only estimates [n1, n0) in fp32, nothing [n0, n).
@@ -176,7 +176,9 @@ PacketError Decoder::admit(const ParsedPacket& p, uint32_t* slot) {
     return reject(PacketError::kInconsistent, h);
   }
   const RowInfo info = layout_.row(h.row);
-  const bool scheme_ok = h.scheme == info.scheme || (info.scheme == Scheme::kRht && h.scheme == Scheme::kSign);
+  // rht and rotated rows holding a NaN/inf travel as sign (Encoder::encode_row).
+  const bool scheme_ok = h.scheme == info.scheme ||
+                         ((info.scheme == Scheme::kRht || info.scheme == Scheme::kRotated) && h.scheme == Scheme::kSign);
   const uint32_t slot_in_row = h.first_elem / info.elems_per_packet;
   if (info.tail != h.tail() || !scheme_ok || h.first_elem % info.elems_per_packet != 0 ||
       h.elem_count != std::min(info.elems_per_packet, info.elems - h.first_elem)) {

@@ -160,13 +160,14 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       if (rht) {
         Norms unused;
         pack_sign_payloads(c, v, false, &unused);
-        scheme = Scheme::kSign;
         log_unrotated(c);
       }
-    } else if (rht) {
-      // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal).
+      scheme = Scheme::kSign;
+    } else if (rht || scheme == Scheme::kRotated) {
+      // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal); a rotated
+      // row is R(V) itself.
       scale = norms.sum_abs > 0.0 ? static_cast<float>(norms.sum_sq / norms.sum_abs) : 0.0f;
-      pack_value_tails(c, v);
+      if (rht) pack_value_tails(c, v);
     } else {
       scale = rms(norms.sum_sq, d);
     }
@@ -202,6 +203,12 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   if (scheme != c.info.scheme) {
     log_unrotated(c);
   }
+  if (scheme == Scheme::kRotated) {
+    // Already rotated upstream: the sign layout, scaled as rht is; a NaN/inf row as sign.
+    const double l1 = finite ? sum_abs(f32_.data(), d) : 0.0;
+    scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
+    if (!finite) scheme = Scheme::kSign;
+  }
   if (scheme == Scheme::kSign) scale = rms(sum_sq, d);
 
   // Planes 1 carry the input bits. sq/sd heads come from the widened values (f32_), rht heads
@@ -211,7 +218,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
     const uint32_t n = std::min(epp, d - first);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
     uint8_t* p1 = p0 + (n + 7) / 8;
-    if (scheme == Scheme::kSign) {
+    if (scheme == Scheme::kSign || scheme == Scheme::kRotated) {
       pack16_sign_layout(v + first, n, p0, p1);
       continue;
     }

@@ -15,6 +15,7 @@ const char* scheme_name(Scheme s) {
     case Scheme::kSq: return "sq";
     case Scheme::kSd: return "sd";
     case Scheme::kRht: return "rht";
+    case Scheme::kRotated: return "rotated";
   }
   return "?";
 }

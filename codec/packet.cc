@@ -129,7 +129,7 @@ PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail) {
   if (scheme == Scheme::kNone) return {0, 0, 8 * dtype_bytes(dtype)};
   // sq and sd heads are not the sign bit, nor is rht's (the sign of the rotated value), so
   // their planes 1+2 carry the whole original value (one extra bit per element) and an
-  // untrimmed packet decodes exactly; the sign scheme's head is the sign bit itself.
+  // untrimmed packet decodes exactly; the head of sign and rotated is the sign bit itself.
   bool whole_value = scheme == Scheme::kSq || scheme == Scheme::kSd || scheme == Scheme::kRht;
   uint32_t b1 = whole_value ? 16 : 15;
   uint32_t b2 = dtype == DType::kF32 ? 16 : 0;

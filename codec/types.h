@@ -14,8 +14,11 @@
 namespace trim::codec {
 
 // Wire values (docs/PROTOCOL.md). The order of kNone..kRht matches NCCL_TRIM_SCHEME's choices.
-enum class Scheme : uint8_t { kNone = 0, kSign = 1, kSq = 2, kSd = 3, kRht = 4 };
-constexpr int kNumSchemes = 5;
+// kRotated is never configured: it is rht for data the application rotated already (the
+// nccl_trim comm hook's communicator), chosen per connection: the sign layout (the head is the
+// value's own sign bit), scaled by |x|^2 / |x|_1 as rht is, decoded in the rotated domain.
+enum class Scheme : uint8_t { kNone = 0, kSign = 1, kSq = 2, kSd = 3, kRht = 4, kRotated = 5 };
+constexpr int kNumSchemes = 6;
 
 enum class DType : uint8_t { kRaw = 0, kF32 = 1, kBF16 = 2, kF16 = 3 };
 constexpr int kNumDTypes = 4;

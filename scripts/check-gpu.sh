@@ -24,8 +24,18 @@
 #   5 congestion_quick  scripts/congestion_bench.sh at one point (60 % cross load), Socket vs plugin
 #                     trim through one netns/TUN bottleneck; only where `ip` (iproute2), root and
 #                     /dev/net/tun are there (else skipped, saying why)
-# Execution order: preflight, 1 (plugin vs Socket default), 2, 3, 4, 5, then the sweeps of 1
-# with the time left. Every part runs under `timeout` and within --budget-s for the whole (a part
+#   6 kernels         libtrim-rht's GPU rotation (the comm hook's): trim-tests --gtest_filter=
+#                     --kernel-tests (bit-identical to the host twin on odd sizes), then
+#                     trim-bench cuda --json: forward/inverse per dtype vs a device-to-device copy of
+#                     the same bytes in the same run; goal: fp32 ratio >= 0.5 (aim 0.85)
+#   7 hook_overhead   char-LM DDP through the plugin, lossless, without and with the comm hook
+#                     (run_ddp.sh --hook), --hook-steps steps each; goal: p50 with hook <= 1.05x
+#   8 hook_accuracy   char-LM under random trimming p = --hook-p, --hook-epochs epochs, per seed of
+#                     --hook-seeds: Socket (nothing trimmed), the plugin with per-hop rht, the plugin
+#                     with the hook; final val accuracy per transport (goal: hook >= per-hop rht;
+#                     aim: within 0.3 points of Socket) and replicas identical in every run
+# Execution order: preflight, 1 (plugin vs Socket default), 2, 3, 4, 5, 6, 7, 8, then the sweeps
+# of 1 with the time left. Every part runs under `timeout` and within --budget-s for the whole (a part
 # is skipped, saying so, when too little is left); each has a log under --out. The end: a table,
 # the busbw per size, and ONE JSON line (scripts/check_gpu_report.py). Exit status: 0 every step
 # passed or was skipped and no goal was missed; 3 steps passed but a goal was missed; 1 a step
@@ -39,7 +49,11 @@
 #                      (three files: what the device tool can bring back from $OUT)
 #   --budget-s S       wall-clock budget of the whole run [330]
 #   --quick            up to 64 MiB, 3 Socket configs, 1 at 4 ranks, codec threads 0 and 4
-#   --skip LIST        leave out steps: allreduce,sweep,codec,ddp,random,kill,congestion
+#   --skip LIST        leave out steps: allreduce,sweep,codec,ddp,random,kill,congestion,kernels,hook,hookacc
+#   --only LIST        run only these (same names as --skip), e.g. --only kernels,hook,hookacc
+#   --kernel-tests F   gtest filter of step 6 [RotateCuda*]
+#   --hook-steps N     optimizer steps per run of step 7 [60]
+#   --hook-seeds L     seeds of step 8 [1,2,3]   --hook-epochs E [3]   --hook-p P [0.5]
 #   --channels N       NCCL_MIN/MAX_NCHANNELS for the allreduce steps [2]; 'default': unset
 #   --socket-sweep L   NTHREADSxNSOCKS configs, in this order [4x1,2x1,4x2,2x2,1x2,1x1]
 #   --sweep4-top N     how many of the best 2-rank configs to rerun at 4 ranks [2]
@@ -60,7 +74,8 @@ PYTHON=${PYTHON:-python3}
 export PYTHON
 build="" out="" bundle="" budget=330 quick=0 skip="" dry=0 channels=2
 socket_sweep="4x1,2x1,4x2,2x2,1x2,1x1" sweep4_top=2 codec_threads="0,2,4,4e2"
-ddp_task=digits ddp_epochs=4 kill_after=15 iproute2=""
+ddp_task=digits ddp_epochs=4 kill_after=15 iproute2="" only=""
+kernel_tests='RotateCuda*' hook_steps=60 hook_seeds=1,2,3 hook_epochs=3 hook_p=0.5
 trim_p=0.5 trim_ranks=4 kill_bound_s=60
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "check-gpu: $*" >&2; exit 2; }
@@ -77,6 +92,12 @@ while (($#)); do
     --bundle) bundle=$2 ;;
     --budget-s) budget=$2 ;;
     --skip) skip=$2 ;;
+    --only) only=$2 ;;
+    --kernel-tests) kernel_tests=$2 ;;
+    --hook-steps) hook_steps=$2 ;;
+    --hook-seeds) hook_seeds=$2 ;;
+    --hook-epochs) hook_epochs=$2 ;;
+    --hook-p) hook_p=$2 ;;
     --channels) channels=$2 ;;
     --socket-sweep) socket_sweep=$2 ;;
     --sweep4-top) sweep4_top=$2 ;;
@@ -94,12 +115,16 @@ done
 [[ $ddp_task =~ ^(digits|charlm)$ ]] || die "--ddp-task: digits or charlm"
 [[ $kill_after =~ ^[1-9][0-9]*$ && $ddp_epochs =~ ^[1-9][0-9]*$ && $sweep4_top =~ ^[0-9]+$ ]] ||
   die "--kill-after, --ddp-epochs, --sweep4-top: numbers"
-for s in ${skip//,/ }; do
-  [[ $s =~ ^(allreduce|sweep|codec|ddp|random|kill|congestion)$ ]] || die "--skip: unknown step '$s'"
+for s in ${skip//,/ } ${only//,/ }; do
+  [[ $s =~ ^(allreduce|sweep|codec|ddp|random|kill|congestion|kernels|hook|hookacc)$ ]] ||
+    die "--skip/--only: unknown step '$s'"
 done
+[[ $hook_steps =~ ^[1-9][0-9]*$ && $hook_epochs =~ ^[1-9][0-9]*$ && $hook_seeds =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+  die "--hook-steps, --hook-epochs: numbers; --hook-seeds: comma-separated numbers"
+IFS=, read -r -a hook_seed_list <<<"$hook_seeds"
 max_bytes=256M
 if ((quick)); then
-  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4,4e2" ddp_epochs=3
+  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4,4e2" ddp_epochs=3 hook_steps=30
 fi
 IFS=, read -r -a sweep_list <<<"$socket_sweep"
 IFS=, read -r -a codec_list <<<"$codec_threads"
@@ -116,13 +141,16 @@ out=${out:-$build/check-gpu}
 [[ $out = /* ]] || out=$PWD/$out
 iproute2=${iproute2:-$repo/.gpu/iproute2}
 [[ $iproute2 = /* ]] || iproute2=$repo/$iproute2
-skipped() { [[ ",$skip," == *",$1,"* ]]; }
+skipped() { [[ ",$skip," == *",$1,"* ]] || [[ -n $only && ",$only," != *",$1,"* ]]; }
 # want STEP KEY...: false (and STEP recorded as skipped) when one of the KEYs is in --skip
 want() {
   local step=$1 k
   shift
   for k in "$@"; do
-    if skipped "$k"; then skip_part "$step" "" "--skip $k"; return 1; fi
+    if skipped "$k"; then
+      if [[ ",$skip," == *",$k,"* ]]; then skip_part "$step" "" "--skip $k"; else skip_part "$step" "" "not in --only $only"; fi
+      return 1
+    fi
   done
 }
 
@@ -364,6 +392,34 @@ if ((preflight_ok)); then
         --tasks digits --transports socket,trim --cross 60 --loss 0 --max-steps 80 --timeout-s 60 \
         --out "$out/congestion"
     fi
+  fi
+  # 6. The comm hook's GPU kernels: bit-identical to the host twin, then their speed vs a copy.
+  if want kernels kernels; then
+    part kernels tests 90 kernels -- "$build/bin/trim-tests" --gtest_filter="$kernel_tests"
+    part kernels bench 120 kernels -- "$build/bin/trim-bench" cuda --json
+  fi
+  # 7. The hook's cost per iteration: char-LM, lossless, without and with it.
+  if want hook_overhead hook; then
+    for h in plain hook; do
+      hflag=()
+      [[ $h == hook ]] && hflag=(--hook)
+      part hook_overhead "$h" 150 "hook_$h" -- "${rd[@]}" --mode lossless "${hflag[@]}" --ranks 2 --task charlm \
+        --max-steps "$hook_steps" --timeout-s 140 --out "$out/hook_$h"
+    done
+  fi
+  # 8. Accuracy under random trimming: Socket, per-hop rht, the hook; per seed.
+  if want hook_accuracy hookacc; then
+    for s in "${hook_seed_list[@]}"; do
+      for t in socket rht hook; do
+        case $t in
+          socket) targs=(--mode socket) ;;
+          rht) targs=(--mode random --trim-p "$hook_p") ;;
+          hook) targs=(--mode random --trim-p "$hook_p" --hook) ;;
+        esac
+        part hook_accuracy "${t}_s$s" 300 "hookacc/${t}_s$s" -- "${rd[@]}" "${targs[@]}" --ranks 2 --task charlm \
+          --epochs "$hook_epochs" --seed "$s" --timeout-s 290 --out "$out/hookacc/${t}_s$s"
+      done
+    done
   fi
   # 1, continued with the time left: Socket tuned, at 2 ranks, then its best at 4; codec threads.
   sweeps=1

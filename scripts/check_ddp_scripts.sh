@@ -55,9 +55,11 @@ check "run_ddp.sh --help: --wait-all, --no-plots, no --gdr-level" run_ddp_help
 
 # dry_run_has MODE PATTERN... : the dry run of MODE prints every PATTERN (grep -E) and, for a
 # pattern written !PATTERN, not that one.
-dry_run_has() {
-  local m=$1; shift
-  "$here/run_ddp.sh" --mode "$m" --ranks 3 --dry-run --out "$tmp/dry" >"$tmp/dry.txt" 2>&1 || return 1
+dry_run_has() {  # dry_run_has "MODE [FLAGS...]" PATTERN...  (!PATTERN: must not appear)
+  local m flags
+  read -r m flags <<<"$1"; shift
+  # shellcheck disable=SC2086  # FLAGS are words
+  "$here/run_ddp.sh" --mode "$m" $flags --ranks 3 --dry-run --out "$tmp/dry" >"$tmp/dry.txt" 2>&1 || return 1
   local p
   for p in "$@"; do
     if [[ $p == !* ]]; then
@@ -74,6 +76,10 @@ check "dry-run lossless" dry_run_has lossless "$so" 'NCCL_NET=Trim ' 'NCCL_HOSTI
 check "dry-run random" dry_run_has random "$so" 'NCCL_TRIM_SWITCH=127\.0\.0\.1:' '# switch: .*--mode random .*--random-p 0\.1'
 check "dry-run trim" dry_run_has trim "$so" 'NCCL_TRIM_SWITCH=127\.0\.0\.1:' '# switch: .*--mode trim .*--cross '
 check "dry-run drop" dry_run_has drop "$so" '# switch: .*--mode drop .*--cross '
+# --hook: the ranks run under nccl_trim's bootstrap, from the checkout's python/ and the build's libraries.
+check "dry-run random --hook" dry_run_has "random --hook" "$so" '-m nccl_trim\._boot /[^ ]*/ddp_train\.py' \
+  'PYTHONPATH=/[^ ]*/python' 'NCCL_TRIM_LIB_DIR=/[^ ]*/lib ' '^# run random_rht_hb1_p0\.1_hook_digits '
+check "dry-run lossless (no --hook)" dry_run_has lossless '!nccl_trim\._boot' '!NCCL_TRIM_LIB_DIR'
 check "dry-run socket" dry_run_has socket 'NCCL_NET=Socket ' 'NCCL_NET_PLUGIN=none ' '!libnccl-net-trim' '!# switch:'
 # The accuracy sweep: every run gets its own trim probability, scheme, head bits and phase.
 sweep_has() {
@@ -114,7 +120,7 @@ d = json.loads(sys.stdin.read())
 assert d["exit"] == 2 and d["result"] == "fail", d
 assert d["steps"]["preflight"]["result"] == "fail" and "no build" in d["steps"]["preflight"]["why"], d
 assert all(v["result"] == "skip" for k, v in d["steps"].items() if k != "preflight"), d
-assert len(d["steps"]) == 11 and all(g["state"] == "unknown" for g in d["goals"]), d'
+assert len(d["steps"]) == 14 and all(g["state"] == "unknown" for g in d["goals"]), d'
 }
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check-gpu.sh without a GPU: skipped (this machine has one: run scripts/check-gpu.sh itself)"
@@ -162,6 +168,18 @@ if variant != "hang":
 w("ddp_kill/rank0.log", "NCCL WARN NET/Trim: peer x closed the control connection without saying goodbye\n")
 rec("rank_killed", "", 1)
 steps.append({"step": "congestion_quick", "part": "", "skip": "iproute2 missing: no ip; see docs/GPU-MACHINE.md"})
+w("kernels_bench.log", "".join(json.dumps({"bench": "cuda", "dtype": d, "op": o, "ratio": r, "copy_gbps": 2900.0}) + "\n"
+                               for d, o, r in (("fp32", "forward", 0.7), ("fp32", "inverse", 0.6), ("bf16", "forward", 0.4))))
+rec("kernels", "tests"); rec("kernels", "bench")
+seen = "NCCL INFO NET/Trim: comm 0x1 is the nccl_trim comm hook's (traffic class 116): ...\n"
+for h, p50 in (("plain", 40.0), ("hook", 41.0)):
+    w(f"hook_{h}/summary.json", {"status": "ok", "iter_p50_ms": p50})
+    rec("hook_overhead", h)
+w("hook_hook/rank0.log", seen)
+for t, acc in (("socket", 0.60), ("rht", 0.585), ("hook", 0.59)):
+    w(f"hookacc/{t}_s1/summary.json", {"status": "ok", "val_acc": acc, "params_identical": True})
+    rec("hook_accuracy", f"{t}_s1")
+w("hookacc/hook_s1/rank0.log", seen)
 w("steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
 PY
 }
@@ -182,7 +200,9 @@ check "check_gpu_report.py: all pass, Socket best 2x1 beats the plugin: goal mis
    d["steps"]["ddp_lossless"]["hash_equal"] and d["steps"]["rank_killed"]["cause"] == "plugin" and
    d["steps"]["rank_killed"]["seconds_to_error"] == 2.5 and d["steps"]["codec_threads_2r"]["result"] == "skip" and
    d["steps"]["congestion_quick"]["why"].startswith("iproute2 missing") and
-   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met"]'
+   d["steps"]["kernels"]["ratios"]["fp32 forward"] == 0.7 and d["steps"]["hook_overhead"]["p50_hook_over_plain"] == 1.025 and
+   d["steps"]["hook_accuracy"]["hook_points_below_socket"] == 1.0 and
+   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met", "met", "met", "met"]'
 check "check_gpu_report.py: a survivor that never ended is a failure (exit 1)" report_says hang 1 \
   'd["steps"]["rank_killed"]["result"] == "fail" and "hang" in d["steps"]["rank_killed"]["why"]'
 best_socket() { [[ $("$PYTHON" "$here/check_gpu_report.py" --best-socket "$tmp/res/sweep2" --top 2 | tr '\n' ' ') == "2x1 1x1 " ]]; }

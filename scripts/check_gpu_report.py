@@ -34,9 +34,18 @@ STEPS = [  # (name, what it checks): the table's order
     ("ddp_random_trim", "3: DDP, random trimming: replicas identical"),
     ("rank_killed", "4: a rank SIGKILLed: the survivor fails, no hang"),
     ("congestion_quick", "5: Socket vs trim through one netns bottleneck"),
+    ("kernels", "6: the hook's GPU rotation: bit-identical to the host twin, ratio to a copy"),
+    ("hook_overhead", "7: char-LM iteration p50 with the comm hook vs without"),
+    ("hook_accuracy", "8: char-LM under random trim: Socket, per-hop rht, the hook"),
 ]
 AR_GOAL = 1.0     # plugin busbw >= this x Socket at every size
 DDP_GOAL = 1.05   # plugin iteration p50 <= this x Socket
+KERNEL_GOAL, KERNEL_AIM = 0.5, 0.85  # fp32 rotation throughput / device-to-device copy
+HOOK_GOAL = 1.05  # iteration p50 with the hook <= this x without
+HOOK_AIM_POINTS = 0.3  # hook's final accuracy within this many points of Socket's
+HOOK_ACC_GOAL = f"char-LM accuracy under trim: hook >= per-hop rht (aim: within {HOOK_AIM_POINTS} points of Socket)"
+# The plugin's INFO line when NCCL initialised the hook's communicator through it.
+HOOK_SEEN = "comm hook's (traffic class"
 
 # The survivor's log, most specific first: our plugin's own words, then NCCL's, then PyTorch's
 # collective timeout (which means nothing below noticed the dead peer).
@@ -398,6 +407,94 @@ class Report:
         d["result"] = "pass"
         return d
 
+    def kernels(self):
+        d = self.base("kernels")
+        if d is None or d["result"] == "skip":
+            self.goal(f"GPU rotation fp32 >= {KERNEL_GOAL}x a device copy (aim {KERNEL_AIM})", None, "not run")
+            return d
+        rows = [r for r in read_jsonl(self.out / "kernels_bench.log") if r.get("bench") == "cuda"]
+        d["ratios"] = {f"{r.get('dtype')} {r.get('op')}": r3(r.get("ratio")) for r in rows if "ratio" in r}
+        d["copy_gbps"] = r3(next((r.get("copy_gbps") for r in rows if r.get("copy_gbps")), None))
+        fp32 = [r["ratio"] for r in rows if r.get("dtype") in ("fp32", "f32") and r.get("ratio")]
+        self.goal(f"GPU rotation fp32 >= {KERNEL_GOAL}x a device copy (aim {KERNEL_AIM})",
+                  min(fp32) >= KERNEL_GOAL if fp32 else None,
+                  f"forward/inverse {', '.join(f'{x:.2f}' for x in fp32)}" if fp32 else "no numbers")
+        tests = next((p for p in self.parts.get("kernels", []) if p.get("part") == "tests" and "skip" not in p), None)
+        if tests is not None and tests.get("rc") != 0:
+            return self.fail(d, "the GPU kernels' tests failed (see kernels_tests.log)")
+        if any(r.get("skipped") for r in rows):
+            return self.fail(d, "trim-bench cuda skipped: " + str(next(r.get("reason") for r in rows if r.get("skipped"))))
+        if not rows:
+            return self.fail(d, "no trim-bench cuda line (see kernels_bench.log)")
+        d["result"] = "pass"
+        return d
+
+    def hook_seen(self, run_dir):
+        log = Path(run_dir) / "rank0.log"
+        try:
+            return HOOK_SEEN in log.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def hook_overhead(self):
+        d = self.base("hook_overhead")
+        if d is None or d["result"] == "skip":
+            self.goal(f"char-LM iteration p50 with the hook <= {HOOK_GOAL}x without", None, "not run")
+            return d
+        plain = load_json(self.out / "hook_plain" / "summary.json") or {}
+        hook = load_json(self.out / "hook_hook" / "summary.json") or {}
+        d["iter_p50_ms"] = {"plain": r3(plain.get("iter_p50_ms")), "hook": r3(hook.get("iter_p50_ms"))}
+        d["iter_p99_ms"] = {"plain": r3(plain.get("iter_p99_ms")), "hook": r3(hook.get("iter_p99_ms"))}
+        ratio = None
+        if plain.get("iter_p50_ms") and hook.get("iter_p50_ms"):
+            ratio = hook["iter_p50_ms"] / plain["iter_p50_ms"]
+            d["p50_hook_over_plain"] = r3(ratio)
+        self.goal(f"char-LM iteration p50 with the hook <= {HOOK_GOAL}x without",
+                  ratio <= HOOK_GOAL if ratio is not None else None, f"{ratio:.3f}x" if ratio else "no numbers")
+        for name, s in (("without the hook", plain), ("with the hook", hook)):
+            if s.get("status") != "ok":
+                return self.fail(d, f"run {name}: {s.get('status', 'no summary.json')}")
+        if not self.hook_seen(self.out / "hook_hook"):
+            return self.fail(d, "the plugin never saw the hook's communicator (no '" + HOOK_SEEN + "' in rank0.log)")
+        d["result"] = "pass"
+        return d
+
+    def hook_accuracy(self):
+        d = self.base("hook_accuracy")
+        goal = HOOK_ACC_GOAL
+        if d is None or d["result"] == "skip":
+            self.goal(goal, None, "not run")
+            return d
+        acc = {"socket": [], "rht": [], "hook": []}
+        bad = []
+        for sj in sorted((self.out / "hookacc").glob("*/summary.json")):
+            s = load_json(sj) or {}
+            t = sj.parent.name.rsplit("_s", 1)[0]
+            if s.get("status") != "ok" or s.get("val_acc") is None:
+                bad.append(f"{sj.parent.name} ({s.get('status')})")
+                continue
+            if not s.get("params_identical", True):
+                bad.append(f"{sj.parent.name} (replicas differ)")
+            if t == "hook" and not self.hook_seen(sj.parent):
+                bad.append(f"{sj.parent.name} (the plugin never saw the hook's communicator)")
+            acc.setdefault(t, []).append(s["val_acc"])
+        mean = {t: (sum(v) / len(v) if v else None) for t, v in acc.items()}
+        d["val_acc"] = {t: [r3(x) for x in v] for t, v in acc.items()}
+        d["val_acc_mean"] = {t: r3(m) for t, m in mean.items()}
+        if mean["hook"] is not None and mean["rht"] is not None and mean["socket"] is not None:
+            gap = 100 * (mean["socket"] - mean["hook"])
+            d["hook_points_below_socket"] = r3(gap)
+            d["rht_points_below_socket"] = r3(100 * (mean["socket"] - mean["rht"]))
+            self.goal(goal, mean["hook"] >= mean["rht"] - 1e-9,
+                      f"hook {100 * mean['hook']:.2f}%, per-hop rht {100 * mean['rht']:.2f}%, Socket "
+                      f"{100 * mean['socket']:.2f}% (hook {gap:.2f} points below Socket; aim <= {HOOK_AIM_POINTS})")
+        else:
+            self.goal(goal, None, "not every transport finished")
+        if bad:
+            return self.fail(d, "; ".join(bad))
+        d["result"] = "pass"
+        return d
+
     # -- all
     def judge(self):
         pre = self.preflight()
@@ -407,6 +504,9 @@ class Report:
                 for what in ("default", "best"):
                     self.goal(f"allreduce {r} ranks: plugin >= {AR_GOAL}x Socket {what} at every size", None, "not run")
             self.goal(f"DDP iteration p50: plugin <= {DDP_GOAL}x Socket", None, "not run")
+            self.goal(f"GPU rotation fp32 >= {KERNEL_GOAL}x a device copy (aim {KERNEL_AIM})", None, "not run")
+            self.goal(f"char-LM iteration p50 with the hook <= {HOOK_GOAL}x without", None, "not run")
+            self.goal(HOOK_ACC_GOAL, None, "not run")
         for name, _ in STEPS[1:]:
             if pre["result"] != "pass":
                 self.steps[name] = {"result": "skip", "why": "preflight failed"}
@@ -417,7 +517,9 @@ class Report:
                   "codec_threads_2r": lambda: self.sweep("codec_threads_2r", "codec2", "lossless"),
                   "harness_scaling": self.harness_scaling,
                   "ddp_lossless": self.ddp_lossless, "ddp_random_trim": self.ddp_random,
-                  "rank_killed": self.rank_killed, "congestion_quick": self.congestion}[name]
+                  "rank_killed": self.rank_killed, "congestion_quick": self.congestion,
+                  "kernels": self.kernels, "hook_overhead": self.hook_overhead,
+                  "hook_accuracy": self.hook_accuracy}[name]
             self.steps[name] = fn() or {"result": "skip", "why": "not run (no record in steps.jsonl)"}
 
     def exit_code(self):
@@ -506,6 +608,13 @@ class Report:
             return " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in s.get("threads", {}).items())
         if name == "congestion_quick":
             return " ".join(f"{k}: p50 {v['iter_p50_ms']} ms" for k, v in s.get("runs", {}).items())
+        if name == "kernels":
+            return "ratio to copy " + " ".join(f"{k}:{v}" for k, v in s.get("ratios", {}).items())
+        if name == "hook_overhead":
+            p = s.get("iter_p50_ms", {})
+            return f"p50 {p.get('hook')} vs {p.get('plain')} ms ({s.get('p50_hook_over_plain')}x)"
+        if name == "hook_accuracy":
+            return "mean val acc " + " ".join(f"{k}:{v}" for k, v in s.get("val_acc_mean", {}).items())
         return ""
 
 

@@ -36,6 +36,10 @@
 #   --scheme none|sign|sq|sd|rht [rht]  --head-bits 1|16 [1]  --phase reduce_scatter|all
 #                                    NCCL_TRIM_SCHEME / _HEAD_BITS / _PHASE of the plugin
 #   --trim-p P [0.1]                 random mode's trim probability
+#   --hook                           plugin modes: each rank runs under the nccl_trim comm hook
+#                                    (python -m nccl_trim._boot, from python/ and --build's lib/):
+#                                    DDP rotates every gradient bucket on the GPU before NCCL sums
+#                                    it, and the plugin packs it as scheme rotated
 #   --rate-gbps G                    switch port rate [random 100, trim/drop 2]
 #   --buffer-packets N               switch data queue in packets [random 0 = unbounded, trim/drop 8]
 #   --buffer-bytes B [0]             switch data queue in bytes (0: no byte cap)
@@ -90,7 +94,7 @@ mode=lossless cpu=0 bench="" sweep="" modes="lossless,socket"
 ranks=2 task=digits epochs="" batch_size="" lr="" seed=0 target_acc="" max_steps=""
 scheme=rht head_bits=1 phase=reduce_scatter trim_p=0.1
 rate_gbps="" buffer_packets="" buffer_bytes=0 prop_us="" trim_exact=0 switch_seed=7
-crosses=() switch_extra=() out="" label="" timeout_s=600 build=build dry_run=0 resume=0 wait_all=0 no_plots=0
+crosses=() switch_extra=() out="" label="" timeout_s=600 build=build dry_run=0 resume=0 wait_all=0 no_plots=0 hook=0
 schemes="sign,sq,sd,rht" trim_ps="0,0.01,0.1,0.5,0.75"
 extra=()
 while [[ $# -gt 0 ]]; do
@@ -103,6 +107,7 @@ while [[ $# -gt 0 ]]; do
     --resume) resume=1; shift; continue ;;
     --wait-all) wait_all=1; shift; continue ;;
     --no-plots) no_plots=1; shift; continue ;;
+    --hook) hook=1; shift; continue ;;
     --mode|--modes|--bench|--sweep|--ranks|--task|--epochs|--batch-size|--lr|--seed|--target-acc| \
     --max-steps|--scheme|--schemes|--head-bits|--phase|--trim-p|--trim-ps|--rate-gbps| \
     --buffer-packets|--buffer-bytes|--prop-delay-us|--cross|--trim-exact|--switch-seed| \
@@ -282,6 +287,7 @@ rank_env() {
     e+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME="${NCCL_TRIM_IFNAME:-lo}"
       NCCL_TRIM_SCHEME="$run_scheme" NCCL_TRIM_HEAD_BITS="$run_head_bits" NCCL_TRIM_PHASE="$run_phase")
     [[ $m == lossless ]] || e+=(NCCL_TRIM_SWITCH="127.0.0.1:$sw_port")
+    ((hook)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
 }
@@ -307,6 +313,9 @@ run_one() {
   fi
   [[ $m == cpu ]] && args+=(--device cpu --backend gloo)
   args+=(--json-out "$dir/rank{rank}.jsonl" "${extra[@]}")
+  # --hook: the script runs under nccl_trim's bootstrap, which installs the comm hook on DDP.
+  local launch=("$script")
+  ((hook)) && [[ $m != cpu && $m != socket ]] && launch=(-m nccl_trim._boot "$script")
 
   local swmode=""
   switch_cmd=()
@@ -319,7 +328,7 @@ run_one() {
     [[ -n $swmode ]] && { echo "# switch: ${switch_cmd[*]}"; sw_port='<port>'; }
     local r
     for ((r = 0; r < ranks; r++)); do
-      echo "# rank $r: env $(rank_env "$m" "$r" "$ranks" "$port" | tr '\n' ' ')setsid $PYTHON $script ${args[*]}"
+      echo "# rank $r: env $(rank_env "$m" "$r" "$ranks" "$port" | tr '\n' ' ')setsid $PYTHON ${launch[*]} ${args[*]}"
     done
     return 0
   fi
@@ -333,16 +342,17 @@ run_one() {
   rm -f "$dir"/rank*.jsonl "$dir"/rank*.log "$dir"/rank*.out "$dir"/rank*.exit "$dir"/switch.* "$dir"/summary.json
 
   "$PYTHON" - "$dir/run.json" "$kind" "$lbl" "$m" "$ranks" "$task" "$run_scheme" "$run_head_bits" \
-    "$run_phase" "$run_p" "$root/versions.json" "${switch_cmd[*]:-}" "${args[*]}" <<'PY'
+    "$run_phase" "$run_p" "$root/versions.json" "${switch_cmd[*]:-}" "${args[*]}" "${launch[*]}" <<'PY'
 import json, sys
-(f, kind, label, mode, ranks, task, scheme, hb, phase, p, versions, sw, args) = sys.argv[1:14]
+(f, kind, label, mode, ranks, task, scheme, hb, phase, p, versions, sw, args, launch) = sys.argv[1:15]
 plugin = mode not in ("cpu", "socket")
 run = {"kind": kind, "label": label, "mode": mode, "ranks": int(ranks),
        "task": task if kind == "train" else None,
        "scheme": scheme if plugin else None, "head_bits": int(hb) if plugin else None,
        "phase": phase if plugin else None, "trim_p": float(p) if mode == "random" else None,
        "switch_cmd": sw if mode in ("random", "trim", "drop") else None,
-       "script_args": args, "versions": json.load(open(versions))}
+       "script_args": args, "hook": launch.startswith("-m nccl_trim._boot"),
+       "versions": json.load(open(versions))}
 json.dump(run, open(f, "w"), indent=1)
 PY
 
@@ -359,7 +369,7 @@ PY
     mapfile -t envs < <(rank_env "$m" "$r" "$ranks" "$port")
     # setsid: each rank leads a process group of its own (a background job of a script is no
     # group leader, so setsid execs in place and $! is the rank = its group id).
-    env "${envs[@]}" setsid "$PYTHON" "$script" "${args[@]}" >"$dir/rank$r.out" 2>"$dir/rank$r.log" &
+    env "${envs[@]}" setsid "$PYTHON" "${launch[@]}" "${args[@]}" >"$dir/rank$r.out" 2>"$dir/rank$r.log" &
     pids+=("$!")
     groups+=("$!")
     rank_of[$!]=$r
@@ -424,11 +434,13 @@ run() {
 }
 
 default_label() {  # default_label MODE
+  local h=""
+  ((hook)) && h=_hook
   case $1 in
     cpu|socket) echo "$1_$task" ;;
-    lossless) echo "lossless_${scheme}_hb${head_bits}_$task" ;;
-    random) echo "random_${scheme}_hb${head_bits}_p${trim_p}_$task" ;;
-    *) echo "$1_${scheme}_hb${head_bits}_$task" ;;
+    lossless) echo "lossless_${scheme}_hb${head_bits}${h}_$task" ;;
+    random) echo "random_${scheme}_hb${head_bits}_p${trim_p}${h}_$task" ;;
+    *) echo "$1_${scheme}_hb${head_bits}${h}_$task" ;;
   esac
 }
 

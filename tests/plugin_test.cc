@@ -53,15 +53,22 @@ std::vector<LogLine> take_lines() {
   return out;
 }
 
-// The first WARN line containing every needle, if any.
-std::optional<LogLine> find_warn(const std::vector<LogLine>& lines, std::initializer_list<const char*> needles) {
+// The first line of `level` containing every needle, if any.
+std::optional<LogLine> find_line(const std::vector<LogLine>& lines, int level,
+                                 std::initializer_list<const char*> needles) {
   for (const LogLine& l : lines) {
-    if (l.level != NCCL_LOG_WARN) continue;
+    if (l.level != level) continue;
     bool all = true;
     for (const char* n : needles) all = all && l.text.find(n) != std::string::npos;
     if (all) return l;
   }
   return std::nullopt;
+}
+std::optional<LogLine> find_warn(const std::vector<LogLine>& lines, std::initializer_list<const char*> needles) {
+  return find_line(lines, NCCL_LOG_WARN, needles);
+}
+std::optional<LogLine> find_info(const std::vector<LogLine>& lines, std::initializer_list<const char*> needles) {
+  return find_line(lines, NCCL_LOG_INFO, needles);
 }
 
 std::string dump(const std::vector<LogLine>& lines) {
@@ -172,10 +179,11 @@ TEST_F(PluginTest, ExportsNothingButPluginTables) {
   ASSERT_FALSE(exported.empty()) << "nm -D printed nothing for " << trim::testing::plugin_path();
   std::vector<std::string> tables;
   for (const std::string& name : exported) {
+    const bool ours = name == "ncclTrimStatsJson" || starts_with(name, "nccl_trim_");  // harness, comm hook
     bool allowed = starts_with(name, "ncclNetPlugin_v") || starts_with(name, "ncclProfiler_v") ||
-                   starts_with(name, "ncclTunerPlugin_v") || name == "ncclTrimStatsJson";
+                   starts_with(name, "ncclTunerPlugin_v") || ours;
     EXPECT_TRUE(allowed) << "unexpected exported symbol: " << name;
-    if (allowed && name != "ncclTrimStatsJson") tables.push_back(name);
+    if (allowed && !ours) tables.push_back(name);
   }
   // NCCL finds the profiler and tuner in the net plugin's library when none is configured.
   std::sort(tables.begin(), tables.end());
@@ -294,6 +302,45 @@ TEST_F(PluginTest, GpuOnIsAClearInitError) {
   EXPECT_EQ(v11_->init(&ctx, 6, nullptr, capture_logger, nullptr), ncclSuccess);
   take_lines();
   EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
+}
+
+// What the nccl_trim comm hook reads from the copy of the plugin NCCL loaded (ctypes): the
+// traffic class that marks its communicator, and counters that grow only when NCCL initialised
+// a communicator with that class through this library.
+TEST_F(PluginTest, CommHookExportsSeeTheTaggedCommunicator) {
+  using IntFn = int (*)();
+  using U64Fn = uint64_t (*)();
+  auto abi = reinterpret_cast<IntFn>(dlsym(handle_, "nccl_trim_hook_abi"));
+  auto tc = reinterpret_cast<IntFn>(dlsym(handle_, "nccl_trim_hook_traffic_class"));
+  auto comms = reinterpret_cast<U64Fn>(dlsym(handle_, "nccl_trim_hook_comms"));
+  ASSERT_NE(abi, nullptr);
+  ASSERT_NE(tc, nullptr);
+  ASSERT_NE(comms, nullptr);
+  ASSERT_NE(dlsym(handle_, "nccl_trim_hook_send_conns"), nullptr);
+  ASSERT_NE(dlsym(handle_, "nccl_trim_rotated_messages"), nullptr);
+  EXPECT_EQ(abi(), 1);
+  EXPECT_EQ(tc(), 116);
+  {
+    EnvGuard bad("NCCL_TRIM_HOOK_TRAFFIC_CLASS", "300");
+    EXPECT_EQ(tc(), -1);  // invalid: init would fail, naming the variable
+    void* ctx = nullptr;
+    ncclNetCommConfig_v11_t config{116};
+    EXPECT_EQ(v11_->init(&ctx, 7, &config, capture_logger, nullptr), ncclInvalidUsage);
+    std::vector<LogLine> lines = take_lines();
+    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_HOOK_TRAFFIC_CLASS", "300"})) << dump(lines);
+  }
+  const uint64_t before = comms();
+  for (int cls : {NCCL_NET_TRAFFIC_CLASS_UNDEF, 0, 117, 116}) {
+    void* ctx = nullptr;
+    ncclNetCommConfig_v11_t config{cls};
+    ASSERT_EQ(v11_->init(&ctx, 8, &config, capture_logger, nullptr), ncclSuccess);
+    EXPECT_EQ(comms(), before + (cls == 116 ? 1 : 0)) << cls;
+    std::vector<LogLine> lines = take_lines();
+    if (cls == 116) {
+      EXPECT_TRUE(find_info(lines, {"comm hook", "traffic class 116", "rotated"})) << dump(lines);
+    }
+    EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
+  }
 }
 
 TEST_F(PluginTest, UnknownTrimVariableIsWarnedAbout) {

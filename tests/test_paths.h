@@ -31,4 +31,10 @@ inline std::string bin_dir() {
   return p.substr(0, p.rfind('/')) + "/../bin/";
 }
 
+// libtrim-rht.so, beside the plugin in lib/.
+inline std::string rht_lib_path() {
+  const std::string p = plugin_path();
+  return p.substr(0, p.rfind('/')) + "/libtrim-rht.so";
+}
+
 }  // namespace trim::testing

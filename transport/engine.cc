@@ -394,12 +394,14 @@ std::string GlobalStats::to_json() const {
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
-      "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{}}}",
+      "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
+      "\"hook_send_conns\":{},\"rotated_messages\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
-      gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load());
+      gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
+      hook_send_conns.load(), rotated_messages.load());
 }
 
 GlobalStats& global_stats() {

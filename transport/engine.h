@@ -168,7 +168,9 @@ struct GlobalStats {
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
-      codec_tasks{0}, codec_inline{0};  // codec pool tasks queued, and run on the engine (queue full)
+      codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
+      // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.
+      hook_comms{0}, hook_send_conns{0}, rotated_messages{0};
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

@@ -122,14 +122,24 @@ Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
 
 // What both ends must agree on, in the Hello, and the MTU this end offers (resolved for its
 // device; the connection takes the smaller of the two ends').
-transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie, const Engine& e, int mtu_bytes) {
+// The scheme a send connection offers: the context's, except that the comm hook's communicator
+// (NCCL_TRIM_HOOK_TRAFFIC_CLASS, from NCCL's per-comm config or the connect's) sends its
+// already-rotated gradients as `rotated` where the context would rotate them per hop.
+codec::Scheme send_scheme(const Context& ctx, const ConnectOptions& options) {
+  const int tc = options.traffic_class != kTrafficClassUnset ? options.traffic_class : ctx.traffic_class;
+  const bool hook = tc == static_cast<int>(ctx.params.hook_traffic_class);
+  return hook && ctx.codec.scheme == codec::Scheme::kRht ? codec::Scheme::kRotated : ctx.codec.scheme;
+}
+
+transport::Hello make_hello(const Context& ctx, codec::Scheme scheme, uint64_t nonce, uint64_t cookie, const Engine& e,
+                            int mtu_bytes) {
   transport::Hello h;
   h.listen_nonce = nonce;
   h.cookie = cookie;
   h.udp_ip4_be = e.ip4_be();
   h.udp_port = e.udp_port();
   h.mtu = static_cast<uint16_t>(mtu_bytes);
-  h.scheme = static_cast<uint8_t>(ctx.codec.scheme);
+  h.scheme = static_cast<uint8_t>(scheme);
   h.head_bits = ctx.codec.head_planes == 1 ? 1 : 16;
   h.row_elems = ctx.codec.row_elems;
   h.seed = ctx.codec.seed;
@@ -138,8 +148,13 @@ transport::Hello make_hello(const Context& ctx, uint64_t nonce, uint64_t cookie,
 }
 
 // Every codec setting but the MTU, which is agreed instead (min of both ends).
+// A sender of the comm hook's communicator offers `rotated` where we would take rht: the same
+// configuration, the rotation done upstream (our own context may not know the tag: v10 passes
+// it to connect only).
 std::string codec_mismatch(const transport::Hello& ours, const transport::Hello& theirs) {
-  if (ours.scheme != theirs.scheme) {
+  const bool rotated_rht = ours.scheme == static_cast<uint8_t>(codec::Scheme::kRht) &&
+                           theirs.scheme == static_cast<uint8_t>(codec::Scheme::kRotated);
+  if (ours.scheme != theirs.scheme && !rotated_rht) {
     return fmt::format("NCCL_TRIM_SCHEME differs: {} here, {} at the peer",
                        codec::scheme_name(static_cast<codec::Scheme>(ours.scheme)),
                        codec::scheme_name(static_cast<codec::Scheme>(theirs.scheme)));
@@ -153,10 +168,11 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
 
 // The per-connection parameters both ends derive from the handshake, the packet size from the
 // agreed MTU (both ends' layouts must cut messages alike).
-transport::ConnParams conn_params(const Context& ctx, Engine* engine, uint64_t cookie, uint32_t dst_ip,
-                                  uint16_t dst_port, int agreed_mtu_bytes) {
+transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engine* engine, uint64_t cookie,
+                                  uint32_t dst_ip, uint16_t dst_port, int agreed_mtu_bytes) {
   transport::ConnParams cp;
   cp.codec = ctx.codec;
+  cp.codec.scheme = scheme;
   cp.codec.packet_bytes = codec::packet_bytes_for_mtu(static_cast<uint32_t>(agreed_mtu_bytes));
   cp.codec.seed = codec::mix64(ctx.codec.seed ^ cookie);  // distinct randomness per connection
   cp.cookie = cookie;
@@ -200,6 +216,7 @@ struct ConnectStage {
   transport::ListenHandle target;
   uint64_t cookie = 0;
   int mtu_bytes = 0;  // offered in the Hello
+  codec::Scheme scheme = codec::Scheme::kNone;  // offered in the Hello
   bool hello_sent = false;
   uint8_t buf[transport::kFrameBytes] = {};
   size_t have = 0;
@@ -251,6 +268,7 @@ Result<Context*> init(const InitOptions& options) {
   }
   auto ctx = std::make_unique<Context>();
   ctx->comm_id = options.comm_id;
+  ctx->traffic_class = options.traffic_class;
   ctx->params = p.value();
   ctx->codec = cfg.value();
   // Each connection's packet size comes from its agreed MTU (conn_params); 0 makes any other
@@ -263,6 +281,14 @@ Result<Context*> init(const InitOptions& options) {
   TRIM_INFO("NET/Trim: codec {} (NCCL_TRIM_CODEC_THREADS={})",
             threads > 0 ? fmt::format("on {} worker threads", threads) : std::string("on the progress engine's thread"),
             ctx->params.codec_threads == kAuto ? std::string("auto") : std::to_string(ctx->params.codec_threads));
+  if (ctx->traffic_class == static_cast<int>(ctx->params.hook_traffic_class)) {
+    transport::global_stats().hook_comms.fetch_add(1, std::memory_order_relaxed);
+    TRIM_INFO("NET/Trim: comm {:#x} is the nccl_trim comm hook's (traffic class {}): {}", ctx->comm_id,
+              ctx->traffic_class,
+              ctx->codec.scheme == codec::Scheme::kRht
+                  ? "its gradients arrive rotated, sent as scheme rotated (no transform here)"
+                  : fmt::format("NCCL_TRIM_SCHEME={} applies as it is", codec::scheme_name(ctx->codec.scheme)));
+  }
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
       ctx->params.test_trim > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
@@ -340,7 +366,6 @@ Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handl
 }
 
 Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const ConnectOptions& options) {
-  (void)options;
   if (ctx == nullptr) return null_argument("connect", "context");
   if (handle == nullptr) return null_argument("connect", "handle");
   ConnectStage* st = stage_of(handle);
@@ -359,6 +384,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     st->target = target;
     st->cookie = transport::random_u64();
     st->mtu_bytes = mtu_bytes;
+    st->scheme = send_scheme(*ctx, options);
     set_stage(handle, st);
   }
   std::unique_ptr<ConnectStage> owned(st);  // released back below while still in progress
@@ -375,7 +401,8 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
       return static_cast<SendComm*>(nullptr);
     }
     uint8_t hello[transport::kHelloBytes];
-    transport::write_hello(make_hello(*ctx, st->target.nonce, st->cookie, *st->engine, st->mtu_bytes), hello);
+    transport::write_hello(make_hello(*ctx, st->scheme, st->target.nonce, st->cookie, *st->engine, st->mtu_bytes),
+                           hello);
     Status ws = transport::write_all(st->fd.get(), hello, sizeof hello, 1000);
     if (!ws.is_ok()) return fail(ws);
     st->hello_sent = true;
@@ -414,9 +441,11 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   c->peer_name = transport::addr_string(c->peer_udp);
   c->tcp = std::move(st->fd);
   c->send = std::make_unique<transport::SendProto>(
-      conn_params(*ctx, st->engine, c->cookie, ack.udp_ip4_be, ack.udp_port, ack.mtu));
+      conn_params(*ctx, st->scheme, st->engine, c->cookie, ack.udp_ip4_be, ack.udp_port, ack.mtu));
   comm->core.engine = st->engine;
   comm->core.conn = std::move(c);
+  comm->core.rotated = st->scheme == codec::Scheme::kRotated;
+  if (comm->core.rotated) transport::global_stats().hook_send_conns.fetch_add(1, std::memory_order_relaxed);
   // The ack carries only the agreed value: the peer offered it when it is below ours.
   TRIM_INFO("NET/Trim: send connection {:#018x} to {} (data via {}), MTU {} (agreed: ours {}, peer {}{})",
             comm->core.conn->cookie, comm->core.conn->peer_name, transport::addr_string(comm->core.conn->data_dst),
@@ -447,7 +476,8 @@ Result<RecvComm*> accept(ListenComm* l) {
     if (!got.value()) continue;
     transport::Hello hello;
     Status hs = transport::parse_hello(p.buf, &hello);
-    const transport::Hello ours = make_hello(*l->ctx, l->nonce, hello.cookie, *l->engine, l->mtu_bytes);
+    const transport::Hello ours =
+        make_hello(*l->ctx, l->ctx->codec.scheme, l->nonce, hello.cookie, *l->engine, l->mtu_bytes);
     transport::HelloAck ack;
     ack.udp_ip4_be = l->engine->ip4_be();
     ack.udp_port = l->engine->udp_port();
@@ -482,7 +512,8 @@ Result<RecvComm*> accept(ListenComm* l) {
     c->peer_name = transport::addr_string(c->peer_udp);
     c->tcp = std::move(done->fd);
     c->recv = std::make_unique<transport::RecvProto>(
-        conn_params(*l->ctx, l->engine, c->cookie, l->engine->ip4_be(), l->engine->udp_port(), ack.mtu));
+        conn_params(*l->ctx, static_cast<codec::Scheme>(hello.scheme), l->engine, c->cookie, l->engine->ip4_be(),
+                    l->engine->udp_port(), ack.mtu));
     comm->core.engine = l->engine;
     comm->core.conn = std::move(c);
     TRIM_INFO("NET/Trim: recv connection {:#018x} from {}, MTU {} (agreed: ours {}, peer {})", comm->core.conn->cookie,
@@ -517,6 +548,15 @@ Status close_listen(ListenComm* listen) {
 }
 
 std::string stats_json() { return transport::global_stats().to_json(); }
+
+HookCounters hook_counters() {
+  const transport::GlobalStats& s = transport::global_stats();
+  HookCounters h;
+  h.comms = s.hook_comms.load(std::memory_order_relaxed);
+  h.send_conns = s.hook_send_conns.load(std::memory_order_relaxed);
+  h.rotated_messages = s.rotated_messages.load(std::memory_order_relaxed);
+  return h;
+}
 
 namespace {
 std::atomic<bool> g_profiler_active{false};

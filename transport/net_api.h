@@ -206,6 +206,14 @@ Status close_listen(ListenComm* listen);
 // rejects): sent_packets, retransmitted_packets, received_packets, trimmed_accepted,
 // trimmed_nacked, dup_packets, bad_packets, ...
 std::string stats_json();
+// What the nccl_trim comm hook checks: communicators initialised with its traffic class, send
+// connections packing pre-rotated data (scheme rotated), and messages sent that way.
+struct HookCounters {
+  uint64_t comms = 0;
+  uint64_t send_conns = 0;
+  uint64_t rotated_messages = 0;
+};
+HookCounters hook_counters();
 // "ip:port" of the UDP socket of device `dev`'s progress engine (started by the first listen
 // or connect on it): where peers' data and control packets arrive.
 Result<std::string> engine_endpoint(int dev);

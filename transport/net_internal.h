@@ -22,6 +22,7 @@ namespace trim::net {
 class Context {
  public:
   uint64_t comm_id = 0;
+  int traffic_class = kTrafficClassUnset;  // NCCL's per-communicator config (v11)
   Params params;
   codec::CodecConfig codec;
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
@@ -62,6 +63,7 @@ struct CommCore {
   transport::Engine* engine = nullptr;
   std::array<Request, kMaxRequests> reqs;
   uint32_t next_seq = 0;
+  bool rotated = false;  // a send connection of the comm hook's communicator (scheme rotated)
 
   Request* free_slot(Comm* owner) {
     for (Request& r : reqs) {

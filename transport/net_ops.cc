@@ -46,6 +46,9 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
   op.bytes = bytes;
   op.seq = comm->core.next_seq++;
   op.trimmable = cls.trimmable;
+  if (cls.trimmable && comm->core.rotated) {
+    transport::global_stats().rotated_messages.fetch_add(1, std::memory_order_relaxed);
+  }
   (void)mem;  // host memory only: nothing to look up
   op.dtype = cls.dtype;
   op.result.reset();

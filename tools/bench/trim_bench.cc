@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
                "usage: trim-bench codec [--quick] [--json]   encode/decode per scheme vs memcpy\n"
                "       trim-bench fwht  [--quick] [--json]   Walsh-Hadamard transform vs memcpy\n"
                "       trim-bench profiler [--quick] [--json]  per-isend cost of asking NCCL's profiler chain\n"
-               "       trim-bench cuda  [--quick] [--json]   GPU codec encode/decode vs device-to-device copy\n");
+               "       trim-bench cuda  [--quick] [--json] [--row-log2 L] [--reps N] [--check]\n"
+               "                                             GPU rotation (libtrim-rht) vs device-to-device copy\n");
   return 2;
 }

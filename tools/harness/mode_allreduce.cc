@@ -2,9 +2,13 @@
 // allgather, over the plugin (collectives.cc), verified against a reference summed in the
 // ring's order. With the profiler loaded (the default) the plugin learns what each send is and
 // may encode/trim the reduce-scatter half; the replicas must still end bit-identical.
+// --prerotate does what the nccl_trim comm hook does around NCCL: every rank rotates its input
+// alike (libtrim-rht's host twin; the hook runs the GPU kernels, which write the same bits),
+// the ring sums rotated values, and every rank undoes the rotation of the sum.
 #include <algorithm>
 #include <vector>
 
+#include "cuda/trim_rht.h"
 #include "tools/harness/collectives.h"
 #include "tools/harness/data.h"
 #include "tools/harness/rank.h"
@@ -13,6 +17,16 @@ namespace trim::harness {
 
 namespace {
 constexpr int64_t kNsPerSec = 1000000000;
+
+// The hook's rotation of one bucket (the whole buffer) at step `it`.
+Status rotate(const Options& o, char* work, int it, bool forward) {
+  const uint64_t seed = trim_rht_bucket_seed(o.seed, 0, static_cast<uint64_t>(it));
+  const uint64_t elems = o.bytes / 4;
+  const int rc = forward ? trim_rht_forward_host(work, elems, TRIM_RHT_F32, TRIM_RHT_MAX_ROW_LOG2, 0, seed)
+                         : trim_rht_inverse_host(work, elems, TRIM_RHT_F32, TRIM_RHT_MAX_ROW_LOG2, 0, seed);
+  if (rc != 0) return Status(Code::kInternal, std::string("--prerotate: ") + trim_rht_last_error());
+  return Status::ok();
+}
 }  // namespace
 
 Status run_allreduce(RankCtx& c) {
@@ -34,7 +48,9 @@ Status run_allreduce(RankCtx& c) {
     fill_input(keys[static_cast<size_t>(c.rank)], work, o.bytes);
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
+    if (o.prerotate) TRIM_RETURN_IF_ERROR(rotate(o, work, it, true));
     TRIM_RETURN_IF_ERROR(ring_allreduce(c, geo, Elem::kF32, "SIMPLE", bufs, deadline));
+    if (o.prerotate) TRIM_RETURN_IF_ERROR(rotate(o, work, it, false));
     if (it >= o.warmup) rep.iter_ns.push_back(mono_ns() - t0);
 
     TRIM_RETURN_IF_ERROR(record_allreduce(c, geo, keys.data(), work, &nmse_sum));

@@ -101,11 +101,11 @@ const char* NetPlugin::name() const {
     return v11_->call;                              \
   } while (0)
 
-ncclResult_t NetPlugin::init(uint64_t comm_id, ncclProfilerCallback_t profiler) {
+ncclResult_t NetPlugin::init(uint64_t comm_id, ncclProfilerCallback_t profiler, int traffic_class) {
   if (v8_ != nullptr) return v8_->init(harness_logger);
   if (v9_ != nullptr) return v9_->init(harness_logger);
   if (v10_ != nullptr) return v10_->init(harness_logger, profiler);
-  ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ncclNetCommConfig_v11_t config{traffic_class >= 0 ? traffic_class : NCCL_NET_TRAFFIC_CLASS_UNDEF};
   return v11_->init(&ctx_, comm_id, &config, harness_logger, profiler);
 }
 

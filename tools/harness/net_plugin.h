@@ -47,7 +47,8 @@ class NetPlugin {
 
   // v11: per-communicator init returning the ctx every later call gets; v8-v10: global init.
   // `profiler` is NCCL's profiler callback, given to v10 and v11 (v8/v9 have no such argument).
-  ncclResult_t init(uint64_t comm_id, ncclProfilerCallback_t profiler);
+  // traffic_class < 0: unset (v11 only: older tables have no per-communicator config).
+  ncclResult_t init(uint64_t comm_id, ncclProfilerCallback_t profiler, int traffic_class = -1);
   // v11 only (no-op before); call after every comm is closed.
   ncclResult_t finalize();
   ncclResult_t devices(int* ndev);

@@ -48,6 +48,8 @@ Status check_combination(const Options& o) {
   if (!o.netns.empty() && o.netns.size() != static_cast<size_t>(o.ranks)) {
     return bad("--netns names " + std::to_string(o.netns.size()) + " namespaces for " + std::to_string(o.ranks) + " ranks");
   }
+  if (o.traffic_class >= 0 && o.api != Api::kV11) return bad("--traffic-class needs --api v11 (per-communicator init)");
+  if (o.prerotate && o.mode != Mode::kAllReduce) return bad("--prerotate applies to --mode allreduce");
   if (o.mode != Mode::kSendRecv && o.op != SendRecvOp::kP2p) {
     return bad("--op applies to --mode sendrecv only (allreduce and mixed announce their own ops)");
   }
@@ -161,6 +163,11 @@ NCCL_TRIM_PHASE=all to trim the allgather half too):
                        (with the default phase rule nothing is trimmable then: the ring phase
                        of a send is unknown)
   --mtu BYTES          NCCL_TRIM_MTU        --timeout-ms MS   NCCL_TRIM_TIMEOUT_MS
+  --traffic-class N    v11 init's per-communicator traffic class (what a ProcessGroupNCCL's
+                       config.traffic_class sets; NCCL_TRIM_HOOK_TRAFFIC_CLASS marks the comm hook's)
+  --prerotate          allreduce: rotate each rank's input with libtrim-rht's host twin before
+                       the allreduce and undo it after, as the nccl_trim comm hook does (the
+                       result then differs from the reference by rounding: verify is ok, not exact)
   NCCL_TRIM_IFNAME=lo unless already set.
   --netns NS0,NS1,...  rank K enters network namespace NSK (a name under /var/run/netns, or a
                        path) before it loads the plugin; set NCCL_TRIM_IFNAME to the interface
@@ -202,6 +209,7 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     if (flag == "--json") { o.json = true; continue; }
     if (flag == "--verbose") { o.verbose = true; continue; }
     if (flag == "--trimmable") { o.trimmable = true; continue; }
+    if (flag == "--prerotate") { o.prerotate = true; continue; }
     if (flag == "--kill-peer") { o.fault = Fault::kKillPeer; continue; }
     if (flag == "--freeze-peer") { o.fault = Fault::kFreezePeer; continue; }
     if (flag == "--close-in-flight") { o.fault = Fault::kCloseInFlight; continue; }
@@ -282,6 +290,10 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
       Result<long long> n = parse_int(flag, v, 1, 86400000);
       if (!n) return n.status();
       o.timeout_ms = static_cast<int>(*n);
+    } else if (flag == "--traffic-class") {
+      Result<long long> n = parse_int(flag, v, 0, 2147483647);
+      if (!n) return n.status();
+      o.traffic_class = static_cast<int>(*n);
     } else {
       return bad("unknown flag: " + flag + " (see --help)");
     }

@@ -48,6 +48,10 @@ struct Options {
   // --netns: rank K runs in network namespace netns[K] (scripts/netns_bottleneck.sh); empty:
   // every rank in the parent's.
   std::vector<std::string> netns;
+  // --traffic-class: NCCL's per-communicator net config (v11 init); -1 = unset. --prerotate:
+  // rotate the input before the allreduce and undo it after, as the nccl_trim comm hook does.
+  int traffic_class = -1;
+  bool prerotate = false;
 
   // Environment the ranks get (negative / zero: leave the plugin's default or the user's value).
   double drop = -1, dup = -1, reorder = -1, trim = -1;

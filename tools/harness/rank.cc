@@ -190,7 +190,7 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while
   // no profiler is loaded.
   const uint64_t comm_id = kCommIdBase ^ opt.seed;
-  ncclResult_t r = net->init(comm_id, nccl_profiler_callback);
+  ncclResult_t r = net->init(comm_id, nccl_profiler_callback, opt.traffic_class);
   if (r != ncclSuccess) return plugin_error("init", r);
   ProfilerHost prof;
   if (opt.profiler == ProfilerChoice::kAuto) (void)prof.load(net->library());

@@ -22,6 +22,7 @@ struct PluginStats {
   int64_t dup_packets = 0;
   int64_t bad_packets = 0;
   int64_t codec_tasks = 0, codec_inline = 0;  // codec pool tasks queued / run on the engine
+  int64_t rotated_messages = 0;  // sent as scheme rotated (the comm hook's communicator)
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;

@@ -1,0 +1,127 @@
+// How the transport recognises the nccl_trim comm hook's communicator: NCCL's per-communicator
+// traffic class (v11 init; v10 passes it to connect) equal to NCCL_TRIM_HOOK_TRAFFIC_CLASS makes
+// a send connection offer scheme `rotated` where its context would rotate per hop (rht). The
+// receiver takes it when it would take rht, and refuses it otherwise, saying why.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "common/param_enums.h"
+#include "tests/env_guard.h"
+#include "tests/net_pair.h"
+#include "transport/net_api.h"
+
+namespace trim::net {
+namespace {
+
+class HookTag : public ::testing::Test {
+ protected:
+  Context* make_ctx(int traffic_class, param::Scheme scheme = param::Scheme::kRht) {
+    Params p = default_params();
+    p.ifname = "lo";
+    p.scheme = static_cast<int>(scheme);
+    InitOptions opt;
+    opt.params = &p;  // copied by init
+    opt.traffic_class = traffic_class;
+    Result<Context*> c = init(opt);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    contexts_.push_back(c.is_ok() ? c.value() : nullptr);
+    return contexts_.back();
+  }
+  void TearDown() override {
+    testing::close_pair(&send_, &recv_, &listen_);
+    for (Context* c : contexts_) {
+      if (c != nullptr) {
+        EXPECT_TRUE(finalize(c).is_ok());
+      }
+    }
+  }
+
+  std::vector<Context*> contexts_;
+  ListenComm* listen_ = nullptr;
+  SendComm* send_ = nullptr;
+  RecvComm* recv_ = nullptr;
+};
+
+TEST_F(HookTag, TaggedContextSendsRotatedToAnUntaggedReceiver) {
+  const HookCounters before = hook_counters();
+  Context* hook = make_ctx(116);
+  Context* plain = make_ctx(kTrafficClassUnset);
+  EXPECT_EQ(hook_counters().comms, before.comms + 1);
+  testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+  testing::close_pair(&send_, &recv_, &listen_);
+  // The other direction: an ordinary sender into the hook's context stays rht.
+  testing::connect_pair(plain, hook, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+}
+
+// Net v10 has no per-communicator init; its connect carries the class.
+TEST_F(HookTag, ConnectOptionsTagOneConnection) {
+  const HookCounters before = hook_counters();
+  Context* plain = make_ctx(kTrafficClassUnset);
+  uint8_t handle[kMaxHandleBytes] = {};
+  Result<ListenComm*> l = listen(plain, 0, handle, sizeof handle);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  listen_ = l.value();
+  ConnectOptions tagged;
+  tagged.traffic_class = 116;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((send_ == nullptr || recv_ == nullptr) && std::chrono::steady_clock::now() < deadline) {
+    if (send_ == nullptr) {
+      Result<SendComm*> s = connect(plain, 0, handle, tagged);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      send_ = s.value();
+    }
+    if (recv_ == nullptr) {
+      Result<RecvComm*> r = accept(listen_);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      recv_ = r.value();
+    }
+  }
+  ASSERT_NE(send_, nullptr);
+  ASSERT_NE(recv_, nullptr);
+  EXPECT_EQ(hook_counters().comms, before.comms);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+}
+
+// Under any other scheme the tag changes nothing: the data is sent as that scheme says.
+TEST_F(HookTag, OtherSchemesIgnoreTheTag) {
+  const HookCounters before = hook_counters();
+  Context* hook = make_ctx(116, param::Scheme::kSign);
+  Context* plain = make_ctx(kTrafficClassUnset, param::Scheme::kSign);
+  testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().comms, before.comms + 1);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns);
+}
+
+// A receiver configured for another scheme refuses a rotated offer, naming both.
+TEST_F(HookTag, ReceiverOfAnotherSchemeRefusesRotated) {
+  Context* hook = make_ctx(116);
+  Context* sign = make_ctx(kTrafficClassUnset, param::Scheme::kSign);
+  uint8_t handle[kMaxHandleBytes] = {};
+  Result<ListenComm*> l = listen(sign, 0, handle, sizeof handle);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  listen_ = l.value();
+  std::string accept_error, connect_error;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((accept_error.empty() || connect_error.empty()) && std::chrono::steady_clock::now() < deadline) {
+    if (connect_error.empty()) {
+      Result<SendComm*> s = connect(hook, 0, handle, ConnectOptions());
+      ASSERT_TRUE(s.is_ok() ? s.value() == nullptr : true) << "connected despite the mismatch";
+      if (!s.is_ok()) connect_error = s.status().message();
+    }
+    if (accept_error.empty()) {
+      Result<RecvComm*> r = accept(listen_);
+      ASSERT_TRUE(r.is_ok() ? r.value() == nullptr : true) << "accepted despite the mismatch";
+      if (!r.is_ok()) accept_error = r.status().message();
+    }
+  }
+  EXPECT_NE(accept_error.find("NCCL_TRIM_SCHEME differs: sign here, rotated at the peer"), std::string::npos)
+      << accept_error;
+  EXPECT_NE(connect_error.find("different NCCL_TRIM_* codec settings"), std::string::npos) << connect_error;
+}
+
+}  // namespace
+}  // namespace trim::net
