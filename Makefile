@@ -1,4 +1,4 @@
-# nccl-trim. Targets: all (default), test, asan, fuzz, demo, bench, docs, clean.
+# nccl-trim. Targets: all (default), test, asan, fuzz, demo, bench, docs, python-libs, clean.
 # Everything lands in $(BUILD)/ (default build/); `make asan` uses build-asan/.
 
 BUILD   ?= build
@@ -97,12 +97,15 @@ ifneq ($(SIM_SRCS),)
 endif
 TESTS   := $(BUILD)/bin/trim-tests
 
-.PHONY: all setup test run-tests asan fuzz demo bench docs clean
+.PHONY: all setup test run-tests python-libs asan fuzz demo bench docs clean
 .DEFAULT_GOAL := all
 # Keep object files of the pattern-built tools (make would delete them as intermediates).
 .SECONDARY:
 
 all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
+
+# What the Python package ships (setup.py runs this): the plugin and the comm hook's rotation.
+python-libs: $(PLUGIN) $(RHT_LIB)
 
 # spdlog is used header-only, in this one translation unit only.
 $(BUILD)/obj/common/log.o: CPPFLAGS += -DSPDLOG_HEADER_ONLY
@@ -190,6 +193,7 @@ test: setup
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
+	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",scripts/run_python_tests.sh $(BUILD))
 	scripts/check_ddp_scripts.sh
 
 asan:

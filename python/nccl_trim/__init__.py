@@ -1,0 +1,34 @@
+"""nccl_trim: run PyTorch training through the nccl-trim NCCL net plugin.
+
+    import nccl_trim
+    nccl_trim.apply_env(scheme="rht")          # before init_process_group
+    dist.init_process_group("nccl")
+    model = DDP(model, device_ids=[local_rank])
+    nccl_trim.register(model)                   # the RHT comm hook
+
+or, with no change to the script: ``python -m nccl_trim.run --nproc-per-node 8 train.py``.
+The design is in this package's README.md. Importing nccl_trim does not import torch; only
+register() and the hooks (nccl_trim.hook) need it.
+"""
+
+from .environment import NET_NAME, apply_env, env
+from .errors import HookConflictError, LibraryError, NcclTooOldError, PluginError, TrimError
+from .libs import lib_dir, plugin_path, rht_library_path
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "HookConflictError", "LibraryError", "NET_NAME", "NcclTooOldError", "PluginError", "RhtState", "TrimError",
+    "apply_env", "env", "fsdp_rht_hook", "lib_dir", "plugin_path", "register", "rht_hook", "rht_library_path",
+]
+
+_TORCH_NAMES = ("register", "rht_hook", "fsdp_rht_hook", "RhtState")
+
+
+def __getattr__(name):
+    # The torch-dependent names come from nccl_trim.hook on first use (PEP 562), so that
+    # `import nccl_trim` works, and env() can be used, where torch is absent.
+    if name in _TORCH_NAMES:
+        from . import hook
+        return getattr(hook, name)
+    raise AttributeError(f"module 'nccl_trim' has no attribute {name!r}")

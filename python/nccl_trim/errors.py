@@ -1,0 +1,29 @@
+"""The exceptions of nccl_trim: one base class, so callers can catch everything of ours at once.
+
+Each error names what was found, what was expected and how to fix it: they are read by people
+whose training job just failed to start, usually far from this package's source.
+"""
+
+
+class TrimError(RuntimeError):
+    """Base class of every error nccl_trim raises."""
+
+
+class LibraryError(TrimError):
+    """libnccl-net-trim.so or libtrim-rht.so is missing, unloadable, of another ABI, or cannot do
+    what was asked of it (e.g. rotate on the GPU when it was built without nvcc)."""
+
+
+class PluginError(TrimError):
+    """NCCL is not carrying the hook's communicator through the nccl-trim plugin: the plugin was
+    not loaded, another network was chosen, or the plugin does not recognise the hook's tag."""
+
+
+class NcclTooOldError(PluginError):
+    """The NCCL (or torch) in this process cannot tag a communicator with a traffic class: net
+    API v10 (NCCL <= 2.27) calls the plugin's init once per process, not per communicator."""
+
+
+class HookConflictError(TrimError):
+    """A model already has a communication hook (one per model), so the RHT hook cannot be added,
+    or the script tries to add its own after nccl_trim.run installed ours."""

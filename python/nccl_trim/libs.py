@@ -1,0 +1,47 @@
+"""Where the package's two native libraries are.
+
+`pip install .` builds them with the repository's Makefile and installs them as package data in
+``nccl_trim/lib/``. ``NCCL_TRIM_LIB_DIR`` points elsewhere instead (a checkout's ``build/lib``),
+so tests and developers can use a fresh ``make`` without reinstalling.
+"""
+
+import os
+from pathlib import Path
+
+from .errors import LibraryError
+
+LIB_DIR_ENV = "NCCL_TRIM_LIB_DIR"
+PLUGIN_NAME = "libnccl-net-trim.so"
+RHT_NAME = "libtrim-rht.so"
+
+
+def lib_dir() -> Path:
+    """The directory the libraries are taken from: $NCCL_TRIM_LIB_DIR, else the package's lib/."""
+    override = os.environ.get(LIB_DIR_ENV)
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path(__file__).resolve().parent / "lib"
+
+
+def _library(name: str) -> str:
+    directory = lib_dir()
+    path = directory / name
+    if path.is_file():
+        return str(path)
+    if os.environ.get(LIB_DIR_ENV):
+        how = f"{LIB_DIR_ENV}={os.environ[LIB_DIR_ENV]} has no {name}: run `make python-libs` in the " \
+              f"repository, or unset {LIB_DIR_ENV} to use the installed package's copy"
+    else:
+        how = "the package was not installed with its libraries: `pip install .` from the repository " \
+              f"builds them, or set {LIB_DIR_ENV} to a build's lib/ directory (after `make python-libs`)"
+    raise LibraryError(f"{name} not found in {directory}: {how}")
+
+
+def plugin_path() -> str:
+    """Absolute path of the NCCL net plugin (the value for NCCL_NET_PLUGIN)."""
+    return _library(PLUGIN_NAME)
+
+
+def rht_library_path() -> str:
+    """Absolute path of libtrim-rht.so, the comm hook's rotation (cuda/trim_rht.h)."""
+    return _library(RHT_NAME)

@@ -1,0 +1,45 @@
+"""Shared helpers of the nccl_trim tests (stdlib only).
+
+scripts/run_python_tests.sh sets PYTHONPATH to the package sources and NCCL_TRIM_LIB_DIR to a
+build's lib/. Tests that need torch call require_torch(), which skips with the reason when
+`import torch` fails, so the suite passes (with skips) on a machine without torch.
+"""
+
+import os
+import unittest
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parent
+
+
+def lib_dir() -> Path:
+    return Path(os.environ.get("NCCL_TRIM_LIB_DIR", ROOT / "build" / "lib"))
+
+
+def require_libs() -> None:
+    """Skip unless the build's libraries exist (run `make python-libs` first)."""
+    for name in ("libnccl-net-trim.so", "libtrim-rht.so"):
+        if not (lib_dir() / name).is_file():
+            raise unittest.SkipTest(f"{lib_dir() / name} is not built (make python-libs)")
+
+
+def require_torch():
+    """The torch module, or SkipTest saying why it cannot be imported."""
+    try:
+        with warnings.catch_warnings():
+            # A torch without numpy warns at import; irrelevant here.
+            warnings.simplefilter("ignore")
+            import torch
+    except Exception as e:  # ImportError, or a broken install (OSError from its libraries)
+        raise unittest.SkipTest(f"needs torch, which cannot be imported here ({type(e).__name__}: {e})")
+    return torch
+
+
+def free_env(**extra) -> dict:
+    """os.environ with a clean NCCL configuration (what a user without any NCCL_* settings has)."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("NCCL_NET") or k.startswith("NCCL_TRIM_"))}
+    env["NCCL_TRIM_LIB_DIR"] = str(lib_dir())
+    env.update(extra)
+    return env

@@ -1,0 +1,133 @@
+"""Finding and loading the native libraries, and their errors: the paths, libtrim-rht's ctypes
+binding (round trip on plain buffers, failures carry the library's reason), and the probe of the
+plugin NCCL loaded. No torch."""
+
+import array
+import ctypes
+import ctypes.util
+import os
+import shutil
+import tempfile
+import unittest
+from unittest import mock
+
+from _support import lib_dir, require_libs
+
+import nccl_trim
+from nccl_trim import plugin, rht
+
+
+class PathsTest(unittest.TestCase):
+    def setUp(self):
+        require_libs()
+
+    def test_paths_come_from_the_override_directory(self):
+        self.assertEqual(nccl_trim.plugin_path(), str((lib_dir() / "libnccl-net-trim.so").resolve()))
+        self.assertEqual(nccl_trim.rht_library_path(), str((lib_dir() / "libtrim-rht.so").resolve()))
+
+    def test_without_override_the_package_lib_dir_is_used(self):
+        with mock.patch.dict(os.environ):
+            os.environ.pop("NCCL_TRIM_LIB_DIR")
+            self.assertEqual(nccl_trim.lib_dir().name, "lib")
+            self.assertEqual(nccl_trim.lib_dir().parent.name, "nccl_trim")
+
+    def test_a_missing_library_says_where_it_looked_and_what_to_do(self):
+        with tempfile.TemporaryDirectory() as empty, mock.patch.dict(os.environ, {"NCCL_TRIM_LIB_DIR": empty}):
+            with self.assertRaises(nccl_trim.LibraryError) as e:
+                nccl_trim.plugin_path()
+            self.assertIn(empty, str(e.exception))
+            self.assertIn("make python-libs", str(e.exception))
+            with self.assertRaisesRegex(nccl_trim.LibraryError, "libtrim-rht.so not found"):
+                nccl_trim.rht_library_path()
+            with self.assertRaises(nccl_trim.LibraryError):  # env() needs the plugin's path
+                nccl_trim.env()
+
+
+class RhtLibraryTest(unittest.TestCase):
+    def setUp(self):
+        require_libs()
+        self.lib = rht.load()
+
+    def test_host_round_trip_on_a_plain_buffer(self):
+        values = [((i * 7919) % 1000) / 100.0 - 5.0 for i in range(1000)]
+        buf = array.array("f", values)
+        ptr, n = buf.buffer_info()
+        seed = self.lib.bucket_seed(1, 2, 3)
+        self.lib.forward_host(ptr, n, rht.F32, 15, 0, seed)
+        self.assertNotEqual(list(buf)[:10], values[:10])
+        self.lib.inverse_host(ptr, n, rht.F32, 15, 0, seed)
+        self.assertLess(max(abs(a - b) for a, b in zip(buf, values)), 1e-5 * 5)
+
+    def test_bucket_seeds_are_deterministic_and_distinct(self):
+        seeds = {self.lib.bucket_seed(7, b, s) for b in range(4) for s in range(4)}
+        self.assertEqual(len(seeds), 16)
+        self.assertEqual(self.lib.bucket_seed(7, 1, 2), self.lib.bucket_seed(7, 1, 2))
+
+    def test_failures_raise_with_the_library_reason(self):
+        buf = array.array("d", [1.0])
+        with self.assertRaisesRegex(rht.RhtError, "dtype 4 is not supported"):
+            self.lib.forward_host(buf.buffer_info()[0], 1, 4, 15, 0, 1)
+        with self.assertRaisesRegex(rht.RhtError, "row_log2 16 is out of range"):
+            self.lib.forward_host(buf.buffer_info()[0], 1, rht.F32, 16, 0, 1)
+
+    def test_gpu_availability_reports_why_not(self):
+        ok, why = self.lib.cuda_available()
+        if not ok:
+            self.assertTrue(why, "cuda_available() said no without a reason")
+
+    def test_loading_something_else_is_a_library_error(self):
+        with self.assertRaisesRegex(nccl_trim.LibraryError, "cannot load"):
+            rht.RhtLibrary("/nonexistent/libtrim-rht.so")
+        with self.assertRaisesRegex(nccl_trim.LibraryError, "is not libtrim-rht"):
+            rht.RhtLibrary(ctypes.util.find_library("m") or "libm.so.6")
+
+
+class PluginProbeTest(unittest.TestCase):
+    """plugin.loaded_plugin() sees only a plugin already loaded into the process (RTLD_NOLOAD)."""
+
+    def setUp(self):
+        require_libs()
+
+    def test_not_loaded_is_a_plugin_error_that_says_how_to_fix_it(self):
+        # A private copy (other tests load the build's): never loaded by anyone, so NOLOAD fails.
+        built = lib_dir() / "libnccl-net-trim.so"
+        with tempfile.TemporaryDirectory() as d, mock.patch.dict(os.environ, {"NCCL_TRIM_LIB_DIR": d}):
+            copy = os.path.join(d, "libnccl-net-trim.so")
+            shutil.copy(built, copy)
+            with self.assertRaises(nccl_trim.PluginError) as e:
+                plugin.loaded_plugin({"NCCL_NET_PLUGIN": copy, "NCCL_NET": "Trim"})
+            self.assertIn("has not loaded", str(e.exception))
+            self.assertIn("nccl_trim.env()", str(e.exception))
+
+    def test_a_loaded_plugin_is_found_and_checked_for_the_hook_exports(self):
+        path = nccl_trim.plugin_path()
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)  # as NCCL loads it
+        has_exports = hasattr(lib, "nccl_trim_hook_abi")
+        env = {"NCCL_NET_PLUGIN": path}
+        if not has_exports:
+            with self.assertRaisesRegex(nccl_trim.PluginError, "no hook exports"):
+                plugin.loaded_plugin(env)
+            self.skipTest("this plugin build has no nccl_trim_hook_* exports yet (the plugin side of the hook)")
+        found = plugin.loaded_plugin(env)
+        self.assertEqual(found.traffic_class(), plugin.hook_traffic_class({}))
+        self.assertEqual((found.hook_comms(), found.hook_send_conns(), found.rotated_messages()), (0, 0, 0))
+
+    def test_traffic_class_comes_from_the_environment(self):
+        self.assertEqual(plugin.hook_traffic_class({}), 116)
+        self.assertEqual(plugin.hook_traffic_class({"NCCL_TRIM_HOOK_TRAFFIC_CLASS": "0x20"}), 32)
+        for bad in ("x", "256", "-1"):
+            with self.assertRaises(nccl_trim.PluginError):
+                plugin.hook_traffic_class({"NCCL_TRIM_HOOK_TRAFFIC_CLASS": bad})
+
+
+class ImportTest(unittest.TestCase):
+    def test_importing_the_package_does_not_import_torch(self):
+        import subprocess
+        import sys
+        code = "import sys, nccl_trim, nccl_trim.run, nccl_trim.launch_args; print('torch' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        self.assertEqual(out.stdout.strip(), "False")
+
+
+if __name__ == "__main__":
+    unittest.main()
