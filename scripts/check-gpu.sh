@@ -411,8 +411,8 @@ if ((preflight_ok)); then
     for h in plain hook; do
       hflag=()
       [[ $h == hook ]] && hflag=(--hook)
-      part hook_overhead "$h" 150 "hook_$h" -- "${rd[@]}" --mode lossless "${hflag[@]}" --ranks 2 --task charlm \
-        --max-steps "$hook_steps" --timeout-s 140 --out "$out/hook_$h"
+      part hook_overhead "$h" 100 "hook_$h" -- "${rd[@]}" --mode lossless "${hflag[@]}" --ranks 2 --task charlm \
+        --max-steps "$hook_steps" --timeout-s 90 --out "$out/hook_$h"
     done
   fi
   # 8. Accuracy under random trimming: Socket, per-hop rht, the hook; per seed.
@@ -424,8 +424,8 @@ if ((preflight_ok)); then
           rht) targs=(--mode random --trim-p "$hook_p") ;;
           hook) targs=(--mode random --trim-p "$hook_p" --hook) ;;
         esac
-        part hook_accuracy "${t}_s$s" 300 "hookacc/${t}_s$s" -- "${rd[@]}" "${targs[@]}" --ranks 2 --task charlm \
-          --epochs "$hook_epochs" --seed "$s" --timeout-s 290 --out "$out/hookacc/${t}_s$s"
+        part hook_accuracy "${t}_s$s" 150 "hookacc/${t}_s$s" -- "${rd[@]}" "${targs[@]}" --ranks 2 --task charlm \
+          --epochs "$hook_epochs" --seed "$s" --timeout-s 140 --out "$out/hookacc/${t}_s$s"
       done
     done
   fi
