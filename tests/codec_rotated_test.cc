@@ -13,12 +13,6 @@
 namespace trim::codec::testing {
 namespace {
 
-std::vector<uint8_t> to_bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
 // The hook's rotation of a bucket of `x.size()` fp32 values, rows of 2^15 (in place).
 void hook_rotate(std::vector<float>* x, uint64_t seed, bool forward) {
   const rht::BucketGeom g = rht::make_geom(x->size(), 0, 15);
@@ -142,34 +136,11 @@ TEST(CodecRotated, PartialTrimScalesWithFraction) {
         r[i] = bf16_to_f32(h);
       }
     }
+    std::vector<float> y(elems);
     for (double t : {0.1, 0.25, 0.5, 0.9}) {
-      std::mt19937 rng(static_cast<uint32_t>(t * 100));
-      std::bernoulli_distribution trim(t);
-      std::vector<uint8_t> cut(elems, 0);
-      Decoded dec = round_trip(config(Scheme::kRotated), dt, msg, [&](size_t, const ParsedPacket& p) {
-        if (!trim(rng)) return static_cast<int64_t>(p.hdr.payload_bytes);
-        const size_t first = static_cast<size_t>(p.hdr.row) * 32768 + p.hdr.first_elem;
-        std::fill_n(cut.begin() + static_cast<ptrdiff_t>(first), p.hdr.elem_count, 1);
-        return static_cast<int64_t>(p.hdr.trim_bytes);
-      });
-      std::vector<float> y(elems);
-      size_t trimmed = 0;
-      for (size_t i = 0; i < elems; ++i) {
-        if (dt == DType::kF32) {
-          std::memcpy(&y[i], &dec.bytes[4 * i], 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, &dec.bytes[2 * i], 2);
-          y[i] = bf16_to_f32(h);
-        }
-        trimmed += cut[i];
-        if (!cut[i]) {
-          ASSERT_EQ(std::memcmp(&dec.bytes[esize * i], &msg[esize * i], esize), 0) << dtype_name(dt) << " " << t;
-        }
-        ASSERT_EQ(dec.estimated[i], cut[i]) << t << " i=" << i;
-      }
-      ASSERT_EQ(dec.stats.head_only, trimmed);
-      const double u = static_cast<double>(trimmed) / elems;
+      const RandomTrim cut = random_trim_round_trip(config(Scheme::kRotated), dt, msg, t);
+      for (size_t i = 0; i < elems; ++i) y[i] = element_value(dt, cut.dec.bytes, i);
+      const double u = static_cast<double>(cut.trimmed) / elems;
       const double nmse = sq_err(r, y) / sq_norm(r);
       EXPECT_GT(u, 0.0) << t;
       EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1))

@@ -10,12 +10,6 @@
 namespace trim::codec::testing {
 namespace {
 
-std::vector<uint8_t> to_bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
 // DRIVE's identity: with every packet trimmed to its heads, x' = R^-1(f sign(R x)) with
 // f = |x|^2/|Rx|_1, so <x, x'> = |x|^2 and NMSE = d |x|^2 / |Rx|_1^2 - 1 exactly (up to fp32
 // rounding). For Gaussian rows it concentrates at pi/2 - 1 = 0.5708; its standard deviation
@@ -58,42 +52,12 @@ TEST(CodecTrim, RhtPartialTrimScalesWithFraction) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const size_t elems = 32768 * 8;
     const std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 9, false);
-    auto value = [dt](const std::vector<uint8_t>& b, size_t i) {
-      if (dt == DType::kF32) {
-        float f;
-        std::memcpy(&f, &b[4 * i], 4);
-        return f;
-      }
-      uint16_t h;
-      std::memcpy(&h, &b[2 * i], 2);
-      return bf16_to_f32(h);
-    };
-    std::vector<float> x(elems);
-    for (size_t i = 0; i < elems; ++i) x[i] = value(msg, i);
+    std::vector<float> x(elems), y(elems);
+    for (size_t i = 0; i < elems; ++i) x[i] = element_value(dt, msg, i);
     for (double t : {0.1, 0.25, 0.5, 0.9}) {
-      std::mt19937 rng(static_cast<uint32_t>(t * 100));
-      std::bernoulli_distribution trim(t);
-      std::vector<uint8_t> cut(elems, 0);
-      Decoded dec = round_trip(config(Scheme::kRht), dt, msg, [&](size_t, const ParsedPacket& p) {
-        if (!trim(rng)) return static_cast<int64_t>(p.hdr.payload_bytes);
-        const size_t first = static_cast<size_t>(p.hdr.row) * 32768 + p.hdr.first_elem;
-        std::fill_n(cut.begin() + static_cast<ptrdiff_t>(first), p.hdr.elem_count, 1);
-        return static_cast<int64_t>(p.hdr.trim_bytes);
-      });
-      const size_t esize = dtype_bytes(dt);
-      std::vector<float> y(elems);
-      size_t trimmed = 0;
-      for (size_t i = 0; i < elems; ++i) {
-        y[i] = value(dec.bytes, i);
-        trimmed += cut[i];
-        if (!cut[i]) {
-          ASSERT_EQ(std::memcmp(&dec.bytes[esize * i], &msg[esize * i], esize), 0)
-              << dtype_name(dt) << " " << t << " i=" << i;
-        }
-        ASSERT_EQ(dec.estimated[i], cut[i]) << t << " i=" << i;
-      }
-      ASSERT_EQ(dec.stats.head_only, trimmed);
-      const double u = static_cast<double>(trimmed) / elems;
+      const RandomTrim r = random_trim_round_trip(config(Scheme::kRht), dt, msg, t);
+      for (size_t i = 0; i < elems; ++i) y[i] = element_value(dt, r.dec.bytes, i);
+      const double u = static_cast<double>(r.trimmed) / elems;
       const double nmse = sq_err(x, y) / sq_norm(x);
       EXPECT_GT(u, 0.0) << t;
       EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1))

@@ -25,6 +25,40 @@ std::vector<uint8_t> message_bytes(DType d, size_t elems, size_t extra, uint64_t
   return out;
 }
 
+float element_value(DType d, const std::vector<uint8_t>& b, size_t i) {
+  if (d == DType::kF32) {
+    float f;
+    std::memcpy(&f, &b[4 * i], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &b[2 * i], 2);
+  return d == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+RandomTrim random_trim_round_trip(const CodecConfig& cfg, DType d, const std::vector<uint8_t>& msg, double t) {
+  const size_t esize = dtype_bytes(d), elems = msg.size() / esize;
+  RandomTrim r;
+  r.cut.assign(elems, 0);
+  std::mt19937 rng(static_cast<uint32_t>(t * 100));
+  std::bernoulli_distribution trim(t);
+  r.dec = round_trip(cfg, d, msg, [&](size_t, const ParsedPacket& p) {
+    if (!trim(rng)) return static_cast<int64_t>(p.hdr.payload_bytes);
+    const size_t first = static_cast<size_t>(p.hdr.row) * cfg.row_elems + p.hdr.first_elem;
+    std::fill_n(r.cut.begin() + static_cast<ptrdiff_t>(first), p.hdr.elem_count, 1);
+    return static_cast<int64_t>(p.hdr.trim_bytes);
+  });
+  for (size_t i = 0; i < elems; ++i) {
+    r.trimmed += r.cut[i];
+    if (!r.cut[i]) {
+      EXPECT_EQ(std::memcmp(&r.dec.bytes[esize * i], &msg[esize * i], esize), 0) << dtype_name(d) << " t=" << t << " i=" << i;
+    }
+    EXPECT_EQ(r.dec.estimated[i], r.cut[i]) << dtype_name(d) << " t=" << t << " i=" << i;
+  }
+  EXPECT_EQ(r.dec.stats.head_only, r.trimmed);
+  return r;
+}
+
 Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
                    const MessageId& id) {
   Decoded d;

@@ -55,6 +55,25 @@ Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_
 inline int64_t keep_all(size_t, const ParsedPacket& p) { return p.hdr.payload_bytes; }
 inline int64_t trim_all(size_t, const ParsedPacket& p) { return p.hdr.trim_bytes; }
 
+inline std::vector<uint8_t> to_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Element i of a message of fp32 or bf16/fp16 values, as fp32.
+float element_value(DType d, const std::vector<uint8_t>& b, size_t i);
+
+// A round trip where each packet is trimmed to its head with probability t (draws seeded from
+// t); cut[i] = 1 for the elements of trimmed packets. Asserts (gtest) that every other element
+// arrived bit exact and that the decoder marked exactly the cut ones estimated.
+struct RandomTrim {
+  Decoded dec;
+  std::vector<uint8_t> cut;
+  size_t trimmed = 0;  // elements in trimmed packets
+};
+RandomTrim random_trim_round_trip(const CodecConfig& cfg, DType d, const std::vector<uint8_t>& msg, double t);
+
 inline std::vector<float> as_floats(const std::vector<uint8_t>& b) {
   std::vector<float> f(b.size() / 4);
   std::memcpy(f.data(), b.data(), f.size() * 4);
