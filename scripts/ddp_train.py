@@ -5,6 +5,9 @@ Tasks:
   digits  a small CNN (or MLP) on scikit-learn's bundled 8x8 digits set (1797 images)
   charlm  a small character-level (byte-level) transformer on the Python standard library's
           own *.py files (sorted paths, first --charlm-bytes bytes; last 10% is the val split)
+  widemlp the digits data through a wide MLP, 64-W-W-10 (--width W, default 1664: 2.9M
+          parameters, 11.6 MB of fp32 gradient per step for a few ms of GPU work): the task
+          whose iteration time the network, not the GPU, sets (scripts/congestion_bench.sh)
 
 Nothing here knows about any network plugin: the job is launched like any torchrun job
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in the environment) and uses the
@@ -12,10 +15,15 @@ NCCL backend when CUDA is available, else gloo, so the same script runs on a lap
 
 Output, as JSON lines (rank 0 on stdout; every rank into --json-out, where "{rank}" in the
 path is replaced by the rank, and a path without it is written by rank 0 only):
-  {"event": "config", ...}   arguments, data, model size, versions, NCCL_* environment
+  {"event": "config", ...}   arguments, data, model size (params; grad_bytes: the bytes of
+                             gradient DDP all-reduces per step), versions, NCCL_* environment
+  {"event": "compute", ...}  with --measure-compute N: forward+backward time without gradient
+                             sync (DDP no_sync), p50 over N steps after 2 warm-ups, all ranks at once
   {"event": "epoch", ...}    per epoch: train loss, val loss/accuracy, wall clock, iteration
                              time p50/p99 (epoch 0 is the untrained model, before any step)
-  {"event": "target", ...}   the first epoch whose val accuracy reached --target-acc
+  {"event": "eval", ...}     with --eval-every N: val loss/accuracy after every N-th step
+  {"event": "target", ...}   the first evaluation (epoch end, or --eval-every) whose val accuracy
+                             reached --target-acc
   {"event": "final", ...}    sha256 of every rank's parameters (gathered), whether all are
                              identical, their spread, whether the val loss decreased, and
                              iteration time p50/p99 over the whole run
@@ -45,8 +53,12 @@ from pathlib import Path
 TASK_DEFAULTS = {
     # lr and optimizer per task: plain SGD+momentum trains the CNN in a few epochs; the
     # transformer needs Adam to get anywhere in the few hundred steps a smoke budget allows.
+    # widemlp: 128 per rank (256 a step at 2 ranks, 5 steps an epoch) at lr 0.3 reached 0.95 val
+    # accuracy after 35-40 steps for seeds 0-3 and stayed above 0.955 (CPU, one process with the
+    # same global batch); 12 epochs = 60 steps at 2 ranks end near 0.97.
     "digits": {"lr": 0.05, "optimizer": "sgd", "batch_size": 32, "epochs": 20},
     "charlm": {"lr": 2e-3, "optimizer": "adam", "batch_size": 32, "epochs": 3},
+    "widemlp": {"lr": 0.3, "optimizer": "sgd", "batch_size": 128, "epochs": 12},
 }
 
 
@@ -55,9 +67,10 @@ def parse_args(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(TASK_DEFAULTS), default="digits")
     p.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="digits only")
-    p.add_argument("--epochs", type=int, default=None, help="default: 20 digits, 3 charlm")
-    p.add_argument("--batch-size", type=int, default=None, help="per rank (default 32)")
-    p.add_argument("--lr", type=float, default=None, help="default: 0.05 (sgd) digits, 2e-3 (adam) charlm")
+    p.add_argument("--epochs", type=int, default=None, help="default: 20 digits, 3 charlm, 12 widemlp")
+    p.add_argument("--batch-size", type=int, default=None, help="per rank (default 32; widemlp 128)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="default: 0.05 (sgd) digits, 2e-3 (adam) charlm, 0.3 (sgd) widemlp")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default=None)
     p.add_argument("--seed", type=int, default=0, help="model init and data order (same on every rank)")
     p.add_argument("--data-seed", type=int, default=0, help="train/val split of digits")
@@ -76,6 +89,20 @@ def parse_args(argv=None):
     p.add_argument("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
     p.add_argument("--d-model", type=int, default=128, help="charlm width")
     p.add_argument("--layers", type=int, default=4, help="charlm depth")
+    p.add_argument("--width", type=int, default=1664, help="widemlp hidden width (1664: 11.6 MB of gradient)")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                   help="also evaluate after every N-th optimizer step (0: at epoch ends only); the "
+                        "training itself is unchanged, only time to --target-acc gets finer")
+    p.add_argument("--time-limit-s", type=float, default=0, metavar="S",
+                   help="stop training after the step during which S seconds of training wall clock "
+                        "passed (0: no limit); evaluation and the final event follow as usual, the "
+                        "final event saying stopped_by_time_limit")
+    p.add_argument("--describe", action="store_true",
+                   help="print the model's size and the run's step count as one JSON line (computed, "
+                        "no torch needed; WORLD_SIZE from the environment) and exit")
+    p.add_argument("--measure-compute", type=int, default=0, metavar="N",
+                   help="before training, time N forward+backward passes without gradient sync "
+                        "(DDP no_sync, parameters untouched) and log them as a compute event")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic cuDNN/cuBLAS kernels (same data + same sums = same parameter bits)")
     p.add_argument("--die-after-iters", type=int, default=0, metavar="N",
@@ -84,6 +111,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.die_after_iters < 0:
         p.error("--die-after-iters must be >= 0")
+    if args.eval_every < 0 or args.measure_compute < 0 or args.width < 1 or args.time_limit_s < 0:
+        p.error("--eval-every, --measure-compute and --time-limit-s must be >= 0, --width >= 1")
     d = TASK_DEFAULTS[args.task]
     for k in ("lr", "optimizer", "batch_size", "epochs"):
         if getattr(args, k) is None:
@@ -120,7 +149,7 @@ def load_digits_data(csv_path, data_seed):
     y = [r[64] for r in rows]
     order = list(range(len(rows)))
     random.Random(data_seed).shuffle(order)
-    n_val = len(rows) // 5
+    n_val = len(rows) // DIGITS_VAL_SHARE
     val, train = order[:n_val], order[n_val:]
     info = {"dataset": "scikit-learn digits (digits.csv.gz)", "path": str(csv_path),
             "train": len(train), "val": len(val)}
@@ -154,7 +183,41 @@ def stdlib_corpus(max_bytes):
 
 # ---------------------------------------------------------------- models
 
+DIGITS_IMAGES, DIGITS_VAL_SHARE = 1797, 5  # scikit-learn's digits; 1/5 of them held out
+
+
+def describe(args, world):
+    """Parameters, fp32 gradient bytes and optimizer steps of this run, computed without torch
+    (scripts/congestion_bench.sh sizes its runs with it; check_ddp_scripts.sh checks the
+    parameter counts against the models build_model makes)."""
+    if args.task == "widemlp":
+        w = args.width
+        params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
+    elif args.task == "digits" and args.model == "mlp":
+        params = (64 * 512 + 512) + (512 * 512 + 512) + (512 * 10 + 10)
+    elif args.task == "digits":
+        params = (1 * 32 * 9 + 32) + (32 * 64 * 9 + 64) + (64 * 4 * 4 * 256 + 256) + (256 * 10 + 10)
+    else:  # charlm: per layer attention 4d^2+4d, feed-forward 8d^2+5d, two LayerNorms 4d
+        d = args.d_model
+        params = 256 * d + args.seq_len * d + args.layers * (12 * d * d + 13 * d) + 2 * d + (d * 256 + 256)
+    if args.task == "charlm":
+        split = args.charlm_bytes * 9 // 10  # the corpus is assumed at least --charlm-bytes long
+        n_train = len(range(0, split - args.seq_len - 1, args.seq_len))
+    else:
+        n_train = DIGITS_IMAGES - DIGITS_IMAGES // DIGITS_VAL_SHARE
+    steps_per_epoch = n_train // world // args.batch_size
+    steps = steps_per_epoch * args.epochs
+    if args.max_steps:
+        steps = min(steps, args.max_steps)
+    return {"task": args.task, "params": params, "grad_bytes": 4 * params, "world_size": world,
+            "batch_size": args.batch_size, "steps_per_epoch": steps_per_epoch, "epochs": args.epochs,
+            "steps": steps}
+
+
 def build_model(args, nn, torch):
+    if args.task == "widemlp":
+        w = args.width
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, 10))
     if args.task == "digits":
         if args.model == "mlp":
             return nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU(),
@@ -301,6 +364,9 @@ def die_now(log, rank, step):
 
 def main():
     args = parse_args()
+    if args.describe:
+        print(json.dumps(describe(args, int(os.environ.get("WORLD_SIZE", "1")))))
+        return
     import torch
     if args.deterministic:
         make_deterministic(torch)
@@ -317,7 +383,7 @@ def main():
 
     # Data: every rank loads the whole (small) set onto its device once, and indexes batches
     # from it; a DataLoader's per-batch overhead would dominate steps this small.
-    if args.task == "digits":
+    if args.task in ("digits", "widemlp"):
         (xt, yt), (xv, yv), data_info = load_digits_data(digits_csv_path(args.digits_csv), args.data_seed)
 
         def images(rows):
@@ -358,6 +424,8 @@ def main():
     torch.manual_seed(args.seed)
     model = build_model(args, nn, torch).to(device)
     n_params = sum(p.numel() for p in model.parameters())
+    # What DDP all-reduces per step: every gradient, in the parameters' own dtype.
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
     if args.optimizer == "sgd":
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
@@ -374,26 +442,58 @@ def main():
         y2 = y.reshape(-1)
         return F.cross_entropy(out2, y2), (out2.argmax(1) == y2).sum()
 
+    def time_is_up():
+        return bool(args.time_limit_s) and time.perf_counter() - t0 >= args.time_limit_s
+
     @torch.no_grad()
     def evaluate():
         """Val loss and accuracy (per byte for charlm) over the whole val set, sharded across
-        ranks and summed in float64 (a few bytes: no transport touches values that small)."""
+        ranks and summed in float64 (a few bytes: no transport touches values that small).
+        The same all-reduce carries rank 0's verdict on --time-limit-s (its clock decides for
+        all: every rank must stop after the same step), so the limit costs no collective."""
+        nonlocal stopped_by_time
         model.eval()
         idx_all = torch.arange(rank, n_val, world, device=device)
-        tot = torch.zeros(3, dtype=torch.float64, device=device)
+        tot = torch.zeros(4, dtype=torch.float64, device=device)
+        if rank == 0 and time_is_up():
+            tot[3] = 1.0
         eb = max(args.batch_size, 256)
         for i in range(0, len(idx_all), eb):
             x, y = val_batch(idx_all[i:i + eb])
             loss, correct = loss_and_correct(model, x, y)  # no DDP hooks for eval
-            tot += torch.stack([loss.double() * y.numel(), correct.double(),
-                                torch.tensor(float(y.numel()), dtype=torch.float64, device=device)])
+            tot[:3] += torch.stack([loss.double() * y.numel(), correct.double(),
+                                    torch.tensor(float(y.numel()), dtype=torch.float64, device=device)])
         dist.all_reduce(tot)
+        stopped_by_time = stopped_by_time or tot[3].item() > 0
         model.train()
         return (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item()
 
     log("config", world_size=world, backend=backend, device=str(device), params=n_params,
-        data=data_info, args=vars(args), versions=versions(torch, device),
+        grad_bytes=grad_bytes, data=data_info, args=vars(args), versions=versions(torch, device),
         env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
+
+    compute_ms, stopped_by_time, t0 = None, False, time.perf_counter()
+    if args.measure_compute:
+        # The GPU time of one step without the network: forward+backward on the first batch under
+        # no_sync (no all-reduce), both ranks at once (barriers), 2 warm-ups. Gradients are
+        # dropped and no optimizer step is taken: the training below starts exactly as without.
+        x, y = train_batch(torch.arange(min(args.batch_size, n_train), device=device))
+        dist.barrier(device_ids=[device.index] if use_cuda else None)
+        ms = []
+        with ddp.no_sync():
+            for i in range(args.measure_compute + 2):
+                sync()
+                ts = time.perf_counter()
+                loss, _ = loss_and_correct(ddp, x, y)
+                loss.backward()
+                sync()
+                if i >= 2:
+                    ms.append((time.perf_counter() - ts) * 1e3)
+        opt.zero_grad(set_to_none=True)
+        dist.barrier(device_ids=[device.index] if use_cuda else None)
+        compute_ms = percentile(ms, 50)
+        log("compute", steps=len(ms), compute_p50_ms=compute_ms, compute_min_ms=min(ms),
+            compute_max_ms=max(ms), grad_bytes=grad_bytes)
 
     t0 = time.perf_counter()
     train_s = 0.0
@@ -420,6 +520,8 @@ def main():
         for s in range(steps_per_epoch):
             if args.max_steps and total_steps >= args.max_steps:
                 break
+            if stopped_by_time:
+                break
             sync()
             ts = time.perf_counter()
             x, y = train_batch(mine[s * args.batch_size:(s + 1) * args.batch_size])
@@ -434,6 +536,17 @@ def main():
             total_steps += 1
             if args.die_after_iters and rank == args.die_rank and total_steps >= args.die_after_iters:
                 die_now(log, rank, total_steps)
+            last = s + 1 == steps_per_epoch or (args.max_steps and total_steps >= args.max_steps)
+            if args.eval_every and total_steps % args.eval_every == 0 and not last:  # the epoch's own eval follows
+                # Between steps, outside their timing; parameters and data order are untouched.
+                val_loss, val_acc = evaluate()
+                wall = time.perf_counter() - t0
+                log("eval", epoch=epoch, steps=total_steps, val_loss=val_loss, val_acc=val_acc, wall_s=wall,
+                    train_s=train_s + sum(times))
+                if args.target_acc is not None and reached is None and val_acc >= args.target_acc:
+                    reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_s + sum(times),
+                               "val_acc": val_acc}
+                    log("target", target_acc=args.target_acc, **reached)
         train_s += sum(times)
         val_loss, val_acc = evaluate()
         wall = time.perf_counter() - t0
@@ -447,9 +560,9 @@ def main():
             iter_mean_ms=sum(ms) / len(ms) if ms else None,
             samples_per_s=steps * args.batch_size * world / sum(times) if times else None)
         if args.target_acc is not None and reached is None and val_acc >= args.target_acc:
-            reached = {"epoch": epoch, "wall_s": wall, "train_s": train_s, "val_acc": val_acc}
+            reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_s, "val_acc": val_acc}
             log("target", target_acc=args.target_acc, **reached)
-        if args.max_steps and total_steps >= args.max_steps:
+        if (args.max_steps and total_steps >= args.max_steps) or stopped_by_time:
             break
 
     # Replica check: each rank hashes its own parameter bytes; the hashes are gathered. The
@@ -474,10 +587,11 @@ def main():
         time_to_target_s=reached["wall_s"] if reached else None,
         train_time_to_target_s=reached["train_s"] if reached else None,
         epochs_to_target=reached["epoch"] if reached else None,
+        steps_to_target=reached["step"] if reached else None, stopped_by_time_limit=stopped_by_time,
         iter_p50_ms=percentile(all_ms, 50), iter_p99_ms=percentile(all_ms, 99),
         iter_max_ms=max(all_ms, default=None), iter_count=len(all_ms), first_step_ms=first_step_ms,
         param_sha256=digests, params_identical=len(set(digests)) == 1,
-        params_vs_rank0=spread, params=n_params)
+        params_vs_rank0=spread, params=n_params, grad_bytes=grad_bytes, compute_ms=compute_ms)
     dist.barrier(device_ids=[device.index] if use_cuda else None)
     # A clean shutdown closes the transport's connections (and lets it log its counters).
     dist.destroy_process_group()

@@ -31,7 +31,7 @@
 #   A sweep ends with scripts/plot_ddp.py on --out (PNGs if matplotlib is there, tables).
 #
 # Options (defaults in brackets):
-#   --ranks N [2]  --task digits|charlm [digits]  --epochs E  --batch-size B  --lr LR
+#   --ranks N [2]  --task digits|charlm|widemlp [digits]  --epochs E  --batch-size B  --lr LR
 #   --seed S [0]  --target-acc A  --max-steps K       passed to ddp_train.py (its defaults)
 #   --scheme none|sign|sq|sd|rht [rht]  --head-bits 1|16 [1]  --phase reduce_scatter|all
 #                                    NCCL_TRIM_SCHEME / _HEAD_BITS / _PHASE of the plugin
@@ -153,7 +153,7 @@ done
 
 valid_mode() { [[ $1 =~ ^(lossless|random|trim|drop|socket)$ ]] || die "unknown mode '$1' (lossless|random|trim|drop|socket)"; }
 valid_mode "$mode"
-[[ $task =~ ^(digits|charlm)$ ]] || die "unknown task '$task' (digits|charlm)"
+[[ $task =~ ^(digits|charlm|widemlp)$ ]] || die "unknown task '$task' (digits|charlm|widemlp)"
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || die "--ranks must be a positive integer"
 [[ $scheme =~ ^(none|sign|sq|sd|rht)$ ]] || die "unknown scheme '$scheme' (none|sign|sq|sd|rht)"
 [[ $head_bits =~ ^(1|16)$ ]] || die "--head-bits must be 1 or 16"
@@ -309,7 +309,7 @@ run_one() {
     [[ -n $lr ]] && args+=(--lr "$lr")
     [[ -n $target_acc ]] && args+=(--target-acc "$target_acc")
     [[ -n $max_steps ]] && args+=(--max-steps "$max_steps")
-    [[ -n ${DDP_DIGITS_CSV:-} && $task == digits ]] && args+=(--digits-csv "$DDP_DIGITS_CSV")
+    [[ -n ${DDP_DIGITS_CSV:-} && $task != charlm ]] && args+=(--digits-csv "$DDP_DIGITS_CSV")
   fi
   [[ $m == cpu ]] && args+=(--device cpu --backend gloo)
   args+=(--json-out "$dir/rank{rank}.jsonl" "${extra[@]}")
