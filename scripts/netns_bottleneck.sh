@@ -24,6 +24,8 @@
 #                      else CMD runs once in the caller's namespace (trim-harness --netns {netns})
 #   --dry-run          set everything up, print the command(s) with placeholders filled in,
 #                      tear down; runs nothing
+#   --print-only       print the switch's and the command(s)' lines as --dry-run does, but set
+#                      nothing up: needs no root, no `ip`, no /dev/net/tun and no build
 # Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0} (rank 0's address); with
 # --per-rank also {rank} and {addr}. The command gets NCCL_TRIM_IFNAME and NCCL_SOCKET_IFNAME =
 # the TUN's name (always: nothing else leads out of a namespace), TRIM_BN_NETNS, TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK).
@@ -35,7 +37,7 @@
 set -euo pipefail
 
 BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
-LOG="" PER_RANK=0 DRY=0 TUN_NAME=trimbn
+LOG="" PER_RANK=0 DRY=0 PRINT_ONLY=0 TUN_NAME=trimbn
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -54,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --log) LOG=$2; shift 2 ;;
     --per-rank) PER_RANK=1; shift ;;
     --dry-run) DRY=1; shift ;;
+    --print-only) PRINT_ONLY=1; DRY=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     --) shift; break ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -65,19 +68,56 @@ done
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
 
-# What this machine must offer; 77 (skip) with the reason when it does not.
-skip() { echo "netns_bottleneck: SKIP: $*" >&2; exit 77; }
-[[ $(id -u) -eq 0 ]] || skip "not root (network namespaces and TUN devices need CAP_NET_ADMIN/CAP_SYS_ADMIN)"
-[[ -c /dev/net/tun ]] || skip "no /dev/net/tun"
-command -v ip >/dev/null || skip "no ip (iproute2)"
-[[ -x $BUILD/bin/trim-switch ]] || { echo "netns_bottleneck: no $BUILD/bin/trim-switch: run 'make -j2 all' first" >&2; exit 1; }
-
 # Names unique per run (PID), so parallel runs never share a namespace.
 NS=()
 for ((k = 0; k < RANKS; k++)); do NS+=("tbn$$r$k"); done
 NS_LIST=$(IFS=,; echo "${NS[*]}")
 ADDR0=198.18.0.1
 addr_of() { echo "198.18.0.$(($1 + 1))"; }
+
+SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
+         --mode "$MODE" --rate-gbps "$RATE" --buffer-bytes "$BUFFER" --prop-delay-us "$PROP" --seed "$SEED")
+if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
+  SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
+fi
+if awk -v c="$LOSS" 'BEGIN{exit !(c > 0)}'; then
+  SW_ARGS+=(--loss-p "$(awk -v c="$LOSS" 'BEGIN{printf "%.6g", c / 100}')")
+fi
+SW_ARGS+=("${SW_EXTRA[@]}")
+
+# fill RANK ARGS...: the command with its placeholders filled in, one word per line in FILLED.
+fill() {
+  local rank=$1; shift
+  FILLED=()
+  local a
+  for a in "$@"; do
+    a=${a//\{netns\}/$NS_LIST}; a=${a//\{ranks\}/$RANKS}; a=${a//\{addr0\}/$ADDR0}
+    if [[ $rank -ge 0 ]]; then a=${a//\{rank\}/$rank}; a=${a//\{addr\}/$(addr_of "$rank")}; fi
+    FILLED+=("$a")
+  done
+}
+
+# --print-only: the lines --dry-run would print, nothing set up.
+if ((PRINT_ONLY)); then
+  echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
+  if ((PER_RANK)); then
+    for ((k = 0; k < RANKS; k++)); do
+      fill "$k" "$@"
+      echo "+ [rank $k] TRIM_BN_RANK=$k ip netns exec ${NS[$k]} ${FILLED[*]}" >&2
+    done
+  else
+    fill -1 "$@"
+    echo "+ ${FILLED[*]}" >&2
+  fi
+  exit 0
+fi
+
+# What this machine must offer; 77 (skip) with the reason when it does not.
+skip() { echo "netns_bottleneck: SKIP: $*" >&2; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "not root (network namespaces and TUN devices need CAP_NET_ADMIN/CAP_SYS_ADMIN)"
+[[ -c /dev/net/tun ]] || skip "no /dev/net/tun"
+command -v ip >/dev/null || skip "no ip (iproute2)"
+[[ -x $BUILD/bin/trim-switch ]] || { echo "netns_bottleneck: no $BUILD/bin/trim-switch: run 'make -j2 all' first" >&2; exit 1; }
 
 TMPLOG=""
 if [[ -z $LOG ]]; then TMPLOG=$(mktemp /tmp/netns_bottleneck.XXXXXX); LOG=$TMPLOG; fi
@@ -116,15 +156,6 @@ for n in "${NS[@]}"; do
   ip netns exec "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
 done
 
-SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
-         --mode "$MODE" --rate-gbps "$RATE" --buffer-bytes "$BUFFER" --prop-delay-us "$PROP" --seed "$SEED")
-if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
-  SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
-fi
-if awk -v c="$LOSS" 'BEGIN{exit !(c > 0)}'; then
-  SW_ARGS+=(--loss-p "$(awk -v c="$LOSS" 'BEGIN{printf "%.6g", c / 100}')")
-fi
-SW_ARGS+=("${SW_EXTRA[@]}")
 echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
 "$BUILD/bin/trim-switch" "${SW_ARGS[@]}" >"$LOG" 2>"$LOG.err" &
 SW_PID=$!
@@ -145,18 +176,6 @@ export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
 printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
   "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$LOSS" "$MODE" "$SEED" "$LOG"
-
-# fill RANK ARGS...: the command with its placeholders filled in, one word per line in FILLED.
-fill() {
-  local rank=$1; shift
-  FILLED=()
-  local a
-  for a in "$@"; do
-    a=${a//\{netns\}/$NS_LIST}; a=${a//\{ranks\}/$RANKS}; a=${a//\{addr0\}/$ADDR0}
-    if [[ $rank -ge 0 ]]; then a=${a//\{rank\}/$rank}; a=${a//\{addr\}/$(addr_of "$rank")}; fi
-    FILLED+=("$a")
-  done
-}
 
 rc=0
 if [[ $PER_RANK -eq 0 ]]; then

@@ -9,8 +9,10 @@
 # The plugin makes no CUDA call; only libtrim-rht, trim-bench and trim-tests link CUDA (static). BUILD [build] is built first
 # when the plugin or trim-switch is missing (make -j all). --iproute2 also runs
 # scripts/fetch-iproute2.sh (Debian 12's ip into .gpu/iproute2) unless .gpu/iproute2/bin/ip exists.
-# On the GPU machine: scripts/check-gpu.sh (it finds .gpu/build and .gpu/iproute2 by itself);
-# see docs/GPU-MACHINE.md.
+# DEST/BUILD_INFO names the commit (with -dirty for uncommitted changes) and the plugin's sha256:
+# the device tool carries the working tree without .git, so results there can only name their
+# build through it. On the GPU machine: scripts/check-gpu.sh or scripts/headtohead.sh (both find
+# .gpu/build and .gpu/iproute2 by themselves); see docs/GPU-MACHINE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iproute2=0
@@ -37,7 +39,10 @@ if ((iproute2)) && [[ ! -x .gpu/iproute2/bin/ip ]]; then
   scripts/fetch-iproute2.sh .gpu/iproute2
 fi
 sha=$(sha256sum "$dest/lib/libnccl-net-trim.so" | cut -c1-16)
-echo "pack-gpu: $dest ($(du -sh "$dest" | cut -f1), plugin sha256 $sha, from $(git rev-parse --short=12 HEAD 2>/dev/null || echo '?'))" >&2
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[[ $commit != unknown && -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && commit+="-dirty"
+printf 'commit %s\nplugin_sha256 %s\npacked %s\n' "$commit" "$sha" "$(date -u +%FT%TZ)" >"$dest/BUILD_INFO"
+echo "pack-gpu: $dest ($(du -sh "$dest" | cut -f1), plugin sha256 $sha, from $commit)" >&2
 [[ -x .gpu/iproute2/bin/ip ]] && echo "pack-gpu: .gpu/iproute2 ($(du -sh .gpu/iproute2 | cut -f1)) is there too" >&2 ||
   echo "pack-gpu: no .gpu/iproute2: step 5 (congestion) will be skipped there; scripts/fetch-iproute2.sh fetches it" >&2
-echo "pack-gpu: carry .gpu; there: scripts/check-gpu.sh --bundle \$OUT (docs/GPU-MACHINE.md)" >&2
+echo "pack-gpu: carry .gpu; there: scripts/check-gpu.sh --bundle \$OUT, or scripts/headtohead.sh --bundle \$OUT (docs/GPU-MACHINE.md)" >&2

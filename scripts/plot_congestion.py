@@ -1,16 +1,34 @@
 #!/usr/bin/env python3
-"""Results of scripts/congestion_bench.sh: one bottleneck, four transports.
+"""Results of scripts/congestion_bench.sh: one bottleneck, four transports, and the verdict on
+issue 20's goal.
 
   plot_congestion.py --augment RUNDIR   add the bottleneck's view to RUNDIR/summary.json (written
                                         by plot_ddp.py --summarize): the switch's per-class
-                                        counters, our trim rate, TCP and plugin retransmissions
-  plot_congestion.py DIR [--no-plots]   every run under DIR: a markdown table, DIR/congestion.png
-                                        (matplotlib, if installed) and, last, one JSON line
+                                        counters, trim rates, TCP and plugin retransmissions, the
+                                        run's compute time, steps to target, accuracy resolution
+  plot_congestion.py DIR [--no-plots] [--meta FILE]
+                                        every run under DIR: markdown tables (the runs; every
+                                        point against Socket; the goal), DIR/congestion.png and
+                                        DIR/time_to_target.png (matplotlib, if installed) and,
+                                        last, one JSON line (FILE's JSON object, e.g. the GPU
+                                        session's versions, goes into it as "meta")
 
-Columns: iteration time p50/p99/max (ms), time to the target accuracy (s), final val accuracy,
-trim rate (our data packets the switch cut / our data packets it forwarded), retransmissions
-(TCP RetransSegs of the ranks' namespaces for socket; the plugin's retransmitted packets
-otherwise), replicas identical (every rank's parameters hash alike at the end).
+Per run: time to the target accuracy (s, wall clock of training with its evaluations) and the
+steps it took, iteration time p50/p99 (ms), final val accuracy and loss, trim rate (switch: our
+data packets it cut / our data packets it forwarded; plugin: trimmed packets it accepted / data
+packets it sent), retransmissions (ours: the plugin's retransmitted packets; TCP's: RetransSegs
+of the ranks' namespaces, for every transport: Socket's data and the plugin's control
+connections), replicas identical, parameters equal to Socket's at the same point (exact
+transports must end equal: the runs are --deterministic).
+
+The goal (issue 20), at 60 % cross load without loss, on the task with the most gradient bytes:
+trim's time to target / Socket's <= 0.5, trim's iteration p99 / Socket's <= 0.5, and trim's final
+accuracy no more than 0.3 points below Socket's. Each part is met, missed or unknown (a run
+missing, failed, or the two runs ended at different steps); the goal is met when all three are,
+missed when one is. Where Socket never reached the target, its run's length bounds its time.
+Every other point is compared too, with where Socket wins and a first reading of why (more
+steps to the target = accuracy; slower steps with drop slow too = the plugin's transport; slower
+steps with drop fast = trimming itself).
 Reads only the standard library unless plotting.
 """
 import argparse
@@ -19,6 +37,7 @@ import sys
 from pathlib import Path
 
 TRANSPORTS = ["socket", "drop", "trim", "trim16"]
+GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 
 
 def read_jsonl(path):
@@ -35,15 +54,20 @@ def read_jsonl(path):
     return out
 
 
+def load_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def augment(d):
     d = Path(d)
-    try:
-        s = json.loads((d / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        s = {"label": d.name, "status": "failed (no summary)"}
+    s = load_json(d / "summary.json") or {"label": d.name, "status": "failed (no summary)"}
     run = json.loads((d / "run.json").read_text())
     s["transport"] = run.get("transport")
     s.update(run.get("bottleneck") or {})
+    s["estimate_s"], s["limit_s"] = run.get("estimate_s"), run.get("limit_s")
     finals = [e for e in read_jsonl(d / "switch.jsonl") if e.get("event") == "final"]
     w = finals[-1] if finals else {}
     keys = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
@@ -52,9 +76,28 @@ def augment(d):
     fwd = w.get("trim_forwarded") or 0
     s["trim_rate"] = (w.get("trim_trimmed") or 0) / fwd if fwd else None
     tcp = sum(e.get("tcp_retrans_segs", 0) for r in sorted(d.glob("rank*.tcp")) for e in read_jsonl(r))
-    s["tcp_retrans_segs"] = tcp
+    s["tcp_retrans_segs"] = s["retx_tcp"] = tcp
     plugin = s.get("plugin") or {}
+    s["retx_plugin"] = plugin.get("retransmitted")
+    s["plugin_trimmed"] = plugin.get("trimmed_accepted")
+    sent = plugin.get("sent_packets") or 0
+    s["plugin_trim_rate"] = (plugin.get("trimmed_accepted") or 0) / sent if sent else None
     s["retransmissions"] = tcp if s["transport"] == "socket" else plugin.get("retransmitted")
+    rank0 = read_jsonl(d / "rank0.jsonl")
+    cfg = next((e for e in rank0 if e.get("event") == "config"), {})
+    fin = next((e for e in reversed(rank0) if e.get("event") == "final"), {})
+    s["grad_bytes"] = cfg.get("grad_bytes")
+    s["val_count"] = (cfg.get("data") or {}).get("val")
+    s["compute_ms"] = fin.get("compute_ms")
+    s["steps_to_target"] = fin.get("steps_to_target")
+    s["stopped_by_time_limit"] = fin.get("stopped_by_time_limit")
+    s["run_wall_s"] = fin.get("wall_s")
+    # What a launch costs besides training (start-up, namespaces, the final gathers, tear-down):
+    # the estimate's --startup-s, measured.
+    s["overhead_s"] = round(s["wall_s"] - s["run_wall_s"], 1) if s.get("wall_s") and s["run_wall_s"] else None
+    s["param_sha256_full"] = (fin.get("param_sha256") or [None])[0]
+    p50 = s.get("iter_p50_ms")
+    s["comm_share"] = 1 - s["compute_ms"] / p50 if s["compute_ms"] and p50 else None
     (d / "summary.json").write_text(json.dumps(s) + "\n")
 
 
@@ -66,9 +109,16 @@ def fmt(v, spec=".3f"):
     return format(v, spec) if isinstance(v, float) else str(v)
 
 
+def point_name(r):
+    c, l = r.get("cross_pct") or 0, r.get("loss_pct") or 0
+    return f"loss {l:g} %" if l else f"cross {c:g} %"
+
+
 def load(root):
     runs = []
     for f in sorted(Path(root).glob("*/summary.json")):
+        if f.parent.name == "calibration_run":
+            continue
         try:
             runs.append(json.loads(f.read_text()))
         except json.JSONDecodeError:
@@ -80,15 +130,178 @@ def load(root):
 
 
 def table(runs):
-    head = ["task", "transport", "cross %", "loss %", "p50 ms", "p99 ms", "max ms", "to target s", "final acc",
-            "trim rate", "retx", "identical", "status"]
+    head = ["task", "transport", "cross %", "loss %", "to target s", "steps to target", "p50 ms", "p99 ms",
+            "final acc", "val loss", "trim rate (switch)", "plugin trimmed", "retx (ours)", "TCP retx", "identical",
+            "= socket", "status"]
+    sock = {(r.get("task"), r.get("cross_pct"), r.get("loss_pct")): r.get("param_sha256_full")
+            for r in runs if r.get("transport") == "socket"}
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
+        ref = sock.get((r.get("task"), r.get("cross_pct"), r.get("loss_pct")))
+        same = None if not ref or not r.get("param_sha256_full") else r["param_sha256_full"] == ref
+        status = fmt(r.get("status")) + (" (time limit)" if r.get("stopped_by_time_limit") else "")
         lines.append("| " + " | ".join([
             fmt(r.get("task")), fmt(r.get("transport")), fmt(r.get("cross_pct"), "g"), fmt(r.get("loss_pct"), "g"),
-            fmt(r.get("iter_p50_ms"), ".2f"), fmt(r.get("iter_p99_ms"), ".2f"), fmt(r.get("iter_max_ms"), ".2f"),
-            fmt(r.get("time_to_target_s"), ".1f"), fmt(r.get("val_acc"), ".4f"), fmt(r.get("trim_rate"), ".4f"),
-            fmt(r.get("retransmissions")), fmt(r.get("params_identical")), fmt(r.get("status"))]) + " |")
+            fmt(r.get("time_to_target_s"), ".2f"), fmt(r.get("steps_to_target")),
+            fmt(r.get("iter_p50_ms"), ".1f"), fmt(r.get("iter_p99_ms"), ".1f"), fmt(r.get("val_acc"), ".4f"),
+            fmt(r.get("val_loss"), ".4f"), fmt(r.get("trim_rate"), ".4f"), fmt(r.get("plugin_trimmed")),
+            fmt(r.get("retx_plugin")), fmt(r.get("retx_tcp")), fmt(r.get("params_identical")),
+            "-" if r.get("transport") == "socket" else fmt(same), status]) + " |")
+    return "\n".join(lines)
+
+
+def ok(r):
+    return bool(r) and r.get("status") == "ok"
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+def compare(t, s, drop=None):
+    """Transport run t against the Socket run s of the same point; drop (same point) helps say why."""
+    c = {"transport": t.get("transport"), "status": t.get("status")}
+    if not ok(t) or not ok(s):
+        c["note"] = "socket run missing or failed" if not ok(s) else f"run {t.get('status')}"
+        return c
+    c["ttt_ratio"] = ratio(t.get("time_to_target_s"), s.get("time_to_target_s"))
+    c["steps_ratio"] = ratio(t.get("steps_to_target"), s.get("steps_to_target"))
+    c["p50_ratio"] = ratio(t.get("iter_p50_ms"), s.get("iter_p50_ms"))
+    c["p99_ratio"] = ratio(t.get("iter_p99_ms"), s.get("iter_p99_ms"))
+    if t.get("val_acc") is not None and s.get("val_acc") is not None:
+        c["acc_diff_points"] = round(100 * (t["val_acc"] - s["val_acc"]), 3)
+    c["same_steps"] = t.get("steps") == s.get("steps")
+    c["params_equal_socket"] = (t.get("param_sha256_full") == s.get("param_sha256_full")
+                                if t.get("param_sha256_full") and s.get("param_sha256_full") else None)
+    wins = []  # where Socket is better
+    if t.get("time_to_target_s") is None and s.get("time_to_target_s") is not None:
+        wins.append("time to target (not reached)")
+    elif c["ttt_ratio"] is not None and c["ttt_ratio"] > 1:
+        wins.append(f"time to target ({c['ttt_ratio']:g}x)")
+    if c["p99_ratio"] is not None and c["p99_ratio"] > 1:
+        wins.append(f"p99 ({c['p99_ratio']:g}x)")
+    if c.get("acc_diff_points") is not None and c["acc_diff_points"] < -GOAL_ACC_POINTS:
+        wins.append(f"accuracy ({c['acc_diff_points']:+.2f} points)")
+    c["socket_wins"] = wins
+    why = []
+    if wins and c["steps_ratio"] is not None and c["steps_ratio"] >= 1.15:
+        why.append(f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)")
+    if wins and c["p50_ratio"] is not None and c["p50_ratio"] > 1:
+        dr = ratio((drop or {}).get("iter_p50_ms"), s.get("iter_p50_ms")) if ok(drop) else None
+        if t.get("transport") == "drop":
+            why.append(f"steps {c['p50_ratio']:g}x Socket's: the plugin's transport (no trimming here)")
+        elif dr is not None and dr > 1:
+            why.append(f"steps {c['p50_ratio']:g}x Socket's, drop's {dr:g}x too: the plugin's transport, not trimming")
+        elif dr is not None:
+            why.append(f"steps {c['p50_ratio']:g}x Socket's while drop's are {dr:g}x: trimming itself "
+                       f"(retransmissions {t.get('retx_plugin')} vs drop's {(drop or {}).get('retx_plugin')})")
+        else:
+            why.append(f"steps {c['p50_ratio']:g}x Socket's (no drop run to tell transport from trimming)")
+    c["why"] = "; ".join(why) or None
+    return c
+
+
+def comparisons(runs):
+    by = {}
+    for r in runs:
+        by.setdefault((r.get("task"), r.get("cross_pct") or 0.0, r.get("loss_pct") or 0.0), {})[r.get("transport")] = r
+    out = []
+    for (task, c, l), rs in sorted(by.items(), key=lambda kv: (kv[0][0] or "", kv[0][2], kv[0][1])):
+        s = rs.get("socket")
+        for tr in TRANSPORTS[1:]:
+            if tr in rs:
+                out.append({"task": task, "cross_pct": c, "loss_pct": l, **compare(rs[tr], s or {}, rs.get("drop"))})
+    return out
+
+
+def big_task(runs):
+    sized = [(r.get("grad_bytes") or 0, r.get("task")) for r in runs if r.get("task")]
+    if not sized:
+        return None
+    best = max(sized)
+    return best[1] if best[0] else ("widemlp" if any(t == "widemlp" for _, t in sized) else sized[0][1])
+
+
+def judge(runs):
+    """The goal at 60 % cross, no loss, on the task with the most gradient bytes."""
+    task = big_task(runs)
+    g = {"goal": f"trim vs Socket at {GOAL_CROSS:g} % cross load: time to target <= {GOAL_TTT}x, "
+                 f"iteration p99 <= {GOAL_P99}x, final accuracy >= Socket's - {GOAL_ACC_POINTS} points",
+         "task": task, "state": "unknown", "parts": {}}
+    at = {r.get("transport"): r for r in runs if r.get("task") == task and (r.get("cross_pct") or 0) == GOAL_CROSS
+          and not r.get("loss_pct")}
+    s, t = at.get("socket"), at.get("trim")
+    if not task or not s or not t:
+        g["detail"] = f"no {'socket' if not s else 'trim'} run of {task} at {GOAL_CROSS:g} % cross"
+        return g
+    if not ok(s) or not ok(t):
+        g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in (("socket", s), ("trim", t)) if not ok(r))
+        return g
+    parts = g["parts"]
+    # time to target
+    ts, tt = s.get("time_to_target_s"), t.get("time_to_target_s")
+    if ts is not None and tt is not None:
+        r = tt / ts
+        parts["time_to_target"] = {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed",
+                                   "trim_s": tt, "socket_s": ts}
+    elif tt is None and ts is not None:
+        parts["time_to_target"] = {"ratio": None, "state": "missed", "trim_s": None, "socket_s": ts,
+                                   "why": f"trim did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
+    elif tt is not None and s.get("run_wall_s"):
+        bound = tt / s["run_wall_s"]  # Socket's time to target is longer than its whole run
+        parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
+                                   "trim_s": tt, "socket_s": None,
+                                   "why": f"socket did not reach {s.get('target_acc')} in its {s.get('steps')} steps"}
+    else:
+        parts["time_to_target"] = {"state": "unknown", "why": "neither run reached the target"}
+    # p99
+    r = ratio(t.get("iter_p99_ms"), s.get("iter_p99_ms"))
+    parts["p99"] = {"ratio": r, "state": "unknown" if r is None else ("met" if r <= GOAL_P99 else "missed"),
+                    "trim_ms": t.get("iter_p99_ms"), "socket_ms": s.get("iter_p99_ms")}
+    # accuracy, only between runs of the same length
+    n_val = s.get("val_count")
+    res = round(100 / n_val, 3) if n_val else None
+    if t.get("steps") != s.get("steps"):
+        parts["accuracy"] = {"state": "unknown", "why": f"different lengths: trim {t.get('steps')} steps, "
+                                                         f"socket {s.get('steps')} (a time limit stopped one)"}
+    elif t.get("val_acc") is None or s.get("val_acc") is None:
+        parts["accuracy"] = {"state": "unknown", "why": "no final accuracy"}
+    else:
+        dp = 100 * (t["val_acc"] - s["val_acc"])
+        parts["accuracy"] = {"diff_points": round(dp, 3), "state": "met" if dp >= -GOAL_ACC_POINTS else "missed",
+                             "trim": t["val_acc"], "socket": s["val_acc"], "resolution_points": res,
+                             "val_loss_trim": t.get("val_loss"), "val_loss_socket": s.get("val_loss")}
+        if res and res > GOAL_ACC_POINTS / 2:
+            parts["accuracy"]["note"] = (f"one val sample is {res:g} points: {GOAL_ACC_POINTS} points is "
+                                         f"{GOAL_ACC_POINTS / res:.1f} samples, so one seed decides little")
+    states = [p["state"] for p in parts.values()]
+    g["state"] = "missed" if "missed" in states else ("met" if all(x == "met" for x in states) else "unknown")
+    g["detail"] = ", ".join(f"{k} {v['state']}" for k, v in parts.items())
+    return g
+
+
+def judge_md(g, comps):
+    lines = [f"## Goal ({g['task']}): {g['state'].upper()}", "", g["goal"] + ".", ""]
+    for k, p in g["parts"].items():
+        val = p.get("ratio", p.get("ratio_below", p.get("diff_points")))
+        unit = " points" if k == "accuracy" else "x"
+        shown = "-" if val is None else (f"< {val:g}" if "ratio_below" in p else f"{val:g}")
+        extra = "; ".join(str(p[x]) for x in ("why", "note") if p.get(x))
+        lines.append(f"- {k}: {shown}{unit if val is not None else ''} -> {p['state']}" + (f" ({extra})" if extra else ""))
+    if not g["parts"]:
+        lines.append(f"- {g.get('detail')}")
+    lines += ["", "## Every point against Socket", "",
+              "| task | point | transport | to target | steps | p50 | p99 | acc diff (points) | = socket params | Socket wins | why |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in comps:
+        lines.append("| " + " | ".join([
+            fmt(c["task"]), point_name(c), c["transport"], fmt(c.get("ttt_ratio"), "g"), fmt(c.get("steps_ratio"), "g"),
+            fmt(c.get("p50_ratio"), "g"), fmt(c.get("p99_ratio"), "g"), fmt(c.get("acc_diff_points"), "+.2f"),
+            fmt(c.get("params_equal_socket")), ", ".join(c.get("socket_wins") or []) or ("-" if "socket_wins" in c else c.get("note", "-")),
+            c.get("why") or "-"]) + " |")
+    wins = [f"{c['task']} {point_name(c)} vs {c['transport']}: {', '.join(c['socket_wins'])}"
+            for c in comps if c.get("socket_wins") and c["transport"] in ("trim", "trim16")]
+    lines += ["", "Socket wins against trimming at: " + ("; ".join(wins) if wins else "no point measured")]
     return "\n".join(lines)
 
 
@@ -100,8 +313,8 @@ def plot(runs, out, plt):
     for i, task in enumerate(tasks):
         for tr in TRANSPORTS:
             rs = [r for r in runs if r.get("task") == task and r.get("transport") == tr]
-            cross = sorted((r["cross_pct"], r) for r in rs if not r.get("loss_pct"))
-            loss = sorted((r["loss_pct"], r) for r in rs if r.get("loss_pct") and not r.get("cross_pct"))
+            cross = sorted(((r["cross_pct"], r) for r in rs if not r.get("loss_pct")), key=lambda x: x[0])
+            loss = sorted(((r["loss_pct"], r) for r in rs if r.get("loss_pct") and not r.get("cross_pct")), key=lambda x: x[0])
             if cross:
                 axes[i][0].plot([c for c, _ in cross], [r.get("iter_p99_ms") for _, r in cross], "o-", label=f"{tr} p99")
                 axes[i][0].plot([c for c, _ in cross], [r.get("iter_p50_ms") for _, r in cross], "x--", label=f"{tr} p50")
@@ -113,10 +326,47 @@ def plot(runs, out, plt):
         axes[i][2].set(title=f"{task}: time to target accuracy", xlabel="cross load (%)", ylabel="s")
         for ax in axes[i]:
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(out) / "congestion.png"
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ttt(runs, out, plt):
+    """Time to target accuracy per transport over cross load, one panel per task; a run that
+    never reached the target is an x at its whole run's length (a lower bound)."""
+    tasks = sorted({r.get("task") for r in runs if r.get("task")})
+    if not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for tr in TRANSPORTS:
+            rs = sorted((r for r in runs if r.get("task") == task and r.get("transport") == tr
+                         and not r.get("loss_pct") and ok(r)), key=lambda r: r.get("cross_pct") or 0)
+            got = [(r.get("cross_pct") or 0, r["time_to_target_s"]) for r in rs if r.get("time_to_target_s") is not None]
+            miss = [(r.get("cross_pct") or 0, r.get("run_wall_s")) for r in rs
+                    if r.get("time_to_target_s") is None and r.get("run_wall_s")]
+            if got:
+                line, = ax.plot([c for c, _ in got], [t for _, t in got], "o-", label=tr)
+                color = line.get_color()
+            else:
+                color = None
+            if miss:
+                ax.plot([c for c, _ in miss], [t for _, t in miss], "x", color=color, markersize=9,
+                        label=f"{tr}: not reached (run length)")
+        target = next((r.get("target_acc") for r in runs if r.get("task") == task and r.get("target_acc")), None)
+        ax.set(title=f"{task}: time to {target} val accuracy", xlabel="cross load (% of port rate)",
+               ylabel="s (training wall clock)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(out) / "time_to_target.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path
 
 
@@ -125,27 +375,57 @@ def main():
     p.add_argument("dir", nargs="?")
     p.add_argument("--augment", metavar="RUNDIR")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--meta", metavar="FILE", help="a JSON object to put into the JSON line as meta")
     a = p.parse_args()
     if a.augment:
         augment(a.augment)
         return 0
     if not a.dir:
         p.error("DIR or --augment RUNDIR")
-    runs = load(a.dir)
+    root = Path(a.dir)
+    runs = load(root)
+    comps = comparisons(runs)
+    goal = judge(runs)
+    bench = load_json(root / "bench.json")
+    cal = load_json(root / "calibration.json")
+    skipped = read_jsonl(root / "skipped.jsonl")
     print(table(runs))
+    print()
+    if cal:
+        print(f"Calibration ({cal.get('run')}): compute {fmt(cal.get('compute_ms'), '.2f')} ms, iteration p50 "
+              f"{fmt(cal.get('iter_p50_ms'), '.2f')} ms, communication share {fmt(cal.get('comm_share'), '.2f')}, "
+              f"port goodput {fmt(cal.get('goodput_gbps'), '.2f')} Gbit/s: {cal.get('decision')}")
+        print()
+    over = sorted(r["overhead_s"] for r in runs if r.get("overhead_s") is not None)
+    if over:
+        est = (bench or {}).get("startup_s")
+        print(f"Start-up and tear-down per run (wall clock outside training): median {over[len(over) // 2]:g} s, "
+              f"{over[0]:g}-{over[-1]:g} s over {len(over)} runs (the estimate assumed {fmt(est, 'g')} s)")
+        print()
+    if skipped:
+        print("Skipped: " + "; ".join(f"{s.get('label')} ({s.get('why')})" for s in skipped))
+        print()
+    print(judge_md(goal, comps))
+    pngs = []
     if not a.no_plots:
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-            png = plot(runs, a.dir, plt)
-            if png:
-                print(f"plot: {png}", file=sys.stderr)
+            pngs = [str(x) for x in (plot(runs, root, plt), plot_ttt(runs, root, plt)) if x]
+            for x in pngs:
+                print(f"plot: {x}", file=sys.stderr)
         except ImportError:
             print("plot: skipped (no matplotlib)", file=sys.stderr)
     keep = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms",
-            "iter_max_ms", "time_to_target_s", "val_acc", "trim_rate", "retransmissions", "params_identical"]
-    print(json.dumps({"bench": "congestion", "runs": [{k: r.get(k) for k in keep} for r in runs]}))
+            "iter_max_ms", "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate",
+            "plugin_trim_rate", "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical",
+            "compute_ms", "comm_share", "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
+    versions = next((r.get("versions") for r in runs if r.get("versions")), None)
+    meta = load_json(a.meta) if a.meta else None
+    print(json.dumps({"bench": "congestion", "goal": goal, "settings": bench, "calibration": cal,
+                      "skipped": skipped, "versions": versions, "meta": meta, "plots": pngs,
+                      "runs": [{k: r.get(k) for k in keep} for r in runs], "comparisons": comps}))
     return 0
 
 
