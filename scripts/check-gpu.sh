@@ -316,7 +316,10 @@ elif not d.get("cuda_available"): print("torch " + d["torch"] + " sees no GPU (t
 ' "$out/preflight_torch.json" "$rc" 2>&1)
   [[ -n $torch_why ]] && why+=("$torch_why")
   so_sha=$(sha256sum "$build/lib/libnccl-net-trim.so" 2>/dev/null | cut -c1-16)
-  commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  # The device's copy of the tree has no .git: pack-gpu.sh wrote the commit into BUILD_INFO.
+  commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null ||
+    sed -n 's/^commit //p' "$build/BUILD_INFO" 2>/dev/null | head -1)
+  commit=${commit:-unknown}
   "$PYTHON" - "$out/preflight.json" "$out/preflight_torch.json" "$build" "$so_sha" "$commit" "$(nproc)" \
     "$congestion_why" "$ip_note" "${unset_env[*]:-}" "$budget" "$channels" "$max_bytes" "$socket_sweep" \
     "$sweep4_top" "$codec_threads" "$ddp_task" "$ddp_epochs" "$kill_after" "$quick" "$trim_p" "$trim_ranks" \
