@@ -173,10 +173,12 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVES) $(LDFLAGS) -ldl
 
-# The plugin tests dlopen the built library, so it comes with the test binary.
-$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
+# The plugin tests dlopen the built library, so it comes with the test binary. The simulator's
+# event queue is unit-tested on its own (SimEventQueue.*), so its object comes too.
+SIM_QUEUE_OBJ := $(BUILD)/obj/switch_sim/sim/event_queue.o
+$(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(GPU_ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -lgtest_main -lgtest -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(GPU_ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) -lgtest_main -lgtest -ldl
 
 setup:
 	@scripts/setup.sh

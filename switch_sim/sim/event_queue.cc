@@ -1,44 +1,51 @@
 #include "switch_sim/sim/event_queue.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace trim::sim {
 
-Event EventQueue::pop() {
-  Event out = heap_.front();
-  heap_.front() = heap_.back();
-  heap_.pop_back();
-  if (!heap_.empty()) sift_down(0);
-  return out;
+namespace {
+// std::push_heap keeps the largest first: "later" puts the earliest (time, seq) on top.
+struct Later {
+  template <class F>
+  bool operator()(const F& a, const F& b) const {
+    return a.time_ns != b.time_ns ? a.time_ns > b.time_ns : a.seq > b.seq;
+  }
+};
+}  // namespace
+
+EventQueue::EventQueue() : slots_(1u << kWindowBits) {}
+
+void EventQueue::push_far(uint64_t time_ns, uint32_t packed) {
+  if (time_ns < base_ns_) refuse_past(time_ns);
+  far_.push_back(Far{time_ns, pushed_, packed});
+  std::push_heap(far_.begin(), far_.end(), Later{});
 }
 
-void EventQueue::sift_up(size_t i) {
-  Event e = heap_[i];
-  while (i > 0) {
-    size_t parent = (i - 1) / kArity;
-    if (!before(e, heap_[parent])) break;
-    heap_[i] = heap_[parent];
-    i = parent;
+void EventQueue::pull_far() {
+  while (!far_.empty() && far_.front().time_ns - base_ns_ < kWindowNs) {
+    const Far f = far_.front();
+    std::pop_heap(far_.begin(), far_.end(), Later{});
+    far_.pop_back();
+    append(static_cast<uint32_t>(f.time_ns) & kSlotMask, f.packed);
   }
-  heap_[i] = e;
 }
 
-void EventQueue::sift_down(size_t i) {
-  const size_t n = heap_.size();
-  Event e = heap_[i];
-  for (;;) {
-    const size_t first = kArity * i + 1;
-    if (first >= n) break;
-    size_t child = first;
-    const size_t last = std::min(first + kArity, n);
-    for (size_t c = first + 1; c < last; ++c) {
-      if (before(heap_[c], heap_[child])) child = c;
-    }
-    if (!before(heap_[child], e)) break;
-    heap_[i] = heap_[child];
-    i = child;
-  }
-  heap_[i] = e;
+void EventQueue::jump_to_far() {
+  if (far_.empty()) return;  // an empty queue: pop's caller broke its contract
+  base_ns_ = far_.front().time_ns;
+  pull_far();
+}
+
+void EventQueue::refuse_past(uint64_t time_ns) const {
+  throw std::logic_error("EventQueue: push at " + std::to_string(time_ns) + " ns, before the last popped time " +
+                         std::to_string(base_ns_) + " ns");
+}
+
+void EventQueue::refuse_id(uint32_t id) const {
+  throw std::logic_error("EventQueue: id " + std::to_string(id) + " does not fit in 29 bits");
 }
 
 }  // namespace trim::sim

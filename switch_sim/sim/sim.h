@@ -4,7 +4,7 @@
 // live daemon uses, so trimming and drops happen where the model says. Time is simulated ns;
 // nothing here reads a clock except main() for wall_seconds.
 //
-// Split by concern: event_queue.* (heap), topology.cc (ports and routes), endpoints.cc (per-flow
+// Split by concern: event_queue.* (radix queue), topology.cc (ports and routes), endpoints.cc (per-flow
 // window, ACK/NACK, RACK + RTO loss detection), workload.cc (ring allreduce, incast,
 // permutation, background), report.cc (statistics, JSON, htsim .cm export), main.cc (flags).
 #pragma once
@@ -87,9 +87,25 @@ class Topology {
   void build(const Config& cfg);
   uint32_t leaves() const { return leaves_; }
   uint32_t spines() const { return spines_; }
-  uint32_t leaf_of(uint32_t host) const { return host / per_leaf_; }
+  uint32_t leaf_of(uint32_t host) const { return leaf_of_host_[host]; }  // a table: no division per hop
   // Port a packet takes at hop `hop` (0 = the source NIC); UINT32_MAX once it reached dst.
   uint32_t port_at(uint32_t src, uint32_t dst, uint32_t spine, uint32_t hop) const;
+  // The same for hops >= 1, from a path precomputed per flow (no leaf arithmetic per hop).
+  struct Path {
+    uint32_t up = UINT32_MAX;  // leaf uplink to spine 0 (UINT32_MAX: src and dst share a leaf)
+    uint32_t down = 0;         // spine 0's downlink to dst's leaf
+    uint32_t last = 0;         // dst's leaf port
+  };
+  Path path(uint32_t src, uint32_t dst) const;
+  uint32_t port_after(const Path& p, uint32_t spine, uint32_t hop) const {
+    if (p.up == UINT32_MAX) return hop == 1 ? p.last : UINT32_MAX;
+    switch (hop) {
+      case 1: return p.up + spine;
+      case 2: return p.down + spine * leaves_;
+      case 3: return p.last;
+      default: return UINT32_MAX;
+    }
+  }
   uint32_t hops(uint32_t src, uint32_t dst) const { return leaf_of(src) == leaf_of(dst) ? 2 : 4; }
   std::vector<sw::EgressPort> ports;
   std::vector<Tier> tier;
@@ -97,6 +113,7 @@ class Topology {
 
  private:
   uint32_t hosts_ = 0, per_leaf_ = 1, leaves_ = 0, spines_ = 1;
+  std::vector<uint32_t> leaf_of_host_;
 };
 
 struct Msg {
@@ -117,6 +134,7 @@ struct Slot {
   bool trimmable = false;
   SlotState state = SlotState::kFree;
   uint8_t retx = 0;
+  bool resent = false;  // xmit_ns is not the first transmission's (retx counts, and may wrap)
 };
 
 enum class FlowKind : uint8_t { kRing, kIncast, kPerm, kBgConstant, kBgBursty };
@@ -146,17 +164,19 @@ struct Flow {
   uint32_t msgs_done = 0;
 };
 
-// One packet in flight: the pool slot its `tag` names.
-struct PktState {
-  sw::Packet pkt;
+// One packet in flight: the pool slot its `tag` names. One cache line: every hop reads it.
+struct alignas(64) PktState {
+  sw::Packet pkt;  // also the packet's flow id, message and psn
   uint64_t xmit_ns = 0;
-  uint32_t flow = 0, gen = 0, psn = 0, msg = 0;
+  uint32_t gen = 0;
   uint32_t spine = 0;
   uint8_t hop = 0;
   bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
+  uint32_t flow() const { return static_cast<uint32_t>(pkt.flow); }
 };
+static_assert(sizeof(PktState) == 64, "a pool slot is one cache line");
 
 struct Counters {
   uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
@@ -207,7 +227,9 @@ class Simulator {
   void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
   void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
-  void drain_port(uint32_t port);
+  // Schedules what the port sent and its next completion (unless that is still `pending_ns`,
+  // the time of its kPort event already queued; UINT64_MAX: none).
+  void drain_port(uint32_t port, uint64_t pending_ns);
   uint32_t alloc_pkt();
   void free_pkt(uint32_t slot);
   bool flow_finished(const Flow& f) const;
@@ -223,7 +245,13 @@ class Simulator {
   Topology topo_;
   EventQueue q_;
   uint64_t now_ns_ = 0;
-  std::vector<uint64_t> port_next_;  // the time of each port's pending kPort event
+  // Per flow, beside flows_: its generation and path, which every hop reads (a packet of a
+  // recycled flow is stale), in 16 bytes instead of the Flow's first cache line.
+  struct FlowHop {
+    uint32_t gen = 0;
+    Topology::Path path;
+  };
+  std::vector<FlowHop> hops_;
   std::vector<PktState> pool_;
   std::vector<uint32_t> free_pkts_;
   std::vector<Flow> flows_;

@@ -25,7 +25,6 @@ namespace trim::sim {
 
 Simulator::Simulator(const Config& cfg) : cfg_(cfg), rng_(cfg.seed) {
   topo_.build(cfg_);
-  port_next_.assign(topo_.ports.size(), UINT64_MAX);
   pool_.reserve(1 << 16);
   ring_.resize(cfg_.hosts);
   for (uint32_t i = 0; i < cfg_.hosts; ++i) ring_[i] = i;
