@@ -16,27 +16,77 @@ struct Later {
 };
 }  // namespace
 
-EventQueue::EventQueue() : slots_(1u << kWindowBits) {}
+EventQueue::EventQueue() : near_slots_(kNearSlots), mid_buckets_(kMidBuckets) {}
 
-void EventQueue::push_far(uint64_t time_ns, uint32_t packed) {
-  if (time_ns < base_ns_) refuse_past(time_ns);
-  far_.push_back(Far{time_ns, pushed_, packed});
-  std::push_heap(far_.begin(), far_.end(), Later{});
-}
-
-void EventQueue::pull_far() {
-  while (!far_.empty() && far_.front().time_ns - base_ns_ < kWindowNs) {
-    const Far f = far_.front();
-    std::pop_heap(far_.begin(), far_.end(), Later{});
-    far_.pop_back();
-    append(static_cast<uint32_t>(f.time_ns) & kSlotMask, f.packed);
+void EventQueue::push_later(uint64_t time_ns, uint32_t packed) {
+  const uint64_t coarse = time_ns >> kCoarseBits;
+  if (coarse < migrated_ + kMidBuckets) {
+    const uint32_t b = static_cast<uint32_t>(coarse % kMidBuckets);
+    const uint32_t n = new_node(packed);
+    node_time_[n] = time_ns;
+    link(mid_buckets_[b], b, &mid_bits_, n);
+    ++mid_;
+  } else {
+    far_.push_back(Far{time_ns, pushed_, packed});
+    std::push_heap(far_.begin(), far_.end(), Later{});
   }
 }
 
-void EventQueue::jump_to_far() {
-  if (far_.empty()) return;  // an empty queue: pop's caller broke its contract
-  base_ns_ = far_.front().time_ns;
-  pull_far();
+void EventQueue::migrate(uint64_t upto) {
+  while (migrated_ < upto) {
+    // With the wheel empty there is nothing to move bucket by bucket: straight to the last step.
+    if (mid_ == 0) migrated_ = std::max(migrated_, upto - 1);
+    ++migrated_;
+    // This bucket is near now: its events move into their slots, in order.
+    const uint32_t b = static_cast<uint32_t>(migrated_ % kMidBuckets);
+    List& l = mid_buckets_[b];
+    if (l.head != kNil) {
+      for (uint32_t n = l.head; n != kNil;) {
+        const uint32_t next = nodes_[n].next;
+        nodes_[n].next = kNil;
+        const uint32_t slot = static_cast<uint32_t>(node_time_[n]) & kNearMask;
+        link(near_slots_[slot], slot, &near_bits_, n);
+        ++near_;
+        --mid_;
+        n = next;
+      }
+      l = List{};
+      mid_bits_.clear(b);
+    }
+    // The wheel reaches one bucket further: the heap's events there move in, in (time, seq)
+    // order (after a jump, some may be near already).
+    while (!far_.empty() && (far_.front().time_ns >> kCoarseBits) < migrated_ + kMidBuckets) {
+      const Far f = far_.front();
+      std::pop_heap(far_.begin(), far_.end(), Later{});
+      far_.pop_back();
+      if ((f.time_ns >> kCoarseBits) <= migrated_) {
+        append_near(f.time_ns, f.packed);
+      } else {
+        const uint32_t fb = static_cast<uint32_t>((f.time_ns >> kCoarseBits) % kMidBuckets);
+        const uint32_t n = new_node(f.packed);
+        node_time_[n] = f.time_ns;
+        link(mid_buckets_[fb], fb, &mid_bits_, n);
+        ++mid_;
+      }
+    }
+  }
+}
+
+void EventQueue::jump() {
+  uint64_t coarse;
+  if (mid_ != 0) {
+    // The wheel's first occupied bucket after the near ring's; the clock goes to its start.
+    const uint32_t from = static_cast<uint32_t>((migrated_ + 1) % kMidBuckets);
+    const uint32_t b = mid_bits_.first_from(from);
+    coarse = migrated_ + 1 + (b + kMidBuckets - from) % kMidBuckets;
+    base_ns_ = coarse << kCoarseBits;
+  } else if (!far_.empty()) {
+    base_ns_ = far_.front().time_ns;
+    coarse = base_ns_ >> kCoarseBits;
+  } else {
+    return;  // an empty queue: pop's caller broke its contract
+  }
+  migrate(coarse + 1);
 }
 
 void EventQueue::refuse_past(uint64_t time_ns) const {

@@ -1,20 +1,22 @@
-// The simulator's event queue: a calendar of exact nanoseconds for the near future, a heap for
-// the rest, and first-in first-out order at equal times.
+// The simulator's event queue: a two-level calendar (a timing wheel) with first-in first-out
+// order at equal times, and a heap for what lies beyond it.
 //
 // Why not one heap: every packet hop costs two events, so the queue sees ~10^9 pushes in a
 // 256-host drop run, and the 4-ary (time, seq) heap's sift_down was a third of the profile.
 // Nearly every event is due within a few microseconds (serialisation 720 ns, propagation
-// 500 ns, an ACK's return 2 us): those go into a ring of kWindowNs one-nanosecond slots, each a
-// FIFO list of 8-byte nodes, found again with two bit scans. Only timers and background
-// arrivals (milliseconds ahead) go to the far heap.
+// 500 ns, an ACK's return 2 us): those go straight into the near ring of 1-ns slots, each a FIFO
+// list of 8-byte nodes, found again with two bit scans. Timers and background arrivals (up to
+// ~10 ms ahead) wait in the mid wheel, whose buckets are kCoarseNs wide and move into the near
+// ring a bucket at a time; only what is further out than the wheel goes to the far heap.
 //
-// Order: exactly (time, push order), as the old (time, seq) heap's. A slot holds one time and
-// keeps push order. An event goes to the far heap only while its time is at least kWindowNs
-// past the last popped time; the heap keeps (time, seq) order, and its events move into the ring
-// the moment a pop brings them within the window, before any later push can reach their slot
-// directly, so at each time the far heap's events (pushed earlier) come first. The queue is
-// monotone: a push before the last popped time is refused (std::logic_error), as a discrete-event
-// simulator never schedules into its past.
+// Order: exactly (time, push order), as the old (time, seq) heap's. Every event of one time is
+// always in the same place, in push order: coarse bucket k (time >> kCoarseBits) is in the near
+// ring once k <= migrated_, in the mid wheel while k < migrated_ + kMidBuckets, in the heap
+// beyond; a pop that moves the clock into bucket k raises migrated_ to k + 1 and first moves
+// the buckets that became near (mid wheel, in order) and mid (heap, in (time, seq) order), so
+// a later push to a time finds the events pushed to it earlier ahead of it. The queue is
+// monotone: a push before the last popped time is refused (std::logic_error), as a
+// discrete-event simulator never schedules into its past.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +41,42 @@ struct Event {
   uint32_t id;
 };
 
+// Which of `Words` x 64 buckets hold something: one bit per bucket, one summary bit per word.
+template <uint32_t Words>
+class Occupancy {
+ public:
+  void set(uint32_t i) {
+    words_[i >> 6] |= 1ull << (i & 63);
+    summary_[i >> 12] |= 1ull << ((i >> 6) & 63);
+  }
+  void clear(uint32_t i) {
+    if ((words_[i >> 6] &= ~(1ull << (i & 63))) == 0) summary_[i >> 12] &= ~(1ull << ((i >> 6) & 63));
+  }
+  // The first occupied bucket at or after `from`, cyclically; only when one is occupied.
+  uint32_t first_from(uint32_t from) const {
+    const uint32_t w = from >> 6;
+    const uint64_t here = words_[w] & (~0ull << (from & 63));
+    if (here != 0) return w * 64 + static_cast<uint32_t>(__builtin_ctzll(here));
+    const uint32_t next = first_word_from((w + 1) % Words);
+    return next * 64 + static_cast<uint32_t>(__builtin_ctzll(words_[next]));
+  }
+
+ private:
+  static constexpr uint32_t kSummary = (Words + 63) / 64;
+  uint32_t first_word_from(uint32_t w) const {
+    const uint32_t s0 = w >> 6;
+    const uint64_t here = summary_[s0] & (~0ull << (w & 63));
+    if (here != 0) return s0 * 64 + static_cast<uint32_t>(__builtin_ctzll(here));
+    for (uint32_t k = 1; k <= kSummary; ++k) {  // the other summary words, then s0's low bits
+      const uint32_t s = (s0 + k) % kSummary;
+      if (summary_[s] != 0) return s * 64 + static_cast<uint32_t>(__builtin_ctzll(summary_[s]));
+    }
+    return 0;  // unreachable while a bucket is occupied
+  }
+  uint64_t words_[Words] = {};
+  uint64_t summary_[kSummary] = {};
+};
+
 class EventQueue {
  public:
   // Ids are packed with their kind into 32 bits.
@@ -49,51 +87,46 @@ class EventQueue {
   void push(uint64_t time_ns, EventKind kind, uint32_t id) {
     if (id > kMaxId) refuse_id(id);
     const uint32_t packed = static_cast<uint32_t>(kind) << 29 | id;
-    if (time_ns - base_ns_ < kWindowNs) {  // also false for a time before base_ns_ (wraps)
-      append(static_cast<uint32_t>(time_ns) & kSlotMask, packed);
+    const uint64_t coarse = time_ns >> kCoarseBits;
+    if (coarse <= migrated_) {
+      if (time_ns < base_ns_) refuse_past(time_ns);
+      append_near(time_ns, packed);
     } else {
-      push_far(time_ns, packed);
+      push_later(time_ns, packed);
     }
     ++pushed_;
   }
-  bool empty() const { return near_ == 0 && far_.empty(); }
-  size_t size() const { return near_ + far_.size(); }
+  bool empty() const { return near_ + mid_ == 0 && far_.empty(); }
+  size_t size() const { return near_ + mid_ + far_.size(); }
   // The earliest event (the first pushed of those at the earliest time). Not on an empty queue.
   Event pop() {
-    if (near_ == 0) jump_to_far();
-    const uint32_t slot = next_slot();
-    const uint64_t time_ns = base_ns_ + ((slot - static_cast<uint32_t>(base_ns_)) & kSlotMask);
-    Slot& s = slots_[slot];
-    const uint32_t n = s.head;
-    const uint32_t packed = nodes_[n].packed;
-    s.head = nodes_[n].next;
-    if (s.head == kNil) {
-      s.tail = kNil;
-      clear_bit(slot);
-    }
-    nodes_[n].next = free_;
-    free_ = n;
+    if (near_ == 0) jump();
+    const uint32_t slot = near_bits_.first_from(static_cast<uint32_t>(base_ns_) & kNearMask);
+    const uint64_t time_ns = base_ns_ + ((slot - static_cast<uint32_t>(base_ns_)) & kNearMask);
+    const uint32_t packed = take(near_slots_[slot], slot, &near_bits_);
     --near_;
     if (time_ns != base_ns_) {
       base_ns_ = time_ns;
-      if (!far_.empty() && far_.front().time_ns - base_ns_ < kWindowNs) pull_far();
+      if ((time_ns >> kCoarseBits) + 1 > migrated_) migrate((time_ns >> kCoarseBits) + 1);
     }
     return Event{time_ns, static_cast<EventKind>(packed >> 29), packed & kMaxId};
   }
   uint64_t pushed() const { return pushed_; }
 
  private:
-  static constexpr uint32_t kWindowBits = 12;
-  static constexpr uint64_t kWindowNs = 1ull << kWindowBits;
-  static constexpr uint32_t kSlotMask = (1u << kWindowBits) - 1;
-  static constexpr uint32_t kWords = (1u << kWindowBits) / 64;  // 64: one summary word
+  // The near ring holds the clock's coarse bucket and the next: 4096 ns of 1-ns slots, so a
+  // push up to 2048 ns ahead (an ACK's return) always goes straight in.
+  static constexpr uint32_t kCoarseBits = 11;
+  static constexpr uint32_t kNearSlots = 2u << kCoarseBits;
+  static constexpr uint32_t kNearMask = kNearSlots - 1;
+  static constexpr uint32_t kMidBuckets = 8192;  // x 2048 ns: 16.8 ms, past the 10 ms RTO
   static constexpr uint32_t kNil = UINT32_MAX;
 
   struct Node {
     uint32_t packed;  // kind << 29 | id
-    uint32_t next;    // next node of the same slot, or of the free list
+    uint32_t next;    // next node of the same list, or of the free list
   };
-  struct Slot {
+  struct List {
     uint32_t head = kNil, tail = kNil;
   };
   struct Far {
@@ -101,7 +134,7 @@ class EventQueue {
     uint32_t packed;
   };
 
-  void append(uint32_t slot, uint32_t packed) {
+  uint32_t new_node(uint32_t packed) {
     uint32_t n = free_;
     if (n != kNil) {
       free_ = nodes_[n].next;
@@ -109,46 +142,57 @@ class EventQueue {
     } else {
       n = static_cast<uint32_t>(nodes_.size());
       nodes_.push_back(Node{packed, kNil});
+      node_time_.push_back(0);
     }
-    Slot& s = slots_[slot];
-    if (s.tail == kNil) {
-      s.head = n;
-      words_[slot >> 6] |= 1ull << (slot & 63);
-      summary_ |= 1ull << (slot >> 6);
+    return n;
+  }
+  template <class Bits>
+  void link(List& l, uint32_t index, Bits* bits, uint32_t n) {
+    if (l.tail == kNil) {
+      l.head = n;
+      bits->set(index);
     } else {
-      nodes_[s.tail].next = n;
+      nodes_[l.tail].next = n;
     }
-    s.tail = n;
+    l.tail = n;
+  }
+  void append_near(uint64_t time_ns, uint32_t packed) {
+    const uint32_t slot = static_cast<uint32_t>(time_ns) & kNearMask;
+    link(near_slots_[slot], slot, &near_bits_, new_node(packed));
     ++near_;
   }
-  void clear_bit(uint32_t slot) {
-    if ((words_[slot >> 6] &= ~(1ull << (slot & 63))) == 0) summary_ &= ~(1ull << (slot >> 6));
+  // Unlinks and frees the list's first node; its packed event.
+  template <class Bits>
+  uint32_t take(List& l, uint32_t index, Bits* bits) {
+    const uint32_t n = l.head;
+    const uint32_t packed = nodes_[n].packed;
+    l.head = nodes_[n].next;
+    if (l.head == kNil) {
+      l.tail = kNil;
+      bits->clear(index);
+    }
+    nodes_[n].next = free_;
+    free_ = n;
+    return packed;
   }
-  // The first occupied slot at or after base_ns_'s, cyclically: the earliest time in the ring.
-  uint32_t next_slot() const {
-    const uint32_t from = static_cast<uint32_t>(base_ns_) & kSlotMask;
-    const uint32_t w = from >> 6;
-    const uint64_t here = words_[w] & (~0ull << (from & 63));
-    if (here != 0) return w * 64 + static_cast<uint32_t>(__builtin_ctzll(here));
-    const uint64_t later = w == 63 ? 0 : summary_ & (~0ull << (w + 1));
-    const uint64_t pick = later != 0 ? later : summary_;  // else wrap around to the lowest word
-    const uint32_t w2 = static_cast<uint32_t>(__builtin_ctzll(pick));
-    return w2 * 64 + static_cast<uint32_t>(__builtin_ctzll(words_[w2]));
-  }
-  void push_far(uint64_t time_ns, uint32_t packed);
-  void pull_far();     // far events now within the window move into the ring, in (time, seq) order
-  void jump_to_far();  // the ring is empty: the clock jumps to the far heap's earliest time
+  void push_later(uint64_t time_ns, uint32_t packed);  // the mid wheel or the far heap
+  void migrate(uint64_t upto);  // raises migrated_ to `upto`, moving what became near or mid
+  void jump();                  // the near ring is empty: the clock jumps to the next event
   [[noreturn]] void refuse_past(uint64_t time_ns) const;
   [[noreturn]] void refuse_id(uint32_t id) const;
 
-  std::vector<Slot> slots_;
   std::vector<Node> nodes_;
+  std::vector<uint64_t> node_time_;  // a mid-wheel node's time (near nodes' is their slot)
   uint32_t free_ = kNil;
-  uint64_t words_[kWords] = {};  // one bit per occupied slot
-  uint64_t summary_ = 0;         // one bit per non-zero word
-  size_t near_ = 0;              // events in the ring
-  std::vector<Far> far_;         // a min-heap on (time, seq)
-  uint64_t base_ns_ = 0;         // the last popped time: no event is earlier
+  std::vector<List> near_slots_;
+  Occupancy<kNearSlots / 64> near_bits_;
+  size_t near_ = 0;
+  std::vector<List> mid_buckets_;
+  Occupancy<kMidBuckets / 64> mid_bits_;
+  size_t mid_ = 0;
+  std::vector<Far> far_;  // a min-heap on (time, seq)
+  uint64_t base_ns_ = 0;  // the last popped time (or the start of a bucket jumped to): none earlier
+  uint64_t migrated_ = 1;  // coarse buckets up to this one are in the near ring
   uint64_t pushed_ = 0;
 };
 
