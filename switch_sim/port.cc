@@ -92,7 +92,12 @@ void EgressPort::advance(uint64_t now_ns) {
     const uint64_t done = wire_done_ns_;
     ++counters_.sent_packets;
     counters_.sent_bytes += on_wire_.bytes;
-    departed_.push_back(Departure{on_wire_, done + cfg_.prop_delay_ns});
+    const Departure d{on_wire_, done + cfg_.prop_delay_ns};
+    if (sink_ != nullptr) {
+      sink_(sink_ctx_, d);
+    } else {
+      departed_.push_back(d);
+    }
     busy_ = false;
     now_ns_ = done;  // the next packet starts the instant this one ends
     start_next();

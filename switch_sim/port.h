@@ -114,6 +114,13 @@ class alignas(64) EgressPort {
   uint64_t next_event_ns() const { return busy_ ? wire_done_ns_ : UINT64_MAX; }
   // Packets that have left, in order; the driver takes them (and clears the vector).
   std::vector<Departure>& departed() { return departed_; }
+  // Or a driver that handles each departure at once (the simulator) takes them as they happen,
+  // in the same order, instead of through departed() (one copy and a cache line fewer a packet).
+  using DepartureSink = void (*)(void* ctx, const Departure& d);
+  void set_departure_sink(DepartureSink sink, void* ctx) {
+    sink_ = sink;
+    sink_ctx_ = ctx;
+  }
 
   // kReplay: the packets to trim (by flow, msg, psn).
   void set_replay(const std::vector<TranscriptEntry>& entries);
@@ -180,6 +187,8 @@ class alignas(64) EgressPort {
   bool busy_ = false;
   uint32_t wrr_header_left_ = 0, wrr_data_left_ = 0;
   std::vector<Departure> departed_;
+  DepartureSink sink_ = nullptr;
+  void* sink_ctx_ = nullptr;
   PortCounters counters_;
   bool recording_ = false;
   std::vector<TranscriptEntry> transcript_;

@@ -78,8 +78,10 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   f = Flow{};
   f.msgs = std::move(msgs);
   f.msgs.clear();
+  // The old slots stay as they are (6 KB a flow, a million flows in a long run): a slot is only
+  // read for a psn in [snd_una, next_psn), written when that psn was sent, or checked against
+  // the psn it holds.
   f.slots = std::move(slots);
-  std::fill(f.slots.begin(), f.slots.end(), Slot{});
   f.rtx = std::move(rtx);
   f.rtx.clear();
   f.rcv_bits = std::move(bits);
@@ -211,23 +213,22 @@ void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint64_t t) {
     ++ctr_.dropped;
     free_pkt(slot);
   }
-  drain_port(port, pending_ns);
+  schedule_port(port, pending_ns);
+}
+
+void Simulator::on_departure(void* sim, const sw::Departure& d) {
+  Simulator& s = *static_cast<Simulator*>(sim);
+  const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
+  PktState& p = s.pool_[slot];
+  p.pkt = d.packet;  // the port may have cut it
+  ++p.hop;
+  s.q_.push(d.arrive_ns, EventKind::kArrive, slot);
 }
 
 // A port's kPort event is pushed whenever its next completion changes, so the one queued last is
 // always at the port's next_event_ns(): an event at any other time is stale.
-void Simulator::drain_port(uint32_t port, uint64_t pending_ns) {
-  sw::EgressPort& ep = topo_.ports[port];
-  auto& dep = ep.departed();
-  for (const sw::Departure& d : dep) {
-    const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
-    PktState& p = pool_[slot];
-    p.pkt = d.packet;  // the port may have cut it
-    ++p.hop;
-    q_.push(d.arrive_ns, EventKind::kArrive, slot);
-  }
-  dep.clear();
-  const uint64_t next = ep.next_event_ns();
+void Simulator::schedule_port(uint32_t port, uint64_t pending_ns) {
+  const uint64_t next = topo_.ports[port].next_event_ns();
   if (next != pending_ns && next != UINT64_MAX) q_.push(next, EventKind::kPort, port);
 }
 
@@ -235,7 +236,7 @@ void Simulator::on_port(uint32_t port, uint64_t t) {
   sw::EgressPort& ep = topo_.ports[port];
   if (ep.next_event_ns() != t) return;  // superseded
   ep.advance(t);
-  drain_port(port, UINT64_MAX);  // this event was the one queued
+  schedule_port(port, UINT64_MAX);  // this event was the one queued
 }
 
 void Simulator::on_arrive(uint32_t slot, uint64_t t) {

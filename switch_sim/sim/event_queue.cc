@@ -43,9 +43,15 @@ void EventQueue::migrate(uint64_t upto) {
     if (l.head != kNil) {
       for (uint32_t n = l.head; n != kNil;) {
         const uint32_t next = nodes_[n].next;
-        nodes_[n].next = kNil;
         const uint32_t slot = static_cast<uint32_t>(node_time_[n]) & kNearMask;
-        link(near_slots_[slot], slot, &near_bits_, n);
+        NearSlot& s = near_slots_[slot];
+        if (s.first == kNil) {
+          s.first = nodes_[n].packed;
+          near_bits_.set(slot);
+          free_node(n);
+        } else {
+          rest_append(s, n);
+        }
         ++near_;
         --mid_;
         n = next;

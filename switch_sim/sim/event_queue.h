@@ -5,7 +5,7 @@
 // 256-host drop run, and the 4-ary (time, seq) heap's sift_down was a third of the profile.
 // Nearly every event is due within a few microseconds (serialisation 720 ns, propagation
 // 500 ns, an ACK's return 2 us): those go straight into the near ring of 1-ns slots, each a FIFO
-// list of 8-byte nodes, found again with two bit scans. Timers and background arrivals (up to
+// of 8-byte nodes (the first event in the slot itself), found again with two bit scans. Timers and background arrivals (up to
 // ~10 ms ahead) wait in the mid wheel, whose buckets are kCoarseNs wide and move into the near
 // ring a bucket at a time; only what is further out than the wheel goes to the far heap.
 //
@@ -103,7 +103,21 @@ class EventQueue {
     if (near_ == 0) jump();
     const uint32_t slot = near_bits_.first_from(static_cast<uint32_t>(base_ns_) & kNearMask);
     const uint64_t time_ns = base_ns_ + ((slot - static_cast<uint32_t>(base_ns_)) & kNearMask);
-    const uint32_t packed = take(near_slots_[slot], slot, &near_bits_);
+    NearSlot& s = near_slots_[slot];
+    const uint32_t packed = s.first;
+    if (s.rest_tail == kNil) {
+      s.first = kNil;
+      near_bits_.clear(slot);
+    } else {
+      const uint32_t head = nodes_[s.rest_tail].next;
+      s.first = nodes_[head].packed;
+      if (head == s.rest_tail) {
+        s.rest_tail = kNil;
+      } else {
+        nodes_[s.rest_tail].next = nodes_[head].next;
+      }
+      free_node(head);
+    }
     --near_;
     if (time_ns != base_ns_) {
       base_ns_ = time_ns;
@@ -128,6 +142,12 @@ class EventQueue {
   };
   struct List {
     uint32_t head = kNil, tail = kNil;
+  };
+  // A near slot keeps its first event itself (most hold one: no node to fetch) and the others
+  // in a circular list of nodes, tail -> head.
+  struct NearSlot {
+    uint32_t first = kNil;  // packed; kNil (no kind reaches 7) when the slot is empty
+    uint32_t rest_tail = kNil;
   };
   struct Far {
     uint64_t time_ns, seq;
@@ -156,24 +176,29 @@ class EventQueue {
     }
     l.tail = n;
   }
-  void append_near(uint64_t time_ns, uint32_t packed) {
-    const uint32_t slot = static_cast<uint32_t>(time_ns) & kNearMask;
-    link(near_slots_[slot], slot, &near_bits_, new_node(packed));
-    ++near_;
-  }
-  // Unlinks and frees the list's first node; its packed event.
-  template <class Bits>
-  uint32_t take(List& l, uint32_t index, Bits* bits) {
-    const uint32_t n = l.head;
-    const uint32_t packed = nodes_[n].packed;
-    l.head = nodes_[n].next;
-    if (l.head == kNil) {
-      l.tail = kNil;
-      bits->clear(index);
-    }
+  void free_node(uint32_t n) {
     nodes_[n].next = free_;
     free_ = n;
-    return packed;
+  }
+  void append_near(uint64_t time_ns, uint32_t packed) {
+    const uint32_t slot = static_cast<uint32_t>(time_ns) & kNearMask;
+    NearSlot& s = near_slots_[slot];
+    if (s.first == kNil) {
+      s.first = packed;
+      near_bits_.set(slot);
+    } else {
+      rest_append(s, new_node(packed));
+    }
+    ++near_;
+  }
+  void rest_append(NearSlot& s, uint32_t n) {
+    if (s.rest_tail == kNil) {
+      nodes_[n].next = n;
+    } else {
+      nodes_[n].next = nodes_[s.rest_tail].next;
+      nodes_[s.rest_tail].next = n;
+    }
+    s.rest_tail = n;
   }
   void push_later(uint64_t time_ns, uint32_t packed);  // the mid wheel or the far heap
   void migrate(uint64_t upto);  // raises migrated_ to `upto`, moving what became near or mid
@@ -184,7 +209,7 @@ class EventQueue {
   std::vector<Node> nodes_;
   std::vector<uint64_t> node_time_;  // a mid-wheel node's time (near nodes' is their slot)
   uint32_t free_ = kNil;
-  std::vector<List> near_slots_;
+  std::vector<NearSlot> near_slots_;
   Occupancy<kNearSlots / 64> near_bits_;
   size_t near_ = 0;
   std::vector<List> mid_buckets_;

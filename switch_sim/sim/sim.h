@@ -195,6 +195,8 @@ struct Counters {
 class Simulator {
  public:
   explicit Simulator(const Config& cfg);
+  Simulator(const Simulator&) = delete;  // the ports hold a pointer to it
+  Simulator& operator=(const Simulator&) = delete;
   void run();
   const Config& cfg() const { return cfg_; }
   const Topology& topo() const { return topo_; }
@@ -227,9 +229,11 @@ class Simulator {
   void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
   void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
-  // Schedules what the port sent and its next completion (unless that is still `pending_ns`,
-  // the time of its kPort event already queued; UINT64_MAX: none).
-  void drain_port(uint32_t port, uint64_t pending_ns);
+  // A packet a port finished sending: it arrives at the link's far end (every port's sink).
+  static void on_departure(void* sim, const sw::Departure& d);
+  // Schedules the port's next completion, unless that is still `pending_ns`, the time of its
+  // kPort event already queued (UINT64_MAX: none).
+  void schedule_port(uint32_t port, uint64_t pending_ns);
   uint32_t alloc_pkt();
   void free_pkt(uint32_t slot);
   bool flow_finished(const Flow& f) const;

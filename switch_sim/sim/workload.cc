@@ -25,6 +25,7 @@ namespace trim::sim {
 
 Simulator::Simulator(const Config& cfg) : cfg_(cfg), rng_(cfg.seed) {
   topo_.build(cfg_);
+  for (sw::EgressPort& port : topo_.ports) port.set_departure_sink(&Simulator::on_departure, this);
   pool_.reserve(1 << 16);
   ring_.resize(cfg_.hosts);
   for (uint32_t i = 0; i < cfg_.hosts; ++i) ring_[i] = i;
