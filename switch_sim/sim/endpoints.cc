@@ -31,6 +31,7 @@
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "switch_sim/sim/sim.h"
 
@@ -47,6 +48,7 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: spreads flow ids over spine
 
 uint32_t Simulator::alloc_pkt() {
   if (free_pkts_.empty()) {
+    if (pool_.size() >= kMaxPoolSlots) throw std::length_error("trim-sim: more packets in flight than kMaxPoolSlots");
     pool_.emplace_back();
     return static_cast<uint32_t>(pool_.size() - 1);
   }
@@ -202,13 +204,15 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   }
   f.rec.on_send(now_ns_, !retx, true);
   arm_timer(fid, f.rec.next_deadline_ns());
-  enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, now_ns_);
+  enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, 0, now_ns_);
 }
 
-void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint64_t t) {
+void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t) {
   sw::EgressPort& ep = topo_.ports[port];
   const uint64_t pending_ns = ep.next_event_ns();
-  const sw::Verdict v = ep.enqueue(pool_[slot].pkt, t);
+  sw::Packet pkt = pool_[slot].pkt;
+  pkt.tag = slot | static_cast<uint64_t>(hop) << 32;
+  const sw::Verdict v = ep.enqueue(pkt, t);
   if (v == sw::Verdict::kDropped || v == sw::Verdict::kDroppedHeader) {
     ++ctr_.dropped;
     free_pkt(slot);
@@ -219,10 +223,9 @@ void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint64_t t) {
 void Simulator::on_departure(void* sim, const sw::Departure& d) {
   Simulator& s = *static_cast<Simulator*>(sim);
   const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
-  PktState& p = s.pool_[slot];
-  p.pkt = d.packet;  // the port may have cut it
-  ++p.hop;
-  s.q_.push(d.arrive_ns, EventKind::kArrive, slot);
+  const uint32_t hop = static_cast<uint32_t>(d.packet.tag >> 32) + 1;
+  if (d.packet.header_class) s.pool_[slot].pkt = d.packet;  // it may have been cut
+  s.q_.push(d.arrive_ns, EventKind::kArrive, slot | hop << kHopShift);
 }
 
 // A port's kPort event is pushed whenever its next completion changes, so the one queued last is
@@ -239,7 +242,8 @@ void Simulator::on_port(uint32_t port, uint64_t t) {
   schedule_port(port, UINT64_MAX);  // this event was the one queued
 }
 
-void Simulator::on_arrive(uint32_t slot, uint64_t t) {
+void Simulator::on_arrive(uint32_t id, uint64_t t) {
+  const uint32_t slot = id & (kMaxPoolSlots - 1), hop = id >> kHopShift;
   const PktState& p = pool_[slot];
   const FlowHop& fh = hops_[p.flow()];
   // A recycled flow has new endpoints; a stale packet still follows the old path, so route by
@@ -251,11 +255,11 @@ void Simulator::on_arrive(uint32_t slot, uint64_t t) {
     free_pkt(slot);
     return;
   }
-  const uint32_t port = topo_.port_after(fh.path, p.spine, p.hop);
+  const uint32_t port = topo_.port_after(fh.path, p.spine, hop);
   if (port == UINT32_MAX) {
     deliver(slot, t);
   } else {
-    enqueue_at(port, slot, t);
+    enqueue_at(port, slot, hop, t);
   }
 }
 

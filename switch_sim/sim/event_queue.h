@@ -27,7 +27,7 @@ namespace trim::sim {
 
 enum class EventKind : uint32_t {
   kPort,      // a port's serialiser finishes a packet (id = port; stale when the port moved on)
-  kArrive,    // a packet reaches the far end of a link (id = packet pool slot)
+  kArrive,    // a packet reaches the far end of a link (id = pool slot | hop << kHopShift)
   kAck,       // an ACK/NACK reaches the sender (id = packet pool slot that carried the data)
   kTimer,     // a flow's loss-detection timer (id = flow; stale when the flow re-armed it)
   kPace,      // a paced flow may send again (id = flow)

@@ -164,19 +164,25 @@ struct Flow {
   uint32_t msgs_done = 0;
 };
 
-// One packet in flight: the pool slot its `tag` names. One cache line: every hop reads it.
+// One packet in flight: a pool slot. One cache line: every hop reads it. The hop a packet is at
+// travels with it instead (in the tag the port carries, then in its kArrive event), and the pool's
+// copy of the packet is rewritten only when a port put it in its header queue (the one way a
+// port changes a packet), so a departure need not touch the slot.
 struct alignas(64) PktState {
   sw::Packet pkt;  // also the packet's flow id, message and psn
   uint64_t xmit_ns = 0;
   uint32_t gen = 0;
   uint32_t spine = 0;
-  uint8_t hop = 0;
   bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
   uint32_t flow() const { return static_cast<uint32_t>(pkt.flow); }
 };
 static_assert(sizeof(PktState) == 64, "a pool slot is one cache line");
+
+// A kArrive event's id: the pool slot, and above it the hop the packet has reached.
+constexpr uint32_t kHopShift = 26;
+constexpr uint32_t kMaxPoolSlots = 1u << kHopShift;
 
 struct Counters {
   uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
@@ -221,14 +227,14 @@ class Simulator {
   void try_send(uint32_t fid);
   void send_packet(uint32_t fid, uint32_t psn, bool retx);
   void on_port(uint32_t port, uint64_t t);
-  void on_arrive(uint32_t slot, uint64_t t);
+  void on_arrive(uint32_t id, uint64_t t);  // id: slot | hop << kHopShift
   void deliver(uint32_t slot, uint64_t t);
   void on_ack(uint32_t slot, uint64_t t);
   void on_timer(uint32_t fid, uint64_t t);
   void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
   void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
-  void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
+  void enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t);
   // A packet a port finished sending: it arrives at the link's far end (every port's sink).
   static void on_departure(void* sim, const sw::Departure& d);
   // Schedules the port's next completion, unless that is still `pending_ns`, the time of its
