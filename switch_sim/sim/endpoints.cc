@@ -376,9 +376,10 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
 void Simulator::rack_detect(Flow& f, uint64_t t) {
   uint64_t next = UINT64_MAX;
   const transport::Recovery::RackPass rule = f.rec.rack_pass(t);  // mark_lost leaves f.rec alone
-  // Nothing is judged (every deadline is UINT64_MAX) until a packet is known delivered, and none
-  // sent after the latest such one. First transmissions leave in psn order and a resend only
-  // later, so past a packet first sent after it, all are: the pass stops there.
+  // RACK judges nothing before a packet is known delivered, nor a packet sent after the latest
+  // one known delivered (deadline UINT64_MAX). First transmissions go out in psn order and resends
+  // later still, so from a packet sent once, after that one, every later psn was sent after it
+  // too: the pass stops there.
   for (uint32_t psn = f.snd_una; rule.valid && psn < f.next_psn; ++psn) {
     Slot& o = f.slots[psn % kMaxWindow];
     if (o.psn != psn) continue;

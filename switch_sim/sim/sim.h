@@ -4,7 +4,7 @@
 // live daemon uses, so trimming and drops happen where the model says. Time is simulated ns;
 // nothing here reads a clock except main() for wall_seconds.
 //
-// Split by concern: event_queue.* (radix queue), topology.cc (ports and routes), endpoints.cc (per-flow
+// Split by concern: event_queue.* (timing wheel), topology.cc (ports and routes), endpoints.cc (per-flow
 // window, ACK/NACK, RACK + RTO loss detection), workload.cc (ring allreduce, incast,
 // permutation, background), report.cc (statistics, JSON, htsim .cm export), main.cc (flags).
 #pragma once
