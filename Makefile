@@ -177,10 +177,12 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 	$(CXX) $(CXXFLAGS) -o $@ $< $(ARCHIVES) $(LDFLAGS) -ldl
 
 # The plugin tests dlopen the built library (and libtrim-rht.so), so they come with the test
-# binary; the rotation tests link RHT_OBJS statically.
-$(TESTS): $(TEST_OBJS) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
+# binary; the rotation tests link RHT_OBJS statically. The simulator's event queue is
+# unit-tested on its own (SimEventQueue.*), so its object comes too.
+SIM_QUEUE_OBJ := $(BUILD)/obj/switch_sim/sim/event_queue.o
+$(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \
 	  -lgtest_main -lgtest -ldl
 
 setup:

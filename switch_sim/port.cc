@@ -41,12 +41,25 @@ std::string PortCounters::to_json() const {
 EgressPort::EgressPort(const PortConfig& cfg)
     : cfg_(cfg), wrr_header_left_(cfg.wrr_header_weight), wrr_data_left_(cfg.wrr_data_weight), rng_(cfg.seed) {}
 
-uint64_t EgressPort::serialise_ns(uint32_t bytes) const {
-  // Rounded up: a packet is never on the wire for less than its bits take.
-  return static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * 8.0 / cfg_.rate_gbps));
+void EgressPort::PacketRing::grow() {
+  // Unrolled in order from head_, so the ring restarts at 0 with twice the room.
+  std::vector<Packet> bigger(slots_.empty() ? 16 : 2 * slots_.size());
+  for (size_t i = 0; i < size_; ++i) bigger[i] = slots_[(head_ + i) & (slots_.size() - 1)];
+  slots_.swap(bigger);
+  head_ = 0;
 }
 
-uint64_t EgressPort::next_event_ns() const { return busy_ ? wire_done_ns_ : UINT64_MAX; }
+uint64_t EgressPort::serialise_ns(uint32_t bytes) {
+  if (bytes == ser_bytes_[0]) return ser_ns_[0];
+  if (bytes == ser_bytes_[1]) return ser_ns_[1];
+  // Rounded up: a packet is never on the wire for less than its bits take.
+  const uint64_t ns = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * 8.0 / cfg_.rate_gbps));
+  ser_bytes_[1] = ser_bytes_[0];
+  ser_ns_[1] = ser_ns_[0];
+  ser_bytes_[0] = bytes;
+  ser_ns_[0] = ns;
+  return ns;
+}
 
 void EgressPort::start_next() {
   const bool have_header = !header_.empty(), have_data = !data_.empty();
@@ -60,7 +73,7 @@ void EgressPort::start_next() {
     }
     from_header = wrr_header_left_ > 0;
   }
-  std::deque<Packet>& q = from_header ? header_ : data_;
+  PacketRing& q = from_header ? header_ : data_;
   on_wire_ = q.front();
   q.pop_front();
   if (from_header) {
@@ -79,7 +92,12 @@ void EgressPort::advance(uint64_t now_ns) {
     const uint64_t done = wire_done_ns_;
     ++counters_.sent_packets;
     counters_.sent_bytes += on_wire_.bytes;
-    departed_.push_back(Departure{on_wire_, done + cfg_.prop_delay_ns});
+    const Departure d{on_wire_, done + cfg_.prop_delay_ns};
+    if (sink_ != nullptr) {
+      sink_(sink_ctx_, d);
+    } else {
+      departed_.push_back(d);
+    }
     busy_ = false;
     now_ns_ = done;  // the next packet starts the instant this one ends
     start_next();

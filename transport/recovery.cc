@@ -58,13 +58,6 @@ uint64_t Recovery::rto_ns() const {
   return std::min<uint64_t>(base * backoff_, cfg_.max_rto_ns);
 }
 
-uint64_t Recovery::next_deadline_ns() const {
-  uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
-  if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
-  if (rack_timer_ns_ != 0) d = std::min(d, rack_timer_ns_);
-  return d;
-}
-
 Recovery::Fired Recovery::on_timer(uint64_t now_ns, bool outstanding) {
   Fired f;
   if (rack_timer_ns_ != 0 && now_ns >= rack_timer_ns_) {

@@ -73,11 +73,26 @@ class Recovery {
   // 100 Gbit/s), where every send time is the same.
   bool rack_lost(uint64_t sent_ns, uint64_t now_ns) const { return now_ns >= rack_deadline_ns(sent_ns, now_ns); }
   // When that packet will count as lost (UINT64_MAX: not while nothing sent after it is delivered).
-  uint64_t rack_deadline_ns(uint64_t sent_ns, uint64_t now_ns) const {
-    if (!rack_valid_ || sent_ns > rack_xmit_ns_) return UINT64_MAX;
-    const uint64_t window = reorder_window_ns(now_ns);
-    if (sent_ns + window < rack_xmit_ns_) return 0;
-    return sent_ns + rack_rtt_ns_ + std::max(window, cfg_.timer_floor_ns);
+  uint64_t rack_deadline_ns(uint64_t sent_ns, uint64_t now_ns) const { return rack_pass(now_ns).deadline_ns(sent_ns); }
+  // The rule of one detection pass at now_ns, for a whole window of packets: the reordering
+  // window is worked out once, not per packet.
+  struct RackPass {
+    bool valid = false;
+    uint64_t xmit_ns = 0, rtt_ns = 0, window_ns = 0, wait_ns = 0;
+    uint64_t deadline_ns(uint64_t sent_ns) const {
+      if (!valid || sent_ns > xmit_ns) return UINT64_MAX;
+      if (sent_ns + window_ns < xmit_ns) return 0;
+      return sent_ns + rtt_ns + wait_ns;
+    }
+  };
+  RackPass rack_pass(uint64_t now_ns) const {
+    RackPass r;
+    r.valid = rack_valid_;
+    r.xmit_ns = rack_xmit_ns_;
+    r.rtt_ns = rack_rtt_ns_;
+    r.window_ns = reorder_window_ns(now_ns);
+    r.wait_ns = std::max(r.window_ns, cfg_.timer_floor_ns);
+    return r;
   }
   uint64_t reorder_window_ns(uint64_t now_ns) const;
   uint64_t rto_ns() const;
@@ -87,7 +102,12 @@ class Recovery {
   uint64_t rto_deadline_ns() const { return rto_deadline_ns_; }
   uint64_t probe_deadline_ns() const { return probe_deadline_ns_; }
   // The earliest deadline armed (UINT64_MAX: none).
-  uint64_t next_deadline_ns() const;
+  uint64_t next_deadline_ns() const {
+    uint64_t d = rto_deadline_ns_ == 0 ? UINT64_MAX : rto_deadline_ns_;
+    if (probe_deadline_ns_ != 0) d = std::min(d, probe_deadline_ns_);
+    if (rack_timer_ns_ != 0) d = std::min(d, rack_timer_ns_);
+    return d;
+  }
 
   // ---- timers
   struct Fired {

@@ -31,6 +31,7 @@
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "switch_sim/sim/sim.h"
 
@@ -47,6 +48,7 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: spreads flow ids over spine
 
 uint32_t Simulator::alloc_pkt() {
   if (free_pkts_.empty()) {
+    if (pool_.size() >= kMaxPoolSlots) throw std::length_error("trim-sim: more packets in flight than kMaxPoolSlots");
     pool_.emplace_back();
     return static_cast<uint32_t>(pool_.size() - 1);
   }
@@ -64,6 +66,7 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
     free_flows_.pop_back();
   } else {
     flows_.emplace_back();
+    hops_.emplace_back();
     fid = static_cast<uint32_t>(flows_.size() - 1);
     flows_[fid].slots.resize(kMaxWindow);
   }
@@ -77,8 +80,10 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   f = Flow{};
   f.msgs = std::move(msgs);
   f.msgs.clear();
+  // The old slots stay as they are (6 KB a flow, a million flows in a long run): a slot is only
+  // read for a psn in [snd_una, next_psn), written when that psn was sent, or checked against
+  // the psn it holds.
   f.slots = std::move(slots);
-  std::fill(f.slots.begin(), f.slots.end(), Slot{});
   f.rtx = std::move(rtx);
   f.rtx.clear();
   f.rcv_bits = std::move(bits);
@@ -93,6 +98,7 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   f.spine_hash = static_cast<uint32_t>(mix(cfg_.seed ^ (static_cast<uint64_t>(fid) << 20) ^ gen));
   const uint64_t ack_ser_ns = static_cast<uint64_t>(std::ceil(kAckBytes * 8.0 / cfg_.link_gbps));
   f.ack_delay_ns = topo_.hops(src, dst) * (cfg_.prop_ns + ack_ser_ns);
+  hops_[fid] = FlowHop{f.gen, topo_.path(src, dst)};
   return fid;
 }
 
@@ -183,10 +189,7 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   p.pkt.psn = psn;
   p.pkt.tag = idx;
   p.xmit_ns = now_ns_;
-  p.flow = fid;
   p.gen = f.gen;
-  p.psn = psn;
-  p.msg = s.msg;
   const uint32_t spines = topo_.spines();
   p.spine = cfg_.routing == Routing::kEcmp ? f.spine_hash % spines : (f.spine_hash + f.spray_next++) % spines;
   s.xmit_ns = now_ns_;
@@ -194,73 +197,76 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   ++ctr_.injected;
   if (s.trimmable) ++ctr_.injected_trimmable;
   if (retx) {
+    s.resent = true;
     ++s.retx;
     ++ctr_.retx;
     if (s.trimmable) ++ctr_.retx_trimmable;
   }
   f.rec.on_send(now_ns_, !retx, true);
   arm_timer(fid, f.rec.next_deadline_ns());
-  enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, now_ns_);
+  enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, 0, now_ns_);
 }
 
-void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint64_t t) {
-  const sw::Verdict v = topo_.ports[port].enqueue(pool_[slot].pkt, t);
+void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t) {
+  sw::EgressPort& ep = topo_.ports[port];
+  const uint64_t pending_ns = ep.next_event_ns();
+  sw::Packet pkt = pool_[slot].pkt;
+  pkt.tag = slot | static_cast<uint64_t>(hop) << 32;
+  const sw::Verdict v = ep.enqueue(pkt, t);
   if (v == sw::Verdict::kDropped || v == sw::Verdict::kDroppedHeader) {
     ++ctr_.dropped;
     free_pkt(slot);
   }
-  drain_port(port);
+  schedule_port(port, pending_ns);
 }
 
-void Simulator::drain_port(uint32_t port) {
-  sw::EgressPort& ep = topo_.ports[port];
-  auto& dep = ep.departed();
-  for (const sw::Departure& d : dep) {
-    const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
-    PktState& p = pool_[slot];
-    p.pkt = d.packet;  // the port may have cut it
-    ++p.hop;
-    q_.push(d.arrive_ns, EventKind::kArrive, slot);
-  }
-  dep.clear();
-  const uint64_t next = ep.next_event_ns();
-  if (next != port_next_[port]) {
-    port_next_[port] = next;
-    if (next != UINT64_MAX) q_.push(next, EventKind::kPort, port);
-  }
+void Simulator::on_departure(void* sim, const sw::Departure& d) {
+  Simulator& s = *static_cast<Simulator*>(sim);
+  const uint32_t slot = static_cast<uint32_t>(d.packet.tag);
+  const uint32_t hop = static_cast<uint32_t>(d.packet.tag >> 32) + 1;
+  if (d.packet.header_class) s.pool_[slot].pkt = d.packet;  // it may have been cut
+  s.q_.push(d.arrive_ns, EventKind::kArrive, slot | hop << kHopShift);
+}
+
+// A port's kPort event is pushed whenever its next completion changes, so the one queued last is
+// always at the port's next_event_ns(): an event at any other time is stale.
+void Simulator::schedule_port(uint32_t port, uint64_t pending_ns) {
+  const uint64_t next = topo_.ports[port].next_event_ns();
+  if (next != pending_ns && next != UINT64_MAX) q_.push(next, EventKind::kPort, port);
 }
 
 void Simulator::on_port(uint32_t port, uint64_t t) {
-  if (port_next_[port] != t) return;  // superseded
-  port_next_[port] = UINT64_MAX;
-  topo_.ports[port].advance(t);
-  drain_port(port);
+  sw::EgressPort& ep = topo_.ports[port];
+  if (ep.next_event_ns() != t) return;  // superseded
+  ep.advance(t);
+  schedule_port(port, UINT64_MAX);  // this event was the one queued
 }
 
-void Simulator::on_arrive(uint32_t slot, uint64_t t) {
+void Simulator::on_arrive(uint32_t id, uint64_t t) {
+  const uint32_t slot = id & (kMaxPoolSlots - 1), hop = id >> kHopShift;
   const PktState& p = pool_[slot];
-  const Flow& f = flows_[p.flow];
+  const FlowHop& fh = hops_[p.flow()];
   // A recycled flow has new endpoints; a stale packet still follows the old path, so route by
   // what the packet was sent on: its flow's endpoints at send time equal the current ones
   // unless gen changed, in which case it is delivered as stale on the spot.
-  if (p.gen != f.gen) {
+  if (p.gen != fh.gen) {
     ++ctr_.delivered;
     ++ctr_.stale;
     free_pkt(slot);
     return;
   }
-  const uint32_t port = topo_.port_at(f.src, f.dst, p.spine, p.hop);
+  const uint32_t port = topo_.port_after(fh.path, p.spine, hop);
   if (port == UINT32_MAX) {
     deliver(slot, t);
   } else {
-    enqueue_at(port, slot, t);
+    enqueue_at(port, slot, hop, t);
   }
 }
 
 void Simulator::deliver(uint32_t slot, uint64_t t) {
   ++ctr_.delivered;
   PktState& p = pool_[slot];
-  const uint32_t fid = p.flow;
+  const uint32_t fid = p.flow();
   Flow& f = flows_[fid];
   if (p.pkt.trimmed) ++ctr_.delivered_trimmed;
   q_.push(t + f.ack_delay_ns, EventKind::kAck, slot);  // the pool slot now carries the ACK
@@ -269,17 +275,17 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
     p.nack = true;
     return;
   }
-  const uint32_t word = p.psn / 64;
+  const uint32_t word = p.pkt.psn / 64;
   if (f.rcv_bits.size() <= word) f.rcv_bits.resize(word + 1 + f.rcv_bits.size() / 2, 0);
-  const uint64_t bit = 1ull << (p.psn % 64);
+  const uint64_t bit = 1ull << (p.pkt.psn % 64);
   if (f.rcv_bits[word] & bit) {
     ++ctr_.duplicates;
     p.dup = true;
     return;
   }
   f.rcv_bits[word] |= bit;
-  if (p.psn < f.base_psn || p.msg >= f.msgs.size()) return;  // an earlier iteration's packet
-  Msg& m = f.msgs[p.msg];
+  if (p.pkt.psn < f.base_psn || p.pkt.msg >= f.msgs.size()) return;  // an earlier iteration's packet
+  Msg& m = f.msgs[p.pkt.msg];
   // Trimmable workload data (the reduce-scatter half of a ring; incast/permutation payload
   // unless --exact), first deliveries only: what the NMSE estimate is built on.
   if (m.trimmable && f.kind != FlowKind::kBgConstant && f.kind != FlowKind::kBgBursty) {
@@ -296,12 +302,12 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
       if (heads < 1.0) ++ctr_.rs_cut_heads;
       ctr_.rs_err_sum += nmse;
       if (f.kind == FlowKind::kRing) {
-        const uint32_t step = p.msg / slices_per_step();
+        const uint32_t step = p.pkt.msg / slices_per_step();
         ctr_.rs_err_weight += nmse * static_cast<double>(step + 1) / cfg_.hosts;
       }
     }
   }
-  if (++m.received == m.packets) on_msg_complete(fid, p.msg, t);
+  if (++m.received == m.packets) on_msg_complete(fid, p.pkt.msg, t);
 }
 
 void Simulator::mark_lost(Flow& f, Slot& s, uint64_t* ctr) {
@@ -317,23 +323,23 @@ void Simulator::mark_lost(Flow& f, Slot& s, uint64_t* ctr) {
 void Simulator::on_ack(uint32_t slot, uint64_t t) {
   const PktState p = pool_[slot];
   free_pkt(slot);
-  Flow& f = flows_[p.flow];
+  Flow& f = flows_[p.flow()];
   if (p.gen != f.gen || !f.live) return;
-  Slot& s = f.slots[p.psn % kMaxWindow];
-  if (s.psn != p.psn || s.state == SlotState::kFree || s.state == SlotState::kAcked) return;
+  Slot& s = f.slots[p.pkt.psn % kMaxWindow];
+  if (s.psn != p.pkt.psn || s.state == SlotState::kFree || s.state == SlotState::kAcked) return;
   if (p.nack) {
     if (s.state == SlotState::kOut) {
       mark_lost(f, s, &ctr_.retx_nack);
       if (s.trimmable) ++ctr_.retx_nack_trimmable;
     }
-    try_send(p.flow);
+    try_send(p.flow());
     return;
   }
   s.state = SlotState::kAcked;
   f.rec.on_delivered(p.xmit_ns, t, s.retx > 0);
   if (p.pkt.trimmed) f.rec.on_trims_reported(t);
   if (cfg_.cc == Cc::kAimd) {
-    if (p.pkt.trimmed && p.psn >= f.recover_psn) {
+    if (p.pkt.trimmed && p.pkt.psn >= f.recover_psn) {
       f.cwnd = std::max(1.0, f.cwnd / 2);
       f.recover_psn = f.next_psn;
     } else {
@@ -353,13 +359,14 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   const bool outstanding = f.snd_una != f.next_psn;
   if (progress) f.rec.on_progress(t, outstanding);
   f.rec.arm_probe(t, outstanding);
-  if (f.rec.next_deadline_ns() != UINT64_MAX) arm_timer(p.flow, f.rec.next_deadline_ns());
-  const uint32_t fid = p.flow;
+  if (f.rec.next_deadline_ns() != UINT64_MAX) arm_timer(p.flow(), f.rec.next_deadline_ns());
+  const uint32_t fid = p.flow();
   try_send(fid);
   Flow& g = flows_[fid];
   if (g.kind == FlowKind::kBgBursty && flow_finished(g)) {
     g.live = false;
     ++g.gen;
+    hops_[fid].gen = g.gen;
     g.timer_at = UINT64_MAX;
     g.pace_at = UINT64_MAX;
     free_flows_.push_back(fid);
@@ -368,10 +375,17 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
 
 void Simulator::rack_detect(Flow& f, uint64_t t) {
   uint64_t next = UINT64_MAX;
-  for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
+  const transport::Recovery::RackPass rule = f.rec.rack_pass(t);  // mark_lost leaves f.rec alone
+  // RACK judges nothing before a packet is known delivered, nor a packet sent after the latest
+  // one known delivered (deadline UINT64_MAX). First transmissions go out in psn order and resends
+  // later still, so from a packet sent once, after that one, every later psn was sent after it
+  // too: the pass stops there.
+  for (uint32_t psn = f.snd_una; rule.valid && psn < f.next_psn; ++psn) {
     Slot& o = f.slots[psn % kMaxWindow];
-    if (o.psn != psn || o.state != SlotState::kOut) continue;
-    const uint64_t deadline = f.rec.rack_deadline_ns(o.xmit_ns, t);
+    if (o.psn != psn) continue;
+    if (!o.resent && o.xmit_ns > rule.xmit_ns) break;
+    if (o.state != SlotState::kOut) continue;
+    const uint64_t deadline = rule.deadline_ns(o.xmit_ns);
     if (t >= deadline) {
       mark_lost(f, o, &ctr_.retx_rack);
     } else {

@@ -1,44 +1,107 @@
 #include "switch_sim/sim/event_queue.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace trim::sim {
 
-Event EventQueue::pop() {
-  Event out = heap_.front();
-  heap_.front() = heap_.back();
-  heap_.pop_back();
-  if (!heap_.empty()) sift_down(0);
-  return out;
-}
-
-void EventQueue::sift_up(size_t i) {
-  Event e = heap_[i];
-  while (i > 0) {
-    size_t parent = (i - 1) / kArity;
-    if (!before(e, heap_[parent])) break;
-    heap_[i] = heap_[parent];
-    i = parent;
+namespace {
+// std::push_heap keeps the largest first: "later" puts the earliest (time, seq) on top.
+struct Later {
+  template <class F>
+  bool operator()(const F& a, const F& b) const {
+    return a.time_ns != b.time_ns ? a.time_ns > b.time_ns : a.seq > b.seq;
   }
-  heap_[i] = e;
+};
+}  // namespace
+
+EventQueue::EventQueue() : near_slots_(kNearSlots), mid_buckets_(kMidBuckets) {}
+
+void EventQueue::push_later(uint64_t time_ns, uint32_t packed) {
+  const uint64_t coarse = time_ns >> kCoarseBits;
+  if (coarse < migrated_ + kMidBuckets) {
+    const uint32_t b = static_cast<uint32_t>(coarse % kMidBuckets);
+    const uint32_t n = new_node(packed);
+    node_time_[n] = time_ns;
+    link(mid_buckets_[b], b, &mid_bits_, n);
+    ++mid_;
+  } else {
+    far_.push_back(Far{time_ns, pushed_, packed});
+    std::push_heap(far_.begin(), far_.end(), Later{});
+  }
 }
 
-void EventQueue::sift_down(size_t i) {
-  const size_t n = heap_.size();
-  Event e = heap_[i];
-  for (;;) {
-    const size_t first = kArity * i + 1;
-    if (first >= n) break;
-    size_t child = first;
-    const size_t last = std::min(first + kArity, n);
-    for (size_t c = first + 1; c < last; ++c) {
-      if (before(heap_[c], heap_[child])) child = c;
+void EventQueue::migrate(uint64_t upto) {
+  while (migrated_ < upto) {
+    // With the wheel empty there is nothing to move bucket by bucket: straight to the last step.
+    if (mid_ == 0) migrated_ = std::max(migrated_, upto - 1);
+    ++migrated_;
+    // This bucket is near now: its events move into their slots, in order.
+    const uint32_t b = static_cast<uint32_t>(migrated_ % kMidBuckets);
+    List& l = mid_buckets_[b];
+    if (l.head != kNil) {
+      for (uint32_t n = l.head; n != kNil;) {
+        const uint32_t next = nodes_[n].next;
+        const uint32_t slot = static_cast<uint32_t>(node_time_[n]) & kNearMask;
+        NearSlot& s = near_slots_[slot];
+        if (s.first == kNil) {
+          s.first = nodes_[n].packed;
+          near_bits_.set(slot);
+          free_node(n);
+        } else {
+          rest_append(s, n);
+        }
+        ++near_;
+        --mid_;
+        n = next;
+      }
+      l = List{};
+      mid_bits_.clear(b);
     }
-    if (!before(heap_[child], e)) break;
-    heap_[i] = heap_[child];
-    i = child;
+    // The wheel reaches one bucket further: the heap's events there move in, in (time, seq)
+    // order (after a jump, some may be near already).
+    while (!far_.empty() && (far_.front().time_ns >> kCoarseBits) < migrated_ + kMidBuckets) {
+      const Far f = far_.front();
+      std::pop_heap(far_.begin(), far_.end(), Later{});
+      far_.pop_back();
+      if ((f.time_ns >> kCoarseBits) <= migrated_) {
+        append_near(f.time_ns, f.packed);
+      } else {
+        const uint32_t fb = static_cast<uint32_t>((f.time_ns >> kCoarseBits) % kMidBuckets);
+        const uint32_t n = new_node(f.packed);
+        node_time_[n] = f.time_ns;
+        link(mid_buckets_[fb], fb, &mid_bits_, n);
+        ++mid_;
+      }
+    }
   }
-  heap_[i] = e;
+}
+
+void EventQueue::jump() {
+  uint64_t coarse;
+  if (mid_ != 0) {
+    // The wheel's first occupied bucket after the near ring's; the clock goes to its start.
+    const uint32_t from = static_cast<uint32_t>((migrated_ + 1) % kMidBuckets);
+    const uint32_t b = mid_bits_.first_from(from);
+    coarse = migrated_ + 1 + (b + kMidBuckets - from) % kMidBuckets;
+    base_ns_ = coarse << kCoarseBits;
+  } else if (!far_.empty()) {
+    base_ns_ = far_.front().time_ns;
+    coarse = base_ns_ >> kCoarseBits;
+  } else {
+    return;  // an empty queue: pop's caller broke its contract
+  }
+  migrate(coarse + 1);
+}
+
+void EventQueue::refuse_past(uint64_t time_ns) const {
+  throw std::logic_error("EventQueue: push at " + std::to_string(time_ns) + " ns, before the last popped time " +
+                         std::to_string(base_ns_) + " ns");
+}
+
+void EventQueue::refuse_id(uint32_t id) const {
+  throw std::logic_error("EventQueue: id " + std::to_string(id) + " does not fit in 29 bits");
 }
 
 }  // namespace trim::sim

@@ -4,7 +4,7 @@
 // live daemon uses, so trimming and drops happen where the model says. Time is simulated ns;
 // nothing here reads a clock except main() for wall_seconds.
 //
-// Split by concern: event_queue.* (heap), topology.cc (ports and routes), endpoints.cc (per-flow
+// Split by concern: event_queue.* (timing wheel), topology.cc (ports and routes), endpoints.cc (per-flow
 // window, ACK/NACK, RACK + RTO loss detection), workload.cc (ring allreduce, incast,
 // permutation, background), report.cc (statistics, JSON, htsim .cm export), main.cc (flags).
 #pragma once
@@ -87,9 +87,25 @@ class Topology {
   void build(const Config& cfg);
   uint32_t leaves() const { return leaves_; }
   uint32_t spines() const { return spines_; }
-  uint32_t leaf_of(uint32_t host) const { return host / per_leaf_; }
+  uint32_t leaf_of(uint32_t host) const { return leaf_of_host_[host]; }  // a table: no division per hop
   // Port a packet takes at hop `hop` (0 = the source NIC); UINT32_MAX once it reached dst.
   uint32_t port_at(uint32_t src, uint32_t dst, uint32_t spine, uint32_t hop) const;
+  // The same for hops >= 1, from a path precomputed per flow (no leaf arithmetic per hop).
+  struct Path {
+    uint32_t up = UINT32_MAX;  // leaf uplink to spine 0 (UINT32_MAX: src and dst share a leaf)
+    uint32_t down = 0;         // spine 0's downlink to dst's leaf
+    uint32_t last = 0;         // dst's leaf port
+  };
+  Path path(uint32_t src, uint32_t dst) const;
+  uint32_t port_after(const Path& p, uint32_t spine, uint32_t hop) const {
+    if (p.up == UINT32_MAX) return hop == 1 ? p.last : UINT32_MAX;
+    switch (hop) {
+      case 1: return p.up + spine;
+      case 2: return p.down + spine * leaves_;
+      case 3: return p.last;
+      default: return UINT32_MAX;
+    }
+  }
   uint32_t hops(uint32_t src, uint32_t dst) const { return leaf_of(src) == leaf_of(dst) ? 2 : 4; }
   std::vector<sw::EgressPort> ports;
   std::vector<Tier> tier;
@@ -97,6 +113,7 @@ class Topology {
 
  private:
   uint32_t hosts_ = 0, per_leaf_ = 1, leaves_ = 0, spines_ = 1;
+  std::vector<uint32_t> leaf_of_host_;
 };
 
 struct Msg {
@@ -117,6 +134,7 @@ struct Slot {
   bool trimmable = false;
   SlotState state = SlotState::kFree;
   uint8_t retx = 0;
+  bool resent = false;  // xmit_ns is not the first transmission's (retx counts, and may wrap)
 };
 
 enum class FlowKind : uint8_t { kRing, kIncast, kPerm, kBgConstant, kBgBursty };
@@ -146,17 +164,25 @@ struct Flow {
   uint32_t msgs_done = 0;
 };
 
-// One packet in flight: the pool slot its `tag` names.
-struct PktState {
-  sw::Packet pkt;
+// One packet in flight: a pool slot. One cache line: every hop reads it. The hop a packet is at
+// travels with it instead (in the tag the port carries, then in its kArrive event), and the pool's
+// copy of the packet is rewritten only when a port put it in its header queue (the one way a
+// port changes a packet), so a departure need not touch the slot.
+struct alignas(64) PktState {
+  sw::Packet pkt;  // also the packet's flow id, message and psn
   uint64_t xmit_ns = 0;
-  uint32_t flow = 0, gen = 0, psn = 0, msg = 0;
+  uint32_t gen = 0;
   uint32_t spine = 0;
-  uint8_t hop = 0;
   bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
+  uint32_t flow() const { return static_cast<uint32_t>(pkt.flow); }
 };
+static_assert(sizeof(PktState) == 64, "a pool slot is one cache line");
+
+// A kArrive event's id: the pool slot, and above it the hop the packet has reached.
+constexpr uint32_t kHopShift = 26;
+constexpr uint32_t kMaxPoolSlots = 1u << kHopShift;
 
 struct Counters {
   uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
@@ -175,6 +201,8 @@ struct Counters {
 class Simulator {
  public:
   explicit Simulator(const Config& cfg);
+  Simulator(const Simulator&) = delete;  // the ports hold a pointer to it
+  Simulator& operator=(const Simulator&) = delete;
   void run();
   const Config& cfg() const { return cfg_; }
   const Topology& topo() const { return topo_; }
@@ -199,15 +227,19 @@ class Simulator {
   void try_send(uint32_t fid);
   void send_packet(uint32_t fid, uint32_t psn, bool retx);
   void on_port(uint32_t port, uint64_t t);
-  void on_arrive(uint32_t slot, uint64_t t);
+  void on_arrive(uint32_t id, uint64_t t);  // id: slot | hop << kHopShift
   void deliver(uint32_t slot, uint64_t t);
   void on_ack(uint32_t slot, uint64_t t);
   void on_timer(uint32_t fid, uint64_t t);
   void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
   void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
-  void enqueue_at(uint32_t port, uint32_t slot, uint64_t t);
-  void drain_port(uint32_t port);
+  void enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t);
+  // A packet a port finished sending: it arrives at the link's far end (every port's sink).
+  static void on_departure(void* sim, const sw::Departure& d);
+  // Schedules the port's next completion, unless that is still `pending_ns`, the time of its
+  // kPort event already queued (UINT64_MAX: none).
+  void schedule_port(uint32_t port, uint64_t pending_ns);
   uint32_t alloc_pkt();
   void free_pkt(uint32_t slot);
   bool flow_finished(const Flow& f) const;
@@ -223,7 +255,13 @@ class Simulator {
   Topology topo_;
   EventQueue q_;
   uint64_t now_ns_ = 0;
-  std::vector<uint64_t> port_next_;  // the time of each port's pending kPort event
+  // Per flow, beside flows_: its generation and path, which every hop reads (a packet of a
+  // recycled flow is stale), in 16 bytes instead of the Flow's first cache line.
+  struct FlowHop {
+    uint32_t gen = 0;
+    Topology::Path path;
+  };
+  std::vector<FlowHop> hops_;
   std::vector<PktState> pool_;
   std::vector<uint32_t> free_pkts_;
   std::vector<Flow> flows_;

@@ -33,6 +33,8 @@ void Topology::build(const Config& cfg) {
   leaves_ = (hosts_ + per_leaf_ - 1) / per_leaf_;
   spines_ = std::max<uint32_t>(1, per_leaf_ / std::max<uint32_t>(1, cfg.oversub));
   uplink_gbps = cfg.link_gbps * per_leaf_ / (static_cast<double>(cfg.oversub) * spines_);
+  leaf_of_host_.resize(hosts_);
+  for (uint32_t h = 0; h < hosts_; ++h) leaf_of_host_[h] = h / per_leaf_;
 
   sw::PortConfig base;
   base.rate_gbps = cfg.link_gbps;
@@ -82,9 +84,20 @@ void Topology::build(const Config& cfg) {
   }
 }
 
-uint32_t Topology::port_at(uint32_t src, uint32_t dst, uint32_t spine, uint32_t hop) const {
+Topology::Path Topology::path(uint32_t src, uint32_t dst) const {
+  Path p;
+  p.last = hosts_ + dst;
   const uint32_t ls = leaf_of(src), ld = leaf_of(dst);
+  if (ls == ld) return p;
+  const uint32_t up0 = 2 * hosts_, down0 = up0 + leaves_ * spines_;
+  p.up = up0 + ls * spines_;
+  p.down = down0 + ld;
+  return p;
+}
+
+uint32_t Topology::port_at(uint32_t src, uint32_t dst, uint32_t spine, uint32_t hop) const {
   if (hop == 0) return src;
+  const uint32_t ls = leaf_of(src), ld = leaf_of(dst);
   if (ls == ld) return hop == 1 ? hosts_ + dst : UINT32_MAX;
   const uint32_t up0 = 2 * hosts_, down0 = up0 + leaves_ * spines_;
   switch (hop) {

@@ -25,7 +25,7 @@ namespace trim::sim {
 
 Simulator::Simulator(const Config& cfg) : cfg_(cfg), rng_(cfg.seed) {
   topo_.build(cfg_);
-  port_next_.assign(topo_.ports.size(), UINT64_MAX);
+  for (sw::EgressPort& port : topo_.ports) port.set_departure_sink(&Simulator::on_departure, this);
   pool_.reserve(1 << 16);
   ring_.resize(cfg_.hosts);
   for (uint32_t i = 0; i < cfg_.hosts; ++i) ring_[i] = i;
