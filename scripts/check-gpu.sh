@@ -70,6 +70,8 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/gpu_common.sh
+. "$here/gpu_common.sh"
 repo=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 export PYTHON
@@ -156,11 +158,7 @@ want() {
 }
 
 # `ip` for step 5: the carried copy (scripts/fetch-iproute2.sh) when the machine has none.
-ip_note=""
-if ! command -v ip >/dev/null 2>&1 && [[ -x $iproute2/bin/ip ]]; then
-  PATH=$iproute2/bin:$PATH
-  ip_note="ip from $iproute2 (fetch-iproute2.sh)"
-fi
+use_carried_ip "$iproute2"
 congestion_why=""  # why step 5 cannot run here ("" = it can)
 if ! command -v ip >/dev/null 2>&1; then
   congestion_why="iproute2 missing: no ip on PATH and no $iproute2/bin/ip; run scripts/fetch-iproute2.sh on the build machine and carry .gpu (see docs/GPU-MACHINE.md)"
@@ -171,17 +169,8 @@ elif (($(id -u) != 0)); then
 elif [[ ! -c /dev/net/tun ]]; then
   congestion_why="no /dev/net/tun"
 fi
-[[ -z $ip_note ]] && command -v ip >/dev/null 2>&1 && ip_note="ip at $(command -v ip)"
 
-# What is measured must not depend on the caller's environment.
-unset_env=()
-for v in $(compgen -e); do
-  case $v in
-    NCCL_TRIM_*|NCCL_SOCKET_NTHREADS|NCCL_NSOCKS_PERTHREAD|NCCL_ALGO|NCCL_PROTO|NCCL_MIN_NCHANNELS| \
-    NCCL_MAX_NCHANNELS|NCCL_NET_GDR_LEVEL|NCCL_NET_GDR_READ|NCCL_BUFFSIZE|NCCL_NET|NCCL_NET_PLUGIN)
-      unset_env+=("$v"); unset "$v" ;;
-  esac
-done
+unset_measured_env
 
 # ---------------------------------------------------------------- the parts
 bench_env=(env NCCL_ALGO=Ring NCCL_PROTO=Simple)

@@ -47,6 +47,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/gpu_common.sh
+. "$here/gpu_common.sh"
 repo=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 export PYTHON
@@ -95,22 +97,9 @@ if [[ -n $bundle ]]; then
 fi
 
 # `ip`: the carried copy (scripts/fetch-iproute2.sh) when the machine has none (as check-gpu.sh).
-ip_note=""
-if ! command -v ip >/dev/null 2>&1 && [[ -x $iproute2/bin/ip ]]; then
-  PATH=$iproute2/bin:$PATH
-  ip_note="ip from $iproute2 (fetch-iproute2.sh)"
-fi
-command -v ip >/dev/null 2>&1 && [[ -z $ip_note ]] && ip_note="ip at $(command -v ip)"
+use_carried_ip "$iproute2"
 
-# What is measured must not depend on the caller's environment.
-unset_env=()
-for v in $(compgen -e); do
-  case $v in
-    NCCL_TRIM_*|NCCL_SOCKET_NTHREADS|NCCL_NSOCKS_PERTHREAD|NCCL_ALGO|NCCL_PROTO|NCCL_MIN_NCHANNELS| \
-    NCCL_MAX_NCHANNELS|NCCL_NET_GDR_LEVEL|NCCL_NET_GDR_READ|NCCL_BUFFSIZE|NCCL_NET|NCCL_NET_PLUGIN)
-      unset_env+=("$v"); unset "$v" ;;
-  esac
-done
+unset_measured_env
 
 preset_args=()
 ((quick)) && preset_args=(--quick)
