@@ -272,27 +272,7 @@ else
     why+=("no GPU: nvidia-smi -L: $(head -1 "$out/nvidia-smi.txt")")
   fi
   ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) || why+=("bash ${BASH_VERSION} < 5.1 (run_ddp.sh)")
-  timeout 60 "$PYTHON" - >"$out/preflight_torch.json" 2>"$out/preflight.log" <<'PY'
-import json
-d = {}
-try:
-    import torch
-    d["torch"] = torch.__version__
-    d["torch_cuda"] = torch.version.cuda
-    d["cuda_available"] = torch.cuda.is_available()
-    if d["cuda_available"]:
-        d["gpu"] = torch.cuda.get_device_name(0)
-        v = torch.cuda.nccl.version()
-        d["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-except Exception as e:  # no torch, or a broken one
-    d["torch_error"] = f"{type(e).__name__}: {e}"
-try:
-    import sklearn
-    d["sklearn"] = sklearn.__version__
-except Exception:
-    d["sklearn"] = None
-print(json.dumps(d))
-PY
+  probe_torch "$out/preflight_torch.json" "$out/preflight.log"
   rc=$?
   torch_why=$("$PYTHON" -c '
 import json, sys

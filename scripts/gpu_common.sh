@@ -27,3 +27,27 @@ unset_measured_env() {
     esac
   done
 }
+
+# probe_torch OUT LOG: what this machine's $PYTHON has for the run, as one JSON object in OUT
+# (python, torch, torch_cuda, cuda_available, gpu, nccl, sklearn; torch_error when torch is missing
+# or broken), its stderr in LOG; bounded at 60 s. Returns the probe's exit status.
+probe_torch() {
+  timeout 60 "$PYTHON" - >"$1" 2>"$2" <<'PY'
+import json, platform
+d = {"python": platform.python_version()}
+try:
+    import torch
+    d.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    if d["cuda_available"]:
+        v = torch.cuda.nccl.version()
+        d.update(gpu=torch.cuda.get_device_name(0), nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
+except Exception as e:  # no torch, or a broken one
+    d["torch_error"] = f"{type(e).__name__}: {e}"
+try:
+    import sklearn
+    d["sklearn"] = sklearn.__version__
+except Exception:
+    d["sklearn"] = None
+print(json.dumps(d))
+PY
+}

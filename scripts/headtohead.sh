@@ -140,24 +140,7 @@ else
   driver=${driver# }
 fi
 rc=0
-timeout 60 "$PYTHON" - >"$out/preflight_torch.json" 2>"$out/preflight.log" <<'PY' || rc=$?
-import json, platform
-d = {"python": platform.python_version()}
-try:
-    import torch
-    d.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
-    if d["cuda_available"]:
-        v = torch.cuda.nccl.version()
-        d.update(gpu=torch.cuda.get_device_name(0), nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
-except Exception as e:  # no torch, or a broken one
-    d["torch_error"] = f"{type(e).__name__}: {e}"
-try:
-    import sklearn
-    d["sklearn"] = sklearn.__version__
-except Exception:
-    d["sklearn"] = None
-print(json.dumps(d))
-PY
+probe_torch "$out/preflight_torch.json" "$out/preflight.log" || rc=$?
 torch_why=$("$PYTHON" -c '
 import json, os, sys
 try:
