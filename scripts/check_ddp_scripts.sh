@@ -41,7 +41,7 @@ check() {  # check NAME COMMAND...: run it quietly, show its output only when it
   if "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; sed 's/^/     /' "$tmp/out" | tail -20; fi
 }
 
-py=("$here/ddp_train.py" "$here/allreduce_bench.py" "$here/plot_ddp.py" "$here/plot_congestion.py"
+py=("$here/ddp_train.py" "$here/allreduce_bench.py" "$here/plot_ddp.py" "$here/plot_congestion.py" "$here/jsonio.py"
   "$here/check_gpu_report.py")
 # py_compile writes __pycache__ next to the sources; compile into the temp dir instead.
 check "py_compile" env PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "${py[@]}"

@@ -22,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+from jsonio import load_json, read_jsonl
+
 STEPS = [  # (name, what it checks): the table's order
     ("preflight", "GPU, torch + NCCL, the carried build"),
     ("allreduce_2r", "1: busbw plugin vs Socket default, 2 ranks"),
@@ -56,27 +58,6 @@ KILL_PATTERNS = [
                         r"|NCCL communicator was aborted|ncclInternalError).*")),
     ("timeout", re.compile(r".*(Watchdog caught collective operation timeout|timed out|Timeout).*")),
 ]
-
-
-def load_json(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_jsonl(path):
-    out = []
-    try:
-        for line in Path(path).read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return out
 
 
 def mib(b):

@@ -36,29 +36,10 @@ import json
 import sys
 from pathlib import Path
 
+from jsonio import load_json, read_jsonl
+
 TRANSPORTS = ["socket", "drop", "trim", "trim16"]
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
-
-
-def read_jsonl(path):
-    out = []
-    try:
-        for line in Path(path).read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    except OSError:
-        pass
-    return out
-
-
-def load_json(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def augment(d):

@@ -21,21 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-
-def read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass  # a line cut short by a killed process
-    except OSError:
-        pass
-    return out
+from jsonio import read_jsonl
 
 
 # The plugin logs each connection's counters when NCCL closes it; summed over ranks they give
