@@ -60,6 +60,9 @@ COMMON_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard common/*.cc))
 CODEC_OBJS     := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard codec/*.cc))
 TRANSPORT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard transport/*.cc))
 PLUGIN_OBJS    := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard plugin/*.cc))
+# coll/ plays NCCL against a net plugin it dlopens (ring collectives, the proxy, the profiler
+# chain): it sits on common and codec, beside the transport, and never links the plugin.
+COLL_OBJS      := $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard coll/*.cc))
 LIB_OBJS  := $(COMMON_OBJS) $(CODEC_OBJS) $(TRANSPORT_OBJS) $(PLUGIN_OBJS)
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_OBJS := $(TEST_SRCS:%.cc=$(BUILD)/obj/%.o)
@@ -80,6 +83,7 @@ A_COMMON    := $(BUILD)/lib/libtrim_common.a
 A_CODEC     := $(BUILD)/lib/libtrim_codec.a
 A_TRANSPORT := $(BUILD)/lib/libtrim_transport.a
 A_PLUGIN    := $(BUILD)/lib/libtrim_plugin.a
+A_COLL      := $(BUILD)/lib/libtrim_coll.a
 SW_ARCHIVE  := $(BUILD)/lib/libtrimsw.a
 # Top layer first: a lower archive can never resolve a symbol of a higher one. The programs that
 # measure or test the rotation (trim-bench, trim-tests) link RHT_OBJS before them.
@@ -87,6 +91,9 @@ ARCHIVES := $(A_PLUGIN) $(A_TRANSPORT) $(A_CODEC) $(A_COMMON)
 # trim-sim's endpoints share exactly one unit with the transport: its loss recovery.
 RECOVERY_OBJ := $(BUILD)/obj/transport/recovery.o
 PLUGIN  := $(BUILD)/lib/libnccl-net-trim.so
+# libtrim-coll.so: the collective engine's C ABI (coll/trim_coll.h) for the Python package's
+# torch.distributed backend "trim"; trim-harness links the same objects.
+COLL_LIB := $(BUILD)/lib/libtrim-coll.so
 TOOLS   := $(BUILD)/bin/trim-bench $(BUILD)/bin/trim-config $(BUILD)/bin/trim-demo \
            $(BUILD)/bin/trim-harness
 ifneq ($(SWITCH_SRCS),)
@@ -102,10 +109,11 @@ TESTS   := $(BUILD)/bin/trim-tests
 # Keep object files of the pattern-built tools (make would delete them as intermediates).
 .SECONDARY:
 
-all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
+all: $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(COLL_LIB) $(TOOLS)
 
-# What the Python package ships (setup.py runs this): the plugin and the comm hook's rotation.
-python-libs: $(PLUGIN) $(RHT_LIB)
+# What the Python package ships (setup.py runs this): the plugin, the comm hook's rotation and
+# the collective engine of the CPU backend.
+python-libs: $(PLUGIN) $(RHT_LIB) $(COLL_LIB)
 
 # spdlog is used header-only, in this one translation unit only.
 $(BUILD)/obj/common/log.o: CPPFLAGS += -DSPDLOG_HEADER_ONLY
@@ -131,6 +139,7 @@ $(eval $(call archive_rule,$(A_COMMON),$(COMMON_OBJS)))
 $(eval $(call archive_rule,$(A_CODEC),$(CODEC_OBJS)))
 $(eval $(call archive_rule,$(A_TRANSPORT),$(TRANSPORT_OBJS)))
 $(eval $(call archive_rule,$(A_PLUGIN),$(PLUGIN_OBJS)))
+$(eval $(call archive_rule,$(A_COLL),$(COLL_OBJS)))
 
 # Only the ncclNetPlugin_vN (and later profiler/tuner) symbols leave the library.
 $(PLUGIN): $(LIB_OBJS) plugin/exports.map
@@ -146,6 +155,12 @@ $(RHT_LIB): $(RHT_OBJS) $(A_CODEC) $(A_COMMON) cuda/rht_exports.map
 	$(CXX) -shared $(CXXFLAGS) -o $@ $(RHT_OBJS) $(A_CODEC) $(A_COMMON) $(LDFLAGS) $(if $(RHT_CU_SRCS),$(CUDA_LDLIBS)) \
 	  -Wl,--version-script=cuda/rht_exports.map -Wl,-z,defs -Wl,--exclude-libs,ALL
 
+# Only trim_coll_* leave it.
+$(COLL_LIB): $(COLL_OBJS) $(A_CODEC) $(A_COMMON) coll/exports.map
+	@mkdir -p $(@D)
+	$(CXX) -shared $(CXXFLAGS) -o $@ $(COLL_OBJS) $(A_CODEC) $(A_COMMON) \
+	  $(LDFLAGS) -ldl -Wl,--version-script=coll/exports.map -Wl,-z,defs -Wl,--exclude-libs,ALL
+
 $(BUILD)/lib/libnccl-net.so: $(PLUGIN)
 	ln -sf libnccl-net-trim.so $@
 
@@ -155,9 +170,9 @@ $(BUILD)/bin/trim-bench: $(BENCH_OBJS) $(RHT_OBJS) $(ARCHIVES)
 
 # trim-harness plays NCCL's proxy against the built plugin (dlopen), one process per rank.
 # --prerotate rotates as the comm hook does, with libtrim-rht's host twin.
-$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES)
+$(BUILD)/bin/trim-harness: $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(A_COLL) $(ARCHIVES)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(ARCHIVES) $(LDFLAGS) -ldl
+	$(CXX) $(CXXFLAGS) -o $@ $(HARNESS_OBJS) $(BUILD)/obj/cuda/rht_host.o $(A_COLL) $(ARCHIVES) $(LDFLAGS) -ldl
 
 $(SW_ARCHIVE): $(SW_OBJS)
 	@mkdir -p $(@D)
@@ -180,9 +195,9 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 # binary; the rotation tests link RHT_OBJS statically. The simulator's event queue is
 # unit-tested on its own (SimEventQueue.*), so its object comes too.
 SIM_QUEUE_OBJ := $(BUILD)/obj/switch_sim/sim/event_queue.o
-$(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(TOOLS)
+$(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(A_COLL) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(COLL_LIB) $(TOOLS)
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(A_COLL) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \
 	  -lgtest_main -lgtest -ldl
 
 setup:

@@ -16,7 +16,7 @@ from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-LIBS = ("libnccl-net-trim.so", "libtrim-rht.so")
+LIBS = ("libnccl-net-trim.so", "libtrim-rht.so", "libtrim-coll.so")
 
 
 def make_libs() -> Path:

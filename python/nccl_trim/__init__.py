@@ -7,20 +7,31 @@
     nccl_trim.register(model)                   # the RHT comm hook
 
 or, with no change to the script: ``python -m nccl_trim.run --nproc-per-node 8 train.py``.
-The design is in this package's README.md. Importing nccl_trim does not import torch; only
-register() and the hooks (nccl_trim.hook) need it.
+
+On CPU, the torch.distributed backend "trim" carries a job's collectives through the same plugin:
+``dist.init_process_group("trim")`` (or ``"cpu:trim,cuda:nccl"``); ``python -m nccl_trim.run
+--trim-cpu`` makes a gloo script use it unchanged.
+
+The design is in this package's README.md. Importing nccl_trim does not import torch: it registers
+the "trim" backend once torch is imported (at once if it already is); only register() and the hooks
+(nccl_trim.hook) and the backend (nccl_trim.backend) need torch.
 """
 
+from ._autoregister import register_backend_with_torch
 from .environment import NET_NAME, apply_env, env
-from .errors import HookConflictError, LibraryError, NcclTooOldError, PluginError, TrimError
-from .libs import lib_dir, plugin_path, rht_library_path
+from .errors import (CollectiveError, HookConflictError, LibraryError, NcclTooOldError, PluginError, TrimError,
+                     UnsupportedError)
+from .libs import coll_library_path, lib_dir, plugin_path, rht_library_path
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "HookConflictError", "LibraryError", "NET_NAME", "NcclTooOldError", "PluginError", "RhtState", "TrimError",
-    "apply_env", "env", "fsdp_rht_hook", "lib_dir", "plugin_path", "register", "rht_hook", "rht_library_path",
+    "CollectiveError", "HookConflictError", "LibraryError", "NET_NAME", "NcclTooOldError", "PluginError", "RhtState",
+    "TrimError", "UnsupportedError", "apply_env", "coll_library_path", "env", "fsdp_rht_hook", "lib_dir",
+    "plugin_path", "register", "rht_hook", "rht_library_path",
 ]
+
+register_backend_with_torch()
 
 _TORCH_NAMES = ("register", "rht_hook", "fsdp_rht_hook", "RhtState")
 

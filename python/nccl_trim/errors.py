@@ -27,3 +27,20 @@ class NcclTooOldError(PluginError):
 class HookConflictError(TrimError):
     """A model already has a communication hook (one per model), so the RHT hook cannot be added,
     or the script tries to add its own after nccl_trim.run installed ours."""
+
+
+class UnsupportedError(TrimError):
+    """The trim torch.distributed backend was asked for something it does not carry: an operation
+    other than all_reduce, broadcast, all_gather, reduce_scatter and barrier, a dtype or reduction
+    NCCL has no type for, a non-CPU tensor, or arguments that cannot be right (a bad root)."""
+
+
+class CollectiveError(TrimError):
+    """A collective of the trim backend failed: a peer died or closed, the ranks called different
+    collectives (or sizes, dtypes, ops), the timeout passed, or the group was aborted. The process
+    group is unusable afterwards (every later call fails with the first error), as NCCL's is after
+    an error. `code` is libtrim-coll's status (nccl_trim.coll.E*)."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.code = code

@@ -1,4 +1,4 @@
-"""Where the package's two native libraries are.
+"""Where the package's native libraries are.
 
 `pip install .` builds them with the repository's Makefile and installs them as package data in
 ``nccl_trim/lib/``. ``NCCL_TRIM_LIB_DIR`` points elsewhere instead (a checkout's ``build/lib``),
@@ -13,6 +13,7 @@ from .errors import LibraryError
 LIB_DIR_ENV = "NCCL_TRIM_LIB_DIR"
 PLUGIN_NAME = "libnccl-net-trim.so"
 RHT_NAME = "libtrim-rht.so"
+COLL_NAME = "libtrim-coll.so"
 
 
 def lib_dir() -> Path:
@@ -45,3 +46,9 @@ def plugin_path() -> str:
 def rht_library_path() -> str:
     """Absolute path of libtrim-rht.so, the comm hook's rotation (cuda/trim_rht.h)."""
     return _library(RHT_NAME)
+
+
+def coll_library_path() -> str:
+    """Absolute path of libtrim-coll.so, the collective engine of the "trim" torch.distributed
+    backend (coll/trim_coll.h)."""
+    return _library(COLL_NAME)

@@ -47,12 +47,6 @@ Status read_exact(int fd, char* out, size_t n, int64_t deadline_ns) {
 
 }  // namespace
 
-int64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 Status write_frame(int fd, MsgType type, const std::string& payload) {
   std::string frame;
   frame.reserve(kHeaderBytes + payload.size());

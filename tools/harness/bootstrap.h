@@ -9,13 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "coll/pipeline.h"
 #include "common/status.h"
 
 namespace trim::harness {
 
-// CLOCK_MONOTONIC: one clock for every process on the machine, so the parent can compare a
-// rank's "killed at" with another rank's "error seen at".
-int64_t mono_ns();
+using coll::mono_ns;
 
 enum class MsgType : uint32_t {
   kGather = 1,   // rank -> parent: my part of the next allgather

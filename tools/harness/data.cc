@@ -96,48 +96,6 @@ Check check_copy(uint64_t key, const void* got, size_t bytes) {
   return c;
 }
 
-RingGeometry::RingGeometry(size_t bytes, int ranks, size_t slice_bytes, int slices_per_step)
-    : ranks_(ranks), slices_(slices_per_step), elems_(bytes / 4), tail_bytes_(bytes % 4) {
-  // With a raw tail the last slice grows by up to 3 bytes: keep that message within a slice.
-  slice_elems_ = slice_bytes / 4 - (tail_bytes_ > 0 ? 1 : 0);
-  size_t per_loop = slice_elems_ * static_cast<size_t>(slices_) * static_cast<size_t>(ranks_);
-  // At least one loop even for 0 bytes: NCCL sends empty slices, and so do we.
-  loops_ = static_cast<int>(std::max<size_t>(1, (elems_ + per_loop - 1) / per_loop));
-}
-
-Segment RingGeometry::segment(int loop, int seg) const {
-  const size_t seg_max = slice_elems_ * static_cast<size_t>(slices_);
-  size_t base = static_cast<size_t>(loop) * seg_max * static_cast<size_t>(ranks_);
-  size_t remaining = elems_ > base ? elems_ - base : 0;
-  // Like NCCL's last loop: the remainder is split evenly, so some segments may be empty.
-  size_t chunk = std::min(seg_max, (remaining + ranks_ - 1) / static_cast<size_t>(ranks_));
-  size_t lo = std::min(remaining, static_cast<size_t>(seg) * chunk);
-  size_t hi = std::min(remaining, lo + chunk);
-  return Segment{base + lo, hi - lo};
-}
-
-Segment RingGeometry::slice(int loop, int seg, int k) const {
-  Segment s = segment(loop, seg);
-  const size_t n = static_cast<size_t>(slices_);
-  // slices_ * per >= s.elems because s.elems <= slices_ * slice_elems_.
-  size_t per = std::min(slice_elems_, ((s.elems + n - 1) / n + 15) / 16 * 16);
-  size_t lo = std::min(s.elems, static_cast<size_t>(k) * per);
-  size_t hi = std::min(s.elems, lo + per);
-  return Segment{s.first + lo, hi - lo};
-}
-
-int RingGeometry::send_seg(int rank, int step) const {
-  int n = ranks_;
-  int s = is_reduce_scatter(step) ? rank - step : rank + 1 - (step - (n - 1));
-  return ((s % n) + n) % n;
-}
-
-int RingGeometry::recv_seg(int rank, int step) const {
-  int n = ranks_;
-  int s = is_reduce_scatter(step) ? rank - step - 1 : rank - (step - (n - 1));
-  return ((s % n) + n) % n;
-}
-
 Check check_allreduce(const RingGeometry& geo, const uint64_t* keys, const void* got, Elem elem) {
   Check c;
   const float* f = static_cast<const float*>(got);

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "cuda/trim_rht.h"
-#include "tools/harness/collectives.h"
 #include "tools/harness/data.h"
 #include "tools/harness/rank.h"
 
@@ -29,15 +28,38 @@ Status rotate(const Options& o, char* work, int it, bool forward) {
 }
 }  // namespace
 
+Status run_ring_allreduce(RankCtx& c, char* work, Elem elem, const char* proto, int64_t deadline_ns) {
+  const size_t bytes = c.opt.bytes;
+  coll::RingExtras extras;
+  extras.proto = proto;
+  extras.tail_bytes = bytes % 4;
+  coll::Outcome o = c.comm->all_reduce(work, bytes / 4, elem == Elem::kF32 ? coll::DType::kF32 : coll::DType::kI32,
+                                       coll::RedOp::kSum, deadline_ns, extras);
+  return o.ok() ? Status::ok() : o.status;
+}
+
+Status record_allreduce(RankCtx& c, const RingGeometry& geo, const uint64_t* keys, char* work, double* nmse_sum) {
+  RankReport& rep = *c.report;
+  const size_t bytes = c.opt.bytes;
+  const Check chk = check_allreduce(geo, keys, work);
+  rep.exact = rep.exact && chk.exact;
+  rep.raw_exact = rep.raw_exact && chk.mismatched_bytes == 0;
+  rep.err2 += chk.err2;
+  rep.ref2 += chk.ref2;
+  *nmse_sum += chk.nmse();
+  rep.result_hash = hash_bytes(work, bytes, rep.result_hash);
+  const uint64_t this_hash = hash_bytes(work, bytes, 0);
+  Result<double> dev = replica_nmse(c.chan, c.rank, c.shared, work, geo.elems(), this_hash);
+  if (!dev) return dev.status();
+  rep.replica_nmse = std::max(rep.replica_nmse, *dev);
+  return Status::ok();
+}
+
 Status run_allreduce(RankCtx& c) {
   const Options& o = c.opt;
   const int n = o.ranks;
-  RingGeometry geo(o.bytes, n, kSliceBytes, kSimpleSlicesPerStep);
-  const size_t slot_bytes = slot_bytes_for(geo);
-  RingBuffers ring(c, o.bytes, slot_bytes);
-  TRIM_RETURN_IF_ERROR(ring.reg());
-  const WorkBuffers& bufs = ring.bufs();
-  char* const work = ring.work();
+  const RingGeometry geo = RingGeometry::fp32_bytes(o.bytes, n, kSliceBytes, coll::kSimpleSlicesPerStep);
+  char* const work = c.buffers->make(o.bytes).data();
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * kNsPerSec;
 
   std::vector<uint64_t> keys(static_cast<size_t>(n));
@@ -49,7 +71,7 @@ Status run_allreduce(RankCtx& c) {
     TRIM_RETURN_IF_ERROR(c.chan->barrier());
     int64_t t0 = mono_ns();
     if (o.prerotate) TRIM_RETURN_IF_ERROR(rotate(o, work, it, true));
-    TRIM_RETURN_IF_ERROR(ring_allreduce(c, geo, Elem::kF32, "SIMPLE", bufs, deadline));
+    TRIM_RETURN_IF_ERROR(run_ring_allreduce(c, work, Elem::kF32, "SIMPLE", deadline));
     if (o.prerotate) TRIM_RETURN_IF_ERROR(rotate(o, work, it, false));
     if (it >= o.warmup) rep.iter_ns.push_back(mono_ns() - t0);
 

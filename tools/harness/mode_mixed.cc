@@ -11,7 +11,6 @@
 #include <functional>
 #include <vector>
 
-#include "tools/harness/collectives.h"
 #include "tools/harness/data.h"
 #include "tools/harness/rank.h"
 
@@ -27,8 +26,8 @@ constexpr uint64_t kLlSalt = 0x3333333333333333ull;
 
 class Mixed {
  public:
-  Mixed(RankCtx& c, const WorkBuffers& b, char* work, const RingGeometry& simple, const RingGeometry& ll)
-      : c_(c), o_(c.opt), b_(b), work_(work), simple_(simple), ll_(ll),
+  Mixed(RankCtx& c, char* work, const RingGeometry& simple, const RingGeometry& ll)
+      : c_(c), o_(c.opt), work_(work), simple_(simple), ll_(ll),
         keys_(static_cast<size_t>(o_.ranks)),
         deadline_(mono_ns() + static_cast<int64_t>(o_.deadline_s) * kNsPerSec) {}
 
@@ -61,13 +60,13 @@ class Mixed {
 
   Status trimmable_allreduce(int it, int64_t* ns) {
     fill(o_.seed, it, Elem::kF32);
-    TRIM_RETURN_IF_ERROR(timed([&] { return ring_allreduce(c_, simple_, Elem::kF32, "SIMPLE", b_, deadline_); }, ns));
+    TRIM_RETURN_IF_ERROR(timed([&] { return run_ring_allreduce(c_, work_, Elem::kF32, "SIMPLE", deadline_); }, ns));
     return record_allreduce(c_, simple_, keys_.data(), work_, &nmse_sum_);
   }
 
   Status exact_allreduce(int it, Elem elem, const char* proto, const RingGeometry& geo, uint64_t seed, int64_t* ns) {
     fill(seed, it, elem);
-    TRIM_RETURN_IF_ERROR(timed([&] { return ring_allreduce(c_, geo, elem, proto, b_, deadline_); }, ns));
+    TRIM_RETURN_IF_ERROR(timed([&] { return run_ring_allreduce(c_, work_, elem, proto, deadline_); }, ns));
     note_exact(check_allreduce(geo, keys_.data(), work_, elem));
     return Status::ok();
   }
@@ -80,7 +79,12 @@ class Mixed {
     } else {
       std::fill(work_, work_ + o_.bytes, static_cast<char>(0x5a));
     }
-    TRIM_RETURN_IF_ERROR(timed([&] { return ring_broadcast(c_, o_.bytes, b_, deadline_); }, ns));
+    TRIM_RETURN_IF_ERROR(timed(
+        [&] {
+          coll::Outcome r = c_.comm->broadcast(work_, o_.bytes, 0, deadline_);
+          return r.ok() ? Status::ok() : r.status;
+        },
+        ns));
     note_exact(check_copy(key, work_, o_.bytes));
     return Status::ok();
   }
@@ -89,7 +93,6 @@ class Mixed {
 
   RankCtx& c_;
   const Options& o_;
-  const WorkBuffers& b_;
   char* work_;
   const RingGeometry& simple_;
   const RingGeometry& ll_;
@@ -102,14 +105,10 @@ class Mixed {
 
 Status run_mixed(RankCtx& c) {
   const Options& o = c.opt;
-  RingGeometry simple(o.bytes, o.ranks, kSliceBytes, kSimpleSlicesPerStep);
-  RingGeometry ll(o.bytes, o.ranks, kSliceBytes, kLlSlicesPerStep);
-  // One work buffer and one set of slots serve all four collectives, which run one at a time.
-  const size_t slot_bytes = std::max({slot_bytes_for(simple), slot_bytes_for(ll), kSliceBytes});
-  RingBuffers ring(c, o.bytes, slot_bytes);
-  TRIM_RETURN_IF_ERROR(ring.reg());
-
-  Mixed mixed(c, ring.bufs(), ring.work(), simple, ll);
+  const RingGeometry simple = RingGeometry::fp32_bytes(o.bytes, o.ranks, kSliceBytes, coll::kSimpleSlicesPerStep);
+  const RingGeometry ll = RingGeometry::fp32_bytes(o.bytes, o.ranks, kSliceBytes, coll::kLlSlicesPerStep);
+  // One work buffer serves all four collectives, which run one at a time.
+  Mixed mixed(c, c.buffers->make(o.bytes).data(), simple, ll);
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     Result<int64_t> ns = mixed.iteration(it);
     if (!ns) return ns.status();

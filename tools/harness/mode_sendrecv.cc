@@ -12,10 +12,13 @@
 #include <string>
 
 #include "tools/harness/data.h"
-#include "tools/harness/profiler_host.h"
+#include "coll/profiler_host.h"
 #include "tools/harness/rank.h"
 
 namespace trim::harness {
+
+// The proxy-step states and event types NCCL records, from the engine.
+using namespace coll;  // NOLINT(google-build-using-namespace): the .cc of a mode that plays the proxy itself
 
 namespace {
 

@@ -67,16 +67,6 @@ const char* mode_name(Mode mode) {
   return "?";
 }
 
-const char* api_name(Api api) {
-  switch (api) {
-    case Api::kV8: return "v8";
-    case Api::kV9: return "v9";
-    case Api::kV10: return "v10";
-    case Api::kV11: return "v11";
-  }
-  return "?";
-}
-
 const char* op_name(SendRecvOp op) { return op == SendRecvOp::kP2p ? "p2p" : "allreduce"; }
 
 const char* run_op_name(const Options& opt) {

@@ -6,12 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "coll/net_plugin.h"
+#include "coll/pipeline.h"
 #include "common/status.h"
 
 namespace trim::harness {
 
+using coll::Api;
+using coll::api_name;
+using coll::kMaxInFlight;
+using coll::kSliceBytes;
+
 enum class Mode { kSendRecv, kAllReduce, kMixed };
-enum class Api { kV8, kV9, kV10, kV11 };
 // What setNetAttr announces in sendrecv mode: p2p (Send/Recv, always exact) or a ring
 // AllReduce SIMPLE message (trimmable when --trimmable).
 enum class SendRecvOp { kP2p, kAllReduce };
@@ -22,11 +28,6 @@ enum class ProfilerChoice { kAuto, kNone };
 // kCloseInFlight closes with requests pending (buffers outlive the comms); kAbortInFlight does
 // what NCCL's proxy teardown does on abort: deregMr, free the buffers, then close.
 enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight, kAbortInFlight };
-
-// Largest message one isend carries: NCCL's ring SIMPLE slices are at most 1 MiB.
-inline constexpr size_t kSliceBytes = size_t{1} << 20;
-// Steps in flight per connection (NCCL_STEPS).
-inline constexpr size_t kMaxInFlight = 8;
 
 struct Options {
   Mode mode = Mode::kSendRecv;
@@ -61,7 +62,6 @@ struct Options {
 };
 
 const char* mode_name(Mode mode);
-const char* api_name(Api api);
 const char* op_name(SendRecvOp op);
 // What the JSON's "op" says: sendrecv's --op, else the mode's own name.
 const char* run_op_name(const Options& opt);

@@ -46,102 +46,6 @@ void setup_env(const Options& opt, int rank) {
   setenv("NCCL_TRIM_IFNAME", "lo", 0);  // 0: keep the user's choice
 }
 
-// Connections of one rank: listen on device 0, exchange handles, then connect to rank+1 and
-// accept from rank-1 in one non-blocking loop, as NCCL's proxy does.
-class Connections {
- public:
-  explicit Connections(NetPlugin* net) : net_(net) {}
-  ~Connections() { (void)close_all(); }
-  Connections(const Connections&) = delete;
-  Connections& operator=(const Connections&) = delete;
-
-  Status open(const Options& opt, int rank, RankChannel* chan, RankReport* report);
-  Status close_all();
-  void* send_comm() const { return send_; }
-  void* recv_comm() const { return recv_; }
-
- private:
-  NetPlugin* net_;
-  void* listen_ = nullptr;
-  void* send_ = nullptr;
-  void* recv_ = nullptr;
-};
-
-Status Connections::open(const Options& opt, int rank, RankChannel* chan, RankReport* report) {
-  int ndev = 0;
-  ncclResult_t r = net_->devices(&ndev);
-  if (r != ncclSuccess) return plugin_error("devices", r);
-  if (ndev < 1) return Status(Code::kUnavailable, "devices reported " + std::to_string(ndev) + " devices");
-  DeviceInfo info;
-  r = net_->properties(0, &info);
-  if (r != ncclSuccess) return plugin_error("getProperties", r);
-  report->device = info.name;
-  // NCCL refuses a device whose maxP2pBytes is outside (0, 1 TiB] (v9+).
-  if (opt.api != Api::kV8 && (info.max_p2p_bytes == 0 || info.max_p2p_bytes > (size_t{1} << 40))) {
-    return Status(Code::kInternal, "getProperties: maxP2pBytes " + std::to_string(info.max_p2p_bytes) +
-                                       " outside (0, 1 TiB]");
-  }
-  if ((info.ptr_support & NCCL_PTR_HOST) == 0) return Status(Code::kInternal, "getProperties: no NCCL_PTR_HOST");
-  if ((info.ptr_support & NCCL_PTR_CUDA) != 0) {
-    return Status(Code::kInternal, "getProperties: NCCL_PTR_CUDA advertised, but the plugin takes host buffers only");
-  }
-
-  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  r = net_->listen(0, handle, &listen_);
-  if (r != ncclSuccess) return plugin_error("listen", r);
-  if (listen_ == nullptr) return Status(Code::kInternal, "listen succeeded without a listen comm");
-  Result<std::vector<std::string>> handles = chan->allgather(std::string(handle, sizeof(handle)));
-  if (!handles) return handles.status();
-
-  const int n = opt.ranks;
-  const bool sends = opt.mode != Mode::kSendRecv || rank == 0;
-  const bool recvs = opt.mode != Mode::kSendRecv || rank == 1;
-  // One handle buffer per connection, passed to every connect retry: the plugin may keep its
-  // in-progress state inside it.
-  std::string peer = (*handles)[static_cast<size_t>((rank + 1) % n)];
-  if (peer.size() != NCCL_NET_HANDLE_MAXSIZE) return Status(Code::kInternal, "bad handle from the bootstrap");
-  char connect_handle[NCCL_NET_HANDLE_MAXSIZE];
-  std::memcpy(connect_handle, peer.data(), sizeof(connect_handle));
-
-  Backoff backoff;
-  const int64_t give_up = mono_ns() + kConnectTimeoutNs;
-  while ((sends && send_ == nullptr) || (recvs && recv_ == nullptr)) {
-    bool moved = false;
-    if (sends && send_ == nullptr) {
-      r = net_->connect(0, connect_handle, &send_);
-      if (r != ncclSuccess) return plugin_error("connect", r);
-      moved = moved || send_ != nullptr;
-    }
-    if (recvs && recv_ == nullptr) {
-      r = net_->accept(listen_, &recv_);
-      if (r != ncclSuccess) return plugin_error("accept", r);
-      moved = moved || recv_ != nullptr;
-    }
-    if (mono_ns() > give_up) {
-      return Status(Code::kUnavailable, std::string("connection setup did not finish in 60 s (") +
-                                            (send_ == nullptr && sends ? "connect" : "accept") + " pending)");
-    }
-    if (moved) backoff.progressed(); else backoff.idle();
-  }
-  // NCCL closes the listen comm once its connection is accepted.
-  r = net_->close_listen(listen_);
-  listen_ = nullptr;
-  if (r != ncclSuccess) return plugin_error("closeListen", r);
-  return chan->barrier();
-}
-
-Status Connections::close_all() {
-  Status first;
-  auto keep = [&first](const char* call, ncclResult_t r) {
-    if (r != ncclSuccess && first.is_ok()) first = plugin_error(call, r);
-  };
-  if (send_ != nullptr) keep("closeSend", net_->close_send(send_));
-  if (recv_ != nullptr) keep("closeRecv", net_->close_recv(recv_));
-  if (listen_ != nullptr) keep("closeListen", net_->close_listen(listen_));
-  send_ = recv_ = listen_ = nullptr;
-  return first;
-}
-
 Status run_mode(RankCtx& c) {
   switch (c.opt.mode) {
     case Mode::kSendRecv: return run_sendrecv(c);
@@ -181,41 +85,52 @@ double plugin_threads_cpu_s(int64_t* engines) {
 }
 
 // Everything after the fork; the report carries any failure. The order of NCCL's comm setup
-// and teardown: net init, profiler init, ..., profiler finalize, net finalize.
+// and teardown (coll::Comm): net init, profiler init, listen, handles through the bootstrap,
+// connect/accept, ..., close, profiler finalize, net finalize.
 Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* report, SharedBuffer* shared) {
-  Result<NetPlugin*> opened = NetPlugin::open(opt.plugin_path, opt.api);
-  if (!opened) return opened.status();
-  std::unique_ptr<NetPlugin> net(opened.value());
+  coll::CommConfig cfg;
+  cfg.plugin_path = opt.plugin_path;
+  cfg.rank = rank;
+  cfg.nranks = opt.ranks;
+  cfg.comm_id = kCommIdBase ^ opt.seed;
+  cfg.traffic_class = opt.traffic_class;
+  cfg.api = opt.api;
+  cfg.profiler = opt.profiler == ProfilerChoice::kAuto;
+  cfg.check_ops = false;  // NCCL's wire pattern, nothing added
+  cfg.log_level = opt.verbose ? NCCL_LOG_TRACE : NCCL_LOG_WARN;
+  cfg.name = "rank " + std::to_string(rank);
+  std::unique_ptr<coll::Comm> comm;
+  coll::Outcome made = coll::Comm::create(cfg, &comm);
+  if (!made.ok()) return made.status;
+  report->profiler = comm->profiler()->version();
+  report->device = comm->device_name();
 
-  // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while
-  // no profiler is loaded.
-  const uint64_t comm_id = kCommIdBase ^ opt.seed;
-  ncclResult_t r = net->init(comm_id, nccl_profiler_callback, opt.traffic_class);
-  if (r != ncclSuccess) return plugin_error("init", r);
-  ProfilerHost prof;
-  if (opt.profiler == ProfilerChoice::kAuto) (void)prof.load(net->library());
-  prof.init(comm_id, opt.ranks, opt.ranks, rank);  // one rank per node
-  report->profiler = prof.version();
   Status st;
   BufferArena buffers;  // outlives the comms: freed after they are closed
-  {
-    Connections conns(net.get());
-    st = conns.open(opt, rank, chan, report);
-    if (st.is_ok()) {
-      RankCtx c{opt, rank, net.get(), &prof, chan, &buffers, conns.send_comm(), conns.recv_comm(), report, shared};
-      st = run_mode(c);
-    }
-    Status closed = conns.close_all();
-    if (st.is_ok()) st = closed;
+  Result<std::vector<std::string>> handles = chan->allgather(comm->handle());
+  if (!handles) {
+    st = handles.status();
+  } else {
+    const int n = opt.ranks;
+    const bool sends = opt.mode != Mode::kSendRecv || rank == 0;
+    const bool recvs = opt.mode != Mode::kSendRecv || rank == 1;
+    coll::Outcome connected = comm->connect((*handles)[static_cast<size_t>((rank + 1) % n)], mono_ns() + kConnectTimeoutNs,
+                                            sends, recvs);
+    st = connected.ok() ? chan->barrier() : connected.status;
   }
-  prof.finalize();
-  if (st.is_ok() && !prof.misuse().empty()) st = Status(Code::kInternal, prof.misuse());
-  r = net->finalize();
-  if (st.is_ok() && r != ncclSuccess) st = plugin_error("finalize", r);
+  if (st.is_ok()) {
+    const coll::Link& l = comm->link();
+    RankCtx c{opt, rank, comm.get(), l.net, comm->profiler(), chan, &buffers, l.send_comm, l.recv_comm, report, shared};
+    st = run_mode(c);
+  }
+  Status closed = comm->close();
+  if (st.is_ok()) st = closed;
+  const std::string misuse = ProfilerHost::misuse();
+  if (st.is_ok() && !misuse.empty()) st = Status(Code::kInternal, misuse);
   // Counters last: the plugin folds a connection's counters into its process-wide ones when
   // the connection closes.
   std::string json;
-  if (net->stats_json(&json)) report->stats = parse_stats(json);
+  if (comm->stats_json(&json)) report->stats = parse_stats(json);
   report->stats.plugin_cpu_s = plugin_threads_cpu_s(&report->stats.engine_threads);
   return st;
 }
@@ -245,48 +160,6 @@ void install_crash_handler(int rank) {
 
 }  // namespace
 
-Status plugin_error(const char* call, ncclResult_t r) {
-  return Status(Code::kUnavailable, std::string(call) + " returned " + result_name(r));
-}
-
-HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
-  // At least one page, so even a 0-byte run has a valid pointer to register.
-  size_t alloc = ((bytes + 4095) / 4096 + 1) * 4096;
-  void* p = std::aligned_alloc(4096, alloc);
-  if (p == nullptr) {
-    std::fprintf(stderr, "trim-harness: out of memory allocating %zu bytes\n", alloc);
-    std::abort();
-  }
-  std::memset(p, 0, alloc);  // touch every page now, not inside a timed iteration
-  data_ = static_cast<char*>(p);
-}
-
-HostBuffer::~HostBuffer() { std::free(data_); }
-
-Status MemReg::reg(void* data, size_t bytes) {
-  ncclResult_t r = net_->reg_mr(comm_, data, bytes, &mh_);
-  if (r != ncclSuccess) return plugin_error("regMr", r);
-  return Status::ok();
-}
-
-Status MemReg::release() {
-  if (mh_ == nullptr) return Status::ok();
-  ncclResult_t r = net_->dereg_mr(comm_, mh_);
-  mh_ = nullptr;
-  if (r != ncclSuccess) return plugin_error("deregMr", r);
-  return Status::ok();
-}
-
-void Backoff::idle() {
-  ++idle_passes_;
-  if (idle_passes_ < 4) {
-    sched_yield();
-    return;
-  }
-  timespec ts{0, 20000};  // 20 us: far below one 1 MiB slice's time on the wire
-  nanosleep(&ts, nullptr);
-}
-
 // --netns: this process (single-threaded right after the fork) moves to the rank's namespace;
 // its channel to the parent is a socketpair, which crosses namespaces.
 static Status enter_netns(const std::string& ns) {
@@ -301,7 +174,6 @@ static Status enter_netns(const std::string& ns) {
 }
 
 int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedBuffer* shared) {
-  set_log_context(rank, opt.verbose);
   install_crash_handler(rank);
   setup_env(opt, rank);
   // The parent kills every rank at the deadline; our own waits only need to outlast it.

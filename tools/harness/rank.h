@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "coll/comm.h"
 #include "common/status.h"
 #include "tools/harness/bootstrap.h"
-#include "tools/harness/net_plugin.h"
+#include "tools/harness/data.h"
 #include "tools/harness/options.h"
-#include "tools/harness/profiler_host.h"
 #include "tools/harness/replica.h"
 #include "tools/harness/report.h"
 
@@ -24,32 +24,22 @@ int rank_main(const Options& opt, int rank, int fd, int64_t deadline_ns, SharedB
 
 // ---- For the modes ----
 
-// setNetAttr masks (v11): 1 << ncclFunc_t, 1 << NCCL_ALGO_*, 1 << NCCL_PROTO_* of NCCL 2.28.
-inline constexpr uint32_t kFuncBroadcast = 1u << 0;
-inline constexpr uint32_t kFuncAllReduce = 1u << 4;
-inline constexpr uint32_t kFuncSend = 1u << 6;
-inline constexpr uint32_t kFuncRecv = 1u << 7;
-inline constexpr uint32_t kAlgoRing = 1u << 1;
-inline constexpr uint32_t kProtoLl = 1u << 0;
-inline constexpr uint32_t kProtoSimple = 1u << 2;
-
-// A plugin call's non-success result as a Status naming the call.
-Status plugin_error(const char* call, ncclResult_t r);
-
-// Page-aligned host memory (NCCL hands the plugin pinned pages; alignment is what we can mimic).
-class HostBuffer {
- public:
-  explicit HostBuffer(size_t bytes);
-  ~HostBuffer();
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  char* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  char* data_ = nullptr;
-  size_t bytes_;
-};
+// The engine the modes drive (coll/): ring collectives, NCCL's proxy and profiler chain.
+using coll::Backoff;
+using coll::HostBuffer;
+using coll::MemReg;
+using coll::NetPlugin;
+using coll::OpEvents;
+using coll::OpShape;
+using coll::plugin_error;
+using coll::ProfilerHost;
+using coll::ProxyOp;
+using coll::TaskInfo;
+using coll::kFuncAllReduce;
+using coll::kFuncSend;
+using coll::kFuncRecv;
+using coll::kAlgoRing;
+using coll::kProtoSimple;
 
 // Every buffer a rank registers, freed only after its comms are closed (a plugin may still
 // touch the memory of requests that were in flight until then), or earlier on request
@@ -66,10 +56,13 @@ class BufferArena {
   std::vector<std::unique_ptr<HostBuffer>> buffers_;
 };
 
-// What a mode works with; the comms are opened and closed around it by rank.cc.
+// What a mode works with; the communicator is opened and closed around it by rank.cc.
+// net, prof, send_comm and recv_comm are the communicator's, for the modes that drive the plugin
+// themselves (sendrecv and its fault scenarios).
 struct RankCtx {
   const Options& opt;
   int rank;
+  coll::Comm* comm;
   NetPlugin* net;
   ProfilerHost* prof;  // NCCL's profiler side; unloaded with --profiler none
   RankChannel* chan;
@@ -80,33 +73,14 @@ struct RankCtx {
   SharedBuffer* shared;  // null in sendrecv mode
 };
 
-// regMr on construction's request; deregMr exactly once (release() reports the result).
-class MemReg {
- public:
-  MemReg(NetPlugin* net, void* comm) : net_(net), comm_(comm) {}
-  ~MemReg() { (void)release(); }
-  MemReg(const MemReg&) = delete;
-  MemReg& operator=(const MemReg&) = delete;
-  Status reg(void* data, size_t bytes);
-  Status release();
-  void* handle() const { return mh_; }
+// An fp32 (or int32) ring AllReduce of opt.bytes at `work` through the communicator, announced
+// as RING and `proto` ("SIMPLE" or "LL"); a raw tail of bytes % 4 rides in its allgather half.
+Status run_ring_allreduce(RankCtx& c, char* work, Elem elem, const char* proto, int64_t deadline_ns);
 
- private:
-  NetPlugin* net_;
-  void* comm_;
-  void* mh_ = nullptr;
-};
-
-// Polling loops call idle() after a pass that moved nothing: yield first, then short sleeps,
-// so ranks sharing few cores leave the plugin's own threads room to run.
-class Backoff {
- public:
-  void progressed() { idle_passes_ = 0; }
-  void idle();
-
- private:
-  int idle_passes_ = 0;
-};
+// Checks an fp32 ring AllReduce's result in `work` against the reference summed in the ring's
+// order (keys: every rank's data key), folds it into this rank's report (exactness, error,
+// result hash, replica deviation from rank 0) and adds its NMSE to *nmse_sum.
+Status record_allreduce(RankCtx& c, const RingGeometry& geo, const uint64_t* keys, char* work, double* nmse_sum);
 
 // The modes' data phases (mode_sendrecv.cc, mode_allreduce.cc, mode_mixed.cc).
 Status run_sendrecv(RankCtx& c);

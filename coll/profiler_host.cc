@@ -1,19 +1,23 @@
-#include "tools/harness/profiler_host.h"
+#include "coll/profiler_host.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
-#include "tools/harness/net_plugin.h"
+#include "coll/net_plugin.h"
 
-namespace trim::harness {
+namespace trim::coll {
 
 namespace {
 
-// NCCL's profiler is process-wide; so is the callback's view of it.
-ProfilerHost* g_loaded = nullptr;
+// NCCL's profiler table is process-wide: the callback's stop and record need no communicator.
+std::atomic<const ncclProfiler_trim_t*> g_table{nullptr};
+std::mutex g_misuse_mu;
+std::string g_misuse;
 
 // The enable tests of NCCL's src/plugin/profiler.cc, one per event kind.
 constexpr int kGroupApiEnable = ncclProfileGroupApi | ncclProfileP2pApi | ncclProfileCollApi |
@@ -46,10 +50,7 @@ ncclProfilerEventDescr_trim_t descr(uint64_t type, void* parent, int rank) {
 
 }  // namespace
 
-ProfilerHost::~ProfilerHost() {
-  finalize();
-  if (g_loaded == this) g_loaded = nullptr;
-}
+ProfilerHost::~ProfilerHost() { finalize(); }
 
 bool ProfilerHost::load(void* library) {
   for (const char* v : {"v6", "v5"}) {
@@ -58,7 +59,7 @@ bool ProfilerHost::load(void* library) {
     if (table == nullptr) continue;
     table_ = table;
     version_ = v;
-    g_loaded = this;
+    g_table.store(table, std::memory_order_release);
     return true;
   }
   return false;
@@ -67,7 +68,7 @@ bool ProfilerHost::load(void* library) {
 void ProfilerHost::init(uint64_t comm_id, int n_nodes, int n_ranks, int rank) {
   rank_ = rank;
   if (!loaded()) return;
-  ncclResult_t r = table_->init(&context_, comm_id, &mask_, "trim-harness", n_nodes, n_ranks, rank, harness_logger);
+  ncclResult_t r = table_->init(&context_, comm_id, &mask_, "trim-coll", n_nodes, n_ranks, rank, plugin_logger);
   initialized_ = true;
   if (r != ncclSuccess) {
     std::fprintf(stderr, "[rank %d] profiler %s init returned %s; going on without it, like NCCL\n", rank,
@@ -98,38 +99,44 @@ void ProfilerHost::record(void* handle, int state, ncclProfilerEventStateArgs_tr
 }
 
 void ProfilerHost::note_misuse(const std::string& what) {
-  if (misuse_.empty()) misuse_ = what;
+  std::lock_guard<std::mutex> lock(g_misuse_mu);
+  if (g_misuse.empty()) g_misuse = what;
+}
+
+std::string ProfilerHost::misuse() {
+  std::lock_guard<std::mutex> lock(g_misuse_mu);
+  return g_misuse;
 }
 
 ncclResult_t nccl_profiler_callback(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData) {
-  ProfilerHost* host = g_loaded;
-  if (host == nullptr) return ncclSuccess;
+  const ncclProfiler_trim_t* table = g_table.load(std::memory_order_acquire);
+  if (table == nullptr) return ncclSuccess;
   // NCCL dereferences these unchecked; a plugin passing anything else would crash it.
   if (eHandle == nullptr || (type == ncclProfilerNetEventStart && pHandle == nullptr)) {
-    host->note_misuse("net plugin called NCCL's profiler callback (type " + std::to_string(type) +
-                      ") with a null " + (eHandle == nullptr ? "eHandle" : "pHandle"));
+    ProfilerHost::note_misuse("net plugin called NCCL's profiler callback (type " + std::to_string(type) +
+                              ") with a null " + (eHandle == nullptr ? "eHandle" : "pHandle"));
     return ncclSuccess;
   }
   if (type == ncclProfilerNetEventStart) {
     auto* p = static_cast<ProxyEventHandle*>(pHandle);
     ProxySub* sub = p->subArgPtr;
-    if (sub == nullptr) {
-      host->note_misuse("profiler callback: pHandle is not one NCCL gave with a posted step");
+    if (sub == nullptr || sub->host == nullptr) {
+      ProfilerHost::note_misuse("profiler callback: pHandle is not one NCCL gave with a posted step");
       return ncclSuccess;
     }
     if ((sub->eActivationMask & ncclProfileNetPlugin) != 0) {
       ncclProfilerEventDescr_trim_t d = descr(ncclProfileNetPlugin, p->stepEventHandle, sub->rank);
       d.netPlugin.id = pluginId;
       d.netPlugin.data = extData;
-      host->start(eHandle, &d);
+      sub->host->start(eHandle, &d);
     }
   } else if (type == ncclProfilerNetEventStop) {
-    host->stop(*eHandle);
+    (void)table->stopEvent(*eHandle);
   } else {
     ncclProfilerEventStateArgs_trim_t args{};
     args.netPlugin.data = extData;
-    host->record(*eHandle, kNetPluginUpdate, &args);
-    if (type != ncclProfilerNetEventUpdate) host->stop(*eHandle);
+    (void)table->recordEventState(*eHandle, kNetPluginUpdate, &args);
+    if (type != ncclProfilerNetEventUpdate) (void)table->stopEvent(*eHandle);
   }
   return ncclSuccess;
 }
@@ -143,6 +150,7 @@ void ProxyOp::start(void* task_handle, int mask, int peer, int n_steps, int chun
   sub_.rank = host_->rank();
   sub_.profilerContext = host_->context();
   sub_.taskEventHandle = task_handle;
+  sub_.host = host_;
   started_ = true;
   if (!host_->loaded() || (mask & kProxyOpEnable) == 0) return;
   ncclProfilerEventDescr_trim_t d = descr(ncclProfileProxyOp, task_handle, sub_.rank);
@@ -282,4 +290,4 @@ void OpEvents::end() {
   stop_task();
 }
 
-}  // namespace trim::harness
+}  // namespace trim::coll

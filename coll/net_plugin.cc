@@ -1,19 +1,24 @@
-#include "tools/harness/net_plugin.h"
+#include "coll/net_plugin.h"
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <vector>
 
-namespace trim::harness {
+namespace trim::coll {
 
 namespace {
 
-int g_rank = -1;
-bool g_verbose = false;
+// The plugin logs from its own threads at any time: the prefix is read under a lock (log lines
+// are rare), the level atomically.
+std::mutex g_log_mu;
+std::string g_log_name = "trim-coll";
+std::atomic<int> g_log_level{NCCL_LOG_WARN};
 
 const char* level_name(ncclDebugLogLevel level) {
   switch (level) {
@@ -27,23 +32,40 @@ const char* level_name(ncclDebugLogLevel level) {
 
 }  // namespace
 
-void set_log_context(int rank, bool verbose) {
-  g_rank = rank;
-  g_verbose = verbose;
+const char* api_name(Api api) {
+  switch (api) {
+    case Api::kV8: return "v8";
+    case Api::kV9: return "v9";
+    case Api::kV10: return "v10";
+    case Api::kV11: return "v11";
+  }
+  return "?";
 }
 
-void harness_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
-                    const char* fmt, ...) {
-  const bool always = level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT;
-  if (!always && !g_verbose) return;
+void set_log_context(const std::string& name, int max_level) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  g_log_name = name;
+  g_log_level.store(max_level, std::memory_order_relaxed);
+}
+
+void plugin_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
+                   const char* fmt, ...) {
+  // ABORT (4) sorts above INFO in NCCL's numbering but is always shown, like WARN.
+  const int shown = level == NCCL_LOG_ABORT ? NCCL_LOG_WARN : static_cast<int>(level);
+  if (level == NCCL_LOG_NONE || shown > g_log_level.load(std::memory_order_relaxed)) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    name = g_log_name;
+  }
   // One fprintf per line so ranks' lines do not interleave mid-line.
-  std::fprintf(stderr, "[rank %d] NCCL %s %s:%d %s\n", g_rank, level_name(level),
-               file == nullptr ? "?" : file, line, msg);
+  std::fprintf(stderr, "[%s] NCCL %s %s:%d %s\n", name.c_str(), level_name(level), file == nullptr ? "?" : file,
+               line, msg);
 }
 
 std::string result_name(int result) {
@@ -93,7 +115,7 @@ const char* NetPlugin::name() const {
 }
 
 // Makes `call` on whichever table is loaded, for the slots whose signature every version shares.
-#define HARNESS_DISPATCH(call)                      \
+#define NET_DISPATCH(call)                      \
   do {                                              \
     if (v8_ != nullptr) return v8_->call;           \
     if (v9_ != nullptr) return v9_->call;           \
@@ -102,11 +124,11 @@ const char* NetPlugin::name() const {
   } while (0)
 
 ncclResult_t NetPlugin::init(uint64_t comm_id, ncclProfilerCallback_t profiler, int traffic_class) {
-  if (v8_ != nullptr) return v8_->init(harness_logger);
-  if (v9_ != nullptr) return v9_->init(harness_logger);
-  if (v10_ != nullptr) return v10_->init(harness_logger, profiler);
+  if (v8_ != nullptr) return v8_->init(plugin_logger);
+  if (v9_ != nullptr) return v9_->init(plugin_logger);
+  if (v10_ != nullptr) return v10_->init(plugin_logger, profiler);
   ncclNetCommConfig_v11_t config{traffic_class >= 0 ? traffic_class : NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  return v11_->init(&ctx_, comm_id, &config, harness_logger, profiler);
+  return v11_->init(&ctx_, comm_id, &config, plugin_logger, profiler);
 }
 
 ncclResult_t NetPlugin::finalize() {
@@ -116,7 +138,7 @@ ncclResult_t NetPlugin::finalize() {
   return r;
 }
 
-ncclResult_t NetPlugin::devices(int* ndev) { HARNESS_DISPATCH(devices(ndev)); }
+ncclResult_t NetPlugin::devices(int* ndev) { NET_DISPATCH(devices(ndev)); }
 
 ncclResult_t NetPlugin::properties(int dev, DeviceInfo* out) {
   auto fill = [out](const auto& p) {
@@ -164,14 +186,14 @@ ncclResult_t NetPlugin::connect(int dev, void* handle, void** send_comm) {
 }
 
 ncclResult_t NetPlugin::accept(void* listen_comm, void** recv_comm) {
-  HARNESS_DISPATCH(accept(listen_comm, recv_comm, nullptr));
+  NET_DISPATCH(accept(listen_comm, recv_comm, nullptr));
 }
 
 ncclResult_t NetPlugin::reg_mr(void* comm, void* data, size_t bytes, void** mhandle) {
-  HARNESS_DISPATCH(regMr(comm, data, bytes, NCCL_PTR_HOST, mhandle));
+  NET_DISPATCH(regMr(comm, data, bytes, NCCL_PTR_HOST, mhandle));
 }
 
-ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { HARNESS_DISPATCH(deregMr(comm, mhandle)); }
+ncclResult_t NetPlugin::dereg_mr(void* comm, void* mhandle) { NET_DISPATCH(deregMr(comm, mhandle)); }
 
 ncclResult_t NetPlugin::isend(void* send_comm, void* data, size_t bytes, int tag, void* mhandle, void* phandle,
                               void** request) {
@@ -223,11 +245,11 @@ ncclResult_t NetPlugin::set_net_attr(uint32_t op_mask, uint32_t algo_mask, uint3
   return v11_->setNetAttr(ctx_, &attr);
 }
 
-ncclResult_t NetPlugin::close_send(void* send_comm) { HARNESS_DISPATCH(closeSend(send_comm)); }
-ncclResult_t NetPlugin::close_recv(void* recv_comm) { HARNESS_DISPATCH(closeRecv(recv_comm)); }
-ncclResult_t NetPlugin::close_listen(void* listen_comm) { HARNESS_DISPATCH(closeListen(listen_comm)); }
+ncclResult_t NetPlugin::close_send(void* send_comm) { NET_DISPATCH(closeSend(send_comm)); }
+ncclResult_t NetPlugin::close_recv(void* recv_comm) { NET_DISPATCH(closeRecv(recv_comm)); }
+ncclResult_t NetPlugin::close_listen(void* listen_comm) { NET_DISPATCH(closeListen(listen_comm)); }
 
-#undef HARNESS_DISPATCH
+#undef NET_DISPATCH
 
 bool NetPlugin::stats_json(std::string* out) const {
   if (stats_fn_ == nullptr) return false;
@@ -238,4 +260,4 @@ bool NetPlugin::stats_json(std::string* out) const {
   return true;
 }
 
-}  // namespace trim::harness
+}  // namespace trim::coll

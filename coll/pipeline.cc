@@ -1,23 +1,47 @@
-#include "tools/harness/pipeline.h"
+#include "coll/pipeline.h"
+
+#include <sched.h>
+#include <time.h>
 
 #include <deque>
 #include <string>
 
-namespace trim::harness {
+namespace trim::coll {
+
+int64_t mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+Status plugin_error(const char* call, ncclResult_t r) {
+  return Status(Code::kUnavailable, std::string(call) + " returned " + result_name(r));
+}
+
+void Backoff::idle() {
+  ++idle_passes_;
+  if (idle_passes_ < 4) {
+    sched_yield();
+    return;
+  }
+  timespec ts{0, 20000};  // 20 us: far below one 1 MiB slice's time on the wire
+  nanosleep(&ts, nullptr);
+}
 
 namespace {
 
 class Pipeline {
  public:
-  Pipeline(RankCtx& c, Schedule& s, const WorkBuffers& b, OpEvents& ev)
-      : c_(c), s_(s), b_(b), send_op_(ev.send()), recv_op_(ev.recv()), sends_(s.sends()), recvs_(s.recvs()) {}
+  Pipeline(const Link& l, Schedule& s, const WorkBuffers& b, OpEvents& ev, Gate* gate)
+      : l_(l), s_(s), gate_(gate), gate_done_(gate == nullptr), b_(b), send_op_(ev.send()), recv_op_(ev.recv()), sends_(s.sends()), recvs_(s.recvs()) {}
 
   Status run(int64_t deadline_ns, const char* what) {
     if (sends_ == 0) send_op_.stop();
     if (recvs_ == 0) recv_op_.stop();
     Backoff backoff;
-    while (applied_ < recvs_ || send_done_ < sends_) {
+    while (applied_ < recvs_ || send_done_ < sends_ || !gate_done_) {
       bool moved = false;
+      if (!gate_done_) TRIM_RETURN_IF_ERROR(gate_->poll(&gate_done_, &moved));
       post_send_steps();
       TRIM_RETURN_IF_ERROR(post_sends(&moved));
       TRIM_RETURN_IF_ERROR(post_recvs(&moved));
@@ -25,8 +49,9 @@ class Pipeline {
       TRIM_RETURN_IF_ERROR(test_oldest_recv(&moved));
       TRIM_RETURN_IF_ERROR(apply_ready(&moved, what));
       if (moved) backoff.progressed(); else backoff.idle();
-      if (mono_ns() > deadline_ns) {
-        return Status(Code::kUnavailable, std::string("deadline in ") + what + ": sends " +
+      const bool aborted = l_.abort != nullptr && l_.abort->load(std::memory_order_relaxed);
+      if (aborted || mono_ns() > deadline_ns) {
+        return Status(Code::kUnavailable, std::string(aborted ? "aborted" : "deadline") + " in " + what + ": sends " +
                                               std::to_string(send_done_) + "/" + std::to_string(sends_) +
                                               " done, receives " + std::to_string(applied_) + "/" +
                                               std::to_string(recvs_) + " applied");
@@ -56,7 +81,7 @@ class Pipeline {
       send_op_.record_step(step(i), kStepSendPeerWait, sp.bytes);
       void* req = nullptr;
       ncclResult_t r =
-          c_.net->isend(c_.send_comm, sp.data, sp.bytes, c_.rank, b_.work_mh, send_op_.phandle(step(i)), &req);
+          l_.net->isend(l_.send_comm, sp.data, sp.bytes, l_.rank, b_.work_mh, send_op_.phandle(step(i)), &req);
       if (r != ncclSuccess) return plugin_error("isend", r);
       if (req == nullptr) break;  // no slot: retry on a later pass
       send_op_.record_step(step(i), kStepSendWait, sp.bytes);
@@ -68,7 +93,7 @@ class Pipeline {
   }
 
   Status post_recvs(bool* moved) {
-    const int prev = (c_.rank + c_.opt.ranks - 1) % c_.opt.ranks;
+    const int prev = (l_.rank + l_.nranks - 1) % l_.nranks;
     while (recv_posted_ < recvs_ && recv_posted_ < applied_ + kMaxInFlight) {
       size_t i = recv_posted_;
       if (recv_started_ == i) {  // a retried irecv keeps its step event
@@ -76,7 +101,7 @@ class Pipeline {
         ++recv_started_;
       }
       void* req = nullptr;
-      ncclResult_t r = c_.net->irecv(c_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
+      ncclResult_t r = l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
                                      recv_op_.phandle(step(i)), &req);
       if (r != ncclSuccess) return plugin_error("irecv", r);
       if (req == nullptr) break;
@@ -92,7 +117,7 @@ class Pipeline {
     if (send_reqs_.empty()) return Status::ok();
     int done = 0;
     size_t size = 0;
-    ncclResult_t r = c_.net->test(send_reqs_.front(), &done, &size);
+    ncclResult_t r = l_.net->test(send_reqs_.front(), &done, &size);
     if (r != ncclSuccess) return plugin_error("test(send)", r);
     if (done != 0) {
       send_reqs_.pop_front();
@@ -108,7 +133,7 @@ class Pipeline {
     if (recv_reqs_.empty()) return Status::ok();
     int done = 0;
     size_t size = 0;
-    ncclResult_t r = c_.net->test(recv_reqs_.front(), &done, &size);
+    ncclResult_t r = l_.net->test(recv_reqs_.front(), &done, &size);
     if (r != ncclSuccess) return plugin_error("test(recv)", r);
     if (done != 0) {
       recv_reqs_.pop_front();
@@ -121,7 +146,7 @@ class Pipeline {
   }
 
   Status apply_ready(bool* moved, const char* what) {
-    while (applied_ < recv_done_) {
+    while (gate_done_ && applied_ < recv_done_) {
       size_t i = applied_;
       if (!s_.apply_ready(i, send_done_)) break;
       size_t want = s_.recv_bytes(i);
@@ -142,8 +167,10 @@ class Pipeline {
 
   char* slot(size_t i) const { return b_.staging + (i % kMaxInFlight) * b_.slot_bytes; }
 
-  RankCtx& c_;
+  const Link& l_;
   Schedule& s_;
+  Gate* gate_;
+  bool gate_done_;
   const WorkBuffers& b_;
   ProxyOp& send_op_;
   ProxyOp& recv_op_;
@@ -156,10 +183,10 @@ class Pipeline {
 
 }  // namespace
 
-Status run_pipeline(RankCtx& c, Schedule& s, const WorkBuffers& b, OpEvents& ev, int64_t deadline_ns,
-                    const char* what) {
-  Pipeline p(c, s, b, ev);
+Status run_pipeline(const Link& link, Schedule& s, const WorkBuffers& b, OpEvents& ev, int64_t deadline_ns,
+                    const char* what, Gate* gate) {
+  Pipeline p(link, s, b, ev, gate);
   return p.run(deadline_ns, what);
 }
 
-}  // namespace trim::harness
+}  // namespace trim::coll

@@ -13,11 +13,12 @@
 
 #include "plugin/nccl_ext.h"
 
-namespace trim::harness {
+namespace trim::coll {
 
 inline constexpr int kNcclSteps = 8;  // NCCL_STEPS: step handles a proxy op cycles through
 
 struct ProxySub;
+class ProfilerHost;
 // NCCL's ncclProxyEventHandle: what the net plugin receives as phandle with each isend/irecv.
 struct ProxyEventHandle {
   void* stepEventHandle = nullptr;
@@ -32,9 +33,12 @@ struct ProxySub {
   void* taskEventHandle = nullptr;  // the Coll/P2p event: the ProxyOp's parent
   void* opEventHandle = nullptr;
   ProxyEventHandle pHandles[kNcclSteps];
+  ProfilerHost* host = nullptr;  // the communicator's (NCCL finds it through its own proxy state)
 };
 
-// The loaded profiler (at most one per process, like NCCL's); unloaded, every call is a no-op.
+// One communicator's side of the profiler: the table (loaded once per process, like NCCL's, from
+// the net plugin's library), this communicator's context and activation mask. Unloaded, every
+// call is a no-op.
 class ProfilerHost {
  public:
   ProfilerHost() = default;
@@ -56,14 +60,15 @@ class ProfilerHost {
   int rank() const { return rank_; }
   // "v6", "v5" or "none": which table was loaded.
   const char* version() const { return version_; }
-  // First misuse of NCCL's callback by the net plugin (NCCL itself would crash); empty if none.
-  const std::string& misuse() const { return misuse_; }
+  // First misuse of NCCL's callback by the net plugin in this process (NCCL itself would
+  // crash); empty if none.
+  static std::string misuse();
 
   // The profiler's entry points, called as NCCL calls them (results ignored, as NCCL does).
   void start(void** handle, ncclProfilerEventDescr_trim_t* descr);
   void stop(void* handle);
   void record(void* handle, int state, ncclProfilerEventStateArgs_trim_t* args);
-  void note_misuse(const std::string& what);
+  static void note_misuse(const std::string& what);
   // Operations begun so far (OpEvents alternates its ordering on it) and NCCL's per-function
   // collective sequence number.
   uint64_t next_op() { return ops_++; }
@@ -76,13 +81,12 @@ class ProfilerHost {
   int mask_ = 0;  // ncclProfilerEventMask
   int rank_ = -1;
   bool initialized_ = false;
-  std::string misuse_;
   uint64_t ops_ = 0;
   std::map<std::string, uint64_t> seq_;
 };
 
 // NCCL's ncclProfilerCallback, which NCCL passes to the net plugin's init (v10, v11) whether
-// or not a profiler is loaded; it acts on the loaded ProfilerHost of this process, if any.
+// or not a profiler is loaded; it acts on the communicator of the step handle it is given.
 ncclResult_t nccl_profiler_callback(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData);
 
 // ProxyStep states NCCL records (nccl_profiler.h, v4+ numbering).
@@ -175,4 +179,4 @@ class OpEvents {
   bool task_open_ = false;
 };
 
-}  // namespace trim::harness
+}  // namespace trim::coll

@@ -10,9 +10,12 @@
 
 #include "common/status.h"
 #include "plugin/nccl_net.h"
-#include "tools/harness/options.h"
 
-namespace trim::harness {
+namespace trim::coll {
+
+// Which ncclNetPlugin_vN table to drive (NCCL 2.19-2.21: v8; 2.22-2.26: v9; 2.27: v10; 2.28+: v11).
+enum class Api { kV8, kV9, kV10, kV11 };
+const char* api_name(Api api);
 
 // What the harness needs from getProperties, whatever the version.
 struct DeviceInfo {
@@ -24,10 +27,12 @@ struct DeviceInfo {
   size_t max_p2p_bytes = 0;  // 0 for v8 (absent)
 };
 
-// Routes the plugin's log lines: WARN always to stderr, INFO/TRACE only when verbose.
-void set_log_context(int rank, bool verbose);
-void harness_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
-                    const char* fmt, ...) __attribute__((format(printf, 5, 6)));
+// The logger every init gets (NCCL's role): the plugin's lines go to stderr, one fprintf each,
+// prefixed with `name`, up to `max_level` (NCCL_LOG_WARN, NCCL_LOG_INFO, ...; NONE: nothing).
+// Process-wide, like NCCL's: the last call wins (the harness runs one communicator per process).
+void set_log_context(const std::string& name, int max_level);
+void plugin_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                   const char* fmt, ...) __attribute__((format(printf, 5, 6)));
 
 // "ncclRemoteError (6)" for messages.
 std::string result_name(int result);
@@ -90,4 +95,4 @@ class NetPlugin {
   int (*stats_fn_)(char*, int) = nullptr;
 };
 
-}  // namespace trim::harness
+}  // namespace trim::coll

@@ -1,0 +1,589 @@
+#include "coll/comm.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "common/le.h"
+
+namespace trim::coll {
+
+namespace {
+
+constexpr size_t kDescBytes = 48;
+constexpr uint32_t kDescMagic = 0x6c6f6374;  // "tcol"
+constexpr uint16_t kDescVersion = 1;
+
+// What each rank tells rank+1 before a collective (check_ops): enough to refuse a neighbour that
+// called another collective, size, type, op or root, or that is a collective ahead or behind.
+struct OpDesc {
+  uint16_t kind = 0;
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t dtype = -1;
+  int32_t op = -1;
+  int32_t root = -1;
+  int32_t nranks = 0;
+
+  void write(uint8_t* p) const {
+    std::memset(p, 0, kDescBytes);
+    le::put32(p, kDescMagic);
+    le::put16(p + 4, kDescVersion);
+    le::put16(p + 6, kind);
+    le::put64(p + 8, seq);
+    le::put64(p + 16, count);
+    le::put32(p + 24, static_cast<uint32_t>(dtype));
+    le::put32(p + 28, static_cast<uint32_t>(op));
+    le::put32(p + 32, static_cast<uint32_t>(root));
+    le::put32(p + 36, static_cast<uint32_t>(nranks));
+  }
+  static bool read(const uint8_t* p, OpDesc* d) {
+    if (le::get32(p) != kDescMagic || le::get16(p + 4) != kDescVersion) return false;
+    d->kind = le::get16(p + 6);
+    d->seq = le::get64(p + 8);
+    d->count = le::get64(p + 16);
+    d->dtype = static_cast<int32_t>(le::get32(p + 24));
+    d->op = static_cast<int32_t>(le::get32(p + 28));
+    d->root = static_cast<int32_t>(le::get32(p + 32));
+    d->nranks = static_cast<int32_t>(le::get32(p + 36));
+    return true;
+  }
+  bool operator==(const OpDesc& o) const {
+    return kind == o.kind && seq == o.seq && count == o.count && dtype == o.dtype && op == o.op && root == o.root &&
+           nranks == o.nranks;
+  }
+};
+
+enum OpKind : uint16_t { kAllReduceOp = 1, kBroadcastOp = 2, kAllGatherOp = 3, kReduceScatterOp = 4, kBarrierOp = 5 };
+
+const char* kind_name(uint16_t k) {
+  switch (k) {
+    case kAllReduceOp: return "all_reduce";
+    case kBroadcastOp: return "broadcast";
+    case kAllGatherOp: return "all_gather";
+    case kReduceScatterOp: return "reduce_scatter";
+    case kBarrierOp: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+std::string describe(const OpDesc& d) {
+  std::string s = std::string(kind_name(d.kind)) + " #" + std::to_string(d.seq);
+  if (d.kind == kBroadcastOp || d.kind == kAllGatherOp) {
+    s += " of " + std::to_string(d.count) + " bytes";
+  } else if (d.kind != kBarrierOp && valid_dtype(d.dtype) && valid_op(d.op)) {
+    s += " of " + std::to_string(d.count) + " " + dtype_name(static_cast<DType>(d.dtype)) + " (" +
+         op_name(static_cast<RedOp>(d.op)) + ")";
+  }
+  if (d.kind == kBroadcastOp) s += " from root " + std::to_string(d.root);
+  return s;
+}
+
+// The op descriptor exchange, as one exact p2p transfer each way (NCCL's Send/Recv, so the
+// plugin never trims it), posted before the op's own transfers so it matches first. The op's
+// first receive is applied only after rank-1's descriptor matched this rank's.
+class DescGate : public Gate {
+ public:
+  DescGate(const Link& l, ProfilerHost* prof, const WorkBuffers& desc, const OpDesc& mine, std::string* mismatch)
+      : l_(l), desc_(desc), mine_(mine), mismatch_(mismatch), ev_(prof) {}
+
+  Status post(int64_t deadline_ns) {
+    mine_.write(reinterpret_cast<uint8_t*>(desc_.work));
+    TaskInfo task;
+    task.p2p = true;
+    task.func = "Send";
+    task.datatype = "ncclInt8";
+    task.elem_bytes = 1;
+    task.count = kDescBytes;
+    task.root = (l_.rank + 1) % l_.nranks;
+    ev_.begin(task, OpShape{task.root, 1, static_cast<int>(kDescBytes)},
+              OpShape{(l_.rank + l_.nranks - 1) % l_.nranks, 1, static_cast<int>(kDescBytes)});
+    ncclResult_t r = l_.net->set_net_attr(kFuncSend, kAlgoRing, kProtoSimple);
+    if (r != ncclSuccess) return plugin_error("setNetAttr", r);
+    ev_.send().start_step(0);
+    ev_.recv().start_step(0);
+    Backoff backoff;
+    while (send_req_ == nullptr || recv_req_ == nullptr) {
+      if (send_req_ == nullptr) {
+        r = l_.net->isend(l_.send_comm, desc_.work, kDescBytes, l_.rank, desc_.work_mh, ev_.send().phandle(0),
+                          &send_req_);
+        if (r != ncclSuccess) return plugin_error("isend (op descriptor)", r);
+      }
+      if (recv_req_ == nullptr) {
+        const int prev = (l_.rank + l_.nranks - 1) % l_.nranks;
+        r = l_.net->irecv(l_.recv_comm, desc_.staging, desc_.slot_bytes, prev, desc_.staging_mh, ev_.recv().phandle(0),
+                          &recv_req_);
+        if (r != ncclSuccess) return plugin_error("irecv (op descriptor)", r);
+      }
+      if (send_req_ != nullptr && recv_req_ != nullptr) break;
+      if (mono_ns() > deadline_ns) return Status(Code::kUnavailable, "deadline while posting the op descriptor");
+      backoff.idle();
+    }
+    return Status::ok();
+  }
+
+  Status poll(bool* done, bool* moved) override {
+    if (!send_done_) {
+      int d = 0;
+      size_t bytes = 0;
+      ncclResult_t r = l_.net->test(send_req_, &d, &bytes);
+      if (r != ncclSuccess) return plugin_error("test (op descriptor send)", r);
+      if (d != 0) {
+        send_done_ = *moved = true;
+        ev_.send().stop();
+      }
+    }
+    if (!recv_done_) {
+      int d = 0;
+      size_t bytes = 0;
+      ncclResult_t r = l_.net->test(recv_req_, &d, &bytes);
+      if (r != ncclSuccess) return plugin_error("test (op descriptor receive)", r);
+      if (d != 0) {
+        recv_done_ = *moved = true;
+        ev_.recv().stop();
+        TRIM_RETURN_IF_ERROR(check(bytes));
+      }
+    }
+    *done = send_done_ && recv_done_;
+    return Status::ok();
+  }
+
+ private:
+  Status check(size_t bytes) {
+    OpDesc theirs;
+    const int prev = (l_.rank + l_.nranks - 1) % l_.nranks;
+    if (bytes != kDescBytes || !OpDesc::read(reinterpret_cast<const uint8_t*>(desc_.staging), &theirs)) {
+      *mismatch_ = "rank " + std::to_string(prev) + " sent " + std::to_string(bytes) +
+                   " bytes where its op descriptor belongs: it runs another protocol, or is out of step with this rank";
+    } else if (!(theirs == mine_)) {
+      *mismatch_ = "rank " + std::to_string(prev) + " called " + describe(theirs) + " where this rank called " +
+                   describe(mine_) + ": every rank must call the same collectives in the same order, with the same "
+                   "size, dtype, op and root";
+    }
+    return mismatch_->empty() ? Status::ok() : Status(Code::kInvalidArgument, *mismatch_);
+  }
+
+  const Link& l_;
+  const WorkBuffers desc_;  // by value: built per op
+  OpDesc mine_;
+  std::string* mismatch_;
+  OpEvents ev_;
+  void* send_req_ = nullptr;
+  void* recv_req_ = nullptr;
+  bool send_done_ = false, recv_done_ = false;
+};
+
+}  // namespace
+
+// ---- buffers
+
+HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
+  size_t alloc = ((bytes + 4095) / 4096 + 1) * 4096;
+  void* p = std::aligned_alloc(4096, alloc);
+  if (p == nullptr) {
+    std::fprintf(stderr, "trim-coll: out of memory allocating %zu bytes\n", alloc);
+    std::abort();
+  }
+  std::memset(p, 0, alloc);  // touch every page now, not inside a timed collective
+  data_ = static_cast<char*>(p);
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+Status MemReg::reg(void* data, size_t bytes) {
+  ncclResult_t r = net_->reg_mr(comm_, data, bytes, &mh_);
+  if (r != ncclSuccess) return plugin_error("regMr", r);
+  return Status::ok();
+}
+
+Status MemReg::release() {
+  if (mh_ == nullptr) return Status::ok();
+  ncclResult_t r = net_->dereg_mr(comm_, mh_);
+  mh_ = nullptr;
+  if (r != ncclSuccess) return plugin_error("deregMr", r);
+  return Status::ok();
+}
+
+// ---- setup and teardown
+
+Comm::Comm(const CommConfig& cfg) : cfg_(cfg), handle_(NCCL_NET_HANDLE_MAXSIZE, '\0') {
+  if (cfg_.name.empty()) cfg_.name = "rank " + std::to_string(cfg_.rank);
+}
+
+Comm::~Comm() { (void)close(); }
+
+Outcome Comm::create(const CommConfig& cfg, std::unique_ptr<Comm>* out) {
+  if (cfg.nranks < 1 || cfg.rank < 0 || cfg.rank >= cfg.nranks) {
+    return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, "rank " + std::to_string(cfg.rank) + " of " +
+                                                                           std::to_string(cfg.nranks) + " ranks"));
+  }
+  std::unique_ptr<Comm> c(new Comm(cfg));
+  Outcome o = c->init();
+  if (!o.ok()) return o;
+  *out = std::move(c);
+  return Outcome::good();
+}
+
+Outcome Comm::init() {
+  set_log_context(cfg_.name, cfg_.log_level);
+  Result<NetPlugin*> opened = NetPlugin::open(cfg_.plugin_path, cfg_.api);
+  if (!opened) return Outcome::bad(Fail::kPlugin, opened.status());
+  net_.reset(opened.value());
+  // NCCL always hands the net plugin its profiler callback (v10+), which does nothing while no
+  // profiler is loaded; then the profiler is initialised for this communicator.
+  ncclResult_t r = net_->init(cfg_.comm_id, nccl_profiler_callback, cfg_.traffic_class);
+  if (r != ncclSuccess) return Outcome::bad(Fail::kPlugin, plugin_error("init", r));
+  net_inited_ = true;
+  if (cfg_.profiler) (void)prof_.load(net_->library());
+  prof_.init(cfg_.comm_id, cfg_.nranks, cfg_.nranks, cfg_.rank);  // one rank per node
+  link_ = Link{net_.get(), nullptr, nullptr, cfg_.rank, cfg_.nranks, &abort_};
+  if (cfg_.nranks == 1) return Outcome::good();
+
+  auto bad = [](Status s) { return Outcome::bad(Fail::kPlugin, std::move(s)); };
+  int ndev = 0;
+  r = net_->devices(&ndev);
+  if (r != ncclSuccess) return bad(plugin_error("devices", r));
+  if (ndev < 1) return bad(Status(Code::kUnavailable, "devices reported " + std::to_string(ndev) + " devices"));
+  DeviceInfo info;
+  r = net_->properties(0, &info);
+  if (r != ncclSuccess) return bad(plugin_error("getProperties", r));
+  device_name_ = info.name;
+  // NCCL refuses a device whose maxP2pBytes is outside (0, 1 TiB] (v9+).
+  if (cfg_.api != Api::kV8 && (info.max_p2p_bytes == 0 || info.max_p2p_bytes > (size_t{1} << 40))) {
+    return bad(Status(Code::kInternal,
+                      "getProperties: maxP2pBytes " + std::to_string(info.max_p2p_bytes) + " outside (0, 1 TiB]"));
+  }
+  if ((info.ptr_support & NCCL_PTR_HOST) == 0) return bad(Status(Code::kInternal, "getProperties: no NCCL_PTR_HOST"));
+  if ((info.ptr_support & NCCL_PTR_CUDA) != 0) {
+    return bad(Status(Code::kInternal, "getProperties: NCCL_PTR_CUDA advertised, but the plugin takes host buffers only"));
+  }
+  r = net_->listen(0, handle_.data(), &listen_);
+  if (r != ncclSuccess) return bad(plugin_error("listen", r));
+  if (listen_ == nullptr) return bad(Status(Code::kInternal, "listen succeeded without a listen comm"));
+  return Outcome::good();
+}
+
+Outcome Comm::connect(const std::string& next_handle, int64_t deadline_ns, bool send, bool recv) {
+  if (cfg_.nranks == 1) return Outcome::good();
+  if (listen_ == nullptr) return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, "connect: called twice"));
+  if (next_handle.size() != NCCL_NET_HANDLE_MAXSIZE) {
+    return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, "connect: a handle of " +
+                                                                           std::to_string(next_handle.size()) + " bytes"));
+  }
+  // One handle buffer, passed to every connect retry: the plugin may keep its in-progress state
+  // inside it.
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(handle, next_handle.data(), sizeof(handle));
+  Outcome o = connect_loop(handle, deadline_ns, send, recv);
+  if (!o.ok()) {
+    (void)close_comms();
+    failed_ = o;
+    return o;
+  }
+  Status st = register_slots();
+  if (!st.is_ok()) {
+    (void)close_comms();
+    failed_ = Outcome::bad(Fail::kPlugin, st);
+    return failed_;
+  }
+  return Outcome::good();
+}
+
+Outcome Comm::connect_loop(char* handle, int64_t deadline_ns, bool send, bool recv) {
+  Backoff backoff;
+  while ((send && link_.send_comm == nullptr) || (recv && link_.recv_comm == nullptr)) {
+    bool moved = false;
+    if (send && link_.send_comm == nullptr) {
+      ncclResult_t r = net_->connect(0, handle, &link_.send_comm);
+      if (r != ncclSuccess) return Outcome::bad(Fail::kRemote, plugin_error("connect", r));
+      moved = moved || link_.send_comm != nullptr;
+    }
+    if (recv && link_.recv_comm == nullptr) {
+      ncclResult_t r = net_->accept(listen_, &link_.recv_comm);
+      if (r != ncclSuccess) return Outcome::bad(Fail::kRemote, plugin_error("accept", r));
+      moved = moved || link_.recv_comm != nullptr;
+    }
+    if (abort_.load(std::memory_order_relaxed)) {
+      return Outcome::bad(Fail::kAborted, Status(Code::kUnavailable, "connection setup aborted"));
+    }
+    if (mono_ns() > deadline_ns) {
+      const bool connecting = send && link_.send_comm == nullptr;
+      return Outcome::bad(Fail::kTimeout,
+                          Status(Code::kUnavailable,
+                                 std::string("connection setup did not finish in time (") +
+                                     (connecting ? "connect to rank " + std::to_string((cfg_.rank + 1) % cfg_.nranks)
+                                                 : "accept from rank " +
+                                                       std::to_string((cfg_.rank + cfg_.nranks - 1) % cfg_.nranks)) +
+                                     " pending)"));
+    }
+    if (moved) backoff.progressed(); else backoff.idle();
+  }
+  // NCCL closes the listen comm once its connection is accepted.
+  ncclResult_t r = net_->close_listen(listen_);
+  listen_ = nullptr;
+  if (r != ncclSuccess) return Outcome::bad(Fail::kPlugin, plugin_error("closeListen", r));
+  return Outcome::good();
+}
+
+Status Comm::register_slots() {
+  // NCCL registers its receive FIFO once per connection (regMr at connect) and posts every irecv
+  // at the largest slice; the descriptor buffers likewise.
+  slots_.slot_bytes = kSliceBytes;
+  empty_ = std::make_unique<HostBuffer>(0);
+  if (link_.recv_comm != nullptr) {
+    slot_mem_ = std::make_unique<HostBuffer>(kSliceBytes * kMaxInFlight);
+    slot_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
+    TRIM_RETURN_IF_ERROR(slot_reg_->reg(slot_mem_->data(), slot_mem_->bytes()));
+    slots_.staging = slot_mem_->data();
+    slots_.staging_mh = slot_reg_->handle();
+  }
+  if (cfg_.check_ops && link_.recv_comm != nullptr && link_.send_comm != nullptr) {
+    desc_send_mem_ = std::make_unique<HostBuffer>(kDescBytes);
+    desc_recv_mem_ = std::make_unique<HostBuffer>(64);
+    desc_send_reg_ = std::make_unique<MemReg>(net_.get(), link_.send_comm);
+    desc_recv_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
+    TRIM_RETURN_IF_ERROR(desc_send_reg_->reg(desc_send_mem_->data(), kDescBytes));
+    TRIM_RETURN_IF_ERROR(desc_recv_reg_->reg(desc_recv_mem_->data(), 64));
+  }
+  return Status::ok();
+}
+
+Status Comm::close_comms() {
+  // NCCL's teardown order: deregMr, then close; the memory itself goes with this object, after.
+  Status first;
+  auto keep = [&first](Status s) {
+    if (!s.is_ok() && first.is_ok()) first = std::move(s);
+  };
+  for (auto* reg : {&slot_reg_, &desc_send_reg_, &desc_recv_reg_}) {
+    if (*reg) keep((*reg)->release());
+  }
+  auto close = [&](const char* call, void** comm, ncclResult_t (NetPlugin::*fn)(void*)) {
+    if (*comm == nullptr) return;
+    ncclResult_t r = (net_.get()->*fn)(*comm);
+    *comm = nullptr;
+    if (r != ncclSuccess) keep(plugin_error(call, r));
+  };
+  if (net_) {
+    close("closeSend", &link_.send_comm, &NetPlugin::close_send);
+    close("closeRecv", &link_.recv_comm, &NetPlugin::close_recv);
+    close("closeListen", &listen_, &NetPlugin::close_listen);
+  }
+  return first;
+}
+
+Status Comm::close() {
+  Status first = close_comms();
+  prof_.finalize();
+  if (net_inited_) {
+    net_inited_ = false;
+    ncclResult_t r = net_->finalize();
+    if (r != ncclSuccess && first.is_ok()) first = plugin_error("finalize", r);
+  }
+  return first;
+}
+
+// ---- collectives
+
+namespace {
+// A run_op body: the op's own work, and its deadline (which the outcome's classification reads).
+template <typename F>
+struct Body {
+  int64_t deadline_ns;
+  F f;
+  Status operator()(Gate* gate) { return f(gate); }
+};
+template <typename F>
+Body<F> body(int64_t deadline_ns, F f) {
+  return Body<F>{deadline_ns, std::move(f)};
+}
+
+Outcome refused(int kind, const std::string& why) {
+  return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, std::string(kind_name(static_cast<uint16_t>(kind))) +
+                                                                         ": " + why));
+}
+}  // namespace
+
+template <typename B>
+Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, B&& body) {
+  OpDesc desc;
+  desc.kind = static_cast<uint16_t>(kind);
+  desc.seq = seq_;
+  desc.count = count;
+  desc.dtype = static_cast<int32_t>(dtype);
+  desc.op = static_cast<int32_t>(op);
+  desc.root = root;
+  desc.nranks = cfg_.nranks;
+  const std::string name = cfg_.name + ": " + describe(desc);
+  if (!failed_.ok()) {
+    return Outcome::bad(Fail::kFailed, Status(failed_.status.code(), name + " refused: this communicator failed "
+                                                                            "earlier: " + failed_.status.message()));
+  }
+  if (link_.send_comm == nullptr || link_.recv_comm == nullptr) {
+    return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, name + ": not connected"));
+  }
+  ++seq_;
+  Status st;
+  std::string mismatch;
+  if (abort_.load(std::memory_order_relaxed)) {
+    st = Status(Code::kUnavailable, "aborted before it started");
+  } else if (cfg_.check_ops) {
+    DescGate gate(link_, &prof_,
+                  WorkBuffers{desc_send_mem_->data(), desc_send_reg_->handle(), desc_recv_mem_->data(), 64,
+                              desc_recv_reg_->handle()},
+                  desc, &mismatch);
+    st = gate.post(body.deadline_ns);
+    if (st.is_ok()) st = body(&gate);
+  } else {
+    st = body(nullptr);
+  }
+  if (st.is_ok()) return Outcome::good();
+  Fail f = Fail::kRemote;
+  if (!mismatch.empty()) f = Fail::kMismatch;
+  else if (abort_.load(std::memory_order_relaxed)) f = Fail::kAborted;
+  else if (mono_ns() > body.deadline_ns) f = Fail::kTimeout;
+  // Connections first: once this returns, the plugin must not touch the caller's memory.
+  Status closed = close_comms();
+  std::string text = name + " failed: " + (f == Fail::kMismatch ? mismatch : st.message());
+  if (!closed.is_ok()) text += " (closing the connections then: " + closed.message() + ")";
+  failed_ = Outcome::bad(f, Status(st.code(), text));
+  return failed_;
+}
+
+char* Comm::scratch(size_t bytes) {
+  if (!scratch_ || scratch_->bytes() < bytes) scratch_ = std::make_unique<HostBuffer>(bytes);
+  return scratch_->data();
+}
+
+Status Comm::ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work,
+                     size_t work_bytes, int64_t deadline_ns, Gate* gate) {
+  if (work_bytes == 0) work = empty_->data();  // a 0-byte op still registers an address
+  MemReg reg(net_.get(), link_.send_comm);
+  TRIM_RETURN_IF_ERROR(reg.reg(work, std::max<size_t>(work_bytes, 1)));
+  WorkBuffers b = slots_;
+  b.work = work;
+  b.work_mh = reg.handle();
+  Status st = ring_run(link_, &prof_, geo, dtype, op, proto, b, deadline_ns, gate);
+  Status released = reg.release();
+  return st.is_ok() ? released : st;
+}
+
+Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
+                              int64_t deadline_ns, const RingExtras& extras) {
+  const size_t eb = dtype_bytes(dtype);
+  const size_t n = static_cast<size_t>(cfg_.nranks);
+  if (op == RedOp::kAvg) scale_for_avg(data, count, dtype, cfg_.nranks);
+  Outcome o = Outcome::good();
+  if (cfg_.nranks > 1 && is_float(dtype) && op != RedOp::kSum && op != RedOp::kAvg) {
+    // NCCL gives a net plugin no reduction op, so the plugin would take a float MAX, MIN or PROD
+    // for a sum and trim its reduce-scatter half: gather every rank's input exactly (an AllGather
+    // is never trimmed) and reduce it here, in rank order, identically on every rank.
+    const size_t bytes = count * eb;
+    char* all = scratch(bytes * n);
+    o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                 std::memcpy(all + static_cast<size_t>(cfg_.rank) * bytes, data, bytes);
+                 RingGeometry geo(RingKind::kAllGather, bytes * n, 1, cfg_.nranks, kSliceBytes, kSimpleSlicesPerStep);
+                 return ring_op(geo, DType::kU8, RedOp::kSum, "SIMPLE", all, bytes * n, deadline_ns, gate);
+               }));
+    if (o.ok() && bytes > 0) {
+      // Rank n-1's values, each lower rank's combined in as a received value would be:
+      // ((x_0 op x_1) op ...) with the same operand order on every rank.
+      std::memcpy(data, all + (n - 1) * bytes, bytes);
+      for (size_t k = n - 1; k-- > 0;) reduce_into(data, all + k * bytes, count, dtype, op);
+    }
+  } else if (cfg_.nranks > 1) {
+    o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                 RingGeometry geo(RingKind::kAllReduce, count, eb, cfg_.nranks, kSliceBytes,
+                                  std::strcmp(extras.proto, "LL") == 0 ? kLlSlicesPerStep : kSimpleSlicesPerStep,
+                                  extras.tail_bytes);
+                 return ring_op(geo, dtype, op, extras.proto, static_cast<char*>(data), count * eb + extras.tail_bytes,
+                                deadline_ns, gate);
+               }));
+  }
+  if (o.ok() && op == RedOp::kAvg) finish_avg(data, count, dtype, cfg_.nranks);
+  return o;
+}
+
+Outcome Comm::all_reduce(void* data, size_t count, DType dtype, RedOp op, int64_t deadline_ns,
+                         const RingExtras& extras) {
+  if (data == nullptr && count + extras.tail_bytes > 0) return refused(kAllReduceOp, "data is null");
+  return reduce_in_place(kAllReduceOp, count, data, count, dtype, op, deadline_ns, extras);
+}
+
+Outcome Comm::barrier(int64_t deadline_ns) {
+  uint8_t one = 1;
+  return reduce_in_place(kBarrierOp, 0, &one, 1, DType::kU8, RedOp::kMax, deadline_ns, RingExtras());
+}
+
+Outcome Comm::broadcast(void* data, size_t bytes, int root, int64_t deadline_ns) {
+  if (root < 0 || root >= cfg_.nranks) {
+    return refused(kBroadcastOp, "root " + std::to_string(root) + " is not a rank of " + std::to_string(cfg_.nranks));
+  }
+  if (data == nullptr && bytes > 0) return refused(kBroadcastOp, "data is null");
+  if (cfg_.nranks == 1) return Outcome::good();
+  return run_op(kBroadcastOp, bytes, DType::kU8, RedOp::kSum, root, body(deadline_ns, [&](Gate* gate) {
+                  char* work = bytes == 0 ? empty_->data() : static_cast<char*>(data);
+                  MemReg reg(net_.get(), link_.send_comm);
+                  TRIM_RETURN_IF_ERROR(reg.reg(work, std::max<size_t>(bytes, 1)));
+                  WorkBuffers b = slots_;
+                  b.work = work;
+                  b.work_mh = reg.handle();
+                  Status st = ring_broadcast(link_, &prof_, bytes, root, b, deadline_ns, gate);
+                  Status released = reg.release();
+                  return st.is_ok() ? released : st;
+                }));
+}
+
+Outcome Comm::all_gather(const void* in, void* out, size_t bytes_per_rank, int64_t deadline_ns) {
+  if ((in == nullptr || out == nullptr) && bytes_per_rank > 0) return refused(kAllGatherOp, "a buffer is null");
+  char* mine = static_cast<char*>(out) + static_cast<size_t>(cfg_.rank) * bytes_per_rank;
+  if (in != mine && bytes_per_rank > 0) std::memmove(mine, in, bytes_per_rank);
+  if (cfg_.nranks == 1) return Outcome::good();
+  const size_t total = bytes_per_rank * static_cast<size_t>(cfg_.nranks);
+  return run_op(kAllGatherOp, bytes_per_rank, DType::kU8, RedOp::kSum, -1, body(deadline_ns, [&](Gate* gate) {
+                  RingGeometry geo(RingKind::kAllGather, total, 1, cfg_.nranks, kSliceBytes, kSimpleSlicesPerStep);
+                  return ring_op(geo, DType::kU8, RedOp::kSum, "SIMPLE", static_cast<char*>(out), total, deadline_ns,
+                                 gate);
+                }));
+}
+
+Outcome Comm::reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype, RedOp op,
+                             int64_t deadline_ns) {
+  if ((in == nullptr || out == nullptr) && count_per_rank > 0) return refused(kReduceScatterOp, "a buffer is null");
+  const size_t n = static_cast<size_t>(cfg_.nranks);
+  const size_t block = count_per_rank * dtype_bytes(dtype);
+  const size_t total = block * n;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  if (block > 0 && dst < src + total && src < dst + block) {
+    return refused(kReduceScatterOp, "the output overlaps the input");
+  }
+  if (is_float(dtype) && op != RedOp::kSum && op != RedOp::kAvg) {
+    // Exact, as in all_reduce: each rank reduces every rank's input itself (rare: NCCL's own
+    // ReduceScatter of a float MAX would be trimmed). The gather uses the scratch.
+    std::vector<char> copy(src, src + total);
+    Outcome o = reduce_in_place(kReduceScatterOp, count_per_rank, copy.data(), count_per_rank * n, dtype, op,
+                                deadline_ns, RingExtras());
+    if (o.ok() && block > 0) std::memcpy(dst, copy.data() + static_cast<size_t>(cfg_.rank) * block, block);
+    return o;
+  }
+  // The input is never written: the ring works on a copy (NCCL's kernel reads the user's buffer
+  // and writes its FIFOs; the scratch plays both).
+  char* work = scratch(total);
+  if (total > 0) std::memcpy(work, src, total);
+  Outcome o = Outcome::good();
+  if (op == RedOp::kAvg) scale_for_avg(work, count_per_rank * n, dtype, cfg_.nranks);
+  if (cfg_.nranks > 1) {
+    o = run_op(kReduceScatterOp, count_per_rank, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                 RingGeometry geo(RingKind::kReduceScatter, count_per_rank * n, dtype_bytes(dtype), cfg_.nranks,
+                                  kSliceBytes, kSimpleSlicesPerStep);
+                 return ring_op(geo, dtype, op, "SIMPLE", work, total, deadline_ns, gate);
+               }));
+  }
+  if (!o.ok()) return o;
+  if (block > 0) std::memcpy(dst, work + static_cast<size_t>(cfg_.rank) * block, block);
+  if (op == RedOp::kAvg) finish_avg(dst, count_per_rank, dtype, cfg_.nranks);
+  return o;
+}
+
+}  // namespace trim::coll

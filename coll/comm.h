@@ -1,0 +1,176 @@
+// One communicator of ring collectives over a net plugin, the C++ side of coll/trim_coll.h: what
+// NCCL's init and proxy do for one communicator. Setup as NCCL does it (net init for this
+// communicator, then the profiler from the plugin's own library, then listen / connect to rank+1
+// / accept from rank-1), the collectives as ring ops over one pair of connections, and teardown
+// in NCCL's order. A failure after connect closes the connections before it is returned (the
+// plugin then touches no caller memory) and fails every later call with the first error.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll/net_plugin.h"
+#include "coll/pipeline.h"
+#include "coll/profiler_host.h"
+#include "coll/reduce.h"
+#include "coll/ring.h"
+#include "common/status.h"
+
+namespace trim::coll {
+
+// Why a call failed, as the C ABI reports it (TRIM_COLL_E*, negated).
+enum class Fail : int {
+  kNone = 0,
+  kInvalid = 1,
+  kPlugin = 2,
+  kRemote = 3,
+  kTimeout = 4,
+  kMismatch = 5,
+  kAborted = 6,
+  kFailed = 7,
+};
+
+struct CommConfig {
+  std::string plugin_path;
+  int rank = 0;
+  int nranks = 1;
+  uint64_t comm_id = 0;
+  int traffic_class = -1;
+  Api api = Api::kV11;
+  bool profiler = true;   // load the profiler from the plugin's library, as NCCL does
+  bool check_ops = false; // exchange an op descriptor with the ring neighbours per collective
+  int log_level = 2;      // NCCL_LOG_WARN
+  std::string name;       // of log lines and errors
+};
+
+// A call's outcome: ok, or why and what.
+struct Outcome {
+  Fail fail = Fail::kNone;
+  Status status;
+  bool ok() const { return fail == Fail::kNone; }
+  static Outcome good() { return Outcome{}; }
+  static Outcome bad(Fail f, Status s) { return Outcome{f, std::move(s)}; }
+};
+
+// Page-aligned host memory, zeroed (NCCL hands the plugin pinned pages; alignment is what we
+// can mimic), at least one page so a 0-byte buffer still has an address to register.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  char* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_;
+};
+
+// regMr on request; deregMr exactly once (release() reports the result).
+class MemReg {
+ public:
+  MemReg(NetPlugin* net, void* comm) : net_(net), comm_(comm) {}
+  ~MemReg() { (void)release(); }
+  MemReg(const MemReg&) = delete;
+  MemReg& operator=(const MemReg&) = delete;
+  Status reg(void* data, size_t bytes);
+  Status release();
+  void* handle() const { return mh_; }
+
+ private:
+  NetPlugin* net_;
+  void* comm_;
+  void* mh_ = nullptr;
+};
+
+// Extra knobs of a ring op for trim-harness: NCCL's LL protocol (announced, one slice per step)
+// and raw tail bytes past the last element (odd sizes).
+struct RingExtras {
+  const char* proto = "SIMPLE";
+  size_t tail_bytes = 0;
+};
+
+class Comm {
+ public:
+  // Loads and inits the plugin, loads the profiler, checks the device and listens (nranks > 1).
+  static Outcome create(const CommConfig& cfg, std::unique_ptr<Comm>* out);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  // This rank's listen handle (NCCL_NET_HANDLE_MAXSIZE bytes; zeros for one rank).
+  const std::string& handle() const { return handle_; }
+  // Connects to rank+1 (`next_handle`) and accepts rank-1 by `deadline_ns`; `send`/`recv` false
+  // skip a direction (trim-harness's sendrecv mode). Registers the receive slots.
+  Outcome connect(const std::string& next_handle, int64_t deadline_ns, bool send = true, bool recv = true);
+
+  Outcome all_reduce(void* data, size_t count, DType dtype, RedOp op, int64_t deadline_ns,
+                     const RingExtras& extras = RingExtras());
+  Outcome broadcast(void* data, size_t bytes, int root, int64_t deadline_ns);
+  Outcome all_gather(const void* in, void* out, size_t bytes_per_rank, int64_t deadline_ns);
+  Outcome reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype, RedOp op,
+                         int64_t deadline_ns);
+  Outcome barrier(int64_t deadline_ns);
+
+  // Any thread: the running collective and every later one fail (kAborted).
+  void abort() { abort_.store(true, std::memory_order_relaxed); }
+  // Closes the connections, finalizes the profiler and the plugin's context; first error.
+  Status close();
+
+  // For trim-harness's own modes and checks.
+  const CommConfig& config() const { return cfg_; }
+  NetPlugin* net() const { return net_.get(); }
+  ProfilerHost* profiler() { return &prof_; }
+  const Link& link() const { return link_; }
+  const std::string& device_name() const { return device_name_; }
+  // The plugin's ncclTrimStatsJson, if it exports it.
+  bool stats_json(std::string* out) const { return net_ != nullptr && net_->stats_json(out); }
+  // The slot size and the receive slots (kMaxInFlight of them), registered on the recv comm.
+  const WorkBuffers& slots() const { return slots_; }
+
+ private:
+  explicit Comm(const CommConfig& cfg);
+  Outcome init();
+  Outcome connect_loop(char* handle, int64_t deadline_ns, bool send, bool recv);
+  Status register_slots();
+  Status close_comms();
+
+  // Runs one collective (`kind`, with what its descriptor says): refuses it when failed, gates
+  // it by the descriptor check, and turns a failure into the communicator's (closing the
+  // connections first).
+  template <typename Body>
+  Outcome run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, Body&& body);
+  // A ring op over `work`, registered on the send comm for the op's length.
+  Status ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work, size_t work_bytes,
+                 int64_t deadline_ns, Gate* gate);
+  // An in-place reduction of `count` elements (all_reduce, barrier, and reduce_scatter's float
+  // MAX/MIN/PROD); the descriptor says `kind` and `desc_count`.
+  Outcome reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
+                          int64_t deadline_ns, const RingExtras& extras);
+  char* scratch(size_t bytes);
+
+  CommConfig cfg_;
+  std::unique_ptr<NetPlugin> net_;
+  ProfilerHost prof_;
+  bool net_inited_ = false;
+  std::string device_name_;
+  std::string handle_;
+  void* listen_ = nullptr;
+  Link link_;
+  std::atomic<bool> abort_{false};
+  Outcome failed_;  // the first failure after connect; every later call returns it
+  uint64_t seq_ = 0;
+  // Receive slots (recv comm), op descriptors (send and recv comm), the ReduceScatter scratch
+  // (send comm; grown on demand), and the address 0-byte ops register.
+  std::unique_ptr<HostBuffer> slot_mem_, desc_send_mem_, desc_recv_mem_, scratch_, empty_;
+  std::unique_ptr<MemReg> slot_reg_, desc_send_reg_, desc_recv_reg_;
+  WorkBuffers slots_;
+};
+
+}  // namespace trim::coll

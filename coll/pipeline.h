@@ -1,0 +1,96 @@
+// One operation's transfers on this rank's two connections, progressed the way NCCL's net proxy
+// does: up to 8 steps posted per connection, each send issued once its data is ready, the
+// oldest request tested, received slots consumed in order. A Schedule says what transfer i
+// carries and what it waits for; the ProxyOps of an OpEvents get their step events (posted ->
+// done) and hand their phandles to every isend/irecv.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/net_plugin.h"
+#include "coll/profiler_host.h"
+#include "common/status.h"
+
+namespace trim::coll {
+
+// Largest message one isend carries: NCCL's ring SIMPLE slices are at most 1 MiB.
+inline constexpr size_t kSliceBytes = size_t{1} << 20;
+// Steps in flight per connection (NCCL_STEPS).
+inline constexpr size_t kMaxInFlight = 8;
+
+// CLOCK_MONOTONIC: one clock for every process on the machine (deadlines, and the harness's
+// comparisons of one rank's "killed at" with another's "error seen at").
+int64_t mono_ns();
+
+// A plugin call's non-success result as a Status naming the call.
+Status plugin_error(const char* call, ncclResult_t r);
+
+// Polling loops call idle() after a pass that moved nothing: yield first, then short sleeps,
+// so ranks sharing few cores leave the plugin's own threads room to run.
+class Backoff {
+ public:
+  void progressed() { idle_passes_ = 0; }
+  void idle();
+
+ private:
+  int idle_passes_ = 0;
+};
+
+// This rank's two ring connections: it sends to rank+1 and receives from rank-1. Either comm
+// may be null when the rank never uses it. `abort`, when set, ends a running pipeline.
+struct Link {
+  NetPlugin* net = nullptr;
+  void* send_comm = nullptr;
+  void* recv_comm = nullptr;
+  int rank = 0;
+  int nranks = 1;
+  const std::atomic<bool>* abort = nullptr;
+};
+
+// The rank's data (registered with the send comm) and its receive slots (with the recv comm).
+struct WorkBuffers {
+  char* work = nullptr;
+  void* work_mh = nullptr;
+  char* staging = nullptr;  // kMaxInFlight slots of slot_bytes
+  size_t slot_bytes = 0;
+  void* staging_mh = nullptr;
+};
+
+struct Span {
+  char* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  virtual size_t sends() const = 0;  // transfers this rank sends (0: none)
+  virtual size_t recvs() const = 0;  // transfers it receives
+  virtual Span send_span(size_t i) const = 0;
+  // Whether send i's data is there once `applied` receives have been consumed.
+  virtual bool send_ready(size_t i, size_t applied) const = 0;
+  // What receive i must carry (test's size is checked against it).
+  virtual size_t recv_bytes(size_t i) const = 0;
+  // Whether receive i may be consumed once `sends_done` sends completed (it may overwrite data
+  // an earlier send reads).
+  virtual bool apply_ready(size_t i, size_t sends_done) const = 0;
+  virtual void apply(size_t i, const char* in) = 0;
+};
+
+// What must finish before the op's first receive is applied (the op descriptor check of
+// coll/comm.cc); polled on every pass of the pipeline until done. Its own requests were posted
+// before the op's, so they match first.
+class Gate {
+ public:
+  virtual ~Gate() = default;
+  virtual Status poll(bool* done, bool* moved) = 0;
+};
+
+// Runs `s` to completion; `what` names the operation in errors. Stops each ProxyOp after its
+// last step. kUnavailable when the deadline passes or link.abort is set.
+Status run_pipeline(const Link& link, Schedule& s, const WorkBuffers& b, OpEvents& ev, int64_t deadline_ns,
+                    const char* what, Gate* gate = nullptr);
+
+}  // namespace trim::coll

@@ -1,0 +1,453 @@
+"""The torch.distributed backend "trim": CPU collectives through the nccl-trim plugin.
+
+    import nccl_trim                        # registers "trim" (so does pip's entry point)
+    dist.init_process_group("trim")         # or "cpu:trim,cuda:nccl"
+
+Each process group opens one ring communicator of libtrim-coll (nccl_trim.coll), which drives the
+same libnccl-net-trim.so that NCCL loads, through its ncclNet ABI and the profiler event chain,
+exactly as NCCL's proxy does; so the plugin trims what it would trim under NCCL: float32, bfloat16
+and float16 SUM/AVG in the reduce-scatter half of an all_reduce (and every step of a
+reduce_scatter), never integers, broadcasts, all_gathers or the allgather half. Handles travel
+through torch's Store: ranks on different machines work as under gloo.
+
+Operations run on one worker thread per group, in the order they were issued (every rank must
+issue the same collectives in the same order, as with NCCL), so an async all_reduce returns at once
+and DDP overlaps its buckets with the backward pass; the Work's future completes on that thread. A
+blocking call with nothing queued runs on the caller's thread instead (no handoff). A failed
+collective fails the group for good, with a clear error, on every rank (a dead peer is noticed
+within NCCL_TRIM_TIMEOUT_MS, at once when its process is gone); every later call raises it.
+"""
+
+import atexit
+import datetime
+import os
+import queue
+import threading
+import weakref
+from typing import Callable, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import Work as _C10dWork
+
+from . import coll
+from .errors import CollectiveError, TrimError, UnsupportedError
+
+NAME = "trim"
+# The store key under which rank 0 publishes the communicator's id, and each rank its handle.
+_ID_KEY = "nccl_trim/comm_id"
+_HANDLE_KEY = "nccl_trim/handle/{}"
+_SUPPORTED = "all_reduce, broadcast, all_gather (and all_gather_into_tensor), reduce_scatter (and " \
+             "reduce_scatter_tensor) and barrier"
+
+_DTYPES = {
+    torch.float32: coll.FLOAT32, torch.float64: coll.FLOAT64, torch.float16: coll.FLOAT16,
+    torch.bfloat16: coll.BFLOAT16, torch.int8: coll.INT8, torch.uint8: coll.UINT8, torch.int32: coll.INT32,
+    torch.int64: coll.INT64, torch.uint32: coll.UINT32, torch.uint64: coll.UINT64, torch.bool: coll.UINT8,
+}
+_OPS = ((dist.ReduceOp.SUM, coll.SUM), (dist.ReduceOp.AVG, coll.AVG), (dist.ReduceOp.PRODUCT, coll.PROD),
+        (dist.ReduceOp.MIN, coll.MIN), (dist.ReduceOp.MAX, coll.MAX))
+
+
+class TrimBackendError(CollectiveError, dist.DistBackendError):
+    """A collective of the trim backend failed (see CollectiveError); also a DistBackendError, what
+    torch's own backends raise for the same failures."""
+
+
+class Options:
+    """pg_options of a "trim" group: dist.new_group(ranks, backend="trim", pg_options=Options(...)).
+
+    traffic_class: NCCL's per-communicator traffic class, given to the plugin's init (net API v11);
+    the comm hook's group carries NCCL_TRIM_HOOK_TRAFFIC_CLASS, so the plugin packs its already
+    rotated buckets as such. -1: unset. check_ops: each collective first tells the next rank what
+    it is (one exact 48-byte message), so ranks that disagree on a collective, size, dtype or op
+    fail with an error naming both instead of hanging or summing garbage. net_api: 8..11 (0: the
+    newest); profiler: load the plugin's profiler as NCCL does (without it nothing is trimmed)."""
+
+    def __init__(self, traffic_class: int = -1, check_ops: bool = True, net_api: int = 0, profiler: bool = True):
+        if not -1 <= traffic_class <= 255:
+            raise ValueError(f"traffic_class={traffic_class}: -1 (unset) or 0..255")
+        self.traffic_class, self.check_ops, self.net_api, self.profiler = traffic_class, check_ops, net_api, profiler
+
+    def __repr__(self):
+        return (f"nccl_trim.backend.Options(traffic_class={self.traffic_class}, check_ops={self.check_ops}, "
+                f"net_api={self.net_api}, profiler={self.profiler})")
+
+
+class _Work(_C10dWork):
+    """A collective handed to the worker: wait() blocks until it ran (and raises its error),
+    get_future() completes with the output tensors when it did."""
+
+    def __init__(self, outputs: List[torch.Tensor]):
+        super().__init__()
+        self._outputs = outputs
+        self._future = torch.futures.Future()
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+
+    def _finish(self, error: Optional[BaseException]) -> None:
+        self._error = error
+        self._done.set()
+        # Callbacks (DDP's, a comm hook's .then) run here, on the thread that ran the collective.
+        if error is None:
+            self._future.set_result(self._outputs)
+        else:
+            self._future.set_exception(error)
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        seconds = timeout.total_seconds() if timeout else 0
+        if not self._done.wait(seconds if seconds > 0 else None):
+            raise TrimBackendError(f"trim: Work.wait timed out after {seconds:g} s; the collective is still running",
+                                   code=coll.ETIMEOUT)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+
+_STOP = object()
+_LIVE = weakref.WeakSet()
+
+
+def _timeout_ms(opts, default: datetime.timedelta) -> int:
+    t = getattr(opts, "timeout", None)
+    if t is None or t.total_seconds() <= 0:  # unset: torch's sentinel is -1 ms
+        t = default
+    return max(1, int(t.total_seconds() * 1000))
+
+
+def _cpu_tensor(t: torch.Tensor, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise UnsupportedError(f"trim: {what} takes tensors, not {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise UnsupportedError(f"trim: {what} got a {t.device.type} tensor; the trim backend carries CPU tensors "
+                               "(use 'cpu:trim,cuda:nccl' to send CUDA tensors through NCCL and the same plugin)")
+    if t.is_sparse:
+        raise UnsupportedError(f"trim: {what} got a sparse tensor; the trim backend carries dense tensors")
+
+
+def _dtype(t: torch.Tensor, what: str) -> int:
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise UnsupportedError(f"trim: {what} of {t.dtype} is not supported: NCCL has no such type (supported: "
+                               + ", ".join(str(d).replace("torch.", "") for d in _DTYPES) + ")")
+    return code
+
+
+def _op(reduce_op, t: torch.Tensor, what: str) -> int:
+    for theirs, ours in _OPS:
+        if reduce_op == theirs:
+            if t.dtype == torch.bool:
+                # bool travels as uint8, as under NCCL: SUM is logical OR, PRODUCT logical AND.
+                if ours == coll.AVG:
+                    raise UnsupportedError(f"trim: {what} with ReduceOp.AVG of torch.bool has no meaning")
+                return {coll.SUM: coll.MAX, coll.PROD: coll.MIN}.get(ours, ours)
+            return ours
+    raise UnsupportedError(f"trim: {what} with {reduce_op} is not supported (SUM, AVG, PRODUCT, MIN, MAX)")
+
+
+def _one(tensors, what: str) -> torch.Tensor:
+    if len(tensors) != 1:
+        raise UnsupportedError(f"trim: {what} takes one tensor per process, got {len(tensors)}")
+    _cpu_tensor(tensors[0], what)
+    return tensors[0]
+
+
+class _Contiguous:
+    """A contiguous view of `t`, or a copy written back after the collective."""
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+        self.c = t if t.is_contiguous() else t.contiguous()
+
+    def write_back(self) -> None:
+        if self.c is not self.t:
+            self.t.copy_(self.c)
+
+
+class TrimBackend(_C10dBackend):
+    """One process group's side of the trim backend (created by torch through register())."""
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta, options: Optional[Options] = None,
+                 group_name: str = ""):
+        super().__init__(rank, size)
+        options = options or Options()
+        self._rank, self._size, self._timeout = rank, size, timeout
+        self._name = f"trim pg {group_name or '?'} rank {rank}/{size}"
+        self.trim_options = options
+        lib = coll.load()
+        # One id per communicator, the same on every rank (NCCL's commId), from rank 0.
+        if rank == 0:
+            store.set(_ID_KEY, os.urandom(8).hex())
+        comm_id = int(store.get(_ID_KEY).decode(), 16)
+        self._comm = coll.Communicator(lib, rank=rank, nranks=size, comm_id=comm_id,
+                                       traffic_class=options.traffic_class, net_api=options.net_api,
+                                       profiler=options.profiler, check_ops=options.check_ops, name=self._name)
+        try:
+            store.set(_HANDLE_KEY.format(rank), self._comm.handle)
+            nxt = store.get(_HANDLE_KEY.format((rank + 1) % size)) if size > 1 else None
+            self._comm.connect(nxt if nxt is not None else bytes(coll.HANDLE_BYTES), _timeout_ms(None, timeout))
+        except BaseException:
+            self._comm.close()
+            raise
+        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._lock = threading.Lock()  # held while a collective runs: the queue's and inline calls'
+        self._pending = 0  # enqueued and not yet finished (under _lock)
+        self._closed = False
+        self._worker = threading.Thread(target=self._serve, name=f"nccl_trim {self._name}", daemon=True)
+        self._worker.start()
+        _LIVE.add(self)
+
+    # ---- torch's Backend interface
+
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return NAME
+
+    def allreduce(self, tensors, opts=None):
+        t = _one(tensors, "all_reduce")
+        dtype, op = _dtype(t, "all_reduce"), _op(opts.reduceOp, t, "all_reduce")
+        c = _Contiguous(t)
+
+        def run(ms):
+            self._comm.all_reduce(c.c.data_ptr(), c.c.numel(), dtype, op, ms)
+            c.write_back()
+        return self._submit(run, [t], opts)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        if not 0 <= opts.rootRank < self._size or opts.rootTensor != 0:
+            raise UnsupportedError(f"trim: broadcast from rank {opts.rootRank} (tensor {opts.rootTensor}) in a group "
+                                   f"of {self._size}")
+        _dtype(t, "broadcast")
+        c = _Contiguous(t)
+        root = opts.rootRank
+
+        def run(ms):
+            self._comm.broadcast(c.c.data_ptr(), c.c.numel() * c.c.element_size(), root, ms)
+            c.write_back()
+        return self._submit(run, [t], opts)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        t = _one(input_tensors, "all_gather")
+        _dtype(t, "all_gather")
+        if len(output_tensors) != 1 or len(output_tensors[0]) != self._size:
+            raise UnsupportedError(f"trim: all_gather needs one list of {self._size} output tensors")
+        outs = output_tensors[0]
+        for o in outs:
+            _cpu_tensor(o, "all_gather")
+            if o.numel() != t.numel() or o.dtype != t.dtype:
+                raise UnsupportedError(f"trim: all_gather outputs must match the input ({t.numel()} x {t.dtype}); got "
+                                       f"{o.numel()} x {o.dtype} (uneven sizes are not supported)")
+        src = t.contiguous()
+        flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
+
+        def run(ms):
+            self._comm.all_gather(src.data_ptr(), flat.data_ptr(), src.numel() * src.element_size(), ms)
+            for o, part in zip(outs, flat.view(self._size, -1)):
+                o.copy_(part.view_as(o))
+        return self._submit(run, outs, opts)
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: A002 (torch's name)
+        _cpu_tensor(input, "all_gather_into_tensor")
+        _cpu_tensor(output, "all_gather_into_tensor")
+        _dtype(input, "all_gather_into_tensor")
+        if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
+            raise UnsupportedError(f"trim: all_gather_into_tensor needs an output of {self._size} x {input.numel()} "
+                                   f"{input.dtype}, got {output.numel()} {output.dtype}")
+        src, dst = input.contiguous(), _Contiguous(output)
+
+        def run(ms):
+            self._comm.all_gather(src.data_ptr(), dst.c.data_ptr(), src.numel() * src.element_size(), ms)
+            dst.write_back()
+        return self._submit(run, [output], opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        out = _one(output_tensors, "reduce_scatter")
+        if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
+            raise UnsupportedError(f"trim: reduce_scatter needs one list of {self._size} input tensors")
+        ins = input_tensors[0]
+        for i in ins:
+            _cpu_tensor(i, "reduce_scatter")
+            if i.numel() != out.numel() or i.dtype != out.dtype:
+                raise UnsupportedError(f"trim: reduce_scatter inputs must match the output ({out.numel()} x "
+                                       f"{out.dtype}); got {i.numel()} x {i.dtype}")
+        dtype, op = _dtype(out, "reduce_scatter"), _op(opts.reduceOp, out, "reduce_scatter")
+        src = torch.cat([i.reshape(-1) for i in ins])
+        dst = _Contiguous(out)
+
+        def run(ms):
+            self._comm.reduce_scatter(src.data_ptr(), dst.c.data_ptr(), out.numel(), dtype, op, ms)
+            dst.write_back()
+        return self._submit(run, [out], opts)
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 (torch's name)
+        _cpu_tensor(input, "reduce_scatter_tensor")
+        _cpu_tensor(output, "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
+            raise UnsupportedError(f"trim: reduce_scatter_tensor needs an input of {self._size} x {output.numel()} "
+                                   f"{output.dtype}, got {input.numel()} {input.dtype}")
+        dtype, op = _dtype(output, "reduce_scatter_tensor"), _op(opts.reduceOp, output, "reduce_scatter_tensor")
+        src, dst = input.contiguous(), _Contiguous(output)
+
+        def run(ms):
+            self._comm.reduce_scatter(src.data_ptr(), dst.c.data_ptr(), output.numel(), dtype, op, ms)
+            dst.write_back()
+        return self._submit(run, [output], opts)
+
+    # torch >= 2.15 calls these names for all_gather_into_tensor and reduce_scatter_tensor.
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+
+    def barrier(self, opts=None):
+        return self._submit(self._comm.barrier, [], opts, blocking=True)
+
+    def shutdown(self) -> None:
+        self._close(abort=False)
+
+    def abort(self) -> None:
+        self._close(abort=True)
+
+    # Everything else, with the same clear error (torch's own would name no alternative).
+    def _unsupported(self, name):
+        raise UnsupportedError(f"trim: {name} is not supported by the trim backend, which carries {_SUPPORTED}; "
+                               "run it on a gloo group (dist.new_group(backend='gloo'))")
+
+    def reduce(self, *args, **kwargs):
+        self._unsupported("reduce")
+
+    def gather(self, *args, **kwargs):
+        self._unsupported("gather")
+
+    def scatter(self, *args, **kwargs):
+        self._unsupported("scatter")
+
+    def alltoall(self, *args, **kwargs):
+        self._unsupported("all_to_all")
+
+    def alltoall_base(self, *args, **kwargs):
+        self._unsupported("all_to_all_single")
+
+    def all_to_all_single(self, *args, **kwargs):
+        self._unsupported("all_to_all_single")
+
+    def gather_single(self, *args, **kwargs):
+        self._unsupported("gather")
+
+    def all_gather_single_coalesced(self, *args, **kwargs):
+        self._unsupported("all_gather_into_tensor_coalesced")
+
+    def reduce_scatter_single_coalesced(self, *args, **kwargs):
+        self._unsupported("reduce_scatter_tensor_coalesced")
+
+    def send(self, *args, **kwargs):
+        self._unsupported("send")
+
+    def recv(self, *args, **kwargs):
+        self._unsupported("recv")
+
+    def recv_anysource(self, *args, **kwargs):
+        self._unsupported("recv from any source")
+
+    def allreduce_coalesced(self, *args, **kwargs):
+        self._unsupported("all_reduce_coalesced")
+
+    def allgather_coalesced(self, *args, **kwargs):
+        self._unsupported("all_gather_coalesced")
+
+    def monitored_barrier(self, *args, **kwargs):
+        self._unsupported("monitored_barrier")
+
+    # ---- the worker
+
+    def _submit(self, run: Callable[[int], None], outputs, opts, blocking: bool = False) -> _Work:
+        if self._closed:
+            raise TrimBackendError(f"{self._name}: the process group was shut down", code=coll.EFAILED)
+        work = _Work(outputs)
+        ms = _timeout_ms(opts, self._timeout)
+        # A blocking call waits anyway: with nothing queued it runs here, without the handoff.
+        inline = blocking or (opts is not None and not getattr(opts, "asyncOp", True))
+        if inline and self._lock.acquire(blocking=False):
+            try:
+                if self._pending == 0:
+                    self._execute(work, run, ms)
+                    return work
+            finally:
+                self._lock.release()
+        with self._lock:
+            self._pending += 1
+        self._queue.put((work, run, ms))
+        return work
+
+    def _execute(self, work: _Work, run, ms: int) -> None:
+        try:
+            run(ms)
+        except CollectiveError as e:
+            work._finish(TrimBackendError(f"{self._name}: {e}", code=e.code))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiter, never lost on this thread
+            work._finish(e)
+        else:
+            work._finish(None)
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            work, run, ms = item
+            with self._lock:
+                self._execute(work, run, ms)
+                self._pending -= 1
+
+    def _close(self, abort: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if abort:
+            self._comm.abort()
+        self._queue.put(_STOP)
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
+        self._comm.close()
+        _LIVE.discard(self)
+
+
+def _create(dist_opts, pg_options) -> TrimBackend:
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise TypeError(f"pg_options of a trim group must be nccl_trim.backend.Options, not {type(pg_options).__name__}")
+    return TrimBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, pg_options,
+                       str(dist_opts.group_id))
+
+
+def register() -> None:
+    """Registers "trim" with torch.distributed (CPU tensors); idempotent. Importing nccl_trim calls
+    it once torch is imported, and pip's torch.distributed.backends entry point names it."""
+    if NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+
+
+@atexit.register
+def _close_all() -> None:
+    """Closes the groups still open at exit (a script without destroy_process_group): their
+    worker threads end cleanly and peers see a goodbye, not a vanished process."""
+    for backend in list(_LIVE):
+        try:
+            backend._close(abort=False)
+        except TrimError:
+            pass
