@@ -203,14 +203,15 @@ $(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(A_COLL) $(AR
 setup:
 	@scripts/setup.sh
 
-# The README's test command: install what is missing, build, run every test that needs no GPU.
+# The README's test command: install what is missing (torch included: TRIM_SKIP_TORCH=1 skips it
+# and the PyTorch tests), build, run every test that needs no GPU.
 test: setup
 	$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS)
 	$(MAKE) --no-print-directory run-tests
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
-	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",scripts/run_python_tests.sh $(BUILD))
+	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD))
 	scripts/check_ddp_scripts.sh
 
 asan:
@@ -220,7 +221,7 @@ asan:
 
 FUZZ_SECONDS ?= 60
 fuzz:
-	scripts/setup.sh --fuzz
+	scripts/setup.sh --fuzz --no-torch
 	$(MAKE) --no-print-directory -j$(NPROC) -f scripts/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 demo: setup

@@ -128,7 +128,10 @@ class DescGate : public Gate {
       int d = 0;
       size_t bytes = 0;
       ncclResult_t r = l_.net->test(send_req_, &d, &bytes);
-      if (r != ncclSuccess) return plugin_error("test (op descriptor send)", r);
+      if (r != ncclSuccess) {
+        return plugin_error(("test (op descriptor send to rank " + std::to_string((l_.rank + 1) % l_.nranks) + ")").c_str(),
+                            r);
+      }
       if (d != 0) {
         send_done_ = *moved = true;
         ev_.send().stop();
@@ -138,7 +141,10 @@ class DescGate : public Gate {
       int d = 0;
       size_t bytes = 0;
       ncclResult_t r = l_.net->test(recv_req_, &d, &bytes);
-      if (r != ncclSuccess) return plugin_error("test (op descriptor receive)", r);
+      if (r != ncclSuccess) {
+        const int prev = (l_.rank + l_.nranks - 1) % l_.nranks;
+        return plugin_error(("test (op descriptor receive from rank " + std::to_string(prev) + ")").c_str(), r);
+      }
       if (d != 0) {
         recv_done_ = *moved = true;
         ev_.recv().stop();
@@ -423,6 +429,7 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
     return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, name + ": not connected"));
   }
   ++seq_;
+  const uint64_t warnings_before = plugin_warnings();
   Status st;
   std::string mismatch;
   if (abort_.load(std::memory_order_relaxed)) {
@@ -442,9 +449,12 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
   if (!mismatch.empty()) f = Fail::kMismatch;
   else if (abort_.load(std::memory_order_relaxed)) f = Fail::kAborted;
   else if (mono_ns() > body.deadline_ns) f = Fail::kTimeout;
+  // What the plugin warned of during the op, before the teardown adds warnings of its own.
+  const std::string said = plugin_warning_since(warnings_before);
   // Connections first: once this returns, the plugin must not touch the caller's memory.
   Status closed = close_comms();
   std::string text = name + " failed: " + (f == Fail::kMismatch ? mismatch : st.message());
+  if (f != Fail::kMismatch && !said.empty()) text += "; the plugin said: " + said;
   if (!closed.is_ok()) text += " (closing the connections then: " + closed.message() + ")";
   failed_ = Outcome::bad(f, Status(st.code(), text));
   return failed_;

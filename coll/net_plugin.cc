@@ -19,6 +19,8 @@ namespace {
 std::mutex g_log_mu;
 std::string g_log_name = "trim-coll";
 std::atomic<int> g_log_level{NCCL_LOG_WARN};
+std::atomic<uint64_t> g_warnings{0};
+std::string g_last_warning;  // under g_log_mu
 
 const char* level_name(ncclDebugLogLevel level) {
   switch (level) {
@@ -48,11 +50,19 @@ void set_log_context(const std::string& name, int max_level) {
   g_log_level.store(max_level, std::memory_order_relaxed);
 }
 
+uint64_t plugin_warnings() { return g_warnings.load(std::memory_order_acquire); }
+
+std::string plugin_warning_since(uint64_t since) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  return g_warnings.load(std::memory_order_relaxed) > since ? g_last_warning : std::string();
+}
+
 void plugin_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
                    const char* fmt, ...) {
   // ABORT (4) sorts above INFO in NCCL's numbering but is always shown, like WARN.
   const int shown = level == NCCL_LOG_ABORT ? NCCL_LOG_WARN : static_cast<int>(level);
-  if (level == NCCL_LOG_NONE || shown > g_log_level.load(std::memory_order_relaxed)) return;
+  const bool warning = shown == NCCL_LOG_WARN;
+  if (level == NCCL_LOG_NONE || (!warning && shown > g_log_level.load(std::memory_order_relaxed))) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -62,7 +72,12 @@ void plugin_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char*
   {
     std::lock_guard<std::mutex> lock(g_log_mu);
     name = g_log_name;
+    if (warning) {
+      g_last_warning = msg;
+      g_warnings.fetch_add(1, std::memory_order_release);
+    }
   }
+  if (shown > g_log_level.load(std::memory_order_relaxed)) return;
   // One fprintf per line so ranks' lines do not interleave mid-line.
   std::fprintf(stderr, "[%s] NCCL %s %s:%d %s\n", name.c_str(), level_name(level), file == nullptr ? "?" : file,
                line, msg);

@@ -33,6 +33,11 @@ struct DeviceInfo {
 void set_log_context(const std::string& name, int max_level);
 void plugin_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                    const char* fmt, ...) __attribute__((format(printf, 5, 6)));
+// The plugin's WARN lines are its only account of why a request failed (ncclResult_t says
+// little): the logger counts them and keeps the last one, printed or not, so an error can quote
+// what the plugin warned since `since` (a count taken before the call). Empty: nothing since.
+uint64_t plugin_warnings();
+std::string plugin_warning_since(uint64_t since);
 
 // "ncclRemoteError (6)" for messages.
 std::string result_name(int result);

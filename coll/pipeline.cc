@@ -62,6 +62,11 @@ class Pipeline {
 
  private:
   static int step(size_t i) { return static_cast<int>(i); }
+  // "test(send) to rank 3": which neighbour a failed call was about.
+  std::string peer_call(const char* call, bool send) const {
+    const int peer = send ? (l_.rank + 1) % l_.nranks : (l_.rank + l_.nranks - 1) % l_.nranks;
+    return std::string(call) + (send ? " to rank " : " from rank ") + std::to_string(peer);
+  }
 
   // NCCL posts a send step (and starts its event) as soon as its slot is free, before its
   // data is ready: up to 8 ahead of the oldest unfinished one.
@@ -82,7 +87,7 @@ class Pipeline {
       void* req = nullptr;
       ncclResult_t r =
           l_.net->isend(l_.send_comm, sp.data, sp.bytes, l_.rank, b_.work_mh, send_op_.phandle(step(i)), &req);
-      if (r != ncclSuccess) return plugin_error("isend", r);
+      if (r != ncclSuccess) return plugin_error(peer_call("isend", true).c_str(), r);
       if (req == nullptr) break;  // no slot: retry on a later pass
       send_op_.record_step(step(i), kStepSendWait, sp.bytes);
       send_reqs_.push_back(req);
@@ -103,7 +108,7 @@ class Pipeline {
       void* req = nullptr;
       ncclResult_t r = l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
                                      recv_op_.phandle(step(i)), &req);
-      if (r != ncclSuccess) return plugin_error("irecv", r);
+      if (r != ncclSuccess) return plugin_error(peer_call("irecv", false).c_str(), r);
       if (req == nullptr) break;
       recv_op_.record_step(step(i), kStepRecvWait, 0);
       recv_reqs_.push_back(req);
@@ -118,7 +123,7 @@ class Pipeline {
     int done = 0;
     size_t size = 0;
     ncclResult_t r = l_.net->test(send_reqs_.front(), &done, &size);
-    if (r != ncclSuccess) return plugin_error("test(send)", r);
+    if (r != ncclSuccess) return plugin_error(peer_call("test(send)", true).c_str(), r);
     if (done != 0) {
       send_reqs_.pop_front();
       send_op_.stop_step(step(send_done_));
@@ -134,7 +139,7 @@ class Pipeline {
     int done = 0;
     size_t size = 0;
     ncclResult_t r = l_.net->test(recv_reqs_.front(), &done, &size);
-    if (r != ncclSuccess) return plugin_error("test(recv)", r);
+    if (r != ncclSuccess) return plugin_error(peer_call("test(recv)", false).c_str(), r);
     if (done != 0) {
       recv_reqs_.pop_front();
       recv_sizes_[recv_done_ % kMaxInFlight] = size;

@@ -1,12 +1,17 @@
 """Worker bootstrap of nccl_trim.run:
 
-    python -m nccl_trim._boot [--seed=N] [--row-log2=R] [--optional-plugin] [--module] [--] TARGET ARGS...
+    python -m nccl_trim._boot [--seed=N] [--row-log2=R] [--optional-plugin] [--trim-cpu] [--no-hook]
+                              [--module] [--] TARGET ARGS...
 
 Installs the RHT hook on every DistributedDataParallel built in this process (DDP.__init__ is
-patched to call nccl_trim.register after construction), then runs TARGET (a script, or a module
-with --module) as __main__ with sys.argv and sys.path[0] as `python TARGET ARGS` would have them.
-A script that registers its own DDP comm hook fails with a clear error: DDP takes one hook per
-model, and ours is already there (launch with --no-hook to keep the script's).
+patched to call nccl_trim.register after construction; not with --no-hook), then runs TARGET (a
+script, or a module with --module) as __main__ with sys.argv and sys.path[0] as `python TARGET ARGS`
+would have them. A script that registers its own DDP comm hook fails with a clear error: DDP takes
+one hook per model, and ours is already there (launch with --no-hook to keep the script's).
+
+--trim-cpu: every process group the script asks of gloo (by name, in a device map such as
+"cpu:gloo,cuda:nccl", or by naming no backend) is made with the "trim" backend instead, so its CPU
+collectives go through the plugin; nothing else about the script changes.
 """
 
 import functools
@@ -15,14 +20,15 @@ import runpy
 import sys
 from typing import Callable, Dict, List, Tuple
 
-_FLAGS = {"--optional-plugin": "optional_plugin", "--module": "module"}
+_FLAGS = {"--optional-plugin": "optional_plugin", "--module": "module", "--trim-cpu": "cpu",
+          "--no-hook": "no_hook"}
 _VALUES = {"--seed": "seed", "--row-log2": "row_log2"}
 
 
 def parse(argv: List[str]) -> Tuple[Dict[str, object], str, List[str]]:
     """(options, target, target's args). Options are the leading --name[=value] tokens, up to `--`
     or the first other token; everything after belongs to the target."""
-    opts: Dict[str, object] = {"module": False, "optional_plugin": False}
+    opts: Dict[str, object] = {"module": False, "optional_plugin": False, "cpu": False, "no_hook": False}
     i = 0
     while i < len(argv) and argv[i].startswith("--"):
         token = argv[i]
@@ -84,6 +90,54 @@ def install(**register_kwargs) -> Callable[[], None]:
     return uninstall
 
 
+def cpu_backend(backend, cuda_available: bool) -> str:
+    """The backend string a --trim-cpu worker uses for what the script asked: gloo becomes trim,
+    wherever it appears ("gloo", "cpu:gloo,cuda:nccl"); no backend means torch's default, with trim
+    for the CPU."""
+    if backend is None:
+        return "cpu:trim,cuda:nccl" if cuda_available else "trim"
+    text = str(backend)
+    parts = []
+    for item in text.split(","):
+        device, sep, name = item.strip().rpartition(":")
+        name = "trim" if name.strip().lower() == "gloo" else name.strip()
+        parts.append(f"{device}{sep}{name}")
+    return ",".join(parts)
+
+
+def install_cpu() -> Callable[[], None]:
+    """Make init_process_group and new_group use "trim" where the script asks for gloo; returns
+    the function that undoes it."""
+    import torch
+    import torch.distributed as dist
+
+    from nccl_trim.backend import register as register_trim
+
+    register_trim()
+    init, new_group = dist.init_process_group, dist.new_group
+    cuda = torch.cuda.is_available()
+
+    @functools.wraps(init)
+    def init_process_group(backend=None, *args, **kwargs):
+        return init(cpu_backend(backend, cuda), *args, **kwargs)
+
+    @functools.wraps(new_group)
+    def new_group_(ranks=None, timeout=None, backend=None, *args, **kwargs):
+        # No backend: the default group's, which is trim already.
+        return new_group(ranks, timeout, None if backend is None else cpu_backend(backend, cuda), *args, **kwargs)
+
+    # Both names: scripts reach them as torch.distributed.X and torch.distributed.distributed_c10d.X.
+    c10d = dist.distributed_c10d
+    dist.init_process_group = c10d.init_process_group = init_process_group
+    dist.new_group = c10d.new_group = new_group_
+
+    def uninstall() -> None:
+        dist.init_process_group = c10d.init_process_group = init
+        dist.new_group = c10d.new_group = new_group
+
+    return uninstall
+
+
 def main(argv=None) -> None:
     opts, target, args = parse(sys.argv[1:] if argv is None else argv)
     kwargs = {"require_plugin": False if opts["optional_plugin"] else None}
@@ -91,7 +145,10 @@ def main(argv=None) -> None:
         kwargs["seed"] = opts["seed"]
     if "row_log2" in opts:
         kwargs["row_log2"] = opts["row_log2"]
-    install(**kwargs)
+    if opts["cpu"]:
+        install_cpu()
+    if not opts["no_hook"]:
+        install(**kwargs)
     if opts["module"]:
         sys.argv = [target, *args]  # run_module puts the module's file in argv[0]
         runpy.run_module(target, run_name="__main__", alter_sys=True)

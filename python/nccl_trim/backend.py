@@ -75,6 +75,13 @@ class Options:
                 f"net_api={self.net_api}, profiler={self.profiler})")
 
 
+def _deliver(done: torch.futures.Future):
+    error, value = done.value()
+    if error is not None:
+        raise error
+    return value
+
+
 class _Work(_C10dWork):
     """A collective handed to the worker: wait() blocks until it ran (and raises its error),
     get_future() completes with the output tensors when it did."""
@@ -82,7 +89,12 @@ class _Work(_C10dWork):
     def __init__(self, outputs: List[torch.Tensor]):
         super().__init__()
         self._outputs = outputs
-        self._future = torch.futures.Future()
+        # A Python future's set_exception only stores the exception as its value, which C++
+        # readers of the future (DDP's reducer) take for a result and crash on. So the raw future
+        # completes with (error, value) and the one handed out is chained with a callback that
+        # raises the error: torch turns that into a real C++ error of the chained future.
+        self._raw = torch.futures.Future()
+        self._future = self._raw.then(_deliver)
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
 
@@ -90,10 +102,7 @@ class _Work(_C10dWork):
         self._error = error
         self._done.set()
         # Callbacks (DDP's, a comm hook's .then) run here, on the thread that ran the collective.
-        if error is None:
-            self._future.set_result(self._outputs)
-        else:
-            self._future.set_exception(error)
+        self._raw.set_result((error, None if error is not None else self._outputs))
 
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         seconds = timeout.total_seconds() if timeout else 0
@@ -159,7 +168,9 @@ def _op(reduce_op, t: torch.Tensor, what: str) -> int:
                     raise UnsupportedError(f"trim: {what} with ReduceOp.AVG of torch.bool has no meaning")
                 return {coll.SUM: coll.MAX, coll.PROD: coll.MIN}.get(ours, ours)
             return ours
-    raise UnsupportedError(f"trim: {what} with {reduce_op} is not supported (SUM, AVG, PRODUCT, MIN, MAX)")
+    name = next((n for n in ("BAND", "BOR", "BXOR", "PREMUL_SUM") if reduce_op == getattr(dist.ReduceOp, n, None)),
+                str(reduce_op))
+    raise UnsupportedError(f"trim: {what} with ReduceOp.{name} is not supported (SUM, AVG, PRODUCT, MIN, MAX)")
 
 
 def _one(tensors, what: str) -> torch.Tensor:
@@ -398,7 +409,7 @@ class TrimBackend(_C10dBackend):
         try:
             run(ms)
         except CollectiveError as e:
-            work._finish(TrimBackendError(f"{self._name}: {e}", code=e.code))
+            work._finish(TrimBackendError(str(e), code=e.code))
         except BaseException as e:  # noqa: BLE001 - handed to the waiter, never lost on this thread
             work._finish(e)
         else:

@@ -83,9 +83,9 @@ class CollLibrary:
     def last_error(self) -> str:
         return (self._lib.trim_coll_last_error() or b"").decode("utf-8", "replace")
 
-    def error(self, rc: int, what: str) -> Exception:
-        """The exception for status `rc` of call `what`, with the library's text."""
-        text = f"{what}: {self.last_error()}"
+    def error(self, rc: int, what: Optional[str] = None) -> Exception:
+        """The exception for status `rc` (of call `what`, when the library's text does not say)."""
+        text = self.last_error() if what is None else f"{what}: {self.last_error()}"
         if rc == EINVAL:
             return UnsupportedError(text)
         if rc == EPLUGIN:
@@ -114,7 +114,7 @@ class Communicator:
         self._comm = comm
         self.handle = handle.raw
 
-    def _check(self, rc: int, what: str) -> None:
+    def _check(self, rc: int, what: Optional[str] = None) -> None:
         if rc != OK:
             raise self._lib.error(rc, what)
 
@@ -125,20 +125,19 @@ class Communicator:
         self._check(self._c.trim_coll_connect(self._comm, next_handle, timeout_ms), f"{self.name}: connect")
 
     def all_reduce(self, ptr: int, count: int, dtype: int, op: int, timeout_ms: int) -> None:
-        self._check(self._c.trim_coll_all_reduce(self._comm, ptr, count, dtype, op, timeout_ms), "all_reduce")
+        self._check(self._c.trim_coll_all_reduce(self._comm, ptr, count, dtype, op, timeout_ms))
 
     def broadcast(self, ptr: int, nbytes: int, root: int, timeout_ms: int) -> None:
-        self._check(self._c.trim_coll_broadcast(self._comm, ptr, nbytes, root, timeout_ms), "broadcast")
+        self._check(self._c.trim_coll_broadcast(self._comm, ptr, nbytes, root, timeout_ms))
 
     def all_gather(self, src: int, dst: int, bytes_per_rank: int, timeout_ms: int) -> None:
-        self._check(self._c.trim_coll_all_gather(self._comm, src, dst, bytes_per_rank, timeout_ms), "all_gather")
+        self._check(self._c.trim_coll_all_gather(self._comm, src, dst, bytes_per_rank, timeout_ms))
 
     def reduce_scatter(self, src: int, dst: int, count_per_rank: int, dtype: int, op: int, timeout_ms: int) -> None:
-        self._check(self._c.trim_coll_reduce_scatter(self._comm, src, dst, count_per_rank, dtype, op, timeout_ms),
-                    "reduce_scatter")
+        self._check(self._c.trim_coll_reduce_scatter(self._comm, src, dst, count_per_rank, dtype, op, timeout_ms))
 
     def barrier(self, timeout_ms: int) -> None:
-        self._check(self._c.trim_coll_barrier(self._comm, timeout_ms), "barrier")
+        self._check(self._c.trim_coll_barrier(self._comm, timeout_ms))
 
     def abort(self) -> None:
         if self._comm:

@@ -168,7 +168,7 @@ def fsdp_rht_hook(state: RhtState, grad: torch.Tensor, output: Optional[torch.Te
 
 # The hook's communicators, one per (ranks, traffic class): NCCL communicators are expensive, and
 # every model of a job can share one.
-_HOOK_GROUPS: Dict[Tuple[Tuple[int, ...], int], object] = {}
+_HOOK_GROUPS: Dict[Tuple[Tuple[int, ...], int, str], object] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
@@ -192,6 +192,15 @@ def _check_no_hook(model, kind: str) -> None:
                                 "model, so the RHT hook cannot be added")
     if kind == "fsdp" and getattr(model, "_comm_hook", None) is not None:
         raise HookConflictError("this FSDP model already has a communication hook; FSDP takes one per model")
+
+
+def _group_backend(group, device: torch.device) -> str:
+    """The backend that carries `device`'s tensors in `group`: "nccl", "trim", "gloo", ... (a group
+    made with "cpu:trim,cuda:nccl" has one per device type)."""
+    try:
+        return str(group._get_backend(device).name()).lower()
+    except Exception:  # noqa: BLE001 - older torch, or a wrapper: the group's backend string
+        return str(dist.get_backend(group)).lower()
 
 
 def _model_device(model) -> torch.device:
@@ -250,21 +259,28 @@ def _hook_comms_now() -> int:
         return 0
 
 
-def _tagged_group(base, traffic_class: int) -> Tuple[object, bool]:
-    """The hook's NCCL group over the ranks of `base`, tagged with `traffic_class`; True when it was
-    made now. split_share=0: a communicator that shares its parent's resources gets no init of its
-    own, so the plugin would never see the tag."""
+def _tagged_group(base, traffic_class: int, backend: str = "nccl") -> Tuple[object, bool]:
+    """The hook's group over the ranks of `base`, on `backend` ("nccl", or "trim" for CPU models),
+    tagged with `traffic_class`; True when it was made now. NCCL: split_share=0, since a
+    communicator that shares its parent's resources gets no init of its own, so the plugin would
+    never see the tag. trim: the backend's own Options carry the class to the plugin's init."""
     ranks = tuple(dist.get_process_group_ranks(base))
-    key = (ranks, traffic_class)
+    key = (ranks, traffic_class, backend)
     with _GROUPS_LOCK:
-        if key in _HOOK_GROUPS:
-            return _HOOK_GROUPS[key], False
-        opts = dist.ProcessGroupNCCL.Options()
-        opts.config.traffic_class = traffic_class
-        opts.config.split_share = 0
+        cached = _HOOK_GROUPS.get(key)
+        # A group destroyed since (destroy_process_group, a new init) is gone from torch's world.
+        if cached is not None and cached in dist.distributed_c10d._world.pg_map:
+            return cached, False
+        if backend == "trim":
+            from .backend import Options
+            opts = Options(traffic_class=traffic_class)
+        else:
+            opts = dist.ProcessGroupNCCL.Options()
+            opts.config.traffic_class = traffic_class
+            opts.config.split_share = 0
         # use_local_synchronization: only the group's members call this (a data-parallel group of a
         # larger job), so other ranks need not take part.
-        group = dist.new_group(list(ranks), backend="nccl", pg_options=opts, use_local_synchronization=True,
+        group = dist.new_group(list(ranks), backend=backend, pg_options=opts, use_local_synchronization=True,
                                group_desc="nccl_trim_hook")
         _HOOK_GROUPS[key] = group
         return group, True
@@ -324,11 +340,11 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
         with torch.cuda.device(device):
             _require_gpu_rotation(lib)
 
-    backend = dist.get_backend(base)
-    if backend != "nccl":
+    backend = _group_backend(base, device)
+    if backend not in ("nccl", "trim"):
         if require_plugin:
             raise PluginError(f"require_plugin=True, but the model's process group uses {backend}: the plugin "
-                              "carries NCCL traffic only")
+                              "carries NCCL traffic and the trim backend's only")
         _agree_on_seed(job_seed, base, device)
         hook_group = base
         _drain_at_exit_once()
@@ -336,10 +352,11 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
         required = True if require_plugin is None else require_plugin
         hook_group = base
         try:
-            _check_nccl()
+            if backend == "nccl":
+                _check_nccl()
             traffic_class = hook_traffic_class()
             before = _hook_comms_now()
-            hook_group, made = _tagged_group(base, traffic_class)
+            hook_group, made = _tagged_group(base, traffic_class, backend)
             _agree_on_seed(job_seed, hook_group, device)
             _verify_plugin(traffic_class, before if made else None)
         except PluginError as e:

@@ -24,6 +24,7 @@ _OURS = {
     "--trim-seed": "trim_seed",
     "--trim-row-log2": "trim_row_log2",
     "--trim-optional-plugin": "trim_optional_plugin",
+    "--trim-cpu": "trim_cpu",
 }
 
 
@@ -35,10 +36,15 @@ class LaunchOptions:
     seed: Optional[int] = None
     row_log2: Optional[int] = None
     optional_plugin: bool = False
+    cpu: bool = False  # gloo -> trim in every worker
 
     def boot_args(self) -> List[str]:
         """The bootstrap's options that carry register()'s arguments to every worker."""
         args = []
+        if self.cpu:
+            args.append("--trim-cpu")
+        if not self.hook:
+            args.append("--no-hook")
         if self.seed is not None:
             args.append(f"--seed={self.seed}")
         if self.row_log2 is not None:
@@ -84,6 +90,10 @@ def add_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--trim-optional-plugin", dest="trim_optional_plugin", action="store_true",
                    help="Warn instead of failing when NCCL does not carry the hook's communicator through "
                         "the plugin.")
+    g.add_argument("--trim-cpu", dest="trim_cpu", action="store_true",
+                   help="Carry the script's CPU collectives through the plugin too: every gloo process group "
+                        "it creates (init_process_group('gloo'), 'cpu:gloo,cuda:nccl', new_group(backend='gloo'), "
+                        "or no backend named) uses the torch.distributed backend 'trim' instead.")
     return parser
 
 
@@ -97,18 +107,20 @@ def take_options(args: argparse.Namespace) -> LaunchOptions:
         trim_env["scheme"] = values["trim_scheme"]
     return LaunchOptions(hook=not values["trim_no_hook"], trim_env=trim_env,
                          override_env=values["trim_override_env"], seed=values["trim_seed"],
-                         row_log2=values["trim_row_log2"], optional_plugin=values["trim_optional_plugin"])
+                         row_log2=values["trim_row_log2"], optional_plugin=values["trim_optional_plugin"],
+                         cpu=values["trim_cpu"])
 
 
 def wrap_worker(args: argparse.Namespace, opts: LaunchOptions, boot_file: str) -> None:
-    """Make torchrun start every worker through the bootstrap, which installs the hook and then runs
-    the user's script (or module) as __main__ with the user's arguments. boot_file: _boot.py's path,
+    """Make torchrun start every worker through the bootstrap, which installs the hook (and, with
+    --trim-cpu, the gloo -> trim switch) and then runs the user's script (or module) as __main__
+    with the user's arguments. boot_file: _boot.py's path,
     for --run-path (torchrun then runs the "script" with runpy in its own worker)."""
-    if not opts.hook:
+    if not opts.hook and not opts.cpu:
         return
     if args.no_python:
-        raise SystemExit("nccl_trim.run: --no-python runs no Python, so no hook can be installed; "
-                         "add --no-hook to launch it with the plugin's environment only")
+        raise SystemExit("nccl_trim.run: --no-python runs no Python, so neither the hook nor --trim-cpu can be "
+                         "installed; add --no-hook (without --trim-cpu) to launch it with the plugin's environment only")
     target = [*opts.boot_args(), *(["--module"] if args.module else []), "--", args.training_script]
     args.training_script_args = target + list(args.training_script_args)
     if args.run_path:

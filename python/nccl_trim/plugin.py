@@ -8,6 +8,7 @@ the file exists. Nothing here loads the plugin.
 """
 
 import ctypes
+import json
 import os
 from typing import Iterator, Mapping, Optional
 
@@ -90,6 +91,18 @@ class LoadedPlugin:
     def rotated_messages(self) -> int:
         """Messages sent with scheme "rotated"."""
         return self._lib.nccl_trim_rotated_messages()
+
+    def stats(self) -> dict:
+        """The plugin's process-wide counters (ncclTrimStatsJson): packets, trims, retransmissions...
+        A connection's counters are folded in when it closes (after destroy_process_group for the
+        trim backend, after NCCL's communicator is destroyed)."""
+        fn = self._lib.ncclTrimStatsJson
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = fn(buf, len(buf))
+        if n < 0 or n >= len(buf):
+            raise PluginError(f"ncclTrimStatsJson of {self.name} returned {n}")
+        return json.loads(buf.value.decode())
 
 
 def loaded_plugin(environ: Optional[Mapping[str, str]] = None) -> LoadedPlugin:

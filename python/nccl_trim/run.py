@@ -2,8 +2,9 @@
 
 torchrun, with the plugin's NCCL settings (nccl_trim.env()) in every worker's environment and the
 RHT hook installed on every DistributedDataParallel the script builds (through the bootstrap
-nccl_trim._boot), so a training script runs through nccl-trim unchanged. See --help for the
-options of ours (--no-hook, --trim-*).
+nccl_trim._boot), so a training script runs through nccl-trim unchanged. --trim-cpu also moves the
+script's gloo groups to the "trim" backend, so a CPU job's collectives cross the plugin too. See
+--help for the options of ours (--no-hook, --trim-*).
 """
 
 import os
@@ -26,7 +27,8 @@ def main(argv=None) -> None:
     settings = env(override=opts.override_env, **opts.trim_env)
     os.environ.update(settings)  # the workers inherit the launcher's environment
     print("nccl_trim.run: " + " ".join(f"{k}={v}" for k, v in settings.items())
-          + f"; RHT hook {'on' if opts.hook else 'off (--no-hook)'}", file=sys.stderr, flush=True)
+          + f"; RHT hook {'on' if opts.hook else 'off (--no-hook)'}"
+          + ("; gloo groups use the trim backend (--trim-cpu)" if opts.cpu else ""), file=sys.stderr, flush=True)
     launch_args.wrap_worker(args, opts, launch_args.boot_file())
     record(torchrun.run)(args)
 

@@ -20,19 +20,24 @@ def lib_dir() -> Path:
 
 def require_libs() -> None:
     """Skip unless the build's libraries exist (run `make python-libs` first)."""
-    for name in ("libnccl-net-trim.so", "libtrim-rht.so"):
+    for name in ("libnccl-net-trim.so", "libtrim-rht.so", "libtrim-coll.so"):
         if not (lib_dir() / name).is_file():
             raise unittest.SkipTest(f"{lib_dir() / name} is not built (make python-libs)")
 
 
 def require_torch():
-    """The torch module, or SkipTest saying why it cannot be imported."""
+    """The torch module, or SkipTest saying why it cannot be imported. Under `make test`
+    (TRIM_REQUIRE_TORCH=1: setup installed torch) a missing torch fails instead: no PyTorch test
+    may skip silently there."""
     try:
         with warnings.catch_warnings():
             # A torch without numpy warns at import; irrelevant here.
             warnings.simplefilter("ignore")
             import torch
     except Exception as e:  # ImportError, or a broken install (OSError from its libraries)
+        if os.environ.get("TRIM_REQUIRE_TORCH") == "1":
+            raise AssertionError(f"TRIM_REQUIRE_TORCH=1 but torch cannot be imported ({type(e).__name__}: {e}); "
+                                 "scripts/setup.sh installs it") from e
         raise unittest.SkipTest(f"needs torch, which cannot be imported here ({type(e).__name__}: {e})")
     return torch
 

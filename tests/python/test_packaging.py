@@ -1,5 +1,6 @@
-"""The package as pip builds it: setup.py's build step runs `make python-libs` and ships both
-libraries in nccl_trim/lib/, and the built package imports and finds them there.
+"""The package as pip builds it: setup.py's build step runs `make python-libs` and ships the three
+libraries in nccl_trim/lib/, and the built package imports and finds them there; pip's install
+declares the "trim" torch.distributed backend's entry point.
 
 These tests never compile: they run only when the checkout's build/ is up to date (`make -q
 python-libs`), and then check that the build step left the libraries untouched (no rebuild)."""
@@ -13,10 +14,10 @@ import unittest
 
 from _support import ROOT, free_env, lib_dir
 
-LIBS = ("libnccl-net-trim.so", "libtrim-rht.so")
-PROBE = ("import nccl_trim, os; from nccl_trim import rht; "
+LIBS = ("libnccl-net-trim.so", "libtrim-rht.so", "libtrim-coll.so")
+PROBE = ("import nccl_trim, os; from nccl_trim import rht, coll; "
          "print(nccl_trim.__file__); print(nccl_trim.plugin_path()); print(nccl_trim.rht_library_path()); "
-         "print(rht.load().bucket_seed(1, 2, 3))")
+         "print(nccl_trim.coll_library_path()); print(rht.load().bucket_seed(1, 2, 3)); print(coll.load().path)")
 
 
 def _require_setuptools():
@@ -49,7 +50,7 @@ class PackagingTest(unittest.TestCase):
         self.addCleanup(self.tmp.cleanup)
 
     def check_installed(self, where):
-        """`where` holds an importable nccl_trim whose lib/ has both libraries, found without help."""
+        """`where` holds an importable nccl_trim whose lib/ has the libraries, found without help."""
         for name in LIBS:
             self.assertTrue(os.path.isfile(os.path.join(where, "nccl_trim", "lib", name)), f"no {name} in {where}")
         env = {k: v for k, v in free_env().items() if k not in ("NCCL_TRIM_LIB_DIR", "PYTHONPATH")}
@@ -57,13 +58,15 @@ class PackagingTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=self.tmp.name, capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
-        package, plugin, rot, seed = out.stdout.split("\n")[:4]
+        package, plugin, rot, engine, seed, loaded = out.stdout.split("\n")[:6]
         int(seed)  # libtrim-rht loaded and answered
         self.assertTrue(package.startswith(where), package)
         self.assertEqual(plugin, os.path.join(os.path.realpath(where), "nccl_trim", "lib", LIBS[0]))
         self.assertEqual(rot, os.path.join(os.path.realpath(where), "nccl_trim", "lib", LIBS[1]))
+        self.assertEqual(engine, os.path.join(os.path.realpath(where), "nccl_trim", "lib", LIBS[2]))
+        self.assertEqual(loaded, engine)  # libtrim-coll loaded, its ABI checked
 
-    def test_build_step_ships_both_libraries_without_rebuilding(self):
+    def test_build_step_ships_the_libraries_without_rebuilding(self):
         before = _mtimes()
         out = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", self.tmp.name],
                              cwd=ROOT, env=free_env(), capture_output=True, text=True, timeout=300)
@@ -86,6 +89,13 @@ class PackagingTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
         self.assertEqual(_mtimes(), before, "pip rebuilt libraries that were up to date")
         self.check_installed(target)
+        # torch.distributed finds the backend through this entry point (Backend._ensure_backend_registered).
+        points = [os.path.join(target, d, "entry_points.txt") for d in os.listdir(target) if d.endswith(".dist-info")]
+        self.assertEqual(len(points), 1, os.listdir(target))
+        with open(points[0]) as f:
+            text = f.read()
+        self.assertIn("[torch.distributed.backends]", text)
+        self.assertIn("trim = nccl_trim.backend:register", text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""all_reduce through the "trim" torch.distributed backend vs gloo, on loopback, in one run.
+
+    scripts/bench_backend.py [--ranks 2,4] [--sizes 4K,1M,4M,16M,64M,256M] [--rounds 3] [--backends gloo,trim]
+
+For each rank count, each round runs every backend in turn (alternated, so both see the same
+machine), each size: warm-up calls, then timed float32 SUM all_reduces, every call started together
+(a barrier on a separate gloo group first). Prints one JSON line per (round, ranks, backend, size):
+median seconds per call, algbw and busbw (2(n-1)/n x bytes / time, NCCL's definition) in GB/s, and
+per size a summary line with trim / gloo of the median over rounds. Needs torch; the plugin and
+libtrim-coll from NCCL_TRIM_LIB_DIR (default: build/lib of this checkout).
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def iters_for(nbytes: int) -> int:
+    # About 0.5-2 s per point on 2 cores; at least 5 calls.
+    return max(5, min(200, (64 << 20) // max(nbytes, 1)))
+
+
+def worker(rank: int, n: int, port: int, backend: str, sizes, rounds_out, q) -> None:
+    import torch
+    import torch.distributed as dist
+    import nccl_trim  # noqa: F401 - registers "trim"
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=n)
+    sync = dist.new_group(backend="gloo")  # barriers off the measured backend
+    results = []
+    for nbytes in sizes:
+        t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+        for _ in range(3):
+            dist.all_reduce(t)
+        times = []
+        for _ in range(iters_for(nbytes)):
+            t.fill_(1.0)
+            dist.barrier(group=sync)
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - t0)
+        # Exactness: n ranks of ones sum to n exactly in every backend.
+        ok = bool(torch.all(t == float(n)))
+        results.append({"bytes": t.numel() * 4, "median_s": statistics.median(times), "calls": len(times), "exact": ok})
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(results)
+
+
+def run_point(n: int, backend: str, sizes):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, n, port, backend, sizes, None, q)) for r in range(n)]
+    for p in procs:
+        p.start()
+    results = q.get(timeout=1800)
+    for p in procs:
+        p.join(timeout=120)
+        if p.exitcode != 0:
+            raise SystemExit(f"bench_backend: a {backend} rank exited with {p.exitcode}")
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--sizes", default="4K,1M,4M,16M,64M,256M")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--backends", default="gloo,trim")
+    args = ap.parse_args()
+    os.environ.setdefault("NCCL_TRIM_LIB_DIR", str(ROOT / "build" / "lib"))
+    os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
+    sys.path.insert(0, str(ROOT / "python"))
+    os.environ["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sizes = [parse_bytes(s) for s in args.sizes.split(",")]
+    backends = args.backends.split(",")
+    medians = {}
+    for n in (int(x) for x in args.ranks.split(",")):
+        for rnd in range(args.rounds):
+            for backend in backends:
+                for r in run_point(n, backend, sizes):
+                    s = r["median_s"]
+                    algbw = r["bytes"] / s / 1e9
+                    line = {"bench": "backend_allreduce", "round": rnd, "ranks": n, "backend": backend,
+                            "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
+                            "algbw_gbs": round(algbw, 4), "busbw_gbs": round(algbw * 2 * (n - 1) / n, 4),
+                            "exact": r["exact"]}
+                    print(json.dumps(line), flush=True)
+                    medians.setdefault((n, backend, r["bytes"]), []).append(s)
+        if "gloo" in backends and "trim" in backends:
+            for nbytes in sorted({k[2] for k in medians if k[0] == n}):
+                g = statistics.median(medians[(n, "gloo", nbytes)])
+                t = statistics.median(medians[(n, "trim", nbytes)])
+                print(json.dumps({"bench": "backend_allreduce_summary", "ranks": n, "bytes": nbytes,
+                                  "gloo_s": round(g, 7), "trim_s": round(t, 7),
+                                  "trim_speed_vs_gloo": round(g / t, 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""What each rank of test_backend.py runs (not a test itself): one process per rank, with the "trim"
+backend as the default group and a gloo group beside it as the reference. Each scenario saves what
+it saw to rank<R>.pt; the parent asserts on all ranks' files."""
+
+import hashlib
+import os
+import signal
+import time
+import warnings
+
+warnings.simplefilter("ignore")  # torch without numpy warns at import
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import nccl_trim  # noqa: E402,F401 - registers "trim"
+from nccl_trim import plugin  # noqa: E402
+
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64, torch.bool)
+OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX)
+
+
+def params_hash(model) -> str:
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def inputs(dtype, n, rank, salt):
+    g = torch.Generator().manual_seed(1009 * salt + rank)
+    if dtype == torch.bool:
+        return torch.rand(n, generator=g) < 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(n, generator=g) * 3).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(info.min, info.max, (n,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def reference(parts, op, world):
+    """The reduction of every rank's input as the engine computes it for 2 ranks (any order of two
+    operands gives the same bits); AVG as NCCL's: floats premultiplied by 1/n, integers divided
+    after (truncating)."""
+    dtype = parts[0].dtype
+    if dtype == torch.bool:
+        stack = torch.stack(parts)
+        return stack.any(0) if op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX) else stack.all(0)
+
+    def widen(x):
+        return x.float() if dtype in (torch.float16, torch.bfloat16) else x
+
+    xs = [widen(p) for p in parts]
+    if op == dist.ReduceOp.AVG and dtype.is_floating_point:
+        xs = [widen((x * (1.0 / world)).to(dtype)) for x in xs]
+    acc = xs[-1]
+    for x in reversed(xs[:-1]):
+        if op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            acc = (x + acc).to(dtype)
+        elif op == dist.ReduceOp.PRODUCT:
+            acc = (x * acc).to(dtype)
+        elif op == dist.ReduceOp.MIN:
+            acc = torch.minimum(x, acc).to(dtype)
+        else:
+            acc = torch.maximum(x, acc).to(dtype)
+        acc = widen(acc)
+    acc = acc.to(dtype)
+    if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+        acc = torch.div(acc, world, rounding_mode="trunc").to(dtype)
+    return acc
+
+
+def gathered(t, group):
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t, group=group)
+    return parts
+
+
+def model(seed, width=64):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.Tanh(), torch.nn.Linear(width, width),
+                               torch.nn.Tanh(), torch.nn.Linear(width, 4))
+
+
+def train(ddp, steps, rank, seed=0, lr=0.05, batches=0):
+    """SGD on y = sin(2 x[:4]) + x[4:8] / 2; fresh batches, or `batches` fixed ones cycled (a loss
+    that can fall far: the test of training under trimming needs a clear signal)."""
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    fixed = [torch.randn(16, 32, generator=g) for _ in range(batches)]
+    losses = []
+    for step in range(steps):
+        x = fixed[step % batches] if batches else torch.randn(16, 32, generator=g)
+        y = torch.sin(x[:, :4] * 2.0) + 0.5 * x[:, 4:8]
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+# ---- scenarios
+
+
+def compare(rank, world, gloo):
+    out = {}
+    # DDP through trim and through gloo: the same model, data and steps.
+    runs = {}
+    for name, group in (("trim", None), ("gloo", gloo)):
+        m = model(0)
+        ddp = DDP(m, process_group=group, bucket_cap_mb=0.01)
+        train(ddp, 5, rank)
+        runs[name] = params_hash(m)
+    out["ddp"] = runs
+
+    # Every dtype and op against the reduction of every rank's input (gathered through gloo).
+    mismatches = []
+    for dtype in DTYPES:
+        for op in OPS:
+            if dtype == torch.bool and op == dist.ReduceOp.AVG:
+                continue
+            x = inputs(dtype, 1001, rank, DTYPES.index(dtype) * 10 + OPS.index(op))
+            got = x.clone()
+            dist.all_reduce(got, op=op)
+            want = reference(gathered(x, gloo), op, world)
+            if not torch.equal(got, want):
+                mismatches.append(f"{dtype} {op}")
+    out["all_reduce_mismatches"] = mismatches
+
+    # The other collectives, against gloo's answers to the same calls.
+    x = inputs(torch.float32, 777, rank, 77)
+    same = {}
+    b_trim, b_gloo = x.clone(), x.clone()
+    dist.broadcast(b_trim, src=1)
+    dist.broadcast(b_gloo, src=1, group=gloo)
+    same["broadcast"] = torch.equal(b_trim, b_gloo)
+    same["all_gather"] = all(torch.equal(a, b) for a, b in zip(gathered(x, None), gathered(x, gloo)))
+    into = torch.empty(world * 777)
+    dist.all_gather_into_tensor(into, x)
+    same["all_gather_into_tensor"] = torch.equal(into, torch.cat(gathered(x, gloo)))
+    big = inputs(torch.float32, 500 * world, rank, 78)
+    rs_trim, rs_gloo = torch.empty(500), torch.empty(500)
+    dist.reduce_scatter_tensor(rs_trim, big)
+    dist.reduce_scatter_tensor(rs_gloo, big, group=gloo)
+    same["reduce_scatter_tensor"] = torch.equal(rs_trim, rs_gloo)
+    chunks = list(big.chunk(world))
+    dist.reduce_scatter(rs_trim, chunks)
+    same["reduce_scatter"] = torch.equal(rs_trim, rs_gloo)
+    nc = inputs(torch.float32, 60, rank, 79).view(6, 10).t()  # non-contiguous
+    nc_g = nc.clone()
+    dist.all_reduce(nc)
+    dist.all_reduce(nc_g, group=gloo)
+    same["non_contiguous"] = torch.equal(nc, nc_g) and not nc.is_contiguous()
+    empty = torch.empty(0)
+    dist.all_reduce(empty)
+    dist.barrier()
+    out["same_as_gloo"] = same
+
+    # Async: rank 1 starts a second late; rank 0's call returns at once and completes after.
+    t = torch.ones(1 << 16)
+    if rank == 1:
+        time.sleep(1.0)
+    t0 = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    returned = time.monotonic() - t0
+    completed_at_return = work.is_completed()
+    chained = work.get_future().then(lambda f: f.value()[0].sum().item())
+    work.wait()
+    out["async"] = {"returned_s": returned, "completed_at_return": completed_at_return, "waited_s":
+                    time.monotonic() - t0, "then": chained.wait(), "value_ok": bool(torch.all(t == world))}
+
+    # Bad calls are refused before anything is sent; the group stays usable.
+    refusals = {}
+    for name, call in (("reduce", lambda: dist.reduce(torch.ones(3), dst=0)),
+                       ("int16", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16))),
+                       ("float8", lambda: dist.all_reduce(torch.ones(3).to(torch.float8_e5m2))),
+                       ("band", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)),
+                       ("send", lambda: dist.send(torch.ones(3), dst=1 - rank)),
+                       ("uneven_all_gather", lambda: dist.all_gather([torch.empty(3), torch.empty(4)],
+                                                                     torch.ones(3 + rank)))):
+        try:
+            call()
+            refusals[name] = None
+        except Exception as e:  # noqa: BLE001 - the test asserts on the type and text
+            refusals[name] = (type(e).__name__, isinstance(e, nccl_trim.UnsupportedError), str(e))
+    after = torch.ones(5)
+    dist.all_reduce(after)
+    out["refusals"] = refusals
+    out["usable_after_refusals"] = bool(torch.all(after == world))
+
+    # The comm hook on a trim model: its group is a trim group tagged with the hook's class, which
+    # the plugin counts, and its buckets go out as "rotated".
+    loaded = plugin.loaded_plugin()
+    before = (loaded.hook_comms(), loaded.rotated_messages())
+    m = model(0, width=512)  # 280k parameters: ring slices above NCCL_TRIM_MIN_BYTES
+    hooked = DDP(m)
+    state = nccl_trim.register(hooked)
+    train(hooked, 3, rank)
+    plain = model(0, width=512)
+    train(DDP(plain), 3, rank)
+    diff = max((a - b).abs().max().item() for a, b in zip(m.parameters(), plain.parameters()))
+    scale = max(p.abs().max().item() for p in plain.parameters())
+    out["hook"] = {"backend": state.hook_group._get_backend(torch.device("cpu")).name(),
+                   "traffic_class": state.hook_group._get_backend(torch.device("cpu")).trim_options.traffic_class,
+                   "plugin_class": loaded.traffic_class(), "hook_comms": loaded.hook_comms() - before[0],
+                   "rotated_messages": loaded.rotated_messages() - before[1], "rel_diff": diff / scale,
+                   "hash": params_hash(m)}
+
+    # Last (it fails the group): rank 1 passes 1024 elements where rank 0 passes 1000.
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000 + 24 * rank))
+        out["mismatch"] = None
+    except Exception as e:  # noqa: BLE001
+        out["mismatch"] = {"type": type(e).__name__, "dist_error": isinstance(e, dist.DistBackendError),
+                           "trim_error": isinstance(e, nccl_trim.CollectiveError), "text": str(e),
+                           "seconds": time.monotonic() - t0}
+    try:
+        dist.all_reduce(torch.ones(3))
+        out["after_failure"] = None
+    except Exception as e:  # noqa: BLE001
+        out["after_failure"] = str(e)
+    return out
+
+
+def ring4(rank, world, gloo):
+    """4 ranks: float sums against the ring's own summation order, replicas bit-identical."""
+    out = {}
+    x = inputs(torch.float32, 2_500_003, rank, 5)  # 10 MB: 2 loops of 4 x 2 MiB, then an uneven one
+    got = x.clone()
+    dist.all_reduce(got)
+    out["all_reduce"] = got
+    out["inputs_all_reduce"] = gathered(x, gloo)
+    y = inputs(torch.bfloat16, 300_007, rank, 6)
+    got_bf = y.clone()
+    dist.all_reduce(got_bf)
+    out["bf16"] = got_bf
+    out["inputs_bf16"] = gathered(y, gloo)
+    z = inputs(torch.float32, 4 * 70_001, rank, 7)
+    rs = torch.empty(70_001)
+    dist.reduce_scatter_tensor(rs, z)
+    out["reduce_scatter"] = rs
+    out["inputs_reduce_scatter"] = gathered(z, gloo)
+    runs = {}
+    for name, group in (("trim", None), ("gloo", gloo)):
+        m = model(1)
+        train(DDP(m, process_group=group, bucket_cap_mb=0.01), 5, rank, seed=1)
+        runs[name] = [p.detach().clone() for p in m.parameters()]
+        runs[name + "_hash"] = params_hash(m)
+    out["ddp"] = runs
+    return out
+
+
+def trimmed(rank, world, gloo):
+    """Random trimming at the receivers (NCCL_TRIM_TEST_TRIM, set by the parent): training goes on,
+    replicas stay identical, and the plugin did trim."""
+    m = model(2, width=512)  # 280k parameters: ring slices above NCCL_TRIM_MIN_BYTES, so trimmable
+    losses = train(DDP(m), 40, rank, seed=2, lr=0.1, batches=4)
+    h = params_hash(m)
+    dist.destroy_process_group()  # the plugin folds a connection's counters in when it closes
+    return {"losses": losses, "hash": h, "stats": plugin.loaded_plugin().stats()}
+
+
+def killed(rank, world, gloo):
+    """Rank world-1 dies (SIGKILL) in the middle of training; the others must fail clearly."""
+    m = model(3, width=256)
+    ddp = DDP(m)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    for step in range(1000):
+        if rank == world - 1 and step == 3:
+            with open(os.environ["TRIM_TEST_KILL_FILE"], "w") as f:
+                f.write(repr(time.monotonic()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        x = torch.randn(16, 32, generator=g)
+        try:
+            opt.zero_grad()
+            ddp(x).pow(2).mean().backward()
+            opt.step()
+        except Exception as e:  # noqa: BLE001 - DDP's backward raises what the bucket's future failed with
+            return {"step": step, "type": type(e).__name__, "text": str(e), "at": time.monotonic()}
+    return {"step": None}
+
+
+SCENARIOS = {"compare": compare, "ring4": ring4, "trimmed": trimmed, "killed": killed}
+
+
+def main(rank, world, scenario, rdzv, out_dir, extra_env):
+    os.environ.update(extra_env)
+    os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # Each rank's own fault-injection stream, as trim-harness gives them.
+    os.environ["NCCL_TRIM_TEST_SEED"] = str(1000 + rank)
+    torch.set_num_threads(1)
+    dist.init_process_group("trim", init_method=f"file://{rdzv}", rank=rank, world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    result = SCENARIOS[scenario](rank, world, gloo)
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    if dist.is_initialized() and scenario != "killed":
+        dist.destroy_process_group()
