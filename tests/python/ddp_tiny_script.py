@@ -29,6 +29,7 @@ flat = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 digest = hashlib.sha256(",".join(v.hex() for v in flat).encode()).hexdigest()
 sys.stdout.write(json.dumps({
     "rank": rank, "hook": state is not None, "steps": None if state is None else state.step,
+    "backend": dist.get_backend(), "hook_backend": None if state is None else dist.get_backend(state.hook_group),
     "argv": sys.argv[1:], "name": __name__, "path0": sys.path[0], "params_sha256": digest,
     **{k: os.environ.get(k) for k in ("NCCL_NET_PLUGIN", "NCCL_NET", "NCCL_TRIM_SCHEME")},
 }) + "\n")  # one write: the ranks share the pipe

@@ -75,6 +75,19 @@ class LauncherArgsTest(unittest.TestCase):
         with self.assertRaisesRegex(SystemExit, "--no-hook"):
             launch_args.wrap_worker(args, opts, "/pkg/_boot.py")
 
+    def test_trim_cpu_goes_through_the_bootstrap_with_or_without_the_hook(self):
+        args, opts = parse(["--trim-cpu", "train.py", "a"])
+        self.assertTrue(opts.cpu and opts.hook)
+        launch_args.wrap_worker(args, opts, "/pkg/_boot.py")
+        self.assertEqual(args.training_script_args, ["--trim-cpu", "--", "train.py", "a"])
+        args, opts = parse(["--trim-cpu", "--no-hook", "train.py"])
+        launch_args.wrap_worker(args, opts, "/pkg/_boot.py")
+        self.assertEqual((args.training_script, args.training_script_args),
+                         ("nccl_trim._boot", ["--trim-cpu", "--no-hook", "--", "train.py"]))
+        args, opts = parse(["--trim-cpu", "--no-hook", "--no-python", "./run.sh"])
+        with self.assertRaisesRegex(SystemExit, "--trim-cpu"):
+            launch_args.wrap_worker(args, opts, "/pkg/_boot.py")
+
     def test_no_clash_with_torchruns_real_parser(self):
         require_torch()
         from torch.distributed.run import get_args_parser
@@ -98,6 +111,16 @@ class BootArgsTest(unittest.TestCase):
         opts, target, args = _boot.parse(["--seed=7", "--row-log2=10", "--module", "--", "pkg.m", "--seed=1"])
         self.assertEqual((opts["seed"], opts["row_log2"], opts["module"]), (7, 10, True))
         self.assertEqual((target, args), ("pkg.m", ["--seed=1"]))
+
+    def test_trim_cpu_maps_gloo_to_trim_everywhere_it_is_named(self):
+        cases = {None: ("trim", "cpu:trim,cuda:nccl"), "gloo": ("trim", "trim"), "GLOO": ("trim", "trim"),
+                 "cpu:gloo,cuda:nccl": ("cpu:trim,cuda:nccl", "cpu:trim,cuda:nccl"), "nccl": ("nccl", "nccl"),
+                 "cuda:nccl,cpu:gloo": ("cuda:nccl,cpu:trim", "cuda:nccl,cpu:trim"), "mpi": ("mpi", "mpi")}
+        for asked, (cpu_only, with_cuda) in cases.items():
+            self.assertEqual(_boot.cpu_backend(asked, False), cpu_only, asked)
+            self.assertEqual(_boot.cpu_backend(asked, True), with_cuda, asked)
+        opts, target, _ = _boot.parse(["--trim-cpu", "--no-hook", "t.py"])
+        self.assertTrue(opts["cpu"] and opts["no_hook"])
 
     def test_plain_script_and_errors(self):
         self.assertEqual(_boot.parse(["train.py", "-x"])[1:], ("train.py", ["-x"]))
