@@ -1,5 +1,6 @@
 #include "coll/comm.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -211,6 +212,38 @@ Status MemReg::release() {
   return Status::ok();
 }
 
+Result<void*> RegCache::get(void* comm, char* data, size_t bytes) {
+  ++clock_;
+  for (Entry& e : entries_) {
+    if (e.data == data && e.bytes == bytes) {
+      e.used = clock_;
+      return e.mh;
+    }
+  }
+  if (entries_.size() == kEntries) {
+    auto lru = std::min_element(entries_.begin(), entries_.end(),
+                                [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    const ncclResult_t r = net_->dereg_mr(comm, lru->mh);
+    entries_.erase(lru);
+    if (r != ncclSuccess) return plugin_error("deregMr", r);
+  }
+  void* mh = nullptr;
+  const ncclResult_t r = net_->reg_mr(comm, data, bytes, &mh);
+  if (r != ncclSuccess) return plugin_error("regMr", r);
+  entries_.push_back(Entry{data, bytes, mh, clock_});
+  return mh;
+}
+
+Status RegCache::clear(void* comm) {
+  Status first;
+  for (const Entry& e : entries_) {
+    const ncclResult_t r = net_->dereg_mr(comm, e.mh);
+    if (r != ncclSuccess && first.is_ok()) first = plugin_error("deregMr", r);
+  }
+  entries_.clear();
+  return first;
+}
+
 // ---- setup and teardown
 
 Comm::Comm(const CommConfig& cfg) : cfg_(cfg), handle_(NCCL_NET_HANDLE_MAXSIZE, '\0') {
@@ -337,6 +370,7 @@ Status Comm::register_slots() {
   // at the largest slice; the descriptor buffers likewise.
   slots_.slot_bytes = kSliceBytes;
   empty_ = std::make_unique<HostBuffer>(0);
+  work_regs_ = std::make_unique<RegCache>(net_.get());
   if (link_.recv_comm != nullptr) {
     slot_mem_ = std::make_unique<HostBuffer>(kSliceBytes * kMaxInFlight);
     slot_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
@@ -364,6 +398,7 @@ Status Comm::close_comms() {
   for (auto* reg : {&slot_reg_, &desc_send_reg_, &desc_recv_reg_}) {
     if (*reg) keep((*reg)->release());
   }
+  if (work_regs_ && link_.send_comm != nullptr) keep(work_regs_->clear(link_.send_comm));
   auto close = [&](const char* call, void** comm, ncclResult_t (NetPlugin::*fn)(void*)) {
     if (*comm == nullptr) return;
     ncclResult_t r = (net_.get()->*fn)(*comm);
@@ -468,14 +503,12 @@ char* Comm::scratch(size_t bytes) {
 Status Comm::ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work,
                      size_t work_bytes, int64_t deadline_ns, Gate* gate) {
   if (work_bytes == 0) work = empty_->data();  // a 0-byte op still registers an address
-  MemReg reg(net_.get(), link_.send_comm);
-  TRIM_RETURN_IF_ERROR(reg.reg(work, std::max<size_t>(work_bytes, 1)));
+  Result<void*> mh = work_regs_->get(link_.send_comm, work, std::max<size_t>(work_bytes, 1));
+  if (!mh) return mh.status();
   WorkBuffers b = slots_;
   b.work = work;
-  b.work_mh = reg.handle();
-  Status st = ring_run(link_, &prof_, geo, dtype, op, proto, b, deadline_ns, gate);
-  Status released = reg.release();
-  return st.is_ok() ? released : st;
+  b.work_mh = *mh;
+  return ring_run(link_, &prof_, geo, dtype, op, proto, b, deadline_ns, gate);
 }
 
 Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
@@ -533,14 +566,12 @@ Outcome Comm::broadcast(void* data, size_t bytes, int root, int64_t deadline_ns)
   if (cfg_.nranks == 1) return Outcome::good();
   return run_op(kBroadcastOp, bytes, DType::kU8, RedOp::kSum, root, body(deadline_ns, [&](Gate* gate) {
                   char* work = bytes == 0 ? empty_->data() : static_cast<char*>(data);
-                  MemReg reg(net_.get(), link_.send_comm);
-                  TRIM_RETURN_IF_ERROR(reg.reg(work, std::max<size_t>(bytes, 1)));
+                  Result<void*> mh = work_regs_->get(link_.send_comm, work, std::max<size_t>(bytes, 1));
+                  if (!mh) return mh.status();
                   WorkBuffers b = slots_;
                   b.work = work;
-                  b.work_mh = reg.handle();
-                  Status st = ring_broadcast(link_, &prof_, bytes, root, b, deadline_ns, gate);
-                  Status released = reg.release();
-                  return st.is_ok() ? released : st;
+                  b.work_mh = *mh;
+                  return ring_broadcast(link_, &prof_, bytes, root, b, deadline_ns, gate);
                 }));
 }
 

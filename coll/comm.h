@@ -89,6 +89,34 @@ class MemReg {
   void* mh_ = nullptr;
 };
 
+// The send comm's registrations of callers' buffers, kept across collectives as NCCL keeps a user
+// buffer's registration (its registration cache): DDP's buckets and a loop's tensor are the same
+// memory every step, and deregMr waits for the plugin's engine thread. Keyed by exact (address,
+// length); the least recently used of kEntries is deregistered first, all of them at close. A
+// registration that outlives its memory is harmless: the plugin reads a region only for an
+// operation posted on it, and every operation completes (or the connections are closed) before
+// the collective returns.
+class RegCache {
+ public:
+  static constexpr size_t kEntries = 16;
+  explicit RegCache(NetPlugin* net) : net_(net) {}
+  // The memory handle of [data, data + bytes) on `comm`, registering it on a miss.
+  Result<void*> get(void* comm, char* data, size_t bytes);
+  // Deregisters every entry; the first error.
+  Status clear(void* comm);
+
+ private:
+  struct Entry {
+    char* data;
+    size_t bytes;
+    void* mh;
+    uint64_t used;
+  };
+  NetPlugin* net_;
+  std::vector<Entry> entries_;
+  uint64_t clock_ = 0;
+};
+
 // Extra knobs of a ring op for trim-harness: NCCL's LL protocol (announced, one slice per step)
 // and raw tail bytes past the last element (odd sizes).
 struct RingExtras {
@@ -170,6 +198,7 @@ class Comm {
   // (send comm; grown on demand), and the address 0-byte ops register.
   std::unique_ptr<HostBuffer> slot_mem_, desc_send_mem_, desc_recv_mem_, scratch_, empty_;
   std::unique_ptr<MemReg> slot_reg_, desc_send_reg_, desc_recv_reg_;
+  std::unique_ptr<RegCache> work_regs_;  // callers' buffers on the send comm
   WorkBuffers slots_;
 };
 
