@@ -115,6 +115,24 @@ def compare(rank, world, gloo):
         runs[name] = params_hash(m)
     out["ddp"] = runs
 
+    # FSDP1 (FULL_SHARD: all_gather_into_tensor and reduce_scatter_tensor) likewise.
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    fsdp = {}
+    for name, group in (("trim", None), ("gloo", gloo)):
+        torch.manual_seed(3)
+        f = FSDP(torch.nn.Sequential(torch.nn.Linear(32, 301), torch.nn.Tanh(), torch.nn.Linear(301, 7)),
+                 process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
+        opt = torch.optim.SGD(f.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(200 + rank)
+        for _ in range(3):
+            opt.zero_grad()
+            f(torch.randn(4, 32, generator=g)).pow(2).mean().backward()
+            opt.step()
+        with FSDP.summon_full_params(f):
+            fsdp[name] = hashlib.sha256(b"".join(p.detach().clone().numpy().tobytes()
+                                                 for p in f.parameters())).hexdigest()
+    out["fsdp"] = fsdp
+
     # Every dtype and op against the reduction of every rank's input (gathered through gloo).
     mismatches = []
     for dtype in DTYPES:

@@ -2,8 +2,8 @@
 the plugin on loopback, gloo beside it as the reference.
 
 What is asserted, and why it must hold:
-- Untrimmed, 2 ranks: DDP's final parameters are bit-identical to gloo's (a sum of two values does
-  not depend on the order), and so is every collective: all_reduce of every NCCL dtype and op
+- Untrimmed, 2 ranks: DDP's and FSDP1's final parameters are bit-identical to gloo's (a sum of
+  two values does not depend on the order), and so is every collective: all_reduce of every NCCL dtype and op
   against the rank-order reduction of the gathered inputs, broadcast, all_gather (both forms),
   reduce_scatter (both forms), non-contiguous tensors.
 - Untrimmed, 4 ranks: all_reduce and reduce_scatter equal, bit for bit, a reference summed in the
@@ -113,6 +113,10 @@ class BackendTwoRanksTest(unittest.TestCase):
         for r, res in enumerate(self.ranks):
             self.assertEqual(res["ddp"]["trim"], res["ddp"]["gloo"], f"rank {r}: DDP through trim differs from gloo")
         self.assertEqual(self.ranks[0]["ddp"]["trim"], self.ranks[1]["ddp"]["trim"], "replicas differ")
+
+    def test_fsdp1_final_parameters_are_bit_identical_to_gloos(self):
+        for r, res in enumerate(self.ranks):
+            self.assertEqual(res["fsdp"]["trim"], res["fsdp"]["gloo"], f"rank {r}: FSDP1 through trim differs from gloo")
 
     def test_every_dtype_and_op_reduces_exactly(self):
         for r, res in enumerate(self.ranks):
