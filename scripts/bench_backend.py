@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """all_reduce through the "trim" torch.distributed backend vs gloo, on loopback, in one run.
 
-    scripts/bench_backend.py [--ranks 2,4] [--sizes 4K,1M,4M,16M,64M,256M] [--rounds 3] [--backends gloo,trim]
+    scripts/bench_backend.py [--ranks 2,4] [--sizes 4K,1M,4M,16M,64M,256M] [--rounds 3]
+                             [--backends gloo,trim,trim-raw]
 
-For each rank count, each round runs every backend in turn (alternated, so both see the same
-machine), each size: warm-up calls, then timed float32 SUM all_reduces, every call started together
-(a barrier on a separate gloo group first). Prints one JSON line per (round, ranks, backend, size):
+For each rank count, each round runs every backend in turn (alternated, so all see the same
+machine), each size: warm-up calls, then timed float32 SUM all_reduces of N(0,1) data, every call
+started together (a barrier on a separate gloo group first). `trim` is the plugin as configured
+(default: rht encoding of the reduce-scatter half); `trim-raw` the same with NCCL_TRIM_SCHEME=none
+(the transport alone, nothing encoded). Prints one JSON line per (round, ranks, backend, size):
 median seconds per call, algbw and busbw (2(n-1)/n x bytes / time, NCCL's definition) in GB/s, and
-per size a summary line with trim / gloo of the median over rounds. Needs torch; the plugin and
-libtrim-coll from NCCL_TRIM_LIB_DIR (default: build/lib of this checkout).
+per size a summary line: each trim variant's speed relative to gloo (gloo's median time over
+rounds / its own). Needs torch; the plugin and libtrim-coll from NCCL_TRIM_LIB_DIR (default:
+build/lib of this checkout).
 """
 
 import argparse
@@ -40,29 +44,42 @@ def iters_for(nbytes: int) -> int:
     return max(5, min(200, (64 << 20) // max(nbytes, 1)))
 
 
-def worker(rank: int, n: int, port: int, backend: str, sizes, rounds_out, q) -> None:
+# What each --backends name runs: the torch backend and the plugin's environment.
+VARIANTS = {"gloo": ("gloo", {}), "trim": ("trim", {}), "trim-raw": ("trim", {"NCCL_TRIM_SCHEME": "none"})}
+
+
+def worker(rank: int, n: int, port: int, variant: str, sizes, q) -> None:
+    backend, env = VARIANTS[variant]
+    os.environ.update(env)
     import torch
     import torch.distributed as dist
     import nccl_trim  # noqa: F401 - registers "trim"
 
+    torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=n)
     sync = dist.new_group(backend="gloo")  # barriers off the measured backend
     results = []
     for nbytes in sizes:
-        t = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(max(1, nbytes // 4), generator=g)
+        t = x.clone()
         for _ in range(3):
             dist.all_reduce(t)
         times = []
         for _ in range(iters_for(nbytes)):
-            t.fill_(1.0)
+            t.copy_(x)
             dist.barrier(group=sync)
             t0 = time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - t0)
-        # Exactness: n ranks of ones sum to n exactly in every backend.
-        ok = bool(torch.all(t == float(n)))
-        results.append({"bytes": t.numel() * 4, "median_s": statistics.median(times), "calls": len(times), "exact": ok})
+        # The same inputs every call, so every rank ends with the same sum: replicas must match.
+        digest = torch.tensor([float(t.double().sum()), float(t.double().abs().sum())])
+        parts = [torch.empty(2, dtype=digest.dtype) for _ in range(n)]
+        dist.all_gather(parts, digest, group=sync)
+        same = all(torch.equal(p, parts[0]) for p in parts)
+        results.append({"bytes": t.numel() * 4, "median_s": statistics.median(times), "calls": len(times),
+                        "replicas_identical": same})
     dist.destroy_process_group()
     if rank == 0:
         q.put(results)
@@ -73,7 +90,7 @@ def run_point(n: int, backend: str, sizes):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, n, port, backend, sizes, None, q)) for r in range(n)]
+    procs = [ctx.Process(target=worker, args=(r, n, port, backend, sizes, q)) for r in range(n)]
     for p in procs:
         p.start()
     results = q.get(timeout=1800)
@@ -89,10 +106,14 @@ def main() -> None:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--sizes", default="4K,1M,4M,16M,64M,256M")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backends", default="gloo,trim")
+    ap.add_argument("--backends", default="gloo,trim,trim-raw")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_TRIM_LIB_DIR", str(ROOT / "build" / "lib"))
     os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    for b in args.backends.split(","):
+        if b not in VARIANTS:
+            raise SystemExit(f"bench_backend: unknown backend {b!r} (known: {', '.join(VARIANTS)})")
     sys.path.insert(0, str(ROOT / "python"))
     os.environ["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
     sizes = [parse_bytes(s) for s in args.sizes.split(",")]
@@ -107,16 +128,19 @@ def main() -> None:
                     line = {"bench": "backend_allreduce", "round": rnd, "ranks": n, "backend": backend,
                             "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
                             "algbw_gbs": round(algbw, 4), "busbw_gbs": round(algbw * 2 * (n - 1) / n, 4),
-                            "exact": r["exact"]}
+                            "replicas_identical": r["replicas_identical"]}
                     print(json.dumps(line), flush=True)
                     medians.setdefault((n, backend, r["bytes"]), []).append(s)
-        if "gloo" in backends and "trim" in backends:
+        if "gloo" in backends:
             for nbytes in sorted({k[2] for k in medians if k[0] == n}):
                 g = statistics.median(medians[(n, "gloo", nbytes)])
-                t = statistics.median(medians[(n, "trim", nbytes)])
-                print(json.dumps({"bench": "backend_allreduce_summary", "ranks": n, "bytes": nbytes,
-                                  "gloo_s": round(g, 7), "trim_s": round(t, 7),
-                                  "trim_speed_vs_gloo": round(g / t, 3)}), flush=True)
+                line = {"bench": "backend_allreduce_summary", "ranks": n, "bytes": nbytes, "gloo_s": round(g, 7)}
+                for b in backends:
+                    if b != "gloo":
+                        t = statistics.median(medians[(n, b, nbytes)])
+                        line[f"{b}_s"] = round(t, 7)
+                        line[f"{b}_speed_vs_gloo"] = round(g / t, 3)
+                print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":
