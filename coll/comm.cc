@@ -524,7 +524,7 @@ Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t 
     const size_t bytes = count * eb;
     char* all = scratch(bytes * n);
     o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
-                 std::memcpy(all + static_cast<size_t>(cfg_.rank) * bytes, data, bytes);
+                 if (bytes > 0) std::memcpy(all + static_cast<size_t>(cfg_.rank) * bytes, data, bytes);
                  RingGeometry geo(RingKind::kAllGather, bytes * n, 1, cfg_.nranks, kSliceBytes, kSimpleSlicesPerStep);
                  return ring_op(geo, DType::kU8, RedOp::kSum, "SIMPLE", all, bytes * n, deadline_ns, gate);
                }));

@@ -114,7 +114,7 @@ std::vector<uint8_t> allreduce_reference(const std::vector<std::vector<uint8_t>>
   std::vector<uint8_t> out(count * eb);
   const bool gathered = trim::coll::is_float(d) && op != RedOp::kSum && op != RedOp::kAvg;
   if (gathered || !trim::coll::is_float(d)) {
-    std::memcpy(out.data(), x[static_cast<size_t>(n - 1)].data(), out.size());
+    if (!out.empty()) std::memcpy(out.data(), x[static_cast<size_t>(n - 1)].data(), out.size());
     for (int k = n - 2; k >= 0; --k) trim::coll::reduce_into(out.data(), x[static_cast<size_t>(k)].data(), count, d, op);
   } else {
     const trim::coll::RingGeometry geo(trim::coll::RingKind::kAllReduce, count, eb, n, trim::coll::kSliceBytes,
@@ -132,7 +132,7 @@ std::vector<uint8_t> allreduce_reference(const std::vector<std::vector<uint8_t>>
           trim::coll::reduce_into(own.data(), acc.data(), s.elems, d, op);
           acc = own;
         }
-        std::memcpy(out.data() + s.first * eb, acc.data(), acc.size());
+        if (!acc.empty()) std::memcpy(out.data() + s.first * eb, acc.data(), acc.size());
       }
     }
   }
