@@ -9,7 +9,8 @@ machine), each size: warm-up calls, then timed float32 SUM all_reduces of N(0,1)
 started together (a barrier on a separate gloo group first). `trim` is the plugin as configured
 (default: rht encoding of the reduce-scatter half); `trim-raw` the same with NCCL_TRIM_SCHEME=none
 (the transport alone, nothing encoded). Prints one JSON line per (round, ranks, backend, size):
-median seconds per call, algbw and busbw (2(n-1)/n x bytes / time, NCCL's definition) in GB/s, and
+median seconds per call, algbw and busbw (2(n-1)/n x bytes / time, NCCL's definition) in GB/s, rank
+0's CPU time per call (all its threads: the plugin's, gloo's, Python's), and
 per size a summary line: each trim variant's speed relative to gloo (gloo's median time over
 rounds / its own). Needs torch; the plugin and libtrim-coll from NCCL_TRIM_LIB_DIR (default:
 build/lib of this checkout).
@@ -67,19 +68,21 @@ def worker(rank: int, n: int, port: int, variant: str, sizes, q) -> None:
         for _ in range(3):
             dist.all_reduce(t)
         times = []
+        cpu_s = 0.0
         for _ in range(iters_for(nbytes)):
             t.copy_(x)
             dist.barrier(group=sync)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - t0)
+            cpu_s += time.process_time() - c0
         # The same inputs every call, so every rank ends with the same sum: replicas must match.
         digest = torch.tensor([float(t.double().sum()), float(t.double().abs().sum())])
         parts = [torch.empty(2, dtype=digest.dtype) for _ in range(n)]
         dist.all_gather(parts, digest, group=sync)
         same = all(torch.equal(p, parts[0]) for p in parts)
         results.append({"bytes": t.numel() * 4, "median_s": statistics.median(times), "calls": len(times),
-                        "replicas_identical": same})
+                        "cpu_s_per_call": cpu_s / len(times), "replicas_identical": same})
     dist.destroy_process_group()
     if rank == 0:
         q.put(results)
@@ -128,6 +131,7 @@ def main() -> None:
                     line = {"bench": "backend_allreduce", "round": rnd, "ranks": n, "backend": backend,
                             "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
                             "algbw_gbs": round(algbw, 4), "busbw_gbs": round(algbw * 2 * (n - 1) / n, 4),
+                            "cpu_s_per_call": round(r["cpu_s_per_call"], 7),
                             "replicas_identical": r["replicas_identical"]}
                     print(json.dumps(line), flush=True)
                     medians.setdefault((n, backend, r["bytes"]), []).append(s)
