@@ -101,6 +101,46 @@ def train(ddp, steps, rank, seed=0, lr=0.05, batches=0):
     return losses
 
 
+class TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x, use_b=True):
+        return self.b(self.a(x)) if use_b else self.a(x)
+
+
+DDP_FEATURES = ("gradient_as_bucket_view", "static_graph", "find_unused_parameters", "no_sync", "join")
+
+
+def ddp_feature(name, rank, group):
+    """A few SGD steps of TwoLayers under one DDP feature; the final parameters' hash."""
+    from torch.distributed.algorithms.join import Join
+    torch.manual_seed(0)
+    kwargs = {name: True} if name in DDP_FEATURES[:3] else {}
+    m = DDP(TwoLayers(), process_group=group, **kwargs)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    if name == "no_sync":
+        with m.no_sync():  # accumulated locally, reduced with the next backward
+            m(torch.randn(4, 8, generator=g)).sum().backward()
+        m(torch.randn(4, 8, generator=g)).sum().backward()
+        opt.step()
+    elif name == "join":
+        with Join([m]):  # uneven inputs: rank 1 runs two steps more
+            for _ in range(3 + 2 * rank):
+                opt.zero_grad()
+                m(torch.randn(4, 8, generator=g)).sum().backward()
+                opt.step()
+    else:
+        for i in range(4):
+            opt.zero_grad()
+            use_b = name != "find_unused_parameters" or i % 2 == 0  # b unused every other step
+            m(torch.randn(4, 8, generator=g), use_b=use_b).sum().backward()
+            opt.step()
+    return params_hash(m.module)
+
+
 # ---- scenarios
 
 
@@ -114,6 +154,10 @@ def compare(rank, world, gloo):
         train(ddp, 5, rank)
         runs[name] = params_hash(m)
     out["ddp"] = runs
+
+    # DDP's options and context managers, each through both backends.
+    out["ddp_features"] = {name: {b: ddp_feature(name, rank, group) for b, group in (("trim", None), ("gloo", gloo))}
+                           for name in DDP_FEATURES}
 
     # FSDP1 (FULL_SHARD: all_gather_into_tensor and reduce_scatter_tensor) likewise.
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

@@ -114,6 +114,13 @@ class BackendTwoRanksTest(unittest.TestCase):
             self.assertEqual(res["ddp"]["trim"], res["ddp"]["gloo"], f"rank {r}: DDP through trim differs from gloo")
         self.assertEqual(self.ranks[0]["ddp"]["trim"], self.ranks[1]["ddp"]["trim"], "replicas differ")
 
+    def test_ddp_options_and_join_behave_as_under_gloo(self):
+        # gradient_as_bucket_view, static_graph, find_unused_parameters, no_sync, Join (uneven inputs).
+        for r, res in enumerate(self.ranks):
+            for name, runs in res["ddp_features"].items():
+                self.assertEqual(runs["trim"], runs["gloo"], f"rank {r}: {name} differs from gloo")
+        self.assertEqual(self.ranks[0]["ddp_features"], self.ranks[1]["ddp_features"], "replicas differ")
+
     def test_fsdp1_final_parameters_are_bit_identical_to_gloos(self):
         for r, res in enumerate(self.ranks):
             self.assertEqual(res["fsdp"]["trim"], res["fsdp"]["gloo"], f"rank {r}: FSDP1 through trim differs from gloo")
