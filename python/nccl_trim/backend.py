@@ -257,14 +257,7 @@ class TrimBackend(_C10dBackend):
     def allgather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "all_gather")
         _dtype(t, "all_gather")
-        if len(output_tensors) != 1 or len(output_tensors[0]) != self._size:
-            raise UnsupportedError(f"trim: all_gather needs one list of {self._size} output tensors")
-        outs = output_tensors[0]
-        for o in outs:
-            _cpu_tensor(o, "all_gather")
-            if o.numel() != t.numel() or o.dtype != t.dtype:
-                raise UnsupportedError(f"trim: all_gather outputs must match the input ({t.numel()} x {t.dtype}); got "
-                                       f"{o.numel()} x {o.dtype} (uneven sizes are not supported)")
+        outs = self._per_rank(output_tensors, t, "all_gather", "output")
         src = t.contiguous()
         flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
 
@@ -290,14 +283,7 @@ class TrimBackend(_C10dBackend):
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "reduce_scatter")
-        if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
-            raise UnsupportedError(f"trim: reduce_scatter needs one list of {self._size} input tensors")
-        ins = input_tensors[0]
-        for i in ins:
-            _cpu_tensor(i, "reduce_scatter")
-            if i.numel() != out.numel() or i.dtype != out.dtype:
-                raise UnsupportedError(f"trim: reduce_scatter inputs must match the output ({out.numel()} x "
-                                       f"{out.dtype}); got {i.numel()} x {i.dtype}")
+        ins = self._per_rank(input_tensors, out, "reduce_scatter", "input")
         dtype, op = _dtype(out, "reduce_scatter"), _op(opts.reduceOp, out, "reduce_scatter")
         src = torch.cat([i.reshape(-1) for i in ins])
         dst = _Contiguous(out)
@@ -383,6 +369,18 @@ class TrimBackend(_C10dBackend):
 
     def monitored_barrier(self, *args, **kwargs):
         self._unsupported("monitored_barrier")
+
+    def _per_rank(self, lists, like: torch.Tensor, what: str, role: str) -> List[torch.Tensor]:
+        """The one list of a tensor per rank that all_gather (outputs) and reduce_scatter (inputs)
+        take, each CPU and of `like`'s size and dtype."""
+        if len(lists) != 1 or len(lists[0]) != self._size:
+            raise UnsupportedError(f"trim: {what} needs one list of {self._size} {role} tensors")
+        for x in lists[0]:
+            _cpu_tensor(x, what)
+            if x.numel() != like.numel() or x.dtype != like.dtype:
+                raise UnsupportedError(f"trim: {what} {role}s must all be {like.numel()} x {like.dtype}; got "
+                                       f"{x.numel()} x {x.dtype} (uneven sizes are not supported)")
+        return lists[0]
 
     # ---- the worker
 
