@@ -308,13 +308,19 @@ TEST(Coll, DisagreeingSizesFailClearlyOnEveryRankInsteadOfHanging) {
   });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 10.0) << "the mismatch took " << s << " s to surface";
-  // Rank 1 hears rank 0's descriptor, rank 2 hears rank 1's: both name the two sizes.
-  EXPECT_EQ(rcs[1], TRIM_COLL_EMISMATCH) << errors[1];
-  EXPECT_NE(errors[1].find("1000 float32"), std::string::npos) << errors[1];
-  EXPECT_NE(errors[1].find("1024 float32"), std::string::npos) << errors[1];
-  EXPECT_EQ(rcs[2], TRIM_COLL_EMISMATCH) << errors[2];
-  // Rank 0 agrees with its neighbour; it fails because the ring broke behind it.
-  EXPECT_NE(rcs[0], TRIM_COLL_OK);
+  // Ranks 1 and 2 each hear a descriptor that differs from their own (rank 0's, rank 1's). The
+  // first to check it fails the mismatch and closes its connections; the other may then fail on
+  // the closed connection before it checks. Nothing else can fail first, so at least one of them
+  // reports the mismatch, naming both sizes, and every rank fails.
+  int mismatches = 0;
+  for (int r : {1, 2}) {
+    if (rcs[static_cast<size_t>(r)] != TRIM_COLL_EMISMATCH) continue;
+    ++mismatches;
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("1000 float32"), std::string::npos) << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("1024 float32"), std::string::npos) << errors[static_cast<size_t>(r)];
+  }
+  EXPECT_GE(mismatches, 1) << errors[1] << "\n" << errors[2];
+  for (int r = 0; r < n; ++r) EXPECT_NE(rcs[static_cast<size_t>(r)], TRIM_COLL_OK) << "rank " << r;
   // The communicators are failed for good, with the first error.
   ring.each([&](int, trim_coll_comm* c) {
     float x = 1;
