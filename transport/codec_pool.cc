@@ -38,6 +38,7 @@ void CodecWork::reset_tasks(uint32_t rows_per_task_, uint32_t n_tasks) {
   tasks = n_tasks;
   for (uint32_t t = 0; t < tasks; ++t) state[t].store(kPending, std::memory_order_relaxed);
   errors.assign(tasks, std::string());
+  cancelled.store(false, std::memory_order_relaxed);  // no task of the old message holds it (SpareWork)
   tasks_left.store(tasks, std::memory_order_release);
 }
 
@@ -86,9 +87,19 @@ codec::Decoder& thread_decoder(const codec::CodecConfig& cfg) {
   return dec;
 }
 
+constexpr const char* kCancelled = "cancelled (the message was abandoned)";
+
+std::atomic<testing::TaskHook> task_hook{nullptr};
+// Tasks that found their work cancelled (counted before they let close go: see tasks_cancelled).
+std::atomic<uint64_t> cancelled_tasks{0};
+
+// Encode reads NCCL's buffer (src) and decode writes it (dst): both look at `cancelled` before
+// each row or packet, so an abandoned message's buffer is soon left alone. Close and deregMr
+// still wait for the task to end (a check can race with the cancel).
 std::string encode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   codec::Encoder& enc = thread_encoder(w->cfg);
   for (uint32_t r = first; r < end; ++r) {
+    if (w->is_cancelled()) return kCancelled;
     const size_t slot = w->row_first[r];
     Result<uint32_t> n = enc.encode_row(w->layout, w->id, w->src, r, w->packets.data() + slot * w->stride, w->stride,
                                         w->sizes.data() + slot);
@@ -104,19 +115,30 @@ std::string decode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   for (uint32_t s = w->row_first[first]; s < w->row_first[end]; ++s) {
     const codec::ParsedPacket& p = w->parsed[s];
     if (p.payload == nullptr) continue;  // never arrived: finish_row estimates it
+    if (w->is_cancelled()) return kCancelled;
     const codec::PacketError e = dec.add(p);
     // Every packet here was admitted by the engine's decoder with the same checks.
     if (e != codec::PacketError::kOk) return fmt::format("slot {}: {}", s, codec::packet_error_name(e));
   }
-  for (uint32_t r = first; r < end; ++r) dec.finish_row(r);
+  for (uint32_t r = first; r < end; ++r) {
+    if (w->is_cancelled()) return kCancelled;
+    dec.finish_row(r);
+  }
   return "";
 }
 
 }  // namespace
 
 void run_codec_task(CodecWork* w, uint32_t t) {
+  if (testing::TaskHook hook = task_hook.load(std::memory_order_acquire)) hook(*w, t);
   const uint32_t first = w->first_row(t), end = w->end_row(t);
-  std::string err = w->kind == CodecWork::Kind::kEncode ? encode_rows(w, first, end) : decode_rows(w, first, end);
+  std::string err;
+  if (w->is_cancelled()) {
+    err = kCancelled;
+  } else {
+    err = w->kind == CodecWork::Kind::kEncode ? encode_rows(w, first, end) : decode_rows(w, first, end);
+  }
+  if (!err.empty() && err == kCancelled) cancelled_tasks.fetch_add(1, std::memory_order_relaxed);
   const bool failed = !err.empty();
   if (failed) w->errors[t] = std::move(err);
   w->state[t].store(failed ? CodecWork::kFailed : CodecWork::kDone, std::memory_order_release);
@@ -128,6 +150,8 @@ void run_codec_task(CodecWork* w, uint32_t t) {
   // buffers belong to (w itself stays alive through the caller's reference).
   if (w->in_flight) w->in_flight->fetch_sub(1, std::memory_order_acq_rel);
 }
+
+void testing::set_task_hook(testing::TaskHook hook) { task_hook.store(hook, std::memory_order_release); }
 
 // ---- The pool ----
 
@@ -275,5 +299,6 @@ bool CodecPool::submit(const std::shared_ptr<CodecWork>& w, uint32_t t) {
 int CodecPool::threads() const { return impl_->workers.load(); }
 uint64_t CodecPool::tasks_run() const { return impl_->run.load(); }
 uint64_t CodecPool::tasks_inline() const { return impl_->inline_run.load(); }
+uint64_t CodecPool::tasks_cancelled() const { return cancelled_tasks.load(); }
 
 }  // namespace trim::transport
