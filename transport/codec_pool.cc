@@ -185,7 +185,13 @@ struct CodecPool::Impl {
       const uint64_t seq = c.seq.load(std::memory_order_acquire);
       const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
       if (diff == 0) {
-        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        // seq_cst, not relaxed: with submit()'s seq_cst read of `sleepers` and the worker's
+        // seq_cst increment of it then read of `tail` (maybe_nonempty), all four are in one total
+        // order, so either the submitter sees the sleeper or the sleeper sees this push. A
+        // relaxed CAS may be reordered after the `sleepers` read (aarch64, POWER): a lost
+        // wake-up. (Free on x86, where a locked CAS is a full barrier anyway.) Fences would do
+        // too, but ThreadSanitizer does not model them.
+        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
           c.work = w;
           c.task = t;
           c.seq.store(pos + 1, std::memory_order_release);
@@ -243,6 +249,9 @@ struct CodecPool::Impl {
         w.reset();
         continue;
       }
+      // Register as a sleeper, then re-check the queue (seq_cst both: see push); a submitter
+      // that pushed before the re-check is seen by it, one that pushes after it sees the
+      // sleeper and notifies under `mu`, which this thread holds until it waits.
       std::unique_lock<std::mutex> lock(mu);
       sleepers.fetch_add(1, std::memory_order_seq_cst);
       cv.wait(lock, [this] { return maybe_nonempty(); });
@@ -289,6 +298,7 @@ bool CodecPool::submit(const std::shared_ptr<CodecWork>& w, uint32_t t) {
     run_codec_task(w.get(), t);
     return false;
   }
+  // seq_cst, after push's seq_cst CAS: see push.
   if (impl_->sleepers.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->cv.notify_one();
