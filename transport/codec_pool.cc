@@ -139,16 +139,22 @@ void run_codec_task(CodecWork* w, uint32_t t) {
     err = w->kind == CodecWork::Kind::kEncode ? encode_rows(w, first, end) : decode_rows(w, first, end);
   }
   if (!err.empty() && err == kCancelled) cancelled_tasks.fetch_add(1, std::memory_order_relaxed);
+  // Read now what is needed after publishing: once the engine has seen this task done (the
+  // release below), it may reuse *w for its next message (SpareWork) as soon as the caller
+  // drops its reference, so later reads of w's plain fields would race with its writes.
+  Waker* const waker = w->waker;
+  const bool wake = waker != nullptr && w->kind == CodecWork::Kind::kEncode;
+  InFlight* const in_flight = w->in_flight.get();  // the connection's: outlives the task (close waits)
   const bool failed = !err.empty();
   if (failed) w->errors[t] = std::move(err);
   w->state[t].store(failed ? CodecWork::kFailed : CodecWork::kDone, std::memory_order_release);
   const uint32_t left = w->tasks_left.fetch_sub(1, std::memory_order_acq_rel) - 1;
   // The engine sends an encoded packet as soon as its rows' task is done, so every encode task
   // wakes it; a receive completes only with its last task.
-  if (w->waker != nullptr && (w->kind == CodecWork::Kind::kEncode || left == 0)) w->waker->wake();
+  if (wake || (waker != nullptr && left == 0)) waker->wake();
   // Last: once the connection's count is zero, close may free what the waker and the message
-  // buffers belong to (w itself stays alive through the caller's reference).
-  if (w->in_flight) w->in_flight->fetch_sub(1, std::memory_order_acq_rel);
+  // buffers belong to.
+  if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void testing::set_task_hook(testing::TaskHook hook) { task_hook.store(hook, std::memory_order_release); }
