@@ -1,5 +1,5 @@
-// Close and deregMr against a stalled codec worker (codec_pool.h's test-only task hook holds
-// every task at its start). NCCL frees an operation's buffers as soon as either call returns,
+// Close and deregMr against a stalled codec worker (tests/stalled_workers.h holds every codec
+// task at its start). NCCL frees an operation's buffers as soon as either call returns,
 // so both must wait for every codec task that may still use them, however long that takes
 // (never give up at NCCL_TRIM_TIMEOUT_MS), and the tasks of the operations they abandon must be
 // cancelled: once the worker moves again, none of them may read or write NCCL's buffers.
@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "common/param_enums.h"
 #include "tests/close_util.h"
 #include "tests/net_pair.h"
+#include "tests/stalled_workers.h"
 #include "transport/codec_pool.h"
 #include "transport/engine.h"
 #include "transport/net_api.h"
@@ -31,55 +31,6 @@ using namespace close_test;
 constexpr int kTimeoutMs = 100;  // NCCL_TRIM_TIMEOUT_MS: the old wait gave up after this
 constexpr auto kStalled = std::chrono::milliseconds(4 * kTimeoutMs);
 constexpr size_t kFloats = 262144;  // 1 MiB of fp32: eight rows of 32768, a task each
-
-// Every codec task entering the hook waits while `on` (at most 30 s, so a broken test cannot
-// hang the suite).
-struct Stall {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool on = false;
-  int entered = 0;
-};
-Stall& stall() {
-  static Stall s;
-  return s;
-}
-void stall_hook(const transport::CodecWork&, uint32_t) {
-  Stall& s = stall();
-  std::unique_lock<std::mutex> lock(s.mu);
-  ++s.entered;
-  s.cv.notify_all();
-  s.cv.wait_for(lock, std::chrono::seconds(30), [&] { return !s.on; });
-}
-
-// Holds the pool's workers while it lives (or until release()).
-class StalledWorkers {
- public:
-  StalledWorkers() {
-    {
-      std::lock_guard<std::mutex> lock(stall().mu);
-      stall().on = true;
-      stall().entered = 0;
-    }
-    transport::testing::set_task_hook(&stall_hook);
-  }
-  ~StalledWorkers() {
-    release();
-    transport::testing::set_task_hook(nullptr);
-  }
-  StalledWorkers(const StalledWorkers&) = delete;
-  StalledWorkers& operator=(const StalledWorkers&) = delete;
-
-  bool wait_entered(std::chrono::seconds timeout) {
-    std::unique_lock<std::mutex> lock(stall().mu);
-    return stall().cv.wait_for(lock, timeout, [] { return stall().entered > 0; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(stall().mu);
-    stall().on = false;
-    stall().cv.notify_all();
-  }
-};
 
 // WARN lines, from any thread.
 struct Warnings {
@@ -131,7 +82,7 @@ class CodecCancel : public ::testing::Test {
   ListenComm* listen_ = nullptr;
   SendComm* send_ = nullptr;
   RecvComm* recv_ = nullptr;
-  std::unique_ptr<StalledWorkers> workers_;
+  std::unique_ptr<testing::StalledWorkers> workers_;
   Warnings warnings_;
 };
 
@@ -147,10 +98,10 @@ TEST_F(CodecCancel, CloseWaitsForAStalledWorkerAndCancelsItsTasks) {
   const transport::CodecPool* pool = transport::CodecPool::instance(0);
   const uint64_t cancelled0 = pool->tasks_cancelled();
   const uint64_t queued0 = transport::global_stats().codec_tasks.load() + transport::global_stats().codec_inline.load();
-  workers_ = std::make_unique<StalledWorkers>();
+  workers_ = std::make_unique<testing::StalledWorkers>();
   Result<Request*> s = post_send(send_, data.data(), data.size());
   ASSERT_TRUE(s.is_ok() && s.value() != nullptr) << (s.is_ok() ? "no slot" : s.status().to_string());
-  ASSERT_TRUE(workers_->wait_entered(std::chrono::seconds(10))) << "no encode task reached a worker";
+  ASSERT_TRUE(workers_->wait_entered(1, std::chrono::seconds(10))) << "no encode task reached a worker";
 
   SendComm* closing_comm = send_;
   send_ = nullptr;  // close owns it now
@@ -186,12 +137,12 @@ TEST_F(CodecCancel, DeregMrWaitsAndNoCancelledTaskWritesTheBuffer) {
   ASSERT_TRUE(mh.is_ok()) << mh.status().to_string();
   const transport::CodecPool* pool = transport::CodecPool::instance(0);
   const uint64_t cancelled0 = pool->tasks_cancelled();
-  workers_ = std::make_unique<StalledWorkers>();
+  workers_ = std::make_unique<testing::StalledWorkers>();
   Result<Request*> r = post_recv(recv_, out.data(), out.size());
   ASSERT_TRUE(r.is_ok() && r.value() != nullptr) << (r.is_ok() ? "no slot" : r.status().to_string());
   Result<Request*> s = post_send(send_, data.data(), data.size());
   ASSERT_TRUE(s.is_ok() && s.value() != nullptr) << (s.is_ok() ? "no slot" : s.status().to_string());
-  ASSERT_TRUE(workers_->wait_entered(std::chrono::seconds(10))) << "no decode task reached a worker";
+  ASSERT_TRUE(workers_->wait_entered(1, std::chrono::seconds(10))) << "no decode task reached a worker";
 
   RecvComm* comm = recv_;
   MemHandle* handle = mh.value();
