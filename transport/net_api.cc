@@ -241,17 +241,6 @@ Result<Context*> init(const InitOptions& options) {
   Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
   if (!p) return p.status();
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
-  if (param::gpu(p.value()) == param::Gpu::kOn) {
-    // A CUDA call from NCCL's proxy thread can wait behind an application thread's CUDA call
-    // (cudaMalloc/cudaFree hold the driver's lock while the device is busy) while NCCL's kernel
-    // waits for the proxy: a deadlock no plugin can rule out. NCCL's Socket transport makes no
-    // CUDA call either.
-    return Status(Code::kBadConfig,
-                  "NCCL_TRIM_GPU=on is not supported: a CUDA call from NCCL's proxy thread can deadlock behind the "
-                  "application's own CUDA calls, so the plugin takes host buffers only (NCCL stages GPU data through "
-                  "pinned host memory). Unset NCCL_TRIM_GPU (or set it to off); to rotate gradients on the GPU, "
-                  "use the nccl_trim PyTorch comm hook.");
-  }
   // The MTU is per device and connection; the smallest one a connection may agree on checks
   // that every codec knob works with any of them.
   Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value(), transport::kMinMtuBytes);
