@@ -211,7 +211,7 @@ asan:
 
 # The threaded code under ThreadSanitizer: the transport (engines, codec pool, close and
 # deregMr), the plugin and the harness's multi-process runs (their ranks load build-tsan's .so).
-TSAN_TESTS ?= CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:Mtu*:HookTag.*:PluginTest.*:Harness*
+TSAN_TESTS ?= CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*
 tsan:
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-tsan TSAN=1 all build-tsan/bin/trim-tests
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
