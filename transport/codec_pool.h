@@ -135,7 +135,7 @@ class CodecPool {
 };
 
 namespace testing {
-// Test only (tests/codec_cancel_test.cc): called at the start of every codec task, before it
+// Test only (tests/stalled_workers.h): called at the start of every codec task, before it
 // looks at `cancelled`, so a test can stall a worker; null (the default) calls nothing.
 using TaskHook = void (*)(const CodecWork& w, uint32_t t);
 void set_task_hook(TaskHook hook);
