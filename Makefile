@@ -1,5 +1,5 @@
-# nccl-trim. Targets: all (default), test, asan, fuzz, demo, bench, docs, python-libs, clean.
-# Everything lands in $(BUILD)/ (default build/); `make asan` uses build-asan/.
+# nccl-trim. Targets: all (default), test, asan, tsan, fuzz, demo, bench, docs, python-libs, clean.
+# Everything lands in $(BUILD)/ (default build/); `make asan` uses build-asan/, `make tsan` build-tsan/.
 
 BUILD   ?= build
 NPROC   := $(shell nproc 2>/dev/null || echo 2)
@@ -20,6 +20,12 @@ endif
 ifneq ($(SAN),)
   CXXFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
   LDFLAGS  += -fsanitize=address,undefined
+endif
+# ThreadSanitizer. -Wno-tsan: GCC warns that TSan ignores atomic_thread_fence; the only fences
+# are the profiler's seqlock, whose fields are all atomics, so no race hides behind them.
+ifneq ($(TSAN),)
+  CXXFLAGS += -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
+  LDFLAGS  += -fsanitize=thread
 endif
 
 # libtrim-rht.so: the comm hook's rotation (cuda/trim_rht.h), loaded by the Python package with
@@ -104,7 +110,7 @@ ifneq ($(SIM_SRCS),)
 endif
 TESTS   := $(BUILD)/bin/trim-tests
 
-.PHONY: all setup test run-tests python-libs asan fuzz demo bench docs clean
+.PHONY: all setup test run-tests python-libs asan tsan fuzz demo bench docs clean
 .DEFAULT_GOAL := all
 # Keep object files of the pattern-built tools (make would delete them as intermediates).
 .SECONDARY:
@@ -219,6 +225,14 @@ asan:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) --no-print-directory BUILD=build-asan SAN=1 run-tests
 
+# The threaded code under ThreadSanitizer: the transport (engines, codec pool, close and
+# deregMr), the plugin and the harness's multi-process runs (their ranks load build-tsan's .so).
+TSAN_TESTS ?= CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*
+tsan:
+	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-tsan TSAN=1 all build-tsan/bin/trim-tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  scripts/run_tests.sh build-tsan/bin/trim-tests --gtest_filter='$(TSAN_TESTS)'
+
 FUZZ_SECONDS ?= 60
 fuzz:
 	scripts/setup.sh --fuzz --no-torch
@@ -238,6 +252,6 @@ docs: $(BUILD)/bin/trim-config
 	$(BUILD)/bin/trim-config --enums > common/param_enums.h
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -39,8 +39,4 @@ inline Force force(const Params& p) { return static_cast<Force>(p.force); }
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }
 
-// NCCL_TRIM_GPU: off|on
-enum class Gpu : int { kOff = 0, kOn = 1 };
-inline Gpu gpu(const Params& p) { return static_cast<Gpu>(p.gpu); }
-
 }  // namespace trim::param

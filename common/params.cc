@@ -204,7 +204,9 @@ Result<Params> load_params_from_env(std::vector<std::string>* warnings) {
       const char* eq = std::strchr(*e, '=');
       if (std::strncmp(*e, "NCCL_TRIM_", 10) != 0 || eq == nullptr) continue;
       std::string name(*e, static_cast<size_t>(eq - *e));
-      bool known = false;
+      // NCCL_TRIM_LIB_DIR belongs to the nccl_trim Python package (the folder it loads the
+      // libraries from), which sets it in the very processes that load the plugin: no typo.
+      bool known = name == "NCCL_TRIM_LIB_DIR";
       for (const ParamInfo& info : param_infos()) known = known || name == info.env;
       if (!known) warnings->push_back(fmt::format("{} is not a known NCCL_TRIM_* variable; ignored", name));
     }
@@ -323,9 +325,13 @@ std::string params_markdown() {
       "as it does for its Socket transport, and the plugin encodes and decodes those host buffers on its\n"
       "codec threads (`NCCL_TRIM_CODEC_THREADS`). A CUDA call from NCCL's proxy thread can wait behind the\n"
       "application's own CUDA calls while NCCL's kernel waits for the proxy: a deadlock no plugin can\n"
-      "rule out (docs/ARCHITECTURE.md). So `NCCL_TRIM_GPU=on` is refused at init, and\n"
+      "rule out (docs/ARCHITECTURE.md). So there is no GPU-buffer knob, and\n"
       "`NCCL_NET_GDR_LEVEL`/`NCCL_NET_GDR_READ` change nothing for this plugin. The GPU Randomized\n"
-      "Hadamard Transform belongs on the application's stream, in the PyTorch comm hook.\n";
+      "Hadamard Transform belongs on the application's stream, in the PyTorch comm hook.\n"
+      "\n## Not the plugin's\n\n"
+      "`NCCL_TRIM_LIB_DIR` is read by the `nccl_trim` Python package only (the folder its libraries are\n"
+      "taken from, e.g. a checkout's `build/lib`; python/nccl_trim/README.md). The plugin neither reads\n"
+      "it nor warns about it.\n";
   return out;
 }
 

@@ -12,8 +12,9 @@
  * rng_key(seed, s, r, kRhtSigns) of codec/rng.h, bit i of the row for element i, as the codec's
  * rht rows do: every rank that passes the same seed rotates alike. Forward = (H/sqrt(b)) D x per
  * block of b elements, inverse = D (H/sqrt(b)) y (codec/fwht.h defines the arithmetic bit for bit;
- * the GPU and the host twin write the same bits). bf16/fp16 are widened exactly to fp32, rotated
- * in fp32 and rounded to nearest even once on the way out.
+ * the GPU kernels are written to write the host twin's bits, which tests/rotate_emu_test.cc checks
+ * by replaying them on the host: not yet run on a GPU). bf16/fp16 are widened exactly to fp32,
+ * rotated in fp32 and rounded to nearest even once on the way out.
  *
  * Every function returns 0 on success and -1 on failure; trim_rht_last_error() then says why (the
  * text is per thread and stays until that thread's next failure).

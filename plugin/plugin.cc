@@ -180,13 +180,7 @@ char* intern(const std::string& text) {
   return const_cast<char*>(strings->insert(text).first->c_str());
 }
 
-int to_nccl_ptr_support(int flags) {
-  int out = 0;
-  if ((flags & net::kPtrHost) != 0) out |= NCCL_PTR_HOST;
-  if ((flags & net::kPtrCuda) != 0) out |= NCCL_PTR_CUDA;
-  if ((flags & net::kPtrDmaBuf) != 0) out |= NCCL_PTR_DMABUF;
-  return out;
-}
+int to_nccl_ptr_support(int flags) { return (flags & net::kPtrHost) != 0 ? NCCL_PTR_HOST : 0; }
 
 // Fields every version has, in every version's struct.
 template <typename Props>
@@ -215,7 +209,7 @@ Status fill_v9(int dev, const net::DeviceProps& p, Props* props) {
                                        std::to_string(p.max_p2p_bytes) + ", outside (0, 1 TiB]");
   }
   fill_common(p, props);
-  props->forceFlush = p.force_flush ? 1 : 0;
+  props->forceFlush = 0;  // host memory: nothing for iflush to do
   props->vProps.ndevs = 1;  // a physical device is its own one-member virtual NIC
   props->vProps.devs[0] = dev;
   props->maxP2pBytes = p.max_p2p_bytes;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the GoogleTest binary and ends with one plain summary line ("N passed, N failed").
+# Runs the GoogleTest binary (further arguments go to it, e.g. --gtest_filter=...) and ends
+# with one plain summary line ("N passed, N failed").
 set -uo pipefail
 bin=$1
+shift
 out=$(mktemp)
-"$bin" --gtest_brief=1 --gtest_output="json:${out}.json" 2>&1
+"$bin" --gtest_brief=1 --gtest_output="json:${out}.json" "$@" 2>&1
 rc=$?
 python3 - "$out.json" "$rc" <<'PY'
 import json, sys

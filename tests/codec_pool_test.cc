@@ -3,6 +3,7 @@
 // encoder and decoder produce — byte for byte, in any arrival order, trimmed or not — and every
 // task must end, whoever runs it.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "codec/packet.h"
 #include "tests/codec_util.h"
+#include "tests/stalled_workers.h"
 #include "transport/codec_pool.h"
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
@@ -163,7 +165,9 @@ TEST(CodecPool, PooledReceivesDecodeExactlyAsTheEngineDecoderInAnyOrder) {
 }
 
 // Thousands of tasks from two producers at once, more than the queue holds: every task runs
-// exactly once (on a worker, or on its producer when the queue is full) and ends.
+// exactly once (on a worker, or on its producer when the queue is full) and ends. The workers
+// are held until both producers are done, so the queue really fills: every task beyond its
+// 4096 cells (and the one each stalled worker holds) must have run inline, on its producer.
 TEST(CodecPool, EveryTaskRunsOnceUnderLoad) {
   CodecPool* pool = CodecPool::instance(2);
   const codec::CodecConfig cfg = codec::testing::config(codec::Scheme::kSign, 4096, 64);
@@ -171,6 +175,7 @@ TEST(CodecPool, EveryTaskRunsOnceUnderLoad) {
   Result<codec::Layout> layout = codec::Layout::make(cfg, codec::DType::kF32, codec::Scheme::kSign, msg.size());
   ASSERT_TRUE(layout.is_ok());
   const uint64_t run0 = pool->tasks_run() + pool->tasks_inline();
+  const uint64_t inline0 = pool->tasks_inline();
   auto in_flight = std::make_shared<InFlight>(0);
   constexpr int kWorks = 1500;  // 4 tasks each: 6000 > the queue's 4096 cells
   std::vector<std::shared_ptr<CodecWork>> works(kWorks);
@@ -189,13 +194,17 @@ TEST(CodecPool, EveryTaskRunsOnceUnderLoad) {
     w->in_flight = in_flight;
   }
   auto produce = [&](int from, int to) {
+    trim::testing::StalledWorkers::exempt_this_thread();  // its inline runs must not stall
     for (int i = from; i < to; ++i) {
       for (uint32_t t = 0; t < works[i]->tasks; ++t) pool->submit(works[i], t);
     }
   };
-  std::thread a(produce, 0, kWorks / 2), b(produce, kWorks / 2, kWorks);
-  a.join();
-  b.join();
+  {
+    trim::testing::StalledWorkers stalled;
+    std::thread a(produce, 0, kWorks / 2), b(produce, kWorks / 2, kWorks);
+    a.join();
+    b.join();
+  }
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (in_flight->load() != 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(in_flight->load(), 0u);
@@ -204,18 +213,37 @@ TEST(CodecPool, EveryTaskRunsOnceUnderLoad) {
     EXPECT_EQ(w->first_error(), "");
     EXPECT_EQ(0, std::memcmp(w->packets.data(), works[0]->packets.data(), w->packets.size()));
   }
-  EXPECT_EQ(pool->tasks_run() + pool->tasks_inline() - run0, static_cast<uint64_t>(kWorks) * layout->rows());
+  const uint64_t total = static_cast<uint64_t>(kWorks) * layout->rows();
+  EXPECT_EQ(pool->tasks_run() + pool->tasks_inline() - run0, total);
+  constexpr uint64_t kCells = 4096;
+  EXPECT_GE(pool->tasks_inline() - inline0, total - kCells - static_cast<uint64_t>(pool->threads()))
+      << "a full queue must run the task on its producer";
 }
 
-TEST(CodecPool, AutoThreadsFollowTheCpus) {
-  const int n = CodecPool::auto_threads();
-  EXPECT_GE(n, 0);
-  EXPECT_LE(n, 8);
-  const unsigned cpus = std::thread::hardware_concurrency();
-  if (cpus >= 4 && cpus <= 32) {
-
-    EXPECT_EQ(n, static_cast<int>(cpus / 4));
+// auto follows the CPUs this process may run on (its affinity mask, as under taskset or a
+// container's cpuset), not the machine's: a quarter of them, at most 8. The mask is narrowed
+// here (on this thread, which is what sched_getaffinity(0) reads) and restored after.
+TEST(CodecPool, AutoThreadsFollowTheAffinityMask) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  const int cpus = CPU_COUNT(&mask);
+  ASSERT_GT(cpus, 0);
+  EXPECT_EQ(CodecPool::auto_threads(), std::min(cpus / 4, 8));
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE && static_cast<int>(allowed.size()) < cpus; ++c) {
+    if (CPU_ISSET(c, &mask)) allowed.push_back(c);
   }
+  // Narrower masks: one CPU (no workers), and where there are enough, 4 and 9 CPUs.
+  for (int n : {1, 4, 9}) {
+    if (n > cpus) continue;
+    cpu_set_t narrow;
+    CPU_ZERO(&narrow);
+    for (int i = 0; i < n; ++i) CPU_SET(allowed[i], &narrow);
+    ASSERT_EQ(sched_setaffinity(0, sizeof narrow, &narrow), 0);
+    EXPECT_EQ(CodecPool::auto_threads(), n / 4) << n << " CPUs in the mask";
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof mask, &mask), 0);
+  EXPECT_EQ(CodecPool::auto_threads(), std::min(cpus / 4, 8));
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // How the transport recognises the nccl_trim comm hook's communicator: NCCL's per-communicator
 // traffic class (v11 init; v10 passes it to connect) equal to NCCL_TRIM_HOOK_TRAFFIC_CLASS makes
 // a send connection offer scheme `rotated` where its context would rotate per hop (rht). The
-// receiver takes it when it would take rht, and refuses it otherwise, saying why.
+// receiver takes it when it would take rht (and decodes the data), and refuses it otherwise,
+// saying why.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "common/param_enums.h"
+#include "tests/close_util.h"
 #include "tests/env_guard.h"
 #include "tests/net_pair.h"
 #include "transport/net_api.h"
@@ -21,6 +24,8 @@ class HookTag : public ::testing::Test {
     Params p = default_params();
     p.ifname = "lo";
     p.scheme = static_cast<int>(scheme);
+    p.dtype = static_cast<int>(param::Dtype::kFp32);  // no profiler here: sends are trimmable by
+    p.phase = static_cast<int>(param::Phase::kAll);   // the declared dtype, whatever the phase
     InitOptions opt;
     opt.params = &p;  // copied by init
     opt.traffic_class = traffic_class;
@@ -28,6 +33,22 @@ class HookTag : public ::testing::Test {
     EXPECT_TRUE(c.is_ok()) << c.status().to_string();
     contexts_.push_back(c.is_ok() ? c.value() : nullptr);
     return contexts_.back();
+  }
+  // One trimmable fp32 message (1 MiB) from send_ to recv_: "" when it arrives bit exact
+  // (untrimmed, every scheme decodes to the original bits), else what went wrong.
+  std::string send_checked(Context* sender, uint32_t seed) {
+    using namespace close_test;
+    const std::vector<uint8_t> in = gaussian_floats(262144, seed);
+    std::vector<uint8_t> out(in.size(), 0xEE);
+    if (!set_trimmable(sender, true).is_ok()) return "set_op_attr failed";
+    Result<Request*> r = post_recv(recv_, out.data(), out.size());
+    Result<Request*> s = post_send(send_, in.data(), in.size());
+    if (!r.is_ok() || r.value() == nullptr || !s.is_ok() || s.value() == nullptr) return "could not post";
+    const Outcome so = await(s.value(), milliseconds(10000));
+    const Outcome ro = await(r.value(), milliseconds(10000));
+    if (so.end != End::kDone) return "send did not complete: " + so.error;
+    if (ro.end != End::kDone || ro.bytes != in.size()) return "receive did not complete: " + ro.error;
+    return out == in ? "" : "bytes differ";
   }
   void TearDown() override {
     testing::close_pair(&send_, &recv_, &listen_);
@@ -51,10 +72,15 @@ TEST_F(HookTag, TaggedContextSendsRotatedToAnUntaggedReceiver) {
   EXPECT_EQ(hook_counters().comms, before.comms + 1);
   testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
   EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+  // Data through the pair: sent rotated (counted), decoded by the untagged receiver exactly.
+  EXPECT_EQ(send_checked(hook, 11), "");
+  EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages + 1);
   testing::close_pair(&send_, &recv_, &listen_);
   // The other direction: an ordinary sender into the hook's context stays rht.
   testing::connect_pair(plain, hook, &send_, &recv_, &listen_);
   EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+  EXPECT_EQ(send_checked(plain, 12), "");
+  EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages + 1);
 }
 
 // Net v10 has no per-communicator init; its connect carries the class.

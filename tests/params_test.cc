@@ -64,7 +64,6 @@ TEST(ParamsTest, EveryDefaultParses) {
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->mtu, trim::kAuto);  // resolved per interface and connection by the transport
   EXPECT_EQ(p->codec_threads, trim::kAuto);
-  EXPECT_EQ(p->gpu, 0);  // off
   EXPECT_EQ(p->log_level, static_cast<int>(trim::log::Level::kInfo));
 }
 
@@ -226,19 +225,30 @@ TEST(ParamsTest, LogLevelChoicesFollowLevelOrder) {
   }
 }
 
+// A typo is warned about; a knob is not, nor NCCL_TRIM_LIB_DIR, which the Python package reads
+// in the processes that load the plugin. NCCL_TRIM_GPU is no knob any more (host buffers only).
 TEST(ParamsTest, UnknownTrimVariableInEnvironmentIsWarned) {
   EnvGuard typo("NCCL_TRIM_FOO", "1");
   EnvGuard known("NCCL_TRIM_MTU", "1500");
+  EnvGuard lib_dir("NCCL_TRIM_LIB_DIR", "/tmp/lib");
+  EnvGuard gpu("NCCL_TRIM_GPU", "on");
   std::vector<std::string> warnings;
   trim::Result<Params> p = trim::load_params_from_env(&warnings);
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->mtu, 1500);
-  int foo = 0;
+  int foo = 0, gpu_warned = 0;
   for (const std::string& w : warnings) {
     if (w.find("NCCL_TRIM_FOO") != std::string::npos) ++foo;
+    if (w.find("NCCL_TRIM_GPU") != std::string::npos) ++gpu_warned;
     EXPECT_EQ(w.find("NCCL_TRIM_MTU"), std::string::npos) << "known variable warned about: " << w;
+    EXPECT_EQ(w.find("NCCL_TRIM_LIB_DIR"), std::string::npos) << "the Python package's variable warned about: " << w;
   }
   EXPECT_EQ(foo, 1);
+  EXPECT_EQ(gpu_warned, 1);
+  for (const ParamInfo& info : trim::param_infos()) {
+    EXPECT_STRNE(info.env, "NCCL_TRIM_LIB_DIR") << "not a plugin knob";
+    EXPECT_STRNE(info.env, "NCCL_TRIM_GPU") << "removed with the GPU-buffer path";
+  }
 }
 
 // A file generated from the params list (`make docs`) must equal what the list generates now.

@@ -279,31 +279,6 @@ TEST_F(PluginTest, BadEnvValueFailsInitNamingVariable) {
   }
 }
 
-// NCCL_TRIM_GPU=on is refused with the reason and what to do instead; the old value auto is
-// no longer a choice and is named as such.
-TEST_F(PluginTest, GpuOnIsAClearInitError) {
-  {
-    EnvGuard gpu("NCCL_TRIM_GPU", "on");
-    void* ctx = nullptr;
-    EXPECT_EQ(v11_->init(&ctx, 4, nullptr, capture_logger, nullptr), ncclInvalidUsage);
-    EXPECT_EQ(ctx, nullptr);
-    std::vector<LogLine> lines = take_lines();
-    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_GPU=on", "deadlock", "host", "comm hook"})) << dump(lines);
-  }
-  {
-    EnvGuard gpu("NCCL_TRIM_GPU", "auto");
-    void* ctx = nullptr;
-    EXPECT_EQ(v11_->init(&ctx, 5, nullptr, capture_logger, nullptr), ncclInvalidUsage);
-    std::vector<LogLine> lines = take_lines();
-    EXPECT_TRUE(find_warn(lines, {"NCCL_TRIM_GPU", "'auto'", "off|on"})) << dump(lines);
-  }
-  EnvGuard gpu("NCCL_TRIM_GPU", "off");
-  void* ctx = nullptr;
-  EXPECT_EQ(v11_->init(&ctx, 6, nullptr, capture_logger, nullptr), ncclSuccess);
-  take_lines();
-  EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
-}
-
 // What the nccl_trim comm hook reads from the copy of the plugin NCCL loaded (ctypes): the
 // traffic class that marks its communicator, and counters that grow only when NCCL initialised
 // a communicator with that class through this library.

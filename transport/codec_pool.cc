@@ -38,6 +38,7 @@ void CodecWork::reset_tasks(uint32_t rows_per_task_, uint32_t n_tasks) {
   tasks = n_tasks;
   for (uint32_t t = 0; t < tasks; ++t) state[t].store(kPending, std::memory_order_relaxed);
   errors.assign(tasks, std::string());
+  cancelled.store(false, std::memory_order_relaxed);  // no task of the old message holds it (SpareWork)
   tasks_left.store(tasks, std::memory_order_release);
 }
 
@@ -86,9 +87,19 @@ codec::Decoder& thread_decoder(const codec::CodecConfig& cfg) {
   return dec;
 }
 
+constexpr const char* kCancelled = "cancelled (the message was abandoned)";
+
+std::atomic<testing::TaskHook> task_hook{nullptr};
+// Tasks that found their work cancelled (counted before they let close go: see tasks_cancelled).
+std::atomic<uint64_t> cancelled_tasks{0};
+
+// Encode reads NCCL's buffer (src) and decode writes it (dst): both look at `cancelled` before
+// each row or packet, so an abandoned message's buffer is soon left alone. Close and deregMr
+// still wait for the task to end (a check can race with the cancel).
 std::string encode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   codec::Encoder& enc = thread_encoder(w->cfg);
   for (uint32_t r = first; r < end; ++r) {
+    if (w->is_cancelled()) return kCancelled;
     const size_t slot = w->row_first[r];
     Result<uint32_t> n = enc.encode_row(w->layout, w->id, w->src, r, w->packets.data() + slot * w->stride, w->stride,
                                         w->sizes.data() + slot);
@@ -104,30 +115,49 @@ std::string decode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   for (uint32_t s = w->row_first[first]; s < w->row_first[end]; ++s) {
     const codec::ParsedPacket& p = w->parsed[s];
     if (p.payload == nullptr) continue;  // never arrived: finish_row estimates it
+    if (w->is_cancelled()) return kCancelled;
     const codec::PacketError e = dec.add(p);
     // Every packet here was admitted by the engine's decoder with the same checks.
     if (e != codec::PacketError::kOk) return fmt::format("slot {}: {}", s, codec::packet_error_name(e));
   }
-  for (uint32_t r = first; r < end; ++r) dec.finish_row(r);
+  for (uint32_t r = first; r < end; ++r) {
+    if (w->is_cancelled()) return kCancelled;
+    dec.finish_row(r);
+  }
   return "";
 }
 
 }  // namespace
 
 void run_codec_task(CodecWork* w, uint32_t t) {
+  if (testing::TaskHook hook = task_hook.load(std::memory_order_acquire)) hook(*w, t);
   const uint32_t first = w->first_row(t), end = w->end_row(t);
-  std::string err = w->kind == CodecWork::Kind::kEncode ? encode_rows(w, first, end) : decode_rows(w, first, end);
+  std::string err;
+  if (w->is_cancelled()) {
+    err = kCancelled;
+  } else {
+    err = w->kind == CodecWork::Kind::kEncode ? encode_rows(w, first, end) : decode_rows(w, first, end);
+  }
+  if (!err.empty() && err == kCancelled) cancelled_tasks.fetch_add(1, std::memory_order_relaxed);
+  // Read now what is needed after publishing: once the engine has seen this task done (the
+  // release below), it may reuse *w for its next message (SpareWork) as soon as the caller
+  // drops its reference, so later reads of w's plain fields would race with its writes.
+  Waker* const waker = w->waker;
+  const bool wake = waker != nullptr && w->kind == CodecWork::Kind::kEncode;
+  InFlight* const in_flight = w->in_flight.get();  // the connection's: outlives the task (close waits)
   const bool failed = !err.empty();
   if (failed) w->errors[t] = std::move(err);
   w->state[t].store(failed ? CodecWork::kFailed : CodecWork::kDone, std::memory_order_release);
   const uint32_t left = w->tasks_left.fetch_sub(1, std::memory_order_acq_rel) - 1;
   // The engine sends an encoded packet as soon as its rows' task is done, so every encode task
   // wakes it; a receive completes only with its last task.
-  if (w->waker != nullptr && (w->kind == CodecWork::Kind::kEncode || left == 0)) w->waker->wake();
+  if (wake || (waker != nullptr && left == 0)) waker->wake();
   // Last: once the connection's count is zero, close may free what the waker and the message
-  // buffers belong to (w itself stays alive through the caller's reference).
-  if (w->in_flight) w->in_flight->fetch_sub(1, std::memory_order_acq_rel);
+  // buffers belong to.
+  if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
 }
+
+void testing::set_task_hook(testing::TaskHook hook) { task_hook.store(hook, std::memory_order_release); }
 
 // ---- The pool ----
 
@@ -161,7 +191,13 @@ struct CodecPool::Impl {
       const uint64_t seq = c.seq.load(std::memory_order_acquire);
       const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
       if (diff == 0) {
-        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        // seq_cst, not relaxed: with submit()'s seq_cst read of `sleepers` and the worker's
+        // seq_cst increment of it then read of `tail` (maybe_nonempty), all four are in one total
+        // order, so either the submitter sees the sleeper or the sleeper sees this push. A
+        // relaxed CAS may be reordered after the `sleepers` read (aarch64, POWER): a lost
+        // wake-up. (Free on x86, where a locked CAS is a full barrier anyway.) Fences would do
+        // too, but ThreadSanitizer does not model them.
+        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
           c.work = w;
           c.task = t;
           c.seq.store(pos + 1, std::memory_order_release);
@@ -219,6 +255,9 @@ struct CodecPool::Impl {
         w.reset();
         continue;
       }
+      // Register as a sleeper, then re-check the queue (seq_cst both: see push); a submitter
+      // that pushed before the re-check is seen by it, one that pushes after it sees the
+      // sleeper and notifies under `mu`, which this thread holds until it waits.
       std::unique_lock<std::mutex> lock(mu);
       sleepers.fetch_add(1, std::memory_order_seq_cst);
       cv.wait(lock, [this] { return maybe_nonempty(); });
@@ -265,6 +304,7 @@ bool CodecPool::submit(const std::shared_ptr<CodecWork>& w, uint32_t t) {
     run_codec_task(w.get(), t);
     return false;
   }
+  // seq_cst, after push's seq_cst CAS: see push.
   if (impl_->sleepers.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->cv.notify_one();
@@ -275,5 +315,6 @@ bool CodecPool::submit(const std::shared_ptr<CodecWork>& w, uint32_t t) {
 int CodecPool::threads() const { return impl_->workers.load(); }
 uint64_t CodecPool::tasks_run() const { return impl_->run.load(); }
 uint64_t CodecPool::tasks_inline() const { return impl_->inline_run.load(); }
+uint64_t CodecPool::tasks_cancelled() const { return cancelled_tasks.load(); }
 
 }  // namespace trim::transport

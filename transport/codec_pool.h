@@ -8,8 +8,10 @@
 // Lifetimes: a CodecWork is shared (shared_ptr) by its message and its queued tasks, so a
 // message that fails or is abandoned while tasks run leaves them valid memory to finish in.
 // The message's own buffers (NCCL's) are another matter: every task also counts itself in
-// its connection's `in_flight` counter, and close and deregMr wait (bounded) for it to reach
-// zero before NCCL may free them.
+// its connection's `in_flight` counter, and close and deregMr wait for it to reach zero before
+// NCCL may free them, however long that takes (NCCL frees them as soon as we return). A work
+// whose message is abandoned (failed, closed) is cancelled first, so that its tasks stop at the
+// next row and queued ones never touch NCCL's buffers: the wait is then short.
 #pragma once
 
 #include <atomic>
@@ -59,6 +61,9 @@ struct CodecWork {
   std::unique_ptr<std::atomic<uint8_t>[]> state;  // per task
   std::vector<std::string> errors;                // per task, written before state = kFailed
   std::atomic<uint32_t> tasks_left{0};
+  // Set when the message is abandoned: tasks not started skip their rows, running ones stop at
+  // the next row or packet (and fail). Never cleared while a task of this work may run.
+  std::atomic<bool> cancelled{false};
   Waker* waker = nullptr;
   std::shared_ptr<InFlight> in_flight;
 
@@ -73,6 +78,9 @@ struct CodecWork {
   uint32_t end_row(uint32_t t) const;
   uint8_t task_state(uint32_t t) const { return state[t].load(std::memory_order_acquire); }
   bool all_done() const { return tasks_left.load(std::memory_order_acquire) == 0; }
+  // Abandons the work's unfinished tasks (see `cancelled`); harmless once every task is done.
+  void cancel() { cancelled.store(true, std::memory_order_relaxed); }
+  bool is_cancelled() const { return cancelled.load(std::memory_order_relaxed); }
   // The first failure among finished tasks ("" when none).
   std::string first_error() const;
 };
@@ -112,9 +120,12 @@ class CodecPool {
   bool submit(const std::shared_ptr<CodecWork>& w, uint32_t t);
   int threads() const;
 
-  // Tasks run by workers / on the submitting thread since the process started.
+  // Tasks run by workers / on the submitting thread since the process started, and of those
+  // the ones that found their work cancelled (they stopped early or never started; counted
+  // before the task leaves its connection's in_flight, so a close that returned sees them).
   uint64_t tasks_run() const;
   uint64_t tasks_inline() const;
+  uint64_t tasks_cancelled() const;
 
   struct Impl;
 
@@ -122,5 +133,12 @@ class CodecPool {
   CodecPool();
   Impl* impl_;
 };
+
+namespace testing {
+// Test only (tests/stalled_workers.h): called at the start of every codec task, before it
+// looks at `cancelled`, so a test can stall a worker; null (the default) calls nothing.
+using TaskHook = void (*)(const CodecWork& w, uint32_t t);
+void set_task_hook(TaskHook hook);
+}  // namespace testing
 
 }  // namespace trim::transport

@@ -241,17 +241,6 @@ Result<Context*> init(const InitOptions& options) {
   Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
   if (!p) return p.status();
   for (const std::string& w : warnings) TRIM_WARN("NET/Trim: {}", w);
-  if (param::gpu(p.value()) == param::Gpu::kOn) {
-    // A CUDA call from NCCL's proxy thread can wait behind an application thread's CUDA call
-    // (cudaMalloc/cudaFree hold the driver's lock while the device is busy) while NCCL's kernel
-    // waits for the proxy: a deadlock no plugin can rule out. NCCL's Socket transport makes no
-    // CUDA call either.
-    return Status(Code::kBadConfig,
-                  "NCCL_TRIM_GPU=on is not supported: a CUDA call from NCCL's proxy thread can deadlock behind the "
-                  "application's own CUDA calls, so the plugin takes host buffers only (NCCL stages GPU data through "
-                  "pinned host memory). Unset NCCL_TRIM_GPU (or set it to off); to rotate gradients on the GPU, "
-                  "use the nccl_trim PyTorch comm hook.");
-  }
   // The MTU is per device and connection; the smallest one a connection may agree on checks
   // that every codec knob works with any of them.
   Result<codec::CodecConfig> cfg = codec::CodecConfig::from_params(p.value(), transport::kMinMtuBytes);
@@ -389,8 +378,17 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   }
   std::unique_ptr<ConnectStage> owned(st);  // released back below while still in progress
   const std::string peer = transport::addr_string(st->target.ip4_be, st->target.tcp_port);
+  // A listener of another handshake version (its handle says so) still gets our Hello, which
+  // names our version, so that its accept fails naming both as well; then we fail, naming both.
+  const bool other_version = st->target.version != transport::kFrameVersion;
   auto fail = [&](Status s) {
     set_stage(handle, nullptr);
+    if (other_version) {
+      return Status(Code::kBadConfig,
+                    fmt::format("connect to {}: the listener speaks nccl-trim handshake version {} (its listen handle "
+                                "says so), we speak version {}: every rank must run the same nccl-trim build ({})",
+                                peer, st->target.version, transport::kFrameVersion, s.message()));
+    }
     return Status(s.code(), fmt::format("connect to {}: {}", peer, s.message()));
   };
   if (!st->hello_sent) {
@@ -406,6 +404,8 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     Status ws = transport::write_all(st->fd.get(), hello, sizeof hello, 1000);
     if (!ws.is_ok()) return fail(ws);
     st->hello_sent = true;
+    // Its answer would tell nothing more, and another build's may never come.
+    if (other_version) return fail(Status(Code::kBadConfig, "our Hello told it our version"));
   }
   Result<bool> got = transport::read_some(st->fd.get(), st->buf, transport::kFrameBytes, &st->have);
   if (!got) return fail(got.status());
@@ -418,6 +418,16 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   if (!ps.is_ok()) return fail(ps);
   if (ack.status == transport::kHelloCodecMismatch) {
     return fail(Status(Code::kBadConfig, "the peer uses different NCCL_TRIM_* codec settings (see its log)"));
+  }
+  if (ack.status == transport::kHelloVersion && ack.version != transport::kFrameVersion) {
+    return fail(Status(Code::kBadConfig,
+                       ack.version == 0
+                           ? fmt::format("the listener refused our handshake version {}: it is an older nccl-trim "
+                                         "build (handshake version 1); every rank must run the same build",
+                                         transport::kFrameVersion)
+                           : fmt::format("the listener speaks nccl-trim handshake version {}, we speak version {}: "
+                                         "every rank must run the same nccl-trim build",
+                                         ack.version, transport::kFrameVersion)));
   }
   if (ack.status == transport::kHelloBadMtu) {
     return fail(Status(Code::kBadConfig, fmt::format("the peer refused our MTU {} (see its log)", st->mtu_bytes)));

@@ -35,11 +35,10 @@ inline constexpr int kMaxRecvs = 8;
 // Value of InitOptions/ConnectOptions::traffic_class when the user set none.
 inline constexpr int kTrafficClassUnset = -1;
 
-// Which memory kinds a device can move (DeviceProps::ptr_support bits).
+// Which memory kinds a device can move (DeviceProps::ptr_support bits): host memory only
+// (NCCL stages GPU data through its pinned host buffers; the plugin makes no CUDA call).
 enum PtrSupport : int {
   kPtrHost = 1 << 0,
-  kPtrCuda = 1 << 1,
-  kPtrDmaBuf = 1 << 2,
 };
 
 enum class MemType { kHost, kCuda };
@@ -58,7 +57,6 @@ struct DeviceProps {
   size_t max_coll_bytes = 0;
   int max_multi_request_size = 1;
   bool reg_is_global = false;  // a registration is usable on every comm, not only its own
-  bool force_flush = false;    // ask NCCL to call iflush after every receive
 };
 
 // Profiler hook NCCL may provide (v10+). The transport calls it with the op handle it was given
@@ -187,7 +185,8 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
 // marked the receive as one whose completion it can detect itself (LL/LL128 flags), so the
 // transport may finish it lazily; such data must never be altered.
 Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool completion_optional);
-// Makes received device memory visible to the GPU; ok(nullptr) when no flush is needed.
+// NCCL's flush after a receive: receives land in host memory, which needs none, so this only
+// checks its arguments and returns ok(nullptr) (no request).
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers);
 // Polls a request. Once it reports done the request is freed and must not be used again.
 Status test(Request* request, Completion* out);

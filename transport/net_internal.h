@@ -5,11 +5,9 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "codec/layout.h"
 #include "common/params.h"
@@ -99,17 +97,10 @@ inline Status null_argument(const char* call, const char* what) {
 CommCore* core_of(Comm* comm);
 
 // Close's and deregMr's wait for the connection's codec tasks, which may still read or write
-// NCCL's buffers: CPU work that always ends, so this is short, but bounded all the same by
-// NCCL_TRIM_TIMEOUT_MS. False on timeout.
-inline bool wait_for_codec(const Context& ctx, const transport::Conn& c) {
-  const auto in_flight = [&c] { return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight(); };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctx.params.timeout_ms);
-  while (in_flight() != 0) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  return true;
-}
+// NCCL's buffers. NCCL frees them as soon as we return, so this waits as long as it takes:
+// the caller cancels the tasks of abandoned messages first, and those end within a row. Past
+// NCCL_TRIM_TIMEOUT_MS (a stalled worker) it warns, naming `what`, and keeps waiting.
+void wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what);
 
 }  // namespace detail
 }  // namespace trim::net

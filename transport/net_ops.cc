@@ -2,8 +2,11 @@
 // spinning on the GPU until the data has moved, so nothing here may wait) and teardown (close).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "transport/net_internal.h"
@@ -135,14 +138,10 @@ Status close_comm(CommT* comm) {
   Conn* c = comm->core.conn.get();
   comm->core.engine->remove(c);  // from here on only this thread (and its codec tasks) touch it
   // Codec tasks of its operations may still read or write NCCL's buffers, which NCCL frees
-  // after close: let them finish (CPU work: short, but bounded).
-  Status status;
-  if (!detail::wait_for_codec(*comm->ctx(), *c)) {
-    status = Status(Code::kInternal, fmt::format("close: codec tasks of connection {:#018x} still running after {} ms "
-                                                 "(NCCL_TRIM_TIMEOUT_MS)",
-                                                 c->cookie, comm->ctx()->params.timeout_ms));
-    TRIM_WARN("NET/Trim: {}", status.message());
-  }
+  // after close: stop them, and let those that run end.
+  if (c->send) c->send->cancel_codec();
+  if (c->recv) c->recv->cancel_codec();
+  detail::wait_for_codec(*comm->ctx(), *c, "close");
   if (c->tcp_open) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
     // still completes those sends instead of failing them.
@@ -155,10 +154,28 @@ Status close_comm(CommT* comm) {
   transport::global_stats().add(k);
   TRIM_INFO("NET/Trim: closed {} connection {:#018x} with {}: {}", c->send ? "send" : "recv", c->cookie,
             c->peer_name, k.to_string());
-  return status;
+  return Status::ok();
 }
 
 }  // namespace
+
+void detail::wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what) {
+  const auto in_flight = [&c] { return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight(); };
+  const auto start = std::chrono::steady_clock::now();
+  auto next_warn = start + std::chrono::milliseconds(ctx.params.timeout_ms);
+  auto nap = std::chrono::microseconds(20);
+  for (uint32_t n; (n = in_flight()) != 0;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_warn) {
+      TRIM_WARN("NET/Trim: {} of connection {:#018x} still waits for {} codec task(s) after {} ms (a codec worker is "
+                "stalled?): NCCL frees the buffers they use once it returns, so it keeps waiting",
+                what, c.cookie, n, std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count());
+      next_warn = now + std::chrono::milliseconds(ctx.params.timeout_ms);
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
+  }
+}
 
 Status close_send(SendComm* comm) {
   if (comm == nullptr) return null_argument("close_send", "comm");

@@ -220,9 +220,16 @@ bool RecvProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
 
 void RecvProto::fail_all(const Status& error) {
   decoding_ = 0;  // tasks still running keep their work alive; close waits for them
+  cancel_codec();  // the failed ops' buffers go back to NCCL: their tasks must not write them
   for (Msg& m : msgs_) {
     if (m.op != nullptr) m.op->result.fail(error);
     m = Msg{};
+  }
+}
+
+void RecvProto::cancel_codec() {
+  for (Msg& m : msgs_) {
+    if (m.work) m.work->cancel();
   }
 }
 

@@ -38,7 +38,10 @@ class RecvProto {
   // Sends one ACK if anything arrived since the last one (called after each receive batch),
   // or unconditionally when `force` (a duplicate asks for a fresh ACK too).
   void flush_ack(TxSink* sink);
+  // Fails every pending receive (cancelling its codec tasks).
   void fail_all(const Status& error);
+  // Cancels the codec tasks of every pending receive (close: NCCL frees the buffers next).
+  void cancel_codec();
   // Completes pooled receives whose decode tasks have all finished.
   void poll_codec();
   // Codec tasks of this connection queued or running on the pool (close waits for none).

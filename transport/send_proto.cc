@@ -420,6 +420,7 @@ void SendProto::complete_finished() {
 }
 
 void SendProto::fail_all(const Status& error) {
+  cancel_codec();  // the failed ops' buffers go back to NCCL: their tasks must leave them alone
   for (auto& m : msgs_) m->op->result.fail(error);
   msgs_.clear();
   for (Slot& s : ring_) s = Slot{};
@@ -427,6 +428,12 @@ void SendProto::fail_all(const Status& error) {
   outstanding_ = 0;
   snd_una_ = snd_nxt_;
   rec_.disarm();
+}
+
+void SendProto::cancel_codec() {
+  for (auto& m : msgs_) {
+    if (m->work) m->work->cancel();
+  }
 }
 
 bool SendProto::uses_memory(uintptr_t lo, uintptr_t hi) const {
@@ -441,6 +448,7 @@ void SendProto::on_peer_fin(uint64_t completed) {
   // finished operation (whose slot NCCL may already reuse) is never touched again.
   for (auto it = msgs_.begin(); it != msgs_.end();) {
     if ((*it)->op->seq < completed) {
+      if ((*it)->work) (*it)->work->cancel();  // delivered, so encoded: only a confused peer leaves work
       (*it)->op->result.finish((*it)->op->bytes);
       it = msgs_.erase(it);
     } else {

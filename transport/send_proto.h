@@ -44,8 +44,10 @@ class SendProto {
   void on_timer(uint64_t now_ns);
   // The earliest time poll_tx/on_timer has something to do (UINT64_MAX: nothing pending).
   uint64_t next_deadline_ns(uint64_t now_ns) const;
-  // Fails every pending operation.
+  // Fails every pending operation (cancelling its codec tasks).
   void fail_all(const Status& error);
+  // Cancels the codec tasks of every pending operation (close: NCCL frees the buffers next).
+  void cancel_codec();
   // The receiver closed after completing `completed` receives: those sends are delivered.
   void on_peer_fin(uint64_t completed);
 

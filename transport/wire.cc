@@ -103,8 +103,10 @@ void write_hello(const Hello& h, uint8_t out[kHelloBytes]) {
 Status parse_hello(const uint8_t in[kHelloBytes], Hello* out) {
   if (get32(in) != kFrameMagic) return Status(Code::kBadPacket, "handshake: not an nccl-trim peer (bad magic)");
   if (get16(in + 4) != kFrameVersion) {
-    return Status(Code::kBadPacket, fmt::format("handshake: peer speaks protocol version {}, we speak {}",
-                                                get16(in + 4), kFrameVersion));
+    return Status(Code::kBadConfig,
+                  fmt::format("handshake: the peer speaks nccl-trim handshake version {}, we speak version {} "
+                              "(every rank must run the same nccl-trim build)",
+                              get16(in + 4), kFrameVersion));
   }
   if (get32(in + kHelloBytes - 4) != codec::crc32c(in, kHelloBytes - 4)) {
     return Status(Code::kBadPacket, "handshake: checksum mismatch");
@@ -132,6 +134,7 @@ void write_hello_ack(const HelloAck& h, uint8_t out[kFrameBytes]) {
   put32(out + 12, h.udp_ip4_be);
   put16(out + 16, h.udp_port);
   put16(out + 18, h.mtu);
+  put16(out + 20, h.version);
   put32(out + kFrameBytes - 4, codec::crc32c(out, kFrameBytes - 4));
 }
 
@@ -144,6 +147,7 @@ Status parse_hello_ack(const uint8_t in[kFrameBytes], HelloAck* out) {
   out->udp_ip4_be = get32(in + 12);
   out->udp_port = get16(in + 16);
   out->mtu = get16(in + 18);
+  out->version = get16(in + 20);
   return Status::ok();
 }
 
@@ -175,7 +179,7 @@ Status parse_frame(const uint8_t in[kFrameBytes], Frame* out) {
 void write_handle(const ListenHandle& h, uint8_t out[kHandleBytes]) {
   std::memset(out, 0, kHandleBytes);
   put32(out + 0, kHandleMagic);
-  put16(out + 4, kFrameVersion);
+  put16(out + 4, h.version);
   put16(out + 6, h.tcp_port);
   put32(out + 8, h.ip4_be);
   put64(out + 16, h.nonce);
@@ -186,10 +190,7 @@ Status parse_handle(const uint8_t in[kHandleBytes], ListenHandle* out) {
   if (get32(in) != kHandleMagic || get32(in + 24) != codec::crc32c(in, 24)) {
     return Status(Code::kInvalidArgument, "connect: the handle is not an nccl-trim listen handle");
   }
-  if (get16(in + 4) != kFrameVersion) {
-    return Status(Code::kInvalidArgument, fmt::format("connect: handle of protocol version {}, we speak {}",
-                                                      get16(in + 4), kFrameVersion));
-  }
+  out->version = get16(in + 4);
   out->tcp_port = get16(in + 6);
   out->ip4_be = get32(in + 8);
   out->nonce = get64(in + 16);

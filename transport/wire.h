@@ -54,7 +54,12 @@ inline bool is_ctrl(const uint8_t* data, size_t len) { return codec::is_ctrl_dat
 // ---- TCP control frames ----
 
 constexpr uint32_t kFrameMagic = 0x434d5254;  // "TRMC"
-constexpr uint16_t kFrameVersion = 1;
+// The handshake version: in the listen handle and the Hello, and the listener's in every
+// HelloAck. 2: the connection's MTU is agreed (the smaller of both ends' offers), where 1 required
+// equal MTUs (a mix would send packets the other end cannot decode). Every version keeps the
+// handle's bytes [0, 28), the Hello's first 6 bytes and its size, and the HelloAck's layout, so
+// that builds of different versions tell each other so (docs/PROTOCOL.md).
+constexpr uint16_t kFrameVersion = 2;
 constexpr size_t kHelloBytes = 96;
 constexpr size_t kFrameBytes = 32;
 
@@ -76,6 +81,7 @@ struct HelloAck {
   uint32_t udp_ip4_be = 0;    // where data packets go (or, through a switch, their header dst)
   uint16_t udp_port = 0;
   uint16_t mtu = 0;           // the connection's MTU: min(the Hello's, the receiver's own)
+  uint16_t version = kFrameVersion;  // the listener's handshake version (0 from version 1, which sent none)
 };
 enum HelloReject : uint32_t {
   kHelloOk = 0,
@@ -116,8 +122,11 @@ struct ListenHandle {
   uint32_t ip4_be = 0;
   uint16_t tcp_port = 0;  // host order
   uint64_t nonce = 0;
+  uint16_t version = kFrameVersion;  // the listener's handshake version
 };
 void write_handle(const ListenHandle& h, uint8_t out[kHandleBytes]);
+// Accepts a handle of any handshake version (the fields above keep their place in every
+// version) and reports it in out->version: connect reports a mismatch to both ends.
 Status parse_handle(const uint8_t in[kHandleBytes], ListenHandle* out);
 
 // psn arithmetic modulo 2^32.
