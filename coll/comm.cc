@@ -515,7 +515,6 @@ Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t 
                               int64_t deadline_ns, const RingExtras& extras) {
   const size_t eb = dtype_bytes(dtype);
   const size_t n = static_cast<size_t>(cfg_.nranks);
-  if (op == RedOp::kAvg) scale_for_avg(data, count, dtype, cfg_.nranks);
   Outcome o = Outcome::good();
   if (cfg_.nranks > 1 && is_float(dtype) && op != RedOp::kSum && op != RedOp::kAvg) {
     // NCCL gives a net plugin no reduction op, so the plugin would take a float MAX, MIN or PROD
@@ -536,6 +535,8 @@ Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t 
     }
   } else if (cfg_.nranks > 1) {
     o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                 // Here, not before run_op: a refused collective leaves the caller's data alone.
+                 if (op == RedOp::kAvg) scale_for_avg(data, count, dtype, cfg_.nranks);
                  RingGeometry geo(RingKind::kAllReduce, count, eb, cfg_.nranks, kSliceBytes,
                                   std::strcmp(extras.proto, "LL") == 0 ? kLlSlicesPerStep : kSimpleSlicesPerStep,
                                   extras.tail_bytes);
@@ -543,7 +544,7 @@ Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t 
                                 deadline_ns, gate);
                }));
   }
-  if (o.ok() && op == RedOp::kAvg) finish_avg(data, count, dtype, cfg_.nranks);
+  if (o.ok() && op == RedOp::kAvg && cfg_.nranks > 1) finish_avg(data, count, dtype, cfg_.nranks);
   return o;
 }
 

@@ -5,8 +5,8 @@
                              [--backends gloo,trim,trim-raw]
 
 For each rank count, each round runs every backend in turn (alternated, so all see the same
-machine), each size: warm-up calls, then timed float32 SUM all_reduces of N(0,1) data, every call
-started together (a barrier on a separate gloo group first). `trim` is the plugin as configured
+machine), each size: warm-up calls, then about 1.5 s of timed float32 SUM all_reduces of N(0,1)
+data, every call started together (a barrier on a separate gloo group first). `trim` is the plugin as configured
 (default: rht encoding of the reduce-scatter half); `trim-raw` the same with NCCL_TRIM_SCHEME=none
 (the transport alone, nothing encoded). Prints one JSON line per (round, ranks, backend, size):
 median seconds per call, algbw and busbw (2(n-1)/n x bytes / time, NCCL's definition) in GB/s, rank
@@ -40,9 +40,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def iters_for(nbytes: int) -> int:
-    # About 0.5-2 s per point on 2 cores; at least 5 calls.
-    return max(5, min(200, (64 << 20) // max(nbytes, 1)))
+POINT_S = 1.5  # timed calls per point: about this long, at least 5 and at most 400
+
+
+def calls_for(probe_s: float) -> int:
+    return max(5, min(400, int(POINT_S / max(probe_s, 1e-6))))
 
 
 # What each --backends name runs: the torch backend and the plugin's environment.
@@ -65,11 +67,15 @@ def worker(rank: int, n: int, port: int, variant: str, sizes, q) -> None:
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(max(1, nbytes // 4), generator=g)
         t = x.clone()
+        t0 = time.perf_counter()
         for _ in range(3):
             dist.all_reduce(t)
+        # Every rank must make the same number of calls: the slowest rank's warm-up decides.
+        probe = torch.tensor([(time.perf_counter() - t0) / 3])
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=sync)
         times = []
         cpu_s = 0.0
-        for _ in range(iters_for(nbytes)):
+        for _ in range(calls_for(float(probe))):
             t.copy_(x)
             dist.barrier(group=sync)
             c0, t0 = time.process_time(), time.perf_counter()

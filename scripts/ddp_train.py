@@ -82,8 +82,8 @@ def parse_args(argv=None):
                    help="stop after this many optimizer steps in all (0: no limit); for smoke runs")
     p.add_argument("--json-out", default=None, help='JSON-lines log; "{rank}" is replaced by the rank')
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
-                   help="auto: nccl on CUDA, else gloo")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo", "trim"], default="auto",
+                   help="auto: nccl on CUDA, else gloo; trim: the nccl_trim package's CPU backend, through the plugin")
     p.add_argument("--timeout-s", type=float, default=300, help="collective timeout")
     p.add_argument("--seq-len", type=int, default=128, help="charlm context length")
     p.add_argument("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
@@ -335,6 +335,8 @@ def init_distributed(args, torch, dist):
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    if backend == "trim":
+        import nccl_trim  # noqa: F401 - registers the "trim" backend
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout_s))
     return rank, world, device, backend

@@ -321,11 +321,13 @@ TEST(Coll, DisagreeingSizesFailClearlyOnEveryRankInsteadOfHanging) {
   }
   EXPECT_GE(mismatches, 1) << errors[1] << "\n" << errors[2];
   for (int r = 0; r < n; ++r) EXPECT_NE(rcs[static_cast<size_t>(r)], TRIM_COLL_OK) << "rank " << r;
-  // The communicators are failed for good, with the first error.
+  // The communicators are failed for good, with the first error, and a refused call leaves the
+  // caller's data alone (AVG would premultiply it).
   ring.each([&](int, trim_coll_comm* c) {
     float x = 1;
-    EXPECT_EQ(trim_coll_all_reduce(c, &x, 1, TRIM_COLL_FLOAT32, TRIM_COLL_SUM, 1000), TRIM_COLL_EFAILED);
+    EXPECT_EQ(trim_coll_all_reduce(c, &x, 1, TRIM_COLL_FLOAT32, TRIM_COLL_AVG, 1000), TRIM_COLL_EFAILED);
     EXPECT_NE(std::string(trim_coll_last_error()).find("failed earlier"), std::string::npos) << trim_coll_last_error();
+    EXPECT_EQ(x, 1.0f);
   });
 }
 
