@@ -218,8 +218,13 @@ class TrimBackend(_C10dBackend):
             self._comm.close()
             raise
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._lock = threading.Lock()  # held while a collective runs: the queue's and inline calls'
-        self._pending = 0  # enqueued and not yet finished (under _lock)
+        # _run is held while a collective runs (the worker's or an inline one) and by close.
+        # Reentrant: a future's callback runs under it, on the thread that ran the collective, and
+        # may issue another collective or destroy the group. _state guards the two fields below
+        # and is never held for long, so an async call never waits for a running collective.
+        self._run = threading.RLock()
+        self._state = threading.Lock()
+        self._pending = 0  # queued and not yet finished
         self._closed = False
         self._worker = threading.Thread(target=self._serve, name=f"nccl_trim {self._name}", daemon=True)
         self._worker.start()
@@ -384,23 +389,30 @@ class TrimBackend(_C10dBackend):
 
     # ---- the worker
 
+    def _shut_down_error(self) -> TrimBackendError:
+        return TrimBackendError(f"{self._name}: the process group was shut down", code=coll.EFAILED)
+
     def _submit(self, run: Callable[[int], None], outputs, opts, blocking: bool = False) -> _Work:
-        if self._closed:
-            raise TrimBackendError(f"{self._name}: the process group was shut down", code=coll.EFAILED)
         work = _Work(outputs)
         ms = _timeout_ms(opts, self._timeout)
         # A blocking call waits anyway: with nothing queued it runs here, without the handoff.
         inline = blocking or (opts is not None and not getattr(opts, "asyncOp", True))
-        if inline and self._lock.acquire(blocking=False):
+        if inline and self._run.acquire(blocking=False):
             try:
-                if self._pending == 0:
+                with self._state:
+                    if self._closed:
+                        raise self._shut_down_error()
+                    idle = self._pending == 0
+                if idle:
                     self._execute(work, run, ms)
                     return work
             finally:
-                self._lock.release()
-        with self._lock:
+                self._run.release()
+        with self._state:
+            if self._closed:
+                raise self._shut_down_error()
             self._pending += 1
-        self._queue.put((work, run, ms))
+            self._queue.put((work, run, ms))
         return work
 
     def _execute(self, work: _Work, run, ms: int) -> None:
@@ -419,20 +431,26 @@ class TrimBackend(_C10dBackend):
             if item is _STOP:
                 return
             work, run, ms = item
-            with self._lock:
+            with self._run:
                 self._execute(work, run, ms)
+            with self._state:
                 self._pending -= 1
 
     def _close(self, abort: bool) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Shut down: with `abort`, the running collective fails at once; queued ones run first
+        otherwise (STOP is queued after them). The communicator is closed only once no collective
+        runs, the worker's or an inline one."""
         if abort:
-            self._comm.abort()
-        self._queue.put(_STOP)
+            self._comm.abort()  # before the lock, which a running inline collective holds
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)  # after every queued collective: _submit queues under _state
         if threading.current_thread() is not self._worker:
             self._worker.join()
-        self._comm.close()
+        with self._run:
+            self._comm.close()
         _LIVE.discard(self)
 
 
@@ -454,9 +472,10 @@ def register() -> None:
 @atexit.register
 def _close_all() -> None:
     """Closes the groups still open at exit (a script without destroy_process_group): their
-    worker threads end cleanly and peers see a goodbye, not a vanished process."""
+    worker threads end and peers see a goodbye, not a vanished process. A collective still
+    running then is aborted: nothing will wait for it, and a silent peer must not hold the exit."""
     for backend in list(_LIVE):
         try:
-            backend._close(abort=False)
+            backend._close(abort=True)
         except TrimError:
             pass

@@ -9,6 +9,7 @@ backend's worker thread leaves the training loop running.
 import ctypes
 import functools
 import os
+import threading
 from typing import Optional
 
 from .errors import CollectiveError, LibraryError, PluginError, UnsupportedError
@@ -112,6 +113,7 @@ class Communicator:
         if rc != OK:
             raise lib.error(rc, f"{name}: setting up the communicator")
         self._comm = comm
+        self._handle_lock = threading.Lock()  # abort (any thread) never meets a freed communicator
         self.handle = handle.raw
 
     def _check(self, rc: int, what: Optional[str] = None) -> None:
@@ -140,12 +142,16 @@ class Communicator:
         self._check(self._c.trim_coll_barrier(self._comm, timeout_ms))
 
     def abort(self) -> None:
-        if self._comm:
-            self._c.trim_coll_abort(self._comm)
+        """Any thread: the running collective and every later one fail at once."""
+        with self._handle_lock:
+            if self._comm:
+                self._c.trim_coll_abort(self._comm)
 
     def close(self) -> None:
-        """Closes the connections and frees the communicator; later calls fail. Idempotent."""
-        comm, self._comm = self._comm, None
+        """Closes the connections and frees the communicator, after the last collective returned;
+        later calls fail. Idempotent."""
+        with self._handle_lock:
+            comm, self._comm = self._comm, None
         if comm:
             self._check(self._c.trim_coll_destroy(comm), f"{self.name}: close")
 

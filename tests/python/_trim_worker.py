@@ -346,7 +346,48 @@ def killed(rank, world, gloo):
     return {"step": None}
 
 
-SCENARIOS = {"compare": compare, "ring4": ring4, "trimmed": trimmed, "killed": killed}
+def aborted(rank, world, gloo):
+    """Rank 0 blocks in an all_reduce that rank 1 never joins; another thread aborts the group.
+    Then an async all_reduce queued behind a blocked one is failed by shutdown, not left hanging."""
+    import threading
+    out = {}
+    if rank == 0:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        threading.Timer(0.5, backend.abort).start()
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1000))
+            out["blocked"] = None
+        except Exception as e:  # noqa: BLE001
+            out["blocked"] = {"seconds": time.monotonic() - t0, "text": str(e)}
+        try:
+            dist.all_reduce(torch.ones(3))
+            out["after"] = None
+        except Exception as e:  # noqa: BLE001
+            out["after"] = str(e)
+    dist.barrier(group=gloo)  # rank 1 waits here for rank 0's abort
+
+    # A new trim group: rank 0 queues two async all_reduces; rank 1 joins none, and rank 0 shuts the
+    # group down with abort: both Works must complete with an error, none may hang.
+    g2 = dist.new_group(backend="trim")
+    if rank == 0:
+        w1 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
+        w2 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
+        time.sleep(0.3)
+        g2._get_backend(torch.device("cpu")).abort()
+        results = []
+        for w in (w1, w2):
+            try:
+                w.wait()
+                results.append(None)
+            except Exception as e:  # noqa: BLE001
+                results.append(str(e))
+        out["queued"] = results
+    dist.barrier(group=gloo)
+    return out
+
+
+SCENARIOS = {"compare": compare, "ring4": ring4, "trimmed": trimmed, "killed": killed, "aborted": aborted}
 
 
 def main(rank, world, scenario, rdzv, out_dir, extra_env):

@@ -251,6 +251,22 @@ class BackendKilledRankTest(unittest.TestCase):
             self.assertLess(res["at"] - extra["killed_at"], KILL_BOUND_S, f"rank {r}: {res}")
 
 
+class BackendAbortTest(unittest.TestCase):
+    def test_abort_ends_a_blocked_call_and_fails_what_was_queued(self):
+        require_libs()
+        require_torch()
+        ranks, _ = spawn("aborted", 2)
+        res = ranks[0]
+        self.assertIsNotNone(res["blocked"], "the blocked all_reduce returned normally")
+        self.assertLess(res["blocked"]["seconds"], 3.0, res)  # the abort comes at 0.5 s
+        self.assertIn("abort", res["blocked"]["text"], res)
+        self.assertRegex(res["after"] or "", r"shut down|failed earlier")  # abort shuts the group down
+        self.assertEqual(len(res["queued"]), 2)
+        for text in res["queued"]:
+            self.assertIsNotNone(text, "a queued all_reduce completed without its peer")
+            self.assertRegex(text, r"abort|shut down|failed earlier")
+
+
 class BackendPluginTest(unittest.TestCase):
     """A plugin that is missing or cannot be loaded stops init_process_group with the path and why."""
 
