@@ -372,8 +372,11 @@ def aborted(rank, world, gloo):
     g2 = dist.new_group(backend="trim")
     if rank == 0:
         w1 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
+        time.sleep(0.2)  # w1 is running on the worker now, blocked on rank 1
+        t0 = time.monotonic()
         w2 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
-        time.sleep(0.3)
+        out["second_submit_s"] = time.monotonic() - t0  # must not wait for w1
+        time.sleep(0.1)
         g2._get_backend(torch.device("cpu")).abort()
         results = []
         for w in (w1, w2):

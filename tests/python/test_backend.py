@@ -261,6 +261,8 @@ class BackendAbortTest(unittest.TestCase):
         self.assertLess(res["blocked"]["seconds"], 3.0, res)  # the abort comes at 0.5 s
         self.assertIn("abort", res["blocked"]["text"], res)
         self.assertRegex(res["after"] or "", r"shut down|failed earlier")  # abort shuts the group down
+        # An async call returns while another collective of its group runs (DDP's next bucket).
+        self.assertLess(res["second_submit_s"], 0.1, res)
         self.assertEqual(len(res["queued"]), 2)
         for text in res["queued"]:
             self.assertIsNotNone(text, "a queued all_reduce completed without its peer")
