@@ -5,7 +5,9 @@
 #   lib/libnccl-net-trim.so (+ the libnccl-net.so link), bin/trim-switch (random mode, the
 #   netns bottleneck), bin/trim-harness, bin/trim-config, bin/trim-bench (`trim-bench cuda`: the
 #   comm hook's rotation vs a device copy), lib/libtrim-rht.so (the hook's GPU rotation, for
-#   run_ddp.sh --hook) and bin/trim-tests (its RotateCuda.* tests; the GPU machine has no gtest).
+#   run_ddp.sh --hook), lib/libtrim-coll.so (the torch backend "trim", for the "cpu:trim,cuda:nccl"
+#   test: tests/python test_backend.BackendMixedCudaTest) and bin/trim-tests (its RotateCuda.* tests;
+#   the GPU machine has no gtest).
 # The plugin makes no CUDA call; only libtrim-rht, trim-bench and trim-tests link CUDA (static). BUILD [build] is built first
 # when the plugin or trim-switch is missing (make -j all). --iproute2 also runs
 # scripts/fetch-iproute2.sh (Debian 12's ip into .gpu/iproute2) unless .gpu/iproute2/bin/ip exists.
@@ -34,6 +36,7 @@ for t in trim-switch trim-harness trim-config trim-bench trim-tests; do
 done
 strip --strip-debug -o "$dest/lib/libnccl-net-trim.so" "$build/lib/libnccl-net-trim.so"
 [[ -f $build/lib/libtrim-rht.so ]] && strip --strip-debug -o "$dest/lib/libtrim-rht.so" "$build/lib/libtrim-rht.so"
+[[ -f $build/lib/libtrim-coll.so ]] && strip --strip-debug -o "$dest/lib/libtrim-coll.so" "$build/lib/libtrim-coll.so"
 ln -sf libnccl-net-trim.so "$dest/lib/libnccl-net.so"
 if ((iproute2)) && [[ ! -x .gpu/iproute2/bin/ip ]]; then
   scripts/fetch-iproute2.sh .gpu/iproute2

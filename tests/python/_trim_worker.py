@@ -390,7 +390,22 @@ def aborted(rank, world, gloo):
     return out
 
 
-SCENARIOS = {"compare": compare, "ring4": ring4, "trimmed": trimmed, "killed": killed, "aborted": aborted}
+def mixed(rank, world, gloo):
+    """"cpu:trim,cuda:nccl" on a GPU machine: CPU tensors through the trim backend, CUDA tensors
+    through NCCL, both through the one plugin object in this process (NCCL_NET_PLUGIN names the same
+    file the trim backend loads). Ranks share the GPU, each with its own NCCL_HOSTID."""
+    pg = dist.distributed_c10d._get_default_group()
+    cpu, gpu = torch.ones(1000), torch.ones(1000, device="cuda")
+    dist.all_reduce(cpu)
+    dist.all_reduce(gpu)
+    torch.cuda.synchronize()
+    return {"cpu_backend": pg._get_backend(torch.device("cpu")).name(),
+            "cuda_backend": pg._get_backend(torch.device("cuda")).name(),
+            "cpu_ok": bool(torch.all(cpu == world)), "cuda_ok": bool(torch.all(gpu.cpu() == world))}
+
+
+SCENARIOS = {"compare": compare, "ring4": ring4, "trimmed": trimmed, "killed": killed, "aborted": aborted,
+             "mixed": mixed}
 
 
 def main(rank, world, scenario, rdzv, out_dir, extra_env):
@@ -400,7 +415,12 @@ def main(rank, world, scenario, rdzv, out_dir, extra_env):
     # Each rank's own fault-injection stream, as trim-harness gives them.
     os.environ["NCCL_TRIM_TEST_SEED"] = str(1000 + rank)
     torch.set_num_threads(1)
-    dist.init_process_group("trim", init_method=f"file://{rdzv}", rank=rank, world_size=world)
+    backend = "trim"
+    if scenario == "mixed":
+        os.environ["NCCL_HOSTID"] = f"trim-test-host-{rank}"  # every rank its own node: NET only
+        torch.cuda.set_device(0)
+        backend = "cpu:trim,cuda:nccl"
+    dist.init_process_group(backend, init_method=f"file://{rdzv}", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     result = SCENARIOS[scenario](rank, world, gloo)
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -269,6 +269,22 @@ class BackendAbortTest(unittest.TestCase):
             self.assertRegex(text, r"abort|shut down|failed earlier")
 
 
+class BackendMixedCudaTest(unittest.TestCase):
+    """On a GPU machine only (skips elsewhere, saying so): one job with "cpu:trim,cuda:nccl", NCCL
+    and the trim backend sharing the one plugin object of the process."""
+
+    def test_cpu_tensors_through_trim_and_cuda_tensors_through_nccl(self):
+        require_libs()
+        torch = require_torch()
+        if not torch.cuda.is_available():
+            self.skipTest("needs a CUDA device (run on the GPU machine)")
+        plugin = str(lib_dir() / "libnccl-net-trim.so")
+        ranks, _ = spawn("mixed", 2, {"NCCL_NET_PLUGIN": plugin, "NCCL_NET": "Trim", "NCCL_SOCKET_IFNAME": "lo"})
+        for r, res in enumerate(ranks):
+            self.assertEqual((res["cpu_backend"], res["cuda_backend"]), ("trim", "nccl"), f"rank {r}")
+            self.assertTrue(res["cpu_ok"] and res["cuda_ok"], f"rank {r}: {res}")
+
+
 class BackendPluginTest(unittest.TestCase):
     """A plugin that is missing or cannot be loaded stops init_process_group with the path and why."""
 
