@@ -12,8 +12,8 @@ import os
 import threading
 from typing import Optional
 
-from .errors import CollectiveError, LibraryError, PluginError, UnsupportedError
-from .libs import coll_library_path, plugin_path
+from .errors import CollectiveError, PluginError, UnsupportedError
+from .libs import coll_library_path, load_cdll, plugin_path
 
 ABI_VERSION = 1
 HANDLE_BYTES = 128
@@ -38,7 +38,6 @@ class _Config(ctypes.Structure):
 
 
 _SIGNATURES = {
-    "trim_coll_abi_version": ([], _i),
     "trim_coll_last_error": ([], ctypes.c_char_p),
     "trim_coll_create": ([ctypes.POINTER(_Config), ctypes.POINTER(_p), ctypes.c_char_p], _i),
     "trim_coll_connect": ([_p, ctypes.c_char_p, _i64], _i),
@@ -65,21 +64,8 @@ class CollLibrary:
     """One loaded libtrim-coll.so. Calls that fail raise with the library's own reason."""
 
     def __init__(self, path: str):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise LibraryError(f"cannot load {path}: {e}") from e
-        try:
-            for name, (args, res) in _SIGNATURES.items():
-                fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
-        except AttributeError as e:
-            raise LibraryError(f"{path} is not libtrim-coll (missing symbol: {e})") from e
-        abi = lib.trim_coll_abi_version()
-        if abi != ABI_VERSION:
-            raise LibraryError(f"{path} has ABI version {abi}, this package speaks {ABI_VERSION}: rebuild it from "
-                               "the same checkout (`make python-libs`) or reinstall")
-        self._lib, self.path = lib, path
+        self._lib = load_cdll(path, "libtrim-coll", _SIGNATURES, "trim_coll_abi_version", ABI_VERSION)
+        self.path = path
 
     def last_error(self) -> str:
         return (self._lib.trim_coll_last_error() or b"").decode("utf-8", "replace")

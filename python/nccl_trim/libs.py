@@ -5,8 +5,10 @@
 so tests and developers can use a fresh ``make`` without reinstalling.
 """
 
+import ctypes
 import os
 from pathlib import Path
+from typing import Mapping, Sequence, Tuple
 
 from .errors import LibraryError
 
@@ -52,3 +54,26 @@ def coll_library_path() -> str:
     """Absolute path of libtrim-coll.so, the collective engine of the "trim" torch.distributed
     backend (coll/trim_coll.h)."""
     return _library(COLL_NAME)
+
+
+def load_cdll(path: str, what: str, signatures: Mapping[str, Tuple[Sequence, object]], abi_symbol: str,
+              abi: int) -> ctypes.CDLL:
+    """`path` loaded with ctypes, each function of `signatures` ({name: (argtypes, restype)}) typed,
+    and its ABI version (`abi_symbol()`) checked against `abi`; a LibraryError that names the path
+    and says how to fix it otherwise. `what` names the library ("libtrim-rht")."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise LibraryError(f"cannot load {path}: {e}") from e
+    try:
+        for name, (args, res) in signatures.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = list(args), res
+        getattr(lib, abi_symbol).restype = ctypes.c_int
+    except AttributeError as e:
+        raise LibraryError(f"{path} is not {what} (missing symbol: {e})") from e
+    theirs = getattr(lib, abi_symbol)()
+    if theirs != abi:
+        raise LibraryError(f"{path} has ABI version {theirs}, this package speaks {abi}: rebuild it from the same "
+                           "checkout (`make python-libs`) or reinstall")
+    return lib

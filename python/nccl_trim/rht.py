@@ -10,8 +10,8 @@ import ctypes
 import functools
 from typing import Optional, Tuple
 
-from .errors import LibraryError, TrimError
-from .libs import rht_library_path
+from .errors import TrimError
+from .libs import load_cdll, rht_library_path
 
 ABI_VERSION = 1
 MAX_ROW_LOG2 = 15
@@ -21,6 +21,15 @@ F32, BF16, F16 = 1, 2, 3
 
 _u64, _u32, _int, _ptr = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int, ctypes.c_void_p
 _HOST_ARGS = [_ptr, _u64, _int, _u32, _u64, _u64]
+_SIGNATURES = {
+    "trim_rht_last_error": ([], ctypes.c_char_p),
+    "trim_rht_bucket_seed": ([_u64, _u32, _u64], _u64),
+    "trim_rht_forward_host": (_HOST_ARGS, _int),
+    "trim_rht_inverse_host": (_HOST_ARGS, _int),
+    "trim_rht_forward_cuda": (_HOST_ARGS + [_ptr], _int),
+    "trim_rht_inverse_cuda": (_HOST_ARGS + [_ptr], _int),
+    "trim_rht_cuda_available": ([], _int),
+}
 
 
 class RhtError(TrimError):
@@ -32,29 +41,7 @@ class RhtLibrary:
     instead of returning -1, so a failed rotation can never be mistaken for a done one."""
 
     def __init__(self, path: str):
-        try:
-            self._lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise LibraryError(f"cannot load {path}: {e}") from e
-        lib = self._lib
-        try:
-            lib.trim_rht_abi_version.restype = _int
-            lib.trim_rht_last_error.restype = ctypes.c_char_p
-            lib.trim_rht_bucket_seed.restype = _u64
-            lib.trim_rht_bucket_seed.argtypes = [_u64, _u32, _u64]
-            for name in ("trim_rht_forward_host", "trim_rht_inverse_host"):
-                getattr(lib, name).argtypes = _HOST_ARGS
-                getattr(lib, name).restype = _int
-            for name in ("trim_rht_forward_cuda", "trim_rht_inverse_cuda"):
-                getattr(lib, name).argtypes = _HOST_ARGS + [_ptr]
-                getattr(lib, name).restype = _int
-            lib.trim_rht_cuda_available.restype = _int
-        except AttributeError as e:
-            raise LibraryError(f"{path} is not libtrim-rht (missing symbol: {e})") from e
-        abi = lib.trim_rht_abi_version()
-        if abi != ABI_VERSION:
-            raise LibraryError(f"{path} has ABI version {abi}, this package speaks {ABI_VERSION}: "
-                               "rebuild it from the same checkout (`make python-libs`) or reinstall")
+        self._lib = load_cdll(path, "libtrim-rht", _SIGNATURES, "trim_rht_abi_version", ABI_VERSION)
         self.path = path
 
     def last_error(self) -> str:

@@ -14,7 +14,7 @@ from unittest import mock
 from _support import lib_dir, require_libs
 
 import nccl_trim
-from nccl_trim import plugin, rht
+from nccl_trim import coll, plugin, rht
 
 
 class PathsTest(unittest.TestCase):
@@ -80,6 +80,41 @@ class RhtLibraryTest(unittest.TestCase):
             rht.RhtLibrary("/nonexistent/libtrim-rht.so")
         with self.assertRaisesRegex(nccl_trim.LibraryError, "is not libtrim-rht"):
             rht.RhtLibrary(ctypes.util.find_library("m") or "libm.so.6")
+
+
+class CollLibraryTest(unittest.TestCase):
+    """libtrim-coll's binding, without torch: one rank is a local copy; errors carry the library's
+    text and map to the package's exceptions."""
+
+    def setUp(self):
+        require_libs()
+        self.lib = coll.load()
+
+    def test_loading_something_else_is_a_library_error(self):
+        with self.assertRaisesRegex(nccl_trim.LibraryError, "cannot load"):
+            coll.CollLibrary("/nonexistent/libtrim-coll.so")
+        with self.assertRaisesRegex(nccl_trim.LibraryError, "is not libtrim-coll"):
+            coll.CollLibrary(ctypes.util.find_library("m") or "libm.so.6")
+
+    def test_one_rank_reduces_locally_and_bad_arguments_are_unsupported(self):
+        c = coll.Communicator(self.lib, rank=0, nranks=1, comm_id=1, name="test")
+        try:
+            c.connect(bytes(coll.HANDLE_BYTES), 1000)
+            buf = array.array("f", [1.5, -2.0, 3.25])
+            ptr, n = buf.buffer_info()
+            c.all_reduce(ptr, n, coll.FLOAT32, coll.AVG, 1000)
+            self.assertEqual(list(buf), [1.5, -2.0, 3.25])
+            with self.assertRaisesRegex(nccl_trim.UnsupportedError, "unknown dtype 42"):
+                c.all_reduce(ptr, n, 42, coll.SUM, 1000)
+            with self.assertRaisesRegex(nccl_trim.UnsupportedError, "root 3"):
+                c.broadcast(ptr, 12, 3, 1000)
+        finally:
+            c.close()
+        c.close()  # idempotent
+
+    def test_a_bad_plugin_is_a_plugin_error_naming_it(self):
+        with self.assertRaisesRegex(nccl_trim.PluginError, "/nonexistent/libnccl-net-trim.so"):
+            coll.Communicator(self.lib, rank=0, nranks=2, comm_id=1, plugin="/nonexistent/libnccl-net-trim.so")
 
 
 class PluginProbeTest(unittest.TestCase):
