@@ -153,14 +153,11 @@ class Comm {
 
   // For trim-harness's own modes and checks.
   const CommConfig& config() const { return cfg_; }
-  NetPlugin* net() const { return net_.get(); }
   ProfilerHost* profiler() { return &prof_; }
   const Link& link() const { return link_; }
   const std::string& device_name() const { return device_name_; }
   // The plugin's ncclTrimStatsJson, if it exports it.
   bool stats_json(std::string* out) const { return net_ != nullptr && net_->stats_json(out); }
-  // The slot size and the receive slots (kMaxInFlight of them), registered on the recv comm.
-  const WorkBuffers& slots() const { return slots_; }
 
  private:
   explicit Comm(const CommConfig& cfg);
