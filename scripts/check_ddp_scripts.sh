@@ -341,6 +341,30 @@ cb_cg() {
     grep -q -- '--max-steps 80' "$tmp/cb_cg.txt" && ! grep -q '^# calibration' "$tmp/cb_cg.txt" || { cat "$tmp/cb_cg.txt"; return 1; }
 }
 check "congestion_bench.sh --dry-run as check-gpu.sh step 5 calls it: 2 runs, 1 Gbit/s, no calibration" cb_cg
+# The CPU head-to-head (issue 25): Gloo the baseline; drop/trim through the trim backend, the
+# hook under the launcher's bootstrap; cross traffic in line-rate bursts; no socket on CPU.
+cb_cpu() {
+  cb_dry cb_cpu --cpu || return 1
+  local f=$tmp/cb_cpu.txt
+  [[ $(grep -c '^# run ' "$f") -eq 28 ]] && grep -q '^# run widemlp_gloo_c0_l0 ' "$f" && grep -q '^# run widemlp_hook_c60_l0 ' "$f" &&
+    grep -q -- '--rate-gbps 0.5 --buffer-bytes 131072 .*--cross onoff:0.5:6:4:all' "$f" &&
+    grep -A1 '^# run widemlp_gloo_c60' "$f" | grep -q -- '--mode drop' &&
+    grep -A3 '^# run widemlp_hook_c0' "$f" | grep 'rank 0' | grep -q -- '-m nccl_trim._boot --trim-cpu .*--device cpu --backend gloo' &&
+    grep -A3 '^# run widemlp_trim_c0' "$f" | grep 'rank 0' | grep -q -- 'NCCL_TRIM_LIB_DIR=.*--device cpu --backend trim' &&
+    grep -A3 '^# run widemlp_gloo_c0' "$f" | grep 'rank 0' | grep -q -- 'GLOO_SOCKET_IFNAME=trimbn .*--backend gloo' ||
+    { cat "$f"; return 1; }
+  ! "$here/congestion_bench.sh" --cpu --transports socket,trim --dry-run >/dev/null 2>&1
+}
+check "congestion_bench.sh --cpu --dry-run: 28 runs vs gloo, bursts, the hook under --trim-cpu; socket refused" cb_cpu
+trimacc_dry() {
+  "$here/run_ddp.sh" --cpu --sweep trimacc --task charlm --dry-run --out "$tmp/ta" >"$tmp/ta.txt" 2>&1 || { cat "$tmp/ta.txt"; return 1; }
+  # 3 seeds x (gloo + 2 p x (rht, hook, rht16)) = 21 runs; random trimming through the switch
+  [[ $(grep -c '^# run ' "$tmp/ta.txt") -eq 21 ]] && grep -q -- '--random-p 0.75' "$tmp/ta.txt" &&
+    grep -A4 '^# run hook_p0.5_s2 ' "$tmp/ta.txt" | grep 'rank 1' | grep -q -- '_boot --trim-cpu .*--seed 2 --device cpu --backend gloo' &&
+    grep -A4 '^# run rht16_p0.5_s0 ' "$tmp/ta.txt" | grep 'rank 1' | grep -q 'NCCL_TRIM_HEAD_BITS=16 .*--backend trim' ||
+    { cat "$tmp/ta.txt"; return 1; }
+}
+check "run_ddp.sh --cpu --sweep trimacc --dry-run: gloo, rht, hook, rht16 at p 0.5/0.75 over 3 seeds" trimacc_dry
 cb_budget() {  # a budget the plan does not fit: the dry run says so
   cb_dry cb_budget --quick --budget-s 100 && grep -q 'over --budget-s 100: the last points would be skipped' "$tmp/cb_budget.txt"
 }
@@ -379,12 +403,14 @@ else
   check "headtohead.sh without a GPU: exit 2 in seconds, the reasons, the JSON line, the bundle" hh_no_gpu
 fi
 # plot_congestion.py's verdict on made-up results (summary.json as congestion_bench.sh leaves them).
-make_congestion() {  # make_congestion DIR VARIANT: met | missed | unknown | socket_slow
+make_congestion() {  # make_congestion DIR VARIANT: met | missed | unknown | socket_slow | gloo (met, on CPU)
   "$PYTHON" - "$@" <<'PY'
 import json, sys
 from pathlib import Path
 out, variant = Path(sys.argv[1]), sys.argv[2]
 def run(task, tr, c, l, ttt, steps_tt, p50, p99, acc, sha, steps=60, gb=11581480, status="ok", wall=None):
+    if variant == "gloo":  # the CPU bench: Gloo the baseline, the hook instead of 16-bit heads
+        tr = {"socket": "gloo", "trim16": "hook"}.get(tr, tr)
     d = out / f"{task}_{tr}_c{c}_l{l}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "summary.json").write_text(json.dumps({
@@ -392,7 +418,7 @@ def run(task, tr, c, l, ttt, steps_tt, p50, p99, acc, sha, steps=60, gb=11581480
         "time_to_target_s": ttt, "steps_to_target": steps_tt, "iter_p50_ms": p50, "iter_p99_ms": p99, "val_acc": acc,
         "val_loss": 0.1, "steps": steps, "target_acc": 0.95, "grad_bytes": gb, "val_count": 359,
         "param_sha256_full": sha, "params_identical": True, "run_wall_s": wall or (p50 * steps / 1e3 + 1 if p50 else None),
-        "retx_plugin": None if tr == "socket" else 10, "retx_tcp": 5, "trim_rate": 0.2 if "trim" in tr else None,
+        "retx_plugin": None if tr in ("socket", "gloo") else 10, "retx_tcp": 5, "trim_rate": 0.2 if "trim" in tr else None,
         "versions": {"gpu": "made-up"}}))
 S_ACC, T_ACC = 348 / 359, 347 / 359  # one val image apart
 ex = "e" * 64
@@ -401,7 +427,7 @@ for c, f in ((0, 1), (60, 2.5)):
     run("widemlp", "drop", c, 0, 4.2 * f, 40, 63 * f, 95 * f, S_ACC, ex)
     run("widemlp", "trim16", c, 0, 3.0 * f, 40, 45 * f, 60 * f, T_ACC, "b" * 64)
 trim60 = {"met": (4.0, 40, 50.0, 80.0, T_ACC), "missed": (6.0, 40, 70.0, 80.0, T_ACC),
-          "unknown": None, "socket_slow": (4.0, 40, 50.0, 80.0, S_ACC)}[variant]
+          "unknown": None, "socket_slow": (4.0, 40, 50.0, 80.0, S_ACC), "gloo": (4.0, 40, 50.0, 80.0, T_ACC)}[variant]
 run("widemlp", "trim", 0, 0, 4.0, 40, 55.0, 80.0, S_ACC, "a" * 64)
 if trim60:
     run("widemlp", "trim", 60, 0, *trim60, "c" * 64)
@@ -428,14 +454,17 @@ check "plot_congestion.py: goal met (time 0.4x, p99 0.36x, -0.28 points) on the 
    d["goal"]["parts"]["accuracy"]["resolution_points"] == 0.279'
 check "plot_congestion.py: goal missed (time 0.6x); Socket wins listed, why: steps (accuracy)" judge_says missed \
   'd["goal"]["state"] == "missed" and d["goal"]["parts"]["time_to_target"]["state"] == "missed" and
-   any(c["task"] == "digits" and c["transport"] == "trim" and c["socket_wins"] and "1.5x the steps" in c["why"]
+   any(c["task"] == "digits" and c["transport"] == "trim" and c["baseline_wins"] and "1.5x the steps" in c["why"]
        for c in d["comparisons"]) and
-   any(c["task"] == "widemlp" and c["transport"] == "drop" and c["cross_pct"] == 60 and c["params_equal_socket"] is True
+   any(c["task"] == "widemlp" and c["transport"] == "drop" and c["cross_pct"] == 60 and c["params_equal_baseline"] is True
        for c in d["comparisons"])'
 check "plot_congestion.py: goal unknown (the trim run at 60 % failed)" judge_says unknown \
   'd["goal"]["state"] == "unknown" and "trim run failed (124)" in d["goal"]["detail"]'
 check "plot_congestion.py: Socket never reached the target: its run length bounds the ratio" judge_says socket_slow \
   'd["goal"]["parts"]["time_to_target"]["ratio_below"] == 0.333 and d["goal"]["state"] == "met"'
+check "plot_congestion.py on CPU runs: Gloo the baseline, a verdict for trim (met) and one for the hook (0.75x: missed)" judge_says gloo \
+  'd["goal"]["baseline"] == "gloo" and d["goal"]["state"] == "met" and [g["transport"] for g in d["goals"]] == ["trim", "hook"] and
+   d["goals"][1]["state"] == "missed" and d["goals"][1]["parts"]["time_to_target"]["ratio"] == 0.75 and all(c["baseline"] == "gloo" for c in d["comparisons"] if "baseline" in c)'
 
 if "$PYTHON" -c 'import torch, sklearn' >/dev/null 2>&1; then
   # assert_summary FILE EXPR: EXPR (Python, over the summary dict s) must hold.

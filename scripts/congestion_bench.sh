@@ -7,6 +7,10 @@
 # gets the same port (rate, buffer, propagation delay), the same cross traffic, the same random
 # loss and the same switch seed; only the transport changes:
 #   socket   NCCL_NET=Socket (TCP), no plugin; the switch tail-drops (--mode drop)
+#   gloo     (--cpu) torch's Gloo backend (TCP) on CPU tensors; the switch tail-drops
+#   hook     the plugin trimming, gradients rotated once by the nccl_trim comm hook (wire
+#            scheme rotated): the launcher's worker bootstrap (python -m nccl_trim._boot, with
+#            --trim-cpu under --cpu) around the unmodified script
 #   drop     our plugin (rht), the switch tail-drops
 #   trim     our plugin (rht, 1-bit heads), the switch trims (exact packets cut to headers)
 #   trim16   the same with 16-bit heads (NCCL_TRIM_HEAD_BITS=16)
@@ -30,6 +34,10 @@
 #            estimated 548 s (~9.1 min): within the ~552 s headtohead.sh leaves the bench
 #   --quick  widemlp at c0 c60 l1, digits at c60                            (16 runs)
 #            estimated 252 s (~4.2 min): within ~302 s (6 minutes with room for a slow start-up)
+#   --cpu    (issue 25, every machine) PyTorch on CPU tensors, the baseline Gloo (TCP):
+#            widemlp at c0 c60 c30 c90 l1 l0.1, digits at c60 (28 runs), rate 0.5 Gbit/s,
+#            buffer 128 KiB, cross traffic in line-rate bursts (--cross-period-ms 10), no
+#            calibration; transports gloo,drop,trim,hook
 # (cN: cross traffic N % of the port rate, no loss; lN: N % random loss, no cross traffic.)
 # The order is the priority: the uncongested point first (the reference, and the calibration),
 # the goal's 60 % next; a point cut by --budget-s loses its transports together.
@@ -60,7 +68,12 @@
 #   --tasks LIST --cross LIST --loss LIST   instead of a plan: every task at every cross load
 #                               (no loss), then every loss (no cross load); missing ones from
 #                               [widemlp,digits] [0,60,90,30] [1,0.1]
-#   --transports LIST [socket,drop,trim,trim16]   (in this order within every point)
+#   --transports LIST [socket,drop,trim,trim16; --cpu: gloo,drop,trim,hook]   (in this order
+#                               within every point)
+#   --cpu                       CPU tensors: gloo instead of socket, drop/trim/trim16/hook through
+#                               the nccl_trim package's CPU backend "trim" (ddp_train.py --backend
+#                               trim); its own preset (above)
+#   --cross-period-ms P         cross traffic in line-rate bursts, PCT % of every P ms (0: constant)
 #   --ranks N [2]  --rate-gbps G [presets 2.5, else 1]  --buffer-bytes B [262144]  --prop-delay-us US [20]
 #   --seed N [7]   the switch's seed (cross phases, loss)
 #   --target-acc-digits A [0.95]  --target-acc-widemlp A [0.95]  --target-acc-charlm A [0.45]
@@ -103,8 +116,8 @@ fi
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "congestion_bench: $*" >&2; exit 2; }
 
-ranks=2 transports=socket,drop,trim,trim16 tasks="" crosses="" losses="" plan="" quick=0
-rate="" buffer=262144 prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
+ranks=2 transports="" cpu=0 tasks="" crosses="" losses="" plan="" quick=0
+rate="" buffer=262144 buffer_set="" burst=0 burst_set="" prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
 declare -A target=([digits]=0.95 [widemlp]=0.95 [charlm]=0.45)
 declare -A compute_ms=([digits]=8 [widemlp]=5 [charlm]=15)  # assumed until measured
 out="" build=build timeout_s=1800 resume=0 dry=0 extra=()
@@ -114,6 +127,7 @@ while [[ $# -gt 0 ]]; do
     --dry-run) dry=1; shift; continue ;;
     --resume) resume=1; shift; continue ;;
     --quick) quick=1; shift; continue ;;
+    --cpu) cpu=1; shift; continue ;;
     --calibrate) calibrate=1; shift; continue ;;
     --no-calibrate) calibrate=0; shift; continue ;;
     --) shift; extra=("$@"); break ;;
@@ -127,7 +141,8 @@ while [[ $# -gt 0 ]]; do
     --cross) crosses=$2 ;;
     --loss) losses=$2 ;;
     --rate-gbps) rate=$2 ;;
-    --buffer-bytes) buffer=$2 ;;
+    --buffer-bytes) buffer=$2 buffer_set=$2 ;;
+    --cross-period-ms) burst=$2 burst_set=$2 ;;
     --prop-delay-us) prop=$2 ;;
     --seed) seed=$2 ;;
     --target-acc-digits) target[digits]=$2 ;;
@@ -156,7 +171,14 @@ num='^[0-9]+(\.[0-9]+)?$'
 
 # The plan: TASK:POINT items in run order.
 preset=""
-if [[ -z $plan && -z $tasks && -z $crosses && -z $losses ]]; then
+if [[ -z $plan && -z $tasks && -z $crosses && -z $losses ]] && ((cpu)); then
+  ((quick)) && die "--quick is a GPU preset: with --cpu use --plan"
+  # The CPU preset (issue 25): a shallow buffer (128 KiB, ~2 ms at the rate) and cross traffic
+  # in line-rate bursts, as another tenant's collectives arrive; widemlp at every point first,
+  # then digits at the goal's point.
+  preset=cpu plan=widemlp:c0,widemlp:c60,widemlp:c30,widemlp:c90,widemlp:l1,widemlp:l0.1,digits:c60
+  calibrate=${calibrate:-0} rate=${rate:-0.5} buffer=${buffer_set:-131072} burst=${burst_set:-10}
+elif [[ -z $plan && -z $tasks && -z $crosses && -z $losses ]]; then
   if ((quick)); then
     preset=quick plan=widemlp:c0,widemlp:c60,widemlp:l1,digits:c60
   else
@@ -178,15 +200,22 @@ else
   ((quick)) && die "--quick is a preset: not with --plan"
 fi
 calibrate=${calibrate:-0} rate=${rate:-1}  # 1 Gbit/s outside the presets, as before (check-gpu.sh step 5)
+base=socket
+((cpu)) && base=gloo
+transports=${transports:-$( ((cpu)) && echo gloo,drop,trim,hook || echo socket,drop,trim,trim16)}
 IFS=, read -r -a plan_list <<<"$plan"
 IFS=, read -r -a transport_list <<<"$transports"
-for t in "${transport_list[@]}"; do [[ $t =~ ^(socket|drop|trim|trim16)$ ]] || die "unknown transport $t"; done
+for t in "${transport_list[@]}"; do
+  [[ $t =~ ^(socket|gloo|drop|trim|trim16|hook)$ ]] || die "unknown transport $t (socket gloo drop trim trim16 hook)"
+  [[ $t == socket && $cpu == 1 ]] && die "--cpu: no socket (NCCL's transport needs CUDA tensors); the CPU baseline is gloo"
+  [[ $t == gloo && $cpu == 0 ]] && die "transport gloo: only with --cpu"
+done
 for it in "${plan_list[@]}"; do
   [[ $it =~ ^(digits|widemlp|charlm):(c|l)[0-9]+(\.[0-9]+)?$ ]] || die "plan item '$it': TASK:cN or TASK:lN (tasks digits, widemlp, charlm)"
 done
 if ((calibrate)); then
-  [[ ${plan_list[0]} =~ :c0$ && ${transport_list[0]} == socket ]] ||
-    die "--calibrate: the plan must start with a cross-0 point and the transports with socket (it is that run)"
+  [[ ${plan_list[0]} =~ :c0$ && ${transport_list[0]} == "$base" ]] ||
+    die "--calibrate: the plan must start with a cross-0 point and the transports with $base (it is that run)"
 fi
 ((dry)) || [[ -f $plugin_so ]] || die "no $plugin_so: run 'make -j2 all' first (or pass --build)"
 
@@ -245,21 +274,39 @@ rank_cmd() {
   local task=$1 tr=$2 dir=$3 limit=$4
   cmd=("$here/$(basename "$0")" --rank-wrapper "$dir/rank{rank}" -- env RANK={rank} WORLD_SIZE="$ranks" LOCAL_RANK={rank}
        LOCAL_WORLD_SIZE="$ranks" MASTER_ADDR={addr0} MASTER_PORT=29500 PYTHONUNBUFFERED=1
-       NCCL_HOSTID=ddp-rank{rank} NCCL_SOCKET_IFNAME=trimbn NCCL_DEBUG="${NCCL_DEBUG:-INFO}"
+       NCCL_HOSTID=ddp-rank{rank} NCCL_SOCKET_IFNAME=trimbn GLOO_SOCKET_IFNAME=trimbn NCCL_DEBUG="${NCCL_DEBUG:-INFO}"
        NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT,NET}")
-  if [[ $tr == socket ]]; then
-    cmd+=(NCCL_NET=Socket NCCL_NET_PLUGIN=none)
-  else
-    local hb=1
-    [[ $tr == trim16 ]] && hb=16
-    cmd+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME=trimbn NCCL_TRIM_SCHEME=rht
-          NCCL_TRIM_HEAD_BITS="$hb")  # host buffers: NCCL stages GPU data (the plugin takes no GPU memory)
-  fi
+  local launch=() backend=()
+  case $tr in
+    socket) cmd+=(NCCL_NET=Socket NCCL_NET_PLUGIN=none) ;;
+    gloo) backend=(--backend gloo) ;;
+    *)
+      local hb=1
+      [[ $tr == trim16 ]] && hb=16
+      # hook: per-hop rht for what is not the hook's; the hook's buckets travel rotated.
+      cmd+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME=trimbn NCCL_TRIM_SCHEME=rht
+            NCCL_TRIM_HEAD_BITS="$hb")  # host buffers: NCCL stages GPU data (the plugin takes no GPU memory)
+      if ((cpu)); then
+        # The CPU backend finds the plugin in the build (not an installed package's copy).
+        cmd+=(NCCL_TRIM_LIB_DIR="$build/lib" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}")
+        if [[ $tr == hook ]]; then
+          # The launcher's worker bootstrap, as `python -m nccl_trim.run --trim-cpu` runs it: the
+          # script's gloo groups become trim groups and every DDP model gets the RHT hook.
+          launch=(-m nccl_trim._boot --trim-cpu) backend=(--backend gloo)
+        else
+          backend=(--backend trim)
+        fi
+      elif [[ $tr == hook ]]; then
+        cmd+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}")
+        launch=(-m nccl_trim._boot)
+      fi ;;
+  esac
   task_args "$task"
+  ((cpu)) && TARGS+=(--device cpu "${backend[@]}")
   # Training stops by itself 15 s before the run's limit, so a slow run still ends with numbers.
   local tl=$((limit - 15))
   ((tl < 5)) && tl=5
-  cmd+=(timeout "$limit" "$TRAIN_PYTHON" "$here/ddp_train.py" "${TARGS[@]}" --time-limit-s "$tl"
+  cmd+=(timeout "$limit" "$TRAIN_PYTHON" "${launch[@]}" "$here/ddp_train.py" "${TARGS[@]}" --time-limit-s "$tl"
         --json-out "$dir/rank{rank}.jsonl")
 }
 
@@ -287,11 +334,11 @@ if ((dry)); then
     e=$(estimate "$task" "$c" "$l")
     lim=$(run_limit "$e" "$left")
     swmode=trim
-    [[ $tr == socket || $tr == drop ]] && swmode=drop
+    [[ $tr == socket || $tr == gloo || $tr == drop ]] && swmode=drop
     rank_cmd "$task" "$tr" "$out/$label" "$lim"
     echo "# run $label -> $out/$label (estimate ${e} s, limit ${lim} s)"
     "$here/netns_bottleneck.sh" --print-only --build "$build" --ranks "$ranks" --rate-gbps "$rate" \
-      --buffer-bytes "$buffer" --prop-delay-us "$prop" --cross "$c" --loss "$l" --mode "$swmode" --seed "$seed" \
+      --buffer-bytes "$buffer" --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$burst" --loss "$l" --mode "$swmode" --seed "$seed" \
       --per-rank --switch-arg --stats-interval-ms --switch-arg 1000 -- "${cmd[@]}" 2>&1 | sed 's/^/#   /'
   done
   verdict=""
@@ -311,11 +358,12 @@ fi
 
 write_bench_json() {
   "$PYTHON" - "$out/bench.json" "$preset" "$plan" "$transports" "$ranks" "$rate" "$buffer" "$prop" "$seed" \
-    "$budget" "$startup" "$calibrate" "$total" "${runs[@]}" <<'PY'
+    "$budget" "$startup" "$calibrate" "$total" "$burst" "$cpu" "${runs[@]}" <<'PY'
 import json, sys
-f, preset, plan, transports, ranks, rate, buf, prop, seed, budget, startup, cal, total = sys.argv[1:14]
-runs = [r.split() for r in sys.argv[14:]]
+f, preset, plan, transports, ranks, rate, buf, prop, seed, budget, startup, cal, total, burst, cpu = sys.argv[1:16]
+runs = [r.split() for r in sys.argv[16:]]
 json.dump({"preset": preset or None, "plan": plan.split(","), "transports": transports.split(","),
+           "device": "cpu" if cpu == "1" else "cuda", "cross_period_ms": float(burst),
            "ranks": int(ranks), "rate_gbps": float(rate), "buffer_bytes": int(buf),
            "prop_delay_us": float(prop), "seed": int(seed), "budget_s": int(budget), "startup_s": float(startup),
            "calibrate": cal == "1", "estimate_s": int(total),
@@ -412,26 +460,26 @@ while ((i < ${#runs[@]})); do
   fi
   lim=$(run_limit "$e" "$left")
   swmode=trim
-  [[ $tr == socket || $tr == drop ]] && swmode=drop
+  [[ $tr == socket || $tr == gloo || $tr == drop ]] && swmode=drop
   rank_cmd "$task" "$tr" "$dir" "$lim"
   bn=("$here/netns_bottleneck.sh" --build "$build" --ranks "$ranks" --rate-gbps "$rate" --buffer-bytes "$buffer"
-      --prop-delay-us "$prop" --cross "$c" --loss "$l" --mode "$swmode" --seed "$seed" --per-rank
+      --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$burst" --loss "$l" --mode "$swmode" --seed "$seed" --per-rank
       --switch-arg --stats-interval-ms --switch-arg 1000)
   rm -rf "$dir"
   mkdir -p "$dir"
   mode=$tr
-  [[ $tr == trim16 ]] && mode=trim
+  [[ $tr == trim16 || $tr == hook ]] && mode=trim
   "$PYTHON" - "$dir/run.json" "$label" "$mode" "$ranks" "$task" "$tr" "$c" "$l" "$rate" "$buffer" "$seed" "$prop" \
-    "$e" "$lim" <<'PY'
+    "$e" "$lim" "$burst" <<'PY'
 import json, sys
-f, label, mode, ranks, task, tr, c, l, rate, buf, seed, prop, est, lim = sys.argv[1:15]
-plugin = tr != "socket"
+f, label, mode, ranks, task, tr, c, l, rate, buf, seed, prop, est, lim, burst = sys.argv[1:16]
+plugin = tr not in ("socket", "gloo")
 json.dump({"kind": "train", "label": label, "mode": mode, "ranks": int(ranks), "task": task,
-           "transport": tr, "scheme": "rht" if plugin else None,
+           "transport": tr, "scheme": ("rotated" if tr == "hook" else "rht") if plugin else None,
            "head_bits": (16 if tr == "trim16" else 1) if plugin else None,
            "phase": "reduce_scatter" if plugin else None, "trim_p": None,
            "estimate_s": int(est), "limit_s": int(lim),
-           "bottleneck": {"cross_pct": float(c), "loss_pct": float(l), "rate_gbps": float(rate),
+           "bottleneck": {"cross_pct": float(c), "cross_period_ms": float(burst), "loss_pct": float(l), "rate_gbps": float(rate),
                           "buffer_bytes": int(buf), "seed": int(seed), "prop_delay_us": float(prop)}},
           open(f, "w"), indent=1)
 PY

@@ -11,7 +11,10 @@
 #   --ranks N          namespaces/ranks, 2..16 (default 2)
 #   --rate-gbps G      bottleneck rate of every rank's egress port (default 1)
 #   --buffer-bytes B   data queue per port (default 262144)
-#   --cross PCT        constant cross traffic into every port at PCT % of the rate (default 0)
+#   --cross PCT        cross traffic into every port at PCT % of the rate on average (default 0)
+#   --cross-period-ms P  0 (default): constant cross traffic; else bursts at the port's full
+#                      rate, PCT % of every P ms (whole ms, at least 1), silent the rest: the same
+#                      average, arriving as another tenant's collectives do (trim-switch's onoff)
 #   --loss PCT         random loss of every packet, in % (default 0)
 #   --mode trim|drop   the switch's mode (default trim; trim cuts our exact packets to headers)
 #   --seed N           the switch's seed (cross phases, loss) (default 1)
@@ -36,7 +39,7 @@
 # printed. Everything is torn down on exit, error, SIGINT and SIGTERM.
 set -euo pipefail
 
-BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
+BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 BURST=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
 LOG="" PER_RANK=0 DRY=0 PRINT_ONLY=0 TUN_NAME=trimbn
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
@@ -47,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --rate-gbps) RATE=$2; shift 2 ;;
     --buffer-bytes) BUFFER=$2; shift 2 ;;
     --cross) CROSS=$2; shift 2 ;;
+    --cross-period-ms) BURST=$2; shift 2 ;;
     --loss) LOSS=$2; shift 2 ;;
     --mode) MODE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
@@ -65,6 +69,7 @@ done
 [[ $# -gt 0 ]] || die "no command after -- (see --help)"
 [[ $RANKS =~ ^[0-9]+$ && $RANKS -ge 2 && $RANKS -le 16 ]] || die "--ranks $RANKS: expected 2..16"
 [[ $CROSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$CROSS" 'BEGIN{exit !(c < 100)}' || die "--cross $CROSS: expected a percentage below 100"
+[[ $BURST =~ ^[0-9]+$ ]] || die "--cross-period-ms $BURST: expected whole milliseconds"
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
 
@@ -78,7 +83,13 @@ addr_of() { echo "198.18.0.$(($1 + 1))"; }
 SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
          --mode "$MODE" --rate-gbps "$RATE" --buffer-bytes "$BUFFER" --prop-delay-us "$PROP" --seed "$SEED")
 if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
-  SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
+  if awk -v b="$BURST" 'BEGIN{exit !(b > 0)}'; then
+    read -r on_ms off_ms < <(awk -v c="$CROSS" -v p="$BURST" 'BEGIN{on = int(p * c / 100 + 0.5); if (on < 1) on = 1; print on, p - on}')
+    ((off_ms >= 0)) || die "--cross-period-ms $BURST: shorter than its 1-ms burst"
+    SW_ARGS+=(--cross "onoff:$RATE:$on_ms:$off_ms:all")
+  else
+    SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
+  fi
 fi
 if awk -v c="$LOSS" 'BEGIN{exit !(c > 0)}'; then
   SW_ARGS+=(--loss-p "$(awk -v c="$LOSS" 'BEGIN{printf "%.6g", c / 100}')")
@@ -174,8 +185,8 @@ rm -f "$LOG.err"
 # (the harness's default, or a caller's) would bypass the bottleneck.
 export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
-printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
-  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$LOSS" "$MODE" "$SEED" "$LOG"
+printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
+  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$BURST" "$LOSS" "$MODE" "$SEED" "$LOG"
 
 rc=0
 if [[ $PER_RANK -eq 0 ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Results of scripts/congestion_bench.sh: one bottleneck, four transports, and the verdict on
-issue 20's goal.
+the goal (issue 20 on a GPU machine against NCCL Socket, issue 25 on CPU against Gloo).
 
   plot_congestion.py --augment RUNDIR   add the bottleneck's view to RUNDIR/summary.json (written
                                         by plot_ddp.py --summarize): the switch's per-class
@@ -8,10 +8,14 @@ issue 20's goal.
                                         run's compute time, steps to target, accuracy resolution
   plot_congestion.py DIR [--no-plots] [--meta FILE]
                                         every run under DIR: markdown tables (the runs; every
-                                        point against Socket; the goal), DIR/congestion.png and
-                                        DIR/time_to_target.png (matplotlib, if installed) and,
+                                        point against the baseline; the goal), DIR/congestion.png,
+                                        DIR/time_to_target.png and DIR/time_to_accuracy.png
+                                        (matplotlib, if installed) and,
                                         last, one JSON line (FILE's JSON object, e.g. the GPU
                                         session's versions, goes into it as "meta")
+
+The baseline is what users run without the plugin: NCCL Socket (transport socket) on a GPU
+machine, Gloo (transport gloo, congestion_bench.sh --cpu) on CPU. "Socket" below stands for it.
 
 Per run: time to the target accuracy (s, wall clock of training with its evaluations) and the
 steps it took, iteration time p50/p99 (ms), final val accuracy and loss, trim rate (switch: our
@@ -38,7 +42,9 @@ from pathlib import Path
 
 from jsonio import load_json, read_jsonl
 
-TRANSPORTS = ["socket", "drop", "trim", "trim16"]
+TRANSPORTS = ["socket", "gloo", "drop", "trim", "trim16", "hook"]
+BASELINES = ("socket", "gloo")
+TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 
 
@@ -63,7 +69,7 @@ def augment(d):
     s["plugin_trimmed"] = plugin.get("trimmed_accepted")
     sent = plugin.get("sent_packets") or 0
     s["plugin_trim_rate"] = (plugin.get("trimmed_accepted") or 0) / sent if sent else None
-    s["retransmissions"] = tcp if s["transport"] == "socket" else plugin.get("retransmitted")
+    s["retransmissions"] = tcp if s["transport"] in BASELINES else plugin.get("retransmitted")
     rank0 = read_jsonl(d / "rank0.jsonl")
     cfg = next((e for e in rank0 if e.get("event") == "config"), {})
     fin = next((e for e in reversed(rank0) if e.get("event") == "final"), {})
@@ -77,6 +83,11 @@ def augment(d):
     # the estimate's --startup-s, measured.
     s["overhead_s"] = round(s["wall_s"] - s["run_wall_s"], 1) if s.get("wall_s") and s["run_wall_s"] else None
     s["param_sha256_full"] = (fin.get("param_sha256") or [None])[0]
+    # Validation accuracy over the training wall clock (epoch ends and --eval-every evaluations),
+    # for the time-to-accuracy plot.
+    s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0
+                        if e.get("event") in ("epoch", "eval") and e.get("train_s") is not None
+                        and e.get("val_acc") is not None)
     p50 = s.get("iter_p50_ms")
     s["comm_share"] = 1 - s["compute_ms"] / p50 if s["compute_ms"] and p50 else None
     (d / "summary.json").write_text(json.dumps(s) + "\n")
@@ -113,9 +124,9 @@ def load(root):
 def table(runs):
     head = ["task", "transport", "cross %", "loss %", "to target s", "steps to target", "p50 ms", "p99 ms",
             "final acc", "val loss", "trim rate (switch)", "plugin trimmed", "retx (ours)", "TCP retx", "identical",
-            "= socket", "status"]
+            "= baseline", "status"]
     sock = {(r.get("task"), r.get("cross_pct"), r.get("loss_pct")): r.get("param_sha256_full")
-            for r in runs if r.get("transport") == "socket"}
+            for r in runs if r.get("transport") in BASELINES}
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
         ref = sock.get((r.get("task"), r.get("cross_pct"), r.get("loss_pct")))
@@ -127,7 +138,7 @@ def table(runs):
             fmt(r.get("iter_p50_ms"), ".1f"), fmt(r.get("iter_p99_ms"), ".1f"), fmt(r.get("val_acc"), ".4f"),
             fmt(r.get("val_loss"), ".4f"), fmt(r.get("trim_rate"), ".4f"), fmt(r.get("plugin_trimmed")),
             fmt(r.get("retx_plugin")), fmt(r.get("retx_tcp")), fmt(r.get("params_identical")),
-            "-" if r.get("transport") == "socket" else fmt(same), status]) + " |")
+            "-" if r.get("transport") in BASELINES else fmt(same), status]) + " |")
     return "\n".join(lines)
 
 
@@ -140,10 +151,12 @@ def ratio(a, b):
 
 
 def compare(t, s, drop=None):
-    """Transport run t against the Socket run s of the same point; drop (same point) helps say why."""
-    c = {"transport": t.get("transport"), "status": t.get("status")}
+    """Transport run t against the baseline run s (Socket or Gloo) of the same point; drop (same
+    point) helps say why."""
+    c = {"transport": t.get("transport"), "status": t.get("status"), "baseline": s.get("transport")}
+    base = s.get("transport") or "baseline"
     if not ok(t) or not ok(s):
-        c["note"] = "socket run missing or failed" if not ok(s) else f"run {t.get('status')}"
+        c["note"] = f"{base} run missing or failed" if not ok(s) else f"run {t.get('status')}"
         return c
     c["ttt_ratio"] = ratio(t.get("time_to_target_s"), s.get("time_to_target_s"))
     c["steps_ratio"] = ratio(t.get("steps_to_target"), s.get("steps_to_target"))
@@ -152,9 +165,9 @@ def compare(t, s, drop=None):
     if t.get("val_acc") is not None and s.get("val_acc") is not None:
         c["acc_diff_points"] = round(100 * (t["val_acc"] - s["val_acc"]), 3)
     c["same_steps"] = t.get("steps") == s.get("steps")
-    c["params_equal_socket"] = (t.get("param_sha256_full") == s.get("param_sha256_full")
-                                if t.get("param_sha256_full") and s.get("param_sha256_full") else None)
-    wins = []  # where Socket is better
+    c["params_equal_baseline"] = (t.get("param_sha256_full") == s.get("param_sha256_full")
+                                  if t.get("param_sha256_full") and s.get("param_sha256_full") else None)
+    wins = []  # where the baseline is better
     if t.get("time_to_target_s") is None and s.get("time_to_target_s") is not None:
         wins.append("time to target (not reached)")
     elif c["ttt_ratio"] is not None and c["ttt_ratio"] > 1:
@@ -163,21 +176,21 @@ def compare(t, s, drop=None):
         wins.append(f"p99 ({c['p99_ratio']:g}x)")
     if c.get("acc_diff_points") is not None and c["acc_diff_points"] < -GOAL_ACC_POINTS:
         wins.append(f"accuracy ({c['acc_diff_points']:+.2f} points)")
-    c["socket_wins"] = wins
+    c["baseline_wins"] = wins
     why = []
     if wins and c["steps_ratio"] is not None and c["steps_ratio"] >= 1.15:
         why.append(f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)")
     if wins and c["p50_ratio"] is not None and c["p50_ratio"] > 1:
         dr = ratio((drop or {}).get("iter_p50_ms"), s.get("iter_p50_ms")) if ok(drop) else None
         if t.get("transport") == "drop":
-            why.append(f"steps {c['p50_ratio']:g}x Socket's: the plugin's transport (no trimming here)")
+            why.append(f"steps {c['p50_ratio']:g}x {base}'s: the plugin's transport (no trimming here)")
         elif dr is not None and dr > 1:
-            why.append(f"steps {c['p50_ratio']:g}x Socket's, drop's {dr:g}x too: the plugin's transport, not trimming")
+            why.append(f"steps {c['p50_ratio']:g}x {base}'s, drop's {dr:g}x too: the plugin's transport, not trimming")
         elif dr is not None:
-            why.append(f"steps {c['p50_ratio']:g}x Socket's while drop's are {dr:g}x: trimming itself "
+            why.append(f"steps {c['p50_ratio']:g}x {base}'s while drop's are {dr:g}x: trimming itself "
                        f"(retransmissions {t.get('retx_plugin')} vs drop's {(drop or {}).get('retx_plugin')})")
         else:
-            why.append(f"steps {c['p50_ratio']:g}x Socket's (no drop run to tell transport from trimming)")
+            why.append(f"steps {c['p50_ratio']:g}x {base}'s (no drop run to tell transport from trimming)")
     c["why"] = "; ".join(why) or None
     return c
 
@@ -188,9 +201,9 @@ def comparisons(runs):
         by.setdefault((r.get("task"), r.get("cross_pct") or 0.0, r.get("loss_pct") or 0.0), {})[r.get("transport")] = r
     out = []
     for (task, c, l), rs in sorted(by.items(), key=lambda kv: (kv[0][0] or "", kv[0][2], kv[0][1])):
-        s = rs.get("socket")
-        for tr in TRANSPORTS[1:]:
-            if tr in rs:
+        s = rs.get("socket") or rs.get("gloo")
+        for tr in TRANSPORTS:
+            if tr in rs and tr not in BASELINES:
                 out.append({"task": task, "cross_pct": c, "loss_pct": l, **compare(rs[tr], s or {}, rs.get("drop"))})
     return out
 
@@ -203,20 +216,23 @@ def big_task(runs):
     return best[1] if best[0] else ("widemlp" if any(t == "widemlp" for _, t in sized) else sized[0][1])
 
 
-def judge(runs):
-    """The goal at 60 % cross, no loss, on the task with the most gradient bytes."""
+def judge(runs, tr="trim"):
+    """The goal for trimming transport tr at 60 % cross, no loss, on the task with the most
+    gradient bytes, against the baseline (Socket or Gloo) of the same point."""
     task = big_task(runs)
-    g = {"goal": f"trim vs Socket at {GOAL_CROSS:g} % cross load: time to target <= {GOAL_TTT}x, "
-                 f"iteration p99 <= {GOAL_P99}x, final accuracy >= Socket's - {GOAL_ACC_POINTS} points",
-         "task": task, "state": "unknown", "parts": {}}
     at = {r.get("transport"): r for r in runs if r.get("task") == task and (r.get("cross_pct") or 0) == GOAL_CROSS
           and not r.get("loss_pct")}
-    s, t = at.get("socket"), at.get("trim")
+    base = "socket" if "socket" in at else "gloo"
+    B = base.capitalize()
+    g = {"goal": f"{tr} vs {B} at {GOAL_CROSS:g} % cross load: time to target <= {GOAL_TTT}x, "
+                 f"iteration p99 <= {GOAL_P99}x, final accuracy >= {B}'s - {GOAL_ACC_POINTS} points",
+         "transport": tr, "baseline": base, "task": task, "state": "unknown", "parts": {}}
+    s, t = at.get(base), at.get(tr)
     if not task or not s or not t:
-        g["detail"] = f"no {'socket' if not s else 'trim'} run of {task} at {GOAL_CROSS:g} % cross"
+        g["detail"] = f"no {base if not s else tr} run of {task} at {GOAL_CROSS:g} % cross"
         return g
     if not ok(s) or not ok(t):
-        g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in (("socket", s), ("trim", t)) if not ok(r))
+        g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
         return g
     parts = g["parts"]
     # time to target
@@ -224,34 +240,35 @@ def judge(runs):
     if ts is not None and tt is not None:
         r = tt / ts
         parts["time_to_target"] = {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed",
-                                   "trim_s": tt, "socket_s": ts}
+                                   "trim_s": tt, "base_s": ts}
     elif tt is None and ts is not None:
-        parts["time_to_target"] = {"ratio": None, "state": "missed", "trim_s": None, "socket_s": ts,
-                                   "why": f"trim did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
+        parts["time_to_target"] = {"ratio": None, "state": "missed", "trim_s": None, "base_s": ts,
+                                   "why": f"{tr} did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
     elif tt is not None and s.get("run_wall_s"):
-        bound = tt / s["run_wall_s"]  # Socket's time to target is longer than its whole run
+        bound = tt / s["run_wall_s"]  # the baseline's time to target is longer than its whole run
         parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
-                                   "trim_s": tt, "socket_s": None,
-                                   "why": f"socket did not reach {s.get('target_acc')} in its {s.get('steps')} steps"}
+                                   "trim_s": tt, "base_s": None,
+                                   "why": f"{base} did not reach {s.get('target_acc')} in its {s.get('steps')} steps "
+                                          f"({s['run_wall_s']:.0f} s)"}
     else:
         parts["time_to_target"] = {"state": "unknown", "why": "neither run reached the target"}
     # p99
     r = ratio(t.get("iter_p99_ms"), s.get("iter_p99_ms"))
     parts["p99"] = {"ratio": r, "state": "unknown" if r is None else ("met" if r <= GOAL_P99 else "missed"),
-                    "trim_ms": t.get("iter_p99_ms"), "socket_ms": s.get("iter_p99_ms")}
+                    "trim_ms": t.get("iter_p99_ms"), "base_ms": s.get("iter_p99_ms")}
     # accuracy, only between runs of the same length
     n_val = s.get("val_count")
     res = round(100 / n_val, 3) if n_val else None
     if t.get("steps") != s.get("steps"):
-        parts["accuracy"] = {"state": "unknown", "why": f"different lengths: trim {t.get('steps')} steps, "
-                                                         f"socket {s.get('steps')} (a time limit stopped one)"}
+        parts["accuracy"] = {"state": "unknown", "why": f"different lengths: {tr} {t.get('steps')} steps, "
+                                                         f"{base} {s.get('steps')} (a time limit stopped one)"}
     elif t.get("val_acc") is None or s.get("val_acc") is None:
         parts["accuracy"] = {"state": "unknown", "why": "no final accuracy"}
     else:
         dp = 100 * (t["val_acc"] - s["val_acc"])
         parts["accuracy"] = {"diff_points": round(dp, 3), "state": "met" if dp >= -GOAL_ACC_POINTS else "missed",
-                             "trim": t["val_acc"], "socket": s["val_acc"], "resolution_points": res,
-                             "val_loss_trim": t.get("val_loss"), "val_loss_socket": s.get("val_loss")}
+                             "trim": t["val_acc"], "base": s["val_acc"], "resolution_points": res,
+                             "val_loss_trim": t.get("val_loss"), "val_loss_base": s.get("val_loss")}
         if res and res > GOAL_ACC_POINTS / 2:
             parts["accuracy"]["note"] = (f"one val sample is {res:g} points: {GOAL_ACC_POINTS} points is "
                                          f"{GOAL_ACC_POINTS / res:.1f} samples, so one seed decides little")
@@ -261,28 +278,33 @@ def judge(runs):
     return g
 
 
-def judge_md(g, comps):
-    lines = [f"## Goal ({g['task']}): {g['state'].upper()}", "", g["goal"] + ".", ""]
-    for k, p in g["parts"].items():
-        val = p.get("ratio", p.get("ratio_below", p.get("diff_points")))
-        unit = " points" if k == "accuracy" else "x"
-        shown = "-" if val is None else (f"< {val:g}" if "ratio_below" in p else f"{val:g}")
-        extra = "; ".join(str(p[x]) for x in ("why", "note") if p.get(x))
-        lines.append(f"- {k}: {shown}{unit if val is not None else ''} -> {p['state']}" + (f" ({extra})" if extra else ""))
-    if not g["parts"]:
-        lines.append(f"- {g.get('detail')}")
-    lines += ["", "## Every point against Socket", "",
-              "| task | point | transport | to target | steps | p50 | p99 | acc diff (points) | = socket params | Socket wins | why |",
+def judge_md(goals, comps):
+    lines = []
+    for g in goals:
+        lines += [f"## Goal ({g['task']}, {g['transport']}): {g['state'].upper()}", "", g["goal"] + ".", ""]
+        for k, p in g["parts"].items():
+            val = p.get("ratio", p.get("ratio_below", p.get("diff_points")))
+            unit = " points" if k == "accuracy" else "x"
+            shown = "-" if val is None else (f"< {val:g}" if "ratio_below" in p else f"{val:g}")
+            extra = "; ".join(str(p[x]) for x in ("why", "note") if p.get(x))
+            lines.append(f"- {k}: {shown}{unit if val is not None else ''} -> {p['state']}" + (f" ({extra})" if extra else ""))
+        if not g["parts"]:
+            lines.append(f"- {g.get('detail')}")
+        lines.append("")
+    base = next((c["baseline"] for c in comps if c.get("baseline")), "baseline")
+    lines += [f"## Every point against {base}", "",
+              f"| task | point | transport | to target | steps | p50 | p99 | acc diff (points) | = {base} params | {base} wins | why |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in comps:
         lines.append("| " + " | ".join([
             fmt(c["task"]), point_name(c), c["transport"], fmt(c.get("ttt_ratio"), "g"), fmt(c.get("steps_ratio"), "g"),
             fmt(c.get("p50_ratio"), "g"), fmt(c.get("p99_ratio"), "g"), fmt(c.get("acc_diff_points"), "+.2f"),
-            fmt(c.get("params_equal_socket")), ", ".join(c.get("socket_wins") or []) or ("-" if "socket_wins" in c else c.get("note", "-")),
+            fmt(c.get("params_equal_baseline")),
+            ", ".join(c.get("baseline_wins") or []) or ("-" if "baseline_wins" in c else c.get("note", "-")),
             c.get("why") or "-"]) + " |")
-    wins = [f"{c['task']} {point_name(c)} vs {c['transport']}: {', '.join(c['socket_wins'])}"
-            for c in comps if c.get("socket_wins") and c["transport"] in ("trim", "trim16")]
-    lines += ["", "Socket wins against trimming at: " + ("; ".join(wins) if wins else "no point measured")]
+    wins = [f"{c['task']} {point_name(c)} vs {c['transport']}: {', '.join(c['baseline_wins'])}"
+            for c in comps if c.get("baseline_wins") and c["transport"] in TRIMMING]
+    lines += ["", f"{base} wins against trimming at: " + ("; ".join(wins) if wins else "no point measured")]
     return "\n".join(lines)
 
 
@@ -351,6 +373,40 @@ def plot_ttt(runs, out, plt):
     return path
 
 
+def plot_tta(runs, out, plt):
+    """Validation accuracy over training wall clock, one panel per (task, point), a line per
+    transport, the target dashed: where the lines cross it is each run's time to target."""
+    panels = sorted({(r.get("task"), r.get("cross_pct") or 0, r.get("loss_pct") or 0) for r in runs
+                     if r.get("curve")}, key=lambda k: (k[0] or "", k[2], k[1]))
+    if not panels:
+        return None
+    cols = min(3, len(panels))
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4 * rows), squeeze=False)
+    order = {t: i for i, t in enumerate(TRANSPORTS)}
+    for ax, (task, c, l) in zip([a for row in axes for a in row], panels):
+        rs = sorted((r for r in runs if (r.get("task"), r.get("cross_pct") or 0, r.get("loss_pct") or 0) == (task, c, l)
+                     and r.get("curve")), key=lambda r: order.get(r.get("transport"), 9))
+        for r in rs:
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, ys, ".-", label=f"{r.get('transport')}" + ("" if ok(r) else f" ({r.get('status')})"))
+        target = next((r.get("target_acc") for r in rs if r.get("target_acc")), None)
+        if target:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        point = point_name({"cross_pct": c, "loss_pct": l})
+        ax.set(title=f"{task}, {point}", xlabel="training wall clock (s)", ylabel="val accuracy",
+               ylim=(max(0.0, (target or 0.5) - 0.45), 1.0))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in [a for row in axes for a in row][len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    path = Path(out) / "time_to_accuracy.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?")
@@ -366,7 +422,9 @@ def main():
     root = Path(a.dir)
     runs = load(root)
     comps = comparisons(runs)
-    goal = judge(runs)
+    present = {r.get("transport") for r in runs}
+    goals = [judge(runs, tr) for tr in TRIMMING if tr in present] or [judge(runs)]
+    goal = goals[0]
     bench = load_json(root / "bench.json")
     cal = load_json(root / "calibration.json")
     skipped = read_jsonl(root / "skipped.jsonl")
@@ -386,14 +444,14 @@ def main():
     if skipped:
         print("Skipped: " + "; ".join(f"{s.get('label')} ({s.get('why')})" for s in skipped))
         print()
-    print(judge_md(goal, comps))
+    print(judge_md(goals, comps))
     pngs = []
     if not a.no_plots:
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-            pngs = [str(x) for x in (plot(runs, root, plt), plot_ttt(runs, root, plt)) if x]
+            pngs = [str(x) for x in (plot(runs, root, plt), plot_ttt(runs, root, plt), plot_tta(runs, root, plt)) if x]
             for x in pngs:
                 print(f"plot: {x}", file=sys.stderr)
         except ImportError:
@@ -404,7 +462,7 @@ def main():
             "compute_ms", "comm_share", "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
     versions = next((r.get("versions") for r in runs if r.get("versions")), None)
     meta = load_json(a.meta) if a.meta else None
-    print(json.dumps({"bench": "congestion", "goal": goal, "settings": bench, "calibration": cal,
+    print(json.dumps({"bench": "congestion", "goal": goal, "goals": goals, "settings": bench, "calibration": cal,
                       "skipped": skipped, "versions": versions, "meta": meta, "plots": pngs,
                       "runs": [{k: r.get(k) for k in keep} for r in runs], "comparisons": comps}))
     return 0

@@ -114,7 +114,7 @@ def summarize(run_dir, status=None, wall_s=None):
                        "max_err": e["max_err"]} for e in sizes]
         s["peak_busbw_GBps"] = max((e["busbw_GBps"] for e in sizes), default=None)
         s["all_exact"] = all(e["max_err"] == 0 for e in sizes) if sizes else None
-    s["plugin"] = plugin_counters(logs) if run.get("mode") not in ("cpu", "socket") else None
+    s["plugin"] = plugin_counters(logs) if run.get("mode") not in ("cpu", "socket", "gloo") else None
     sw = [e for e in read_jsonl(d / "switch.jsonl") if e.get("event") == "final"]
     if sw:
         w = sw[-1]

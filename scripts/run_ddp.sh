@@ -13,7 +13,10 @@
 #   trim       our plugin through trim-switch --mode trim with cross traffic (--cross)
 #   drop       the same switch tail-dropping instead of trimming
 #   socket     NCCL's own Socket transport (NCCL_NET=Socket), no plugin: the baseline
-#   --cpu      gloo on the CPU, no plugin, no switch: a smoke test of the orchestration
+#   --cpu      CPU tensors: alone, gloo without the plugin; with a plugin mode (--mode, or the
+#              trimacc sweep) the nccl_trim package's CPU backend "trim" carries DDP's traffic
+#              through the plugin (ddp_train.py --backend trim; with --hook, gloo groups made
+#              trim by the launcher's bootstrap, python -m nccl_trim._boot --trim-cpu)
 #
 # What runs (default: one training run):
 #   --bench allreduce    allreduce_bench.py once per mode of --modes (default lossless,socket),
@@ -27,12 +30,17 @@
 #                16-bit heads at 0.1,0.5,0.75; rht at 0.5 with NCCL_TRIM_PHASE=all
 #     latency    trim vs drop switch with the same cross traffic (and lossless, no switch)
 #     charlm     the transformer: lossless, socket, random rht at 0.1 and 0.5
+#     trimacc    (--cpu; issue 25) accuracy under random trimming, on every machine: Gloo
+#                (exact), per-hop rht, the hook (rotated) and rht with 16-bit heads at each p of
+#                --trim-ps (default here 0.5,0.75), each over --seeds (default 0,1,2); then a
+#                table of the mean final accuracy per configuration against Gloo's
 #     bench      = --bench allreduce
 #   A sweep ends with scripts/plot_ddp.py on --out (PNGs if matplotlib is there, tables).
 #
 # Options (defaults in brackets):
 #   --ranks N [2]  --task digits|charlm|widemlp [digits]  --epochs E  --batch-size B  --lr LR
 #   --seed S [0]  --target-acc A  --max-steps K       passed to ddp_train.py (its defaults)
+#   --seeds LIST [0,1,2]             the trimacc sweep's seeds
 #   --scheme none|sign|sq|sd|rht [rht]  --head-bits 1|16 [1]  --phase reduce_scatter|all
 #                                    NCCL_TRIM_SCHEME / _HEAD_BITS / _PHASE of the plugin
 #   --trim-p P [0.1]                 random mode's trim probability
@@ -95,7 +103,7 @@ ranks=2 task=digits epochs="" batch_size="" lr="" seed=0 target_acc="" max_steps
 scheme=rht head_bits=1 phase=reduce_scatter trim_p=0.1
 rate_gbps="" buffer_packets="" buffer_bytes=0 prop_us="" trim_exact=0 switch_seed=7
 crosses=() switch_extra=() out="" label="" timeout_s=600 build=build dry_run=0 resume=0 wait_all=0 no_plots=0 hook=0
-schemes="sign,sq,sd,rht" trim_ps="0,0.01,0.1,0.5,0.75"
+schemes="sign,sq,sd,rht" trim_ps="" seeds="0,1,2"
 extra=()
 while [[ $# -gt 0 ]]; do
   a=$1
@@ -109,7 +117,7 @@ while [[ $# -gt 0 ]]; do
     --no-plots) no_plots=1; shift; continue ;;
     --hook) hook=1; shift; continue ;;
     --mode|--modes|--bench|--sweep|--ranks|--task|--epochs|--batch-size|--lr|--seed|--target-acc| \
-    --max-steps|--scheme|--schemes|--head-bits|--phase|--trim-p|--trim-ps|--rate-gbps| \
+    --max-steps|--scheme|--schemes|--head-bits|--phase|--trim-p|--trim-ps|--seeds|--rate-gbps| \
     --buffer-packets|--buffer-bytes|--prop-delay-us|--cross|--trim-exact|--switch-seed| \
     --switch-arg|--out|--label|--timeout-s|--build) ;;
     *) die "unknown option $a (see --help)" ;;
@@ -135,6 +143,7 @@ while [[ $# -gt 0 ]]; do
     --phase) phase=$v ;;
     --trim-p) trim_p=$v ;;
     --trim-ps) trim_ps=$v ;;
+    --seeds) seeds=$v ;;
     --rate-gbps) rate_gbps=$v ;;
     --buffer-packets) buffer_packets=$v ;;
     --buffer-bytes) buffer_bytes=$v ;;
@@ -159,7 +168,9 @@ valid_mode "$mode"
 [[ $head_bits =~ ^(1|16)$ ]] || die "--head-bits must be 1 or 16"
 [[ $phase =~ ^(reduce_scatter|all)$ ]] || die "--phase must be reduce_scatter or all"
 [[ -z $bench || $bench == allreduce ]] || die "unknown benchmark '$bench' (allreduce)"
-[[ -z $sweep || $sweep =~ ^(accuracy|latency|charlm|bench)$ ]] || die "unknown sweep '$sweep' (accuracy|latency|charlm|bench)"
+[[ -z $sweep || $sweep =~ ^(accuracy|latency|charlm|trimacc|bench)$ ]] || die "unknown sweep '$sweep' (accuracy|latency|charlm|trimacc|bench)"
+[[ $sweep == trimacc && $cpu == 0 ]] && die "--sweep trimacc runs on CPU tensors: add --cpu"
+[[ $cpu == 1 && ($mode == socket) ]] && die "--cpu: socket needs CUDA tensors (--cpu alone runs gloo)"
 [[ $sweep == bench ]] && { bench=allreduce; sweep=""; }
 [[ $build = /* ]] || build="$repo/$build"
 plugin_so="$build/lib/libnccl-net-trim.so"
@@ -269,8 +280,12 @@ rank_env() {
   local m=$1 r=$2 n=$3 port=$4
   local unset=() e=(RANK="$r" WORLD_SIZE="$n" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n" MASTER_ADDR=127.0.0.1
     MASTER_PORT="$port" PYTHONUNBUFFERED=1)
-  if [[ $m == cpu ]]; then
+  if ((cpu)); then
     e+=(GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}" CUDA_VISIBLE_DEVICES=)
+    # The CPU backend takes the plugin from this build, not from an installed package.
+    [[ $m == cpu ]] || e+=(NCCL_TRIM_LIB_DIR="$build/lib" PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}")
+  fi
+  if [[ $m == cpu ]]; then
     printf '%s\n' "${e[@]}"
     return
   fi
@@ -287,14 +302,14 @@ rank_env() {
     e+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME="${NCCL_TRIM_IFNAME:-lo}"
       NCCL_TRIM_SCHEME="$run_scheme" NCCL_TRIM_HEAD_BITS="$run_head_bits" NCCL_TRIM_PHASE="$run_phase")
     [[ $m == lossless ]] || e+=(NCCL_TRIM_SWITCH="127.0.0.1:$sw_port")
-    ((hook)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
+    ((run_hook && !cpu)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
 }
 
 # run_one KIND LABEL MODE: KIND = train|bench. Uses run_scheme, run_head_bits, run_phase,
 # run_p and run_dir. Returns the ranks' status; the summary goes to run_dir/summary.json.
-run_scheme="" run_head_bits="" run_phase="" run_p="" run_dir=""
+run_scheme="" run_head_bits="" run_phase="" run_p="" run_dir="" run_hook=0
 run_one() {
   local kind=$1 lbl=$2 m=$3 dir=$run_dir
   local script args=()
@@ -311,11 +326,18 @@ run_one() {
     [[ -n $max_steps ]] && args+=(--max-steps "$max_steps")
     [[ -n ${DDP_DIGITS_CSV:-} && $task != charlm ]] && args+=(--digits-csv "$DDP_DIGITS_CSV")
   fi
-  [[ $m == cpu ]] && args+=(--device cpu --backend gloo)
+  # On CPU: gloo without the plugin (mode cpu) or under the hook's bootstrap (which turns gloo
+  # groups into trim groups), else the trim backend.
+  if ((cpu)); then
+    args+=(--device cpu --backend "$( [[ $m == cpu ]] || ((run_hook)) && echo gloo || echo trim)")
+  fi
   args+=(--json-out "$dir/rank{rank}.jsonl" "${extra[@]}")
   # --hook: the script runs under nccl_trim's bootstrap, which installs the comm hook on DDP.
   local launch=("$script")
-  ((hook)) && [[ $m != cpu && $m != socket ]] && launch=(-m nccl_trim._boot "$script")
+  if ((run_hook)) && [[ $m != cpu && $m != socket ]]; then
+    launch=(-m nccl_trim._boot "$script")
+    ((cpu)) && launch=(-m nccl_trim._boot --trim-cpu "$script")
+  fi
 
   local swmode=""
   switch_cmd=()
@@ -421,6 +443,7 @@ failures=0
 run() {
   local kind=$1 lbl=$2 m=$3
   run_scheme=${4:-$scheme} run_head_bits=${5:-$head_bits} run_phase=${6:-$phase} run_p=${7:-$trim_p}
+  run_hook=${8:-$hook}
   run_dir=${single_dir:-$root/$lbl}
   if ((resume)) && grep -q '"status": "ok"' "$run_dir/summary.json" 2>/dev/null; then
     echo "run_ddp: $lbl: done before (--resume), skipped" >&2
@@ -451,7 +474,7 @@ if [[ -n $sweep ]]; then
 elif [[ -n $bench ]]; then
   root=${out:-$repo/build/ddp/bench}
 else
-  lbl=${label:-$(default_label "$( ((cpu)) && echo cpu || echo "$mode")")}
+  lbl=${label:-$(default_label "$( ((cpu)) && [[ $mode == lossless ]] && echo cpu || echo "$mode")")}
   root=${out:-$repo/build/ddp/$lbl}
   single_dir=$root
 fi
@@ -461,7 +484,8 @@ root=$(cd "$root" && pwd)
 ((dry_run)) || collect_versions "$root/versions.json"
 
 IFS=, read -r -a scheme_list <<<"$schemes"
-IFS=, read -r -a p_list <<<"$trim_ps"
+IFS=, read -r -a p_list <<<"${trim_ps:-$( [[ $sweep == trimacc ]] && echo 0.5,0.75 || echo 0,0.01,0.1,0.5,0.75)}"
+IFS=, read -r -a seed_list <<<"$seeds"
 
 if [[ -n $bench ]]; then
   if ((cpu)); then
@@ -471,8 +495,8 @@ if [[ -n $bench ]]; then
     for m in "${mode_list[@]}"; do valid_mode "$m"; run bench "$m" "$m"; done
   fi
 elif [[ -n $sweep ]]; then
-  if ((cpu)); then
-    die "--sweep runs GPU experiments; use --cpu for single runs or --bench"
+  if ((cpu)) && [[ $sweep != trimacc ]]; then
+    die "--sweep $sweep runs GPU experiments; on CPU: --sweep trimacc, single runs or --bench"
   fi
   case $sweep in
     accuracy)
@@ -502,9 +526,20 @@ elif [[ -n $sweep ]]; then
       run train random_rht_hb1_p0.1 random rht 1 reduce_scatter 0.1
       run train random_rht_hb1_p0.5 random rht 1 reduce_scatter 0.5
       ;;
+    trimacc)
+      for sd in "${seed_list[@]}"; do
+        seed=$sd
+        run train "gloo_s$sd" cpu
+        for p in "${p_list[@]}"; do
+          run train "rht_p${p}_s$sd" random rht 1 reduce_scatter "$p" 0
+          run train "hook_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
+          run train "rht16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 0
+        done
+      done
+      ;;
   esac
 else
-  if ((cpu)); then
+  if ((cpu)) && [[ $mode == lossless ]]; then
     run train "$lbl" cpu
   else
     run train "$lbl" "$mode"
