@@ -85,6 +85,13 @@ def augment(d):
     s["param_sha256_full"] = (fin.get("param_sha256") or [None])[0]
     # Validation accuracy over the training wall clock (epoch ends and --eval-every evaluations),
     # for the time-to-accuracy plot.
+    # A run stopped by its limit before its final line: how far it got (its last evaluation).
+    # (an epoch line's steps are that epoch's; an eval line's are the run's so far)
+    last = next((e for e in reversed(rank0) if e.get("event") in ("epoch", "eval") and e.get("steps")), None)
+    done = (last["steps"] if last.get("event") == "eval" else
+            sum(e.get("steps") or 0 for e in rank0 if e.get("event") == "epoch")) if last else 0
+    s["progress"] = ({"steps": done, "train_s": last.get("train_s"), "val_acc": last.get("val_acc"),
+                      "iter_p50_ms": last.get("iter_p50_ms")} if last and not fin else None)
     s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0
                         if e.get("event") in ("epoch", "eval") and e.get("train_s") is not None
                         and e.get("val_acc") is not None)
@@ -155,6 +162,15 @@ def compare(t, s, drop=None):
     point) helps say why."""
     c = {"transport": t.get("transport"), "status": t.get("status"), "baseline": s.get("transport")}
     base = s.get("transport") or "baseline"
+    if ok(t) and not ok(s) and (s.get("progress") or {}).get("train_s") and t.get("time_to_target_s") is not None:
+        # The baseline was stopped by its limit before the end: it had not reached the target
+        # by then (or its target line would be there), so its time to target is longer.
+        pr = s["progress"]
+        c["ttt_ratio_below"] = round(t["time_to_target_s"] / pr["train_s"], 3)
+        c["note"] = (f"{base} {s.get('status')}: step {pr['steps']} after {pr['train_s']:.0f} s of training "
+                     f"(val acc {pr.get('val_acc') or 0:.3f}, last epoch's p50 {pr.get('iter_p50_ms') or 0:.0f} ms); "
+                     f"{t.get('transport')} reached the target in {t['time_to_target_s']:.0f} s")
+        return c
     if not ok(t) or not ok(s):
         c["note"] = f"{base} run missing or failed" if not ok(s) else f"run {t.get('status')}"
         return c
@@ -297,7 +313,9 @@ def judge_md(goals, comps):
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in comps:
         lines.append("| " + " | ".join([
-            fmt(c["task"]), point_name(c), c["transport"], fmt(c.get("ttt_ratio"), "g"), fmt(c.get("steps_ratio"), "g"),
+            fmt(c["task"]), point_name(c), c["transport"],
+            f"< {c['ttt_ratio_below']:g}" if c.get("ttt_ratio_below") is not None else fmt(c.get("ttt_ratio"), "g"),
+            fmt(c.get("steps_ratio"), "g"),
             fmt(c.get("p50_ratio"), "g"), fmt(c.get("p99_ratio"), "g"), fmt(c.get("acc_diff_points"), "+.2f"),
             fmt(c.get("params_equal_baseline")),
             ", ".join(c.get("baseline_wins") or []) or ("-" if "baseline_wins" in c else c.get("note", "-")),
