@@ -372,6 +372,7 @@ TEST(HarnessFaults, CloseWithRequestsInFlight) {
   EXPECT_EQ(r.exit_code, 0) << r.context();
   EXPECT_EQ(r.str("error"), "") << r.context();
   EXPECT_EQ(r.str("verify"), "skipped") << r.context();
+  EXPECT_GT(r.count("in_flight_at_close"), 0) << r.context();
 }
 
 // NCCL's proxy teardown on abort (src/transport/net.cc, sendProxyFree/recvProxyFree): deregMr,
@@ -382,6 +383,7 @@ TEST(HarnessFaults, AbortWithRequestsInFlight) {
     HarnessRun r = run_harness("--mode sendrecv --bytes 8M --abort-in-flight");
     ASSERT_EQ(r.exit_code, 0) << "run " << i << "\n" << r.context();
     EXPECT_EQ(r.str("error"), "") << r.context();
+    EXPECT_GT(r.count("in_flight_at_close"), 0) << r.context();
   }
 }
 
@@ -422,6 +424,7 @@ TEST(HarnessCli, BadUsageExitsTwo) {
   EXPECT_EQ(run_harness("--no-such-flag").exit_code, 2);
   EXPECT_EQ(run_harness("--mode sendrecv --ranks 3").exit_code, 2);
   EXPECT_EQ(run_harness("--bytes 12Q").exit_code, 2);
+  EXPECT_EQ(run_harness("--mode allreduce --declare-rotated").exit_code, 2);  // no --traffic-class
   EXPECT_EQ(run_harness("--mode allreduce --kill-peer").exit_code, 2);
   EXPECT_EQ(run_harness("--mode mixed --op allreduce").exit_code, 2);
   EXPECT_EQ(run_harness("--profiler some").exit_code, 2);
@@ -479,17 +482,24 @@ TEST(HarnessCodecPool, TrimmedMixedTrafficKeepsReplicasIdentical) {
   EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
 }
 
-// NCCL's abort order (deregMr, free, close) while codec tasks may still run: deregMr and close
-// wait for the connection's tasks, so nothing reads or writes freed memory (ASan runs this too).
+// NCCL's abort order (deregMr, free, close) while codec tasks still run: deregMr and close wait
+// for the connection's tasks, so nothing reads or writes freed memory (ASan and TSan run this
+// too). Slow workers (NCCL_TRIM_TEST_CODEC_STALL_MS: each task waits 50 ms first, unless its
+// message is abandoned) make sure the tasks are there: close and deregMr found some in flight and
+// waited for them (codec_waited_tasks), and the tasks of the abandoned messages stopped
+// (codec_cancelled), while requests were still in flight.
 TEST(HarnessCodecPool, AbortAndCloseWithTasksInFlight) {
   trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
   trim::testing::EnvGuard phase{"NCCL_TRIM_PHASE", "all"};  // every transfer trimmable: all on the pool
-  for (int i = 0; i < 3; ++i) {
+  trim::testing::EnvGuard slow{"NCCL_TRIM_TEST_CODEC_STALL_MS", "50"};
+  for (int i = 0; i < 2; ++i) {
     for (const char* fault : {"--abort-in-flight", "--close-in-flight"}) {
       HarnessRun r = run_harness(std::string("--mode sendrecv --bytes 8M --op allreduce ") + fault);
       EXPECT_EQ(r.exit_code, 0) << fault << "\n" << r.context();
       EXPECT_EQ(r.str("error"), "") << r.context();
-      EXPECT_GT(r.count("codec_tasks"), 0) << r.context();
+      EXPECT_GT(r.count("in_flight_at_close"), 0) << r.context();
+      EXPECT_GT(r.count("codec_waited_tasks"), 0) << r.context();
+      EXPECT_GT(r.count("codec_cancelled"), 0) << r.context();
     }
   }
 }
@@ -525,20 +535,37 @@ namespace {
 
 // The nccl_trim comm hook's communicator: NCCL's v11 per-communicator traffic class
 // (NCCL_TRIM_HOOK_TRAFFIC_CLASS, default 116) makes its send connections pack the gradients as
-// they arrive, rotated already (scheme rotated), and nobody else's.
-TEST(HarnessHook, OnlyTheTaggedCommunicatorSendsRotatedAndStaysExact) {
-  HarnessRun tagged = run_harness("--mode allreduce --ranks 3 --bytes 1000001 --iters 2 --traffic-class 116");
+// they arrive, rotated already (scheme rotated), once the hook declared that class rotated
+// (--declare-rotated, through the plugin's export), and nobody else's. The tag alone is not
+// trusted: such data is rotated per hop (rht), and each such connection is counted.
+TEST(HarnessHook, OnlyADeclaredTaggedCommunicatorSendsRotatedAndStaysExact) {
+  const std::string run3 = "--mode allreduce --ranks 3 --bytes 1000001 --iters 2 ";
+  HarnessRun tagged = run_harness(run3 + "--traffic-class 116 --declare-rotated");
   expect_encoded_exact(tagged);
   EXPECT_GT(tagged.count("rotated_messages"), 0) << tagged.context();
-  for (const char* other : {"", "--traffic-class 0", "--traffic-class 117"}) {
-    HarnessRun r = run_harness(std::string("--mode allreduce --ranks 3 --bytes 1000001 --iters 2 ") + other);
+  EXPECT_EQ(tagged.count("hook_undeclared_conns"), 0) << tagged.context();
+  HarnessRun undeclared = run_harness(run3 + "--traffic-class 116");
+  expect_encoded_exact(undeclared);
+  EXPECT_EQ(undeclared.count("rotated_messages"), 0) << undeclared.context();
+  EXPECT_EQ(undeclared.count("hook_undeclared_conns"), 3) << undeclared.context();  // a send connection per rank
+  for (const char* other : {"", "--traffic-class 117"}) {
+    HarnessRun r = run_harness(run3 + other);
     expect_encoded_exact(r);
     EXPECT_EQ(r.count("rotated_messages"), 0) << other << r.context();
+    EXPECT_EQ(r.count("hook_undeclared_conns"), 0) << other << r.context();
   }
-  trim::testing::EnvGuard tc{"NCCL_TRIM_HOOK_TRAFFIC_CLASS", "7"};
-  HarnessRun moved = run_harness("--mode allreduce --ranks 2 --bytes 1M --iters 1 --traffic-class 7");
-  expect_encoded_exact(moved);
-  EXPECT_GT(moved.count("rotated_messages"), 0) << moved.context();
+  {
+    trim::testing::EnvGuard tc{"NCCL_TRIM_HOOK_TRAFFIC_CLASS", "7"};
+    HarnessRun moved = run_harness("--mode allreduce --ranks 2 --bytes 1M --iters 1 --traffic-class 7 --declare-rotated");
+    expect_encoded_exact(moved);
+    EXPECT_GT(moved.count("rotated_messages"), 0) << moved.context();
+  }
+  // The hook's rows (2^15) against other plugin rows: the declaration fails, naming both.
+  trim::testing::EnvGuard rows{"NCCL_TRIM_ROW_ELEMS", "4096"};
+  HarnessRun mismatch = run_harness("--mode allreduce --ranks 2 --bytes 64K --iters 1 --traffic-class 116 --declare-rotated");
+  EXPECT_EQ(mismatch.exit_code, 1) << mismatch.context();
+  EXPECT_NE(mismatch.str("error").find("2^15"), std::string::npos) << mismatch.context();
+  EXPECT_NE(mismatch.str("error").find("NCCL_TRIM_ROW_ELEMS is 4096"), std::string::npos) << mismatch.context();
 }
 
 // What the hook does end to end (--prerotate: rotate every rank's input before the allreduce,
@@ -549,7 +576,7 @@ TEST(HarnessHook, OnlyTheTaggedCommunicatorSendsRotatedAndStaysExact) {
 // noise (measured 0.256-0.261 vs 0.280-0.290 on seeds 1-3: one trimmed coordinate costs the
 // same pi/2 - 1 of its energy in both; the hook's packets hold 1 bit less per element).
 TEST(HarnessHook, PrerotatedAllreduceMatchesWithinRoundingAndRhtBoundsUnderTrim) {
-  HarnessRun clean = run_harness("--mode allreduce --ranks 3 --bytes 3M --iters 2 --traffic-class 116 --prerotate");
+  HarnessRun clean = run_harness("--mode allreduce --ranks 3 --bytes 3M --iters 2 --traffic-class 116 --declare-rotated --prerotate");
   EXPECT_EQ(clean.exit_code, 0) << clean.context();
   EXPECT_EQ(clean.str("verify"), "ok") << clean.context();
   EXPECT_LE(clean.num("nmse"), 1e-10) << clean.context();
@@ -558,7 +585,7 @@ TEST(HarnessHook, PrerotatedAllreduceMatchesWithinRoundingAndRhtBoundsUnderTrim)
   EXPECT_GT(clean.count("rotated_messages"), 0) << clean.context();
 
   const double p = 0.3;
-  HarnessRun hook = run_harness("--mode allreduce --ranks 4 --bytes 4M --iters 2 --trim 0.3 --traffic-class 116 --prerotate");
+  HarnessRun hook = run_harness("--mode allreduce --ranks 4 --bytes 4M --iters 2 --trim 0.3 --traffic-class 116 --declare-rotated --prerotate");
   HarnessRun per_hop = run_harness("--mode allreduce --ranks 4 --bytes 4M --iters 2 --trim 0.3");
   expect_reduce_scatter_trim_run(hook, p, 4);
   expect_reduce_scatter_trim_run(per_hop, p, 4);

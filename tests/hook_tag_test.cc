@@ -1,8 +1,9 @@
 // How the transport recognises the nccl_trim comm hook's communicator: NCCL's per-communicator
 // traffic class (v11 init; v10 passes it to connect) equal to NCCL_TRIM_HOOK_TRAFFIC_CLASS makes
-// a send connection offer scheme `rotated` where its context would rotate per hop (rht). The
-// receiver takes it when it would take rht (and decodes the data), and refuses it otherwise,
-// saying why.
+// a send connection offer scheme `rotated` where its context would rotate per hop (rht), but only
+// once the hook has declared that class rotated, in the context's rows (declare_rotated): a tag
+// alone is trusted by nobody, and such data goes as rht (counted). The receiver takes `rotated`
+// when it would take rht (and decodes the data), and refuses it otherwise, saying why.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,8 +21,12 @@ namespace {
 
 class HookTag : public ::testing::Test {
  protected:
-  Context* make_ctx(int traffic_class, param::Scheme scheme = param::Scheme::kRht) {
+  void SetUp() override { forget_rotated_declarations_for_tests(); }
+  // What the hook does before it creates its group (the default rows: 2^15 = NCCL_TRIM_ROW_ELEMS).
+  void declare() { ASSERT_TRUE(declare_rotated(116, 15).is_ok()); }
+  Context* make_ctx(int traffic_class, param::Scheme scheme = param::Scheme::kRht, uint32_t row_elems = 32768) {
     Params p = default_params();
+    p.row_elems = row_elems;
     p.ifname = "lo";
     p.scheme = static_cast<int>(scheme);
     p.dtype = static_cast<int>(param::Dtype::kFp32);  // no profiler here: sends are trimmable by
@@ -51,6 +56,7 @@ class HookTag : public ::testing::Test {
     return out == in ? "" : "bytes differ";
   }
   void TearDown() override {
+    forget_rotated_declarations_for_tests();
     testing::close_pair(&send_, &recv_, &listen_);
     for (Context* c : contexts_) {
       if (c != nullptr) {
@@ -65,7 +71,8 @@ class HookTag : public ::testing::Test {
   RecvComm* recv_ = nullptr;
 };
 
-TEST_F(HookTag, TaggedContextSendsRotatedToAnUntaggedReceiver) {
+TEST_F(HookTag, DeclaredTaggedContextSendsRotatedToAnUntaggedReceiver) {
+  declare();
   const HookCounters before = hook_counters();
   Context* hook = make_ctx(116);
   Context* plain = make_ctx(kTrafficClassUnset);
@@ -83,8 +90,61 @@ TEST_F(HookTag, TaggedContextSendsRotatedToAnUntaggedReceiver) {
   EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages + 1);
 }
 
+// The same pair without the hook's declaration: the tag alone is not trusted. The data goes as
+// per-hop rht (nothing counted as rotated; bit exact), and the connection is counted undeclared.
+TEST_F(HookTag, UndeclaredTaggedContextSendsRht) {
+  const HookCounters before = hook_counters();
+  Context* hook = make_ctx(116);
+  Context* plain = make_ctx(kTrafficClassUnset);
+  EXPECT_EQ(hook_counters().comms, before.comms + 1);
+  testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns);
+  EXPECT_EQ(hook_counters().undeclared_conns, before.undeclared_conns + 1);
+  EXPECT_EQ(send_checked(hook, 13), "");
+  EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages);
+  testing::close_pair(&send_, &recv_, &listen_);
+  // Declared now: the next connection of the same context is the hook's.
+  declare();
+  testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns + 1);
+  EXPECT_EQ(send_checked(hook, 14), "");
+  EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages + 1);
+  EXPECT_EQ(hook_counters().undeclared_conns, before.undeclared_conns + 1);
+}
+
+// The declaration must match NCCL_TRIM_ROW_ELEMS and NCCL_TRIM_HOOK_TRAFFIC_CLASS (both named
+// when not); a context whose rows differ from the declared ones still rotates per hop.
+TEST_F(HookTag, DeclarationOfOtherRowsOrAnotherClassIsRefused) {
+  {
+    trim::testing::EnvGuard rows{"NCCL_TRIM_ROW_ELEMS", "4096"};
+    Status st = declare_rotated(116, 15);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("rows of 2^15 elements (row_log2=15)"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("NCCL_TRIM_ROW_ELEMS is 4096"), std::string::npos) << st.message();
+    EXPECT_TRUE(declare_rotated(116, 12).is_ok());
+  }
+  Status other = declare_rotated(117, 15);
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.message().find("traffic class 117"), std::string::npos) << other.message();
+  EXPECT_NE(other.message().find("NCCL_TRIM_HOOK_TRAFFIC_CLASS is 116"), std::string::npos) << other.message();
+  {
+    trim::testing::EnvGuard bad{"NCCL_TRIM_ROW_ELEMS", "1000"};
+    EXPECT_FALSE(declare_rotated(116, 15).is_ok());  // an invalid environment: its own error
+  }
+  // Declared rows of 2^12, a context of 2^15-element rows: rht, counted.
+  const HookCounters before = hook_counters();
+  Context* hook = make_ctx(116);
+  Context* plain = make_ctx(kTrafficClassUnset);
+  testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
+  EXPECT_EQ(hook_counters().send_conns, before.send_conns);
+  EXPECT_EQ(hook_counters().undeclared_conns, before.undeclared_conns + 1);
+  EXPECT_EQ(send_checked(hook, 15), "");
+  EXPECT_EQ(hook_counters().rotated_messages, before.rotated_messages);
+}
+
 // Net v10 has no per-communicator init; its connect carries the class.
 TEST_F(HookTag, ConnectOptionsTagOneConnection) {
+  declare();
   const HookCounters before = hook_counters();
   Context* plain = make_ctx(kTrafficClassUnset);
   uint8_t handle[kMaxHandleBytes] = {};
@@ -114,16 +174,19 @@ TEST_F(HookTag, ConnectOptionsTagOneConnection) {
 
 // Under any other scheme the tag changes nothing: the data is sent as that scheme says.
 TEST_F(HookTag, OtherSchemesIgnoreTheTag) {
+  declare();
   const HookCounters before = hook_counters();
   Context* hook = make_ctx(116, param::Scheme::kSign);
   Context* plain = make_ctx(kTrafficClassUnset, param::Scheme::kSign);
   testing::connect_pair(hook, plain, &send_, &recv_, &listen_);
   EXPECT_EQ(hook_counters().comms, before.comms + 1);
   EXPECT_EQ(hook_counters().send_conns, before.send_conns);
+  EXPECT_EQ(hook_counters().undeclared_conns, before.undeclared_conns);
 }
 
 // A receiver configured for another scheme refuses a rotated offer, naming both.
 TEST_F(HookTag, ReceiverOfAnotherSchemeRefusesRotated) {
+  declare();
   Context* hook = make_ctx(116);
   Context* sign = make_ctx(kTrafficClassUnset, param::Scheme::kSign);
   uint8_t handle[kMaxHandleBytes] = {};

@@ -279,21 +279,40 @@ TEST_F(PluginTest, BadEnvValueFailsInitNamingVariable) {
   }
 }
 
-// What the nccl_trim comm hook reads from the copy of the plugin NCCL loaded (ctypes): the
-// traffic class that marks its communicator, and counters that grow only when NCCL initialised
-// a communicator with that class through this library.
+// What the nccl_trim comm hook reaches in the copy of the plugin NCCL loaded (ctypes): the
+// traffic class that marks its communicator, its declaration of that class as rotated, and
+// counters that grow only when NCCL initialised a communicator with that class through this
+// library.
 TEST_F(PluginTest, CommHookExportsSeeTheTaggedCommunicator) {
   using IntFn = int (*)();
   using U64Fn = uint64_t (*)();
+  using DeclareFn = int (*)(int, int, char*, int);
   auto abi = reinterpret_cast<IntFn>(dlsym(handle_, "nccl_trim_hook_abi"));
   auto tc = reinterpret_cast<IntFn>(dlsym(handle_, "nccl_trim_hook_traffic_class"));
   auto comms = reinterpret_cast<U64Fn>(dlsym(handle_, "nccl_trim_hook_comms"));
+  auto declare = reinterpret_cast<DeclareFn>(dlsym(handle_, "nccl_trim_hook_declare"));
   ASSERT_NE(abi, nullptr);
   ASSERT_NE(tc, nullptr);
   ASSERT_NE(comms, nullptr);
+  ASSERT_NE(declare, nullptr);
   ASSERT_NE(dlsym(handle_, "nccl_trim_hook_send_conns"), nullptr);
+  ASSERT_NE(dlsym(handle_, "nccl_trim_hook_undeclared_conns"), nullptr);
   ASSERT_NE(dlsym(handle_, "nccl_trim_rotated_messages"), nullptr);
-  EXPECT_EQ(abi(), 1);
+  EXPECT_EQ(abi(), 2);
+  {
+    // Rows other than NCCL_TRIM_ROW_ELEMS (32768 = 2^15), or another class: refused, both named.
+    char error[512] = "unchanged";
+    EXPECT_EQ(declare(116, 14, error, sizeof error), -2);  // the rows
+    EXPECT_NE(std::string(error).find("2^14"), std::string::npos) << error;
+    EXPECT_NE(std::string(error).find("NCCL_TRIM_ROW_ELEMS is 32768"), std::string::npos) << error;
+    char cut[8] = "";
+    EXPECT_EQ(declare(117, 15, cut, sizeof cut), -1);
+    EXPECT_EQ(std::string(cut), "the hoo");  // cut to the buffer, NUL-terminated
+    EXPECT_EQ(declare(117, 15, error, sizeof error), -1);
+    EXPECT_NE(std::string(error).find("class 117"), std::string::npos) << error;
+    EXPECT_NE(std::string(error).find("NCCL_TRIM_HOOK_TRAFFIC_CLASS is 116"), std::string::npos) << error;
+    EXPECT_EQ(declare(116, 14, nullptr, 0), -2);
+  }
   EXPECT_EQ(tc(), 116);
   {
     EnvGuard bad("NCCL_TRIM_HOOK_TRAFFIC_CLASS", "300");
@@ -312,10 +331,20 @@ TEST_F(PluginTest, CommHookExportsSeeTheTaggedCommunicator) {
     EXPECT_EQ(comms(), before + (cls == 116 ? 1 : 0)) << cls;
     std::vector<LogLine> lines = take_lines();
     if (cls == 116) {
-      EXPECT_TRUE(find_info(lines, {"comm hook", "traffic class 116", "rotated"})) << dump(lines);
+      EXPECT_TRUE(find_info(lines, {"comm hook", "traffic class 116", "no hook declared it rotated"})) << dump(lines);
     }
     EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
   }
+  // Declared (as the hook does before it creates its group): the next communicator of the class
+  // is told so.
+  char error[512] = "";
+  ASSERT_EQ(declare(116, 15, error, sizeof error), 0) << error;
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{116};
+  ASSERT_EQ(v11_->init(&ctx, 9, &config, capture_logger, nullptr), ncclSuccess);
+  std::vector<LogLine> lines = take_lines();
+  EXPECT_TRUE(find_info(lines, {"traffic class 116", "declared it rotated", "sent as scheme rotated"})) << dump(lines);
+  EXPECT_EQ(v11_->finalize(ctx), ncclSuccess);
 }
 
 TEST_F(PluginTest, UnknownTrimVariableIsWarnedAbout) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -127,10 +128,21 @@ std::string decode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   return "";
 }
 
+std::atomic<uint32_t> stall_ms{0};
+
+// NCCL_TRIM_TEST_CODEC_STALL_MS: a slow worker, as a test sees it from outside the process.
+void stall(const CodecWork* w, uint32_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!w->is_cancelled() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
 }  // namespace
 
 void run_codec_task(CodecWork* w, uint32_t t) {
   if (testing::TaskHook hook = task_hook.load(std::memory_order_acquire)) hook(*w, t);
+  if (const uint32_t ms = stall_ms.load(std::memory_order_relaxed)) stall(w, ms);
   const uint32_t first = w->first_row(t), end = w->end_row(t);
   std::string err;
   if (w->is_cancelled()) {
@@ -158,6 +170,8 @@ void run_codec_task(CodecWork* w, uint32_t t) {
 }
 
 void testing::set_task_hook(testing::TaskHook hook) { task_hook.store(hook, std::memory_order_release); }
+void testing::set_stall_ms(uint32_t ms) { stall_ms.store(ms, std::memory_order_relaxed); }
+uint64_t codec_tasks_cancelled() { return cancelled_tasks.load(); }
 
 // ---- The pool ----
 

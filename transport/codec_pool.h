@@ -134,11 +134,19 @@ class CodecPool {
   Impl* impl_;
 };
 
+// Codec tasks, in this process, that found their work cancelled (CodecPool::tasks_cancelled
+// without a pool at hand; the plugin's statistics report it).
+uint64_t codec_tasks_cancelled();
+
 namespace testing {
 // Test only (tests/stalled_workers.h): called at the start of every codec task, before it
 // looks at `cancelled`, so a test can stall a worker; null (the default) calls nothing.
 using TaskHook = void (*)(const CodecWork& w, uint32_t t);
 void set_task_hook(TaskHook hook);
+// Test only (NCCL_TRIM_TEST_CODEC_STALL_MS, for runs that load the plugin as NCCL does and cannot
+// reach the hook above): every codec task first waits up to `ms` milliseconds, or until its work
+// is cancelled, so close and abort find tasks in flight. 0 (the default): no wait.
+void set_stall_ms(uint32_t ms);
 }  // namespace testing
 
 }  // namespace trim::transport

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "transport/codec_pool.h"
 #include "transport/engine_tx.h"
 #include "common/param_enums.h"
 
@@ -395,13 +396,15 @@ std::string GlobalStats::to_json() const {
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
-      "\"hook_send_conns\":{},\"rotated_messages\":{}}}",
+      "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
+      "\"codec_waited_tasks\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
       gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
-      hook_send_conns.load(), rotated_messages.load());
+      hook_send_conns.load(), rotated_messages.load(), hook_undeclared_conns.load(), codec_tasks_cancelled(),
+      codec_waited_tasks.load());
 }
 
 GlobalStats& global_stats() {

@@ -170,7 +170,10 @@ struct GlobalStats {
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.
-      hook_comms{0}, hook_send_conns{0}, rotated_messages{0};
+      hook_comms{0}, hook_send_conns{0}, rotated_messages{0},
+      hook_undeclared_conns{0},  // send connections of that class sent as rht: no hook declared it
+      // Close and deregMr: codec tasks they found queued or running (and waited for).
+      codec_waited_tasks{0};
   void add(const ConnCounters& c);
   std::string to_json() const;
 };

@@ -124,11 +124,17 @@ Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
 // device; the connection takes the smaller of the two ends').
 // The scheme a send connection offers: the context's, except that the comm hook's communicator
 // (NCCL_TRIM_HOOK_TRAFFIC_CLASS, from NCCL's per-comm config or the connect's) sends its
-// already-rotated gradients as `rotated` where the context would rotate them per hop.
+// already-rotated gradients as `rotated` where the context would rotate them per hop, once the
+// hook has declared that class rotated, in this context's rows (hook_trust.cc).
 codec::Scheme send_scheme(const Context& ctx, const ConnectOptions& options) {
   const int tc = options.traffic_class != kTrafficClassUnset ? options.traffic_class : ctx.traffic_class;
-  const bool hook = tc == static_cast<int>(ctx.params.hook_traffic_class);
-  return hook && ctx.codec.scheme == codec::Scheme::kRht ? codec::Scheme::kRotated : ctx.codec.scheme;
+  if (tc != static_cast<int>(ctx.params.hook_traffic_class) || ctx.codec.scheme != codec::Scheme::kRht) {
+    return ctx.codec.scheme;
+  }
+  const int declared = detail::declared_row_log2(tc);
+  if (declared >= 0 && (uint64_t{1} << declared) == ctx.codec.row_elems) return codec::Scheme::kRotated;
+  detail::note_undeclared(ctx, tc, declared);
+  return codec::Scheme::kRht;
 }
 
 transport::Hello make_hello(const Context& ctx, codec::Scheme scheme, uint64_t nonce, uint64_t cookie, const Engine& e,
@@ -272,14 +278,19 @@ Result<Context*> init(const InitOptions& options) {
             ctx->params.codec_threads == kAuto ? std::string("auto") : std::to_string(ctx->params.codec_threads));
   if (ctx->traffic_class == static_cast<int>(ctx->params.hook_traffic_class)) {
     transport::global_stats().hook_comms.fetch_add(1, std::memory_order_relaxed);
-    TRIM_INFO("NET/Trim: comm {:#x} is the nccl_trim comm hook's (traffic class {}): {}", ctx->comm_id,
+    const bool declared = detail::declared_row_log2(ctx->traffic_class) >= 0;
+    TRIM_INFO("NET/Trim: comm {:#x} has the nccl_trim comm hook's traffic class {}: {}", ctx->comm_id,
               ctx->traffic_class,
-              ctx->codec.scheme == codec::Scheme::kRht
-                  ? "its gradients arrive rotated, sent as scheme rotated (no transform here)"
-                  : fmt::format("NCCL_TRIM_SCHEME={} applies as it is", codec::scheme_name(ctx->codec.scheme)));
+              ctx->codec.scheme != codec::Scheme::kRht
+                  ? fmt::format("NCCL_TRIM_SCHEME={} applies as it is", codec::scheme_name(ctx->codec.scheme))
+              : declared ? "the hook declared it rotated: its data is sent as scheme rotated (no transform here)"
+                         : "no hook declared it rotated (yet): its data is rotated per hop (rht) like any other");
+  }
+  if (ctx->params.test_codec_stall_ms > 0) {
+    transport::testing::set_stall_ms(static_cast<uint32_t>(ctx->params.test_codec_stall_ms));
   }
   if (ctx->params.test_drop > 0 || ctx->params.test_dup > 0 || ctx->params.test_reorder > 0 ||
-      ctx->params.test_trim > 0) {
+      ctx->params.test_trim > 0 || ctx->params.test_codec_stall_ms > 0) {
     TRIM_WARN("NET/Trim: TEST-ONLY fault injection is on (NCCL_TRIM_TEST_*): never use this in a real job");
   }
   return ctx.release();
@@ -565,6 +576,7 @@ HookCounters hook_counters() {
   h.comms = s.hook_comms.load(std::memory_order_relaxed);
   h.send_conns = s.hook_send_conns.load(std::memory_order_relaxed);
   h.rotated_messages = s.rotated_messages.load(std::memory_order_relaxed);
+  h.undeclared_conns = s.hook_undeclared_conns.load(std::memory_order_relaxed);
   return h;
 }
 

@@ -206,13 +206,30 @@ Status close_listen(ListenComm* listen);
 // trimmed_nacked, dup_packets, bad_packets, ...
 std::string stats_json();
 // What the nccl_trim comm hook checks: communicators initialised with its traffic class, send
-// connections packing pre-rotated data (scheme rotated), and messages sent that way.
+// connections packing pre-rotated data (scheme rotated), messages sent that way, and send
+// connections of its class that went as per-hop rht because no hook declared the class.
 struct HookCounters {
   uint64_t comms = 0;
   uint64_t send_conns = 0;
   uint64_t rotated_messages = 0;
+  uint64_t undeclared_conns = 0;
 };
 HookCounters hook_counters();
+
+// ---- The comm hook's declaration (hook_trust.cc) ----
+
+// The nccl_trim comm hook declares, before it creates its communicator, that it rotates the data
+// of `traffic_class` itself, in rows of 2^row_log2 elements. Only then do send connections of
+// that class (NCCL_TRIM_HOOK_TRAFFIC_CLASS, under NCCL_TRIM_SCHEME=rht) pack their data as
+// scheme `rotated`; by default no class is trusted, and such connections rotate per hop (rht).
+// Fails, naming both values, when the class is not the plugin's NCCL_TRIM_HOOK_TRAFFIC_CLASS
+// (kBadConfig) or 2^row_log2 is not NCCL_TRIM_ROW_ELEMS (kInvalidArgument: rows the rotation did
+// not spread would be scaled as if it had), or when the NCCL_TRIM_* environment is invalid
+// (kBadConfig). Process-wide and idempotent.
+Status declare_rotated(int traffic_class, int row_log2);
+
+// Tests only: forget every declaration (each test starts with none).
+void forget_rotated_declarations_for_tests();
 // "ip:port" of the UDP socket of device `dev`'s progress engine (started by the first listen
 // or connect on it): where peers' data and control packets arrive.
 Result<std::string> engine_endpoint(int dev);

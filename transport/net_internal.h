@@ -102,5 +102,12 @@ CommCore* core_of(Comm* comm);
 // NCCL_TRIM_TIMEOUT_MS (a stalled worker) it warns, naming `what`, and keeps waiting.
 void wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what);
 
+// The comm hook's declarations (hook_trust.cc): the rows' log2 declared for `traffic_class`,
+// -1 when the class was not declared rotated in this process.
+int declared_row_log2(int traffic_class);
+// A send connection of the hook's class that goes as rht since its class was not declared (or
+// with other rows): counted, and said once per process.
+void note_undeclared(const Context& ctx, int traffic_class, int declared_log2);
+
 }  // namespace detail
 }  // namespace trim::net

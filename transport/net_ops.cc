@@ -161,6 +161,7 @@ Status close_comm(CommT* comm) {
 
 void detail::wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what) {
   const auto in_flight = [&c] { return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight(); };
+  if (const uint32_t n = in_flight()) transport::global_stats().codec_waited_tasks.fetch_add(n, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   auto next_warn = start + std::chrono::milliseconds(ctx.params.timeout_ms);
   auto nap = std::chrono::microseconds(20);

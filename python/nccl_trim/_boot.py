@@ -49,7 +49,11 @@ def parse(argv: List[str]) -> Tuple[Dict[str, object], str, List[str]]:
 
 
 def install(**register_kwargs) -> Callable[[], None]:
-    """Patch DDP so every new model gets the RHT hook; returns the function that undoes it."""
+    """Patch DDP so every new model gets the RHT hook; returns the function that undoes it.
+
+    The class itself is patched (its __init__), not a module's name for it: a library that
+    imported DistributedDataParallel before this ran, and its subclasses, get the hook too
+    (tests/python/test_launcher_ddp.py)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     # Absolute imports: torchrun --run-path runs this file by path, outside the package.

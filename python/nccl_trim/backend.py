@@ -59,8 +59,10 @@ class Options:
     """pg_options of a "trim" group: dist.new_group(ranks, backend="trim", pg_options=Options(...)).
 
     traffic_class: NCCL's per-communicator traffic class, given to the plugin's init (net API v11);
-    the comm hook's group carries NCCL_TRIM_HOOK_TRAFFIC_CLASS, so the plugin packs its already
-    rotated buckets as such. -1: unset. check_ops: each collective first tells the next rank what
+    the comm hook's group carries NCCL_TRIM_HOOK_TRAFFIC_CLASS, and register() declares that class
+    to the plugin before it makes the group (nccl_trim.plugin.LoadedPlugin.declare), so the plugin
+    packs its already rotated buckets as such; a group of that class nobody declared is rotated
+    per hop like any other. -1: unset. check_ops: each collective first tells the next rank what
     it is (one exact 48-byte message), so ranks that disagree on a collective, size, dtype or op
     fail with an error naming both instead of hanging or summing garbage. net_api: 8..11 (0: the
     newest); profiler: load the plugin's profiler as NCCL does (without it nothing is trimmed)."""

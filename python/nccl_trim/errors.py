@@ -19,6 +19,12 @@ class PluginError(TrimError):
     not loaded, another network was chosen, or the plugin does not recognise the hook's tag."""
 
 
+class RowMismatchError(TrimError):
+    """The hook rotates rows of another length than the plugin encodes (register()'s row_log2 vs
+    NCCL_TRIM_ROW_ELEMS): the plugin would scale its sign heads over rows the rotation did not
+    spread, and estimate trimmed values badly. Raised by register() whatever require_plugin says."""
+
+
 class NcclTooOldError(PluginError):
     """The NCCL (or torch) in this process cannot tag a communicator with a traffic class: net
     API v10 (NCCL <= 2.27) calls the plugin's init once per process, not per communicator."""

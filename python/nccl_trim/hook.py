@@ -6,7 +6,9 @@ the plugin makes no CUDA call (a CUDA call on NCCL's proxy thread can deadlock b
 application's own), so the rotation runs here, on the application's current stream. The rotation
 R is linear, so sum_i R g_i = R sum_i g_i: the ranks rotate alike (same seed), NCCL sums rotated
 buckets, and each rank applies R^-1 to the sum. The plugin recognises the hook's communicator by
-its NCCL traffic class and packs its data as already rotated (wire scheme "rotated").
+its NCCL traffic class, which the hook declares to it (with its row length) before it creates the
+group, and packs that data as already rotated (wire scheme "rotated"); a class nobody declared is
+rotated per hop like any other traffic, so a tag alone never costs accuracy.
 
 This module needs torch; the rest of the package does not.
 """
@@ -35,6 +37,9 @@ _DTYPES = {torch.float32: rht.F32, torch.bfloat16: rht.BF16, torch.float16: rht.
 _MIN_NCCL = (2, 28)  # net API v11: the plugin's init runs per communicator and sees trafficClass
 
 
+_STATE_VERSION = 1
+
+
 class RhtState:
     """What the hook needs between calls, like PowerSGD's state.
 
@@ -42,21 +47,54 @@ class RhtState:
     the plugin never mistakes them for rotated data); hook_group: the communicator tagged with the
     hook's traffic class (the same group under gloo); step: DDP steps (advanced on the last
     bucket), or FSDP1 hook calls.
+
+    Checkpoints: a state pickles (torch.save, pickle) as its job seed, row length and step; the
+    process groups and the library are not saved. A restored state is bound to no group until it
+    is given back to register(model, state=state), which checks that every rank restored the same
+    seed and step and then continues from that step. torch.load(weights_only=True) accepts it
+    (nccl_trim.hook adds it to torch's safe globals).
     """
 
     __slots__ = ("process_group", "hook_group", "world_size", "rank", "job_seed", "row_log2", "step", "lib",
                  "_untouched")
 
     def __init__(self, process_group, hook_group, job_seed: int, row_log2: int, lib: rht.RhtLibrary):
+        self.job_seed = job_seed
+        self.row_log2 = row_log2
+        self.step = 0
+        self._untouched = set()
+        self._bind(process_group, hook_group, lib)
+
+    def _bind(self, process_group, hook_group, lib: rht.RhtLibrary) -> None:
         self.process_group = process_group
         self.hook_group = hook_group
         self.world_size = dist.get_world_size(hook_group)
         self.rank = dist.get_rank(hook_group)
-        self.job_seed = job_seed
-        self.row_log2 = row_log2
-        self.step = 0
         self.lib = lib
+
+    def __getstate__(self) -> dict:
+        return {"version": _STATE_VERSION, "job_seed": self.job_seed, "row_log2": self.row_log2, "step": self.step,
+                "world_size": self.world_size, "rank": self.rank}
+
+    def __setstate__(self, saved: dict) -> None:
+        if saved.get("version") != _STATE_VERSION:
+            raise TrimError(f"nccl_trim: an RhtState saved by another version of nccl_trim (state version "
+                            f"{saved.get('version')}, this one reads {_STATE_VERSION})")
+        self.job_seed, self.row_log2, self.step = int(saved["job_seed"]), int(saved["row_log2"]), int(saved["step"])
+        # As saved, for the record; register() sets them from the groups it binds.
+        self.world_size, self.rank = int(saved["world_size"]), int(saved["rank"])
+        self.process_group = self.hook_group = self.lib = None
         self._untouched = set()
+
+    @property
+    def bound(self) -> bool:
+        """False for a state restored from a checkpoint and not yet given to register()."""
+        return self.hook_group is not None
+
+    def check_bound(self) -> None:
+        if self.hook_group is None:
+            raise TrimError("nccl_trim: this RhtState was restored from a checkpoint and belongs to no process group "
+                            "yet: pass it to nccl_trim.register(model, state=state) instead of register_comm_hook")
 
     def note_untouched(self, dtype: torch.dtype) -> None:
         """Say once per dtype that such buckets go through a plain allreduce."""
@@ -102,6 +140,7 @@ def rht_hook(state: RhtState, bucket: dist.GradBucket):
     rotation in the future's callback, whose value is the buffer itself (so the tensor stays
     referenced, and recorded on the callback's stream, until the inverse has run).
     """
+    state.check_bound()
     buf = bucket.buffer()
     step = state.step
     if bucket.is_last():
@@ -137,6 +176,7 @@ def fsdp_rht_hook(state: RhtState, grad: torch.Tensor, output: Optional[torch.Te
     it un-rotates into `output`. NO_SHARD passes only `grad`, reduced in place. Calls are counted
     (every rank issues FSDP's reductions in the same order), and the count seeds the rotation.
     """
+    state.check_bound()
     call = state.step
     state.step += 1
     grad.div_(state.world_size)
@@ -259,6 +299,16 @@ def _hook_comms_now() -> int:
         return 0
 
 
+def _forget_destroyed_groups() -> None:
+    """Drops the cached hook groups torch no longer knows: destroyed one by one
+    (destroy_process_group(group)), or all at once with the default group (a new
+    init_process_group follows). Such a group's communicator is shut down; it must never carry
+    another bucket, and the cache must not keep it alive. Called under _GROUPS_LOCK."""
+    live = dist.distributed_c10d._world.pg_map
+    for key in [k for k, g in _HOOK_GROUPS.items() if g not in live]:
+        del _HOOK_GROUPS[key]
+
+
 def _tagged_group(base, traffic_class: int, backend: str = "nccl") -> Tuple[object, bool]:
     """The hook's group over the ranks of `base`, on `backend` ("nccl", or "trim" for CPU models),
     tagged with `traffic_class`; True when it was made now. NCCL: split_share=0, since a
@@ -267,9 +317,9 @@ def _tagged_group(base, traffic_class: int, backend: str = "nccl") -> Tuple[obje
     ranks = tuple(dist.get_process_group_ranks(base))
     key = (ranks, traffic_class, backend)
     with _GROUPS_LOCK:
+        _forget_destroyed_groups()
         cached = _HOOK_GROUPS.get(key)
-        # A group destroyed since (destroy_process_group, a new init) is gone from torch's world.
-        if cached is not None and cached in dist.distributed_c10d._world.pg_map:
+        if cached is not None:
             return cached, False
         if backend == "trim":
             from .backend import Options
@@ -286,16 +336,30 @@ def _tagged_group(base, traffic_class: int, backend: str = "nccl") -> Tuple[obje
         return group, True
 
 
-def _agree_on_seed(seed: int, group, device: torch.device) -> None:
-    """One tiny allreduce on the hook's group: it makes NCCL create (and the plugin init) the tagged
-    communicator, and proves that every rank rotates with the same job seed (max == min)."""
-    hi, lo = seed >> 32, seed & 0xFFFFFFFF
-    t = torch.tensor([hi, -hi, lo, -lo], dtype=torch.int64, device=device)
+def _agree_on_seed(seed: int, group, device: torch.device, step: int = 0) -> None:
+    """One tiny allreduce on `group`: it makes NCCL create (and the plugin init) its communicator
+    if it has none yet, and proves that every rank rotates with the same job seed and starts from
+    the same step (max == min of each 32-bit half)."""
+    words = [seed >> 32, seed & 0xFFFFFFFF, (step >> 32) & 0xFFFFFFFF, step & 0xFFFFFFFF]
+    t = torch.tensor([v for w in words for v in (w, -w)], dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    max_hi, neg_min_hi, max_lo, neg_min_lo = t.tolist()
-    if max_hi != -neg_min_hi or max_lo != -neg_min_lo:
+    got = t.tolist()
+    same = [got[2 * i] == -got[2 * i + 1] for i in range(len(words))]
+    if not all(same[:2]):
         raise TrimError("nccl_trim: the ranks passed different seeds to register(): the rotations would not "
                         "cancel and the gradients would be garbage; pass the same seed everywhere (or none)")
+    if not all(same[2:]):
+        raise TrimError("nccl_trim: the ranks restored RhtStates of different steps (register(state=...)): their "
+                        "rotations would differ and the gradients would be garbage; restore the same checkpoint on "
+                        "every rank")
+
+
+def _declare(traffic_class: int, row_log2: int) -> None:
+    """Tells the plugin NCCL loaded (the trim backend's, on CPU) that the hook's class carries data
+    rotated in rows of 2**row_log2: before the hook's group exists, so its first connection already
+    sends as "rotated". RowMismatchError names both row lengths; PluginError when no plugin is
+    loaded or it tags another class."""
+    loaded_plugin().declare(traffic_class, row_log2)
 
 
 def _verify_plugin(traffic_class: int, comms_before: Optional[int]) -> None:
@@ -314,22 +378,37 @@ def _verify_plugin(traffic_class: int, comms_before: Optional[int]) -> None:
             "(nccl_trim.env() does) and check NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET for the net it picked")
 
 
-def register(model, *, process_group=None, seed: Optional[int] = None, row_log2: int = rht.DEFAULT_ROW_LOG2,
-             require_plugin: Optional[bool] = None) -> RhtState:
+def register(model, *, process_group=None, seed: Optional[int] = None, row_log2: Optional[int] = None,
+             require_plugin: Optional[bool] = None, state: Optional[RhtState] = None) -> RhtState:
     """Install the RHT hook on a DDP (or FSDP1) model; returns its state.
 
-    NCCL backend: makes (once per set of ranks) the hook's process group, tagged with
-    NCCL_TRIM_HOOK_TRAFFIC_CLASS (default 116) so the plugin packs its traffic as pre-rotated, and
-    checks through the loaded plugin that NCCL really carries that communicator. With
-    require_plugin (the default under NCCL) every failed check raises; with require_plugin=False
-    it is logged and the hook runs anyway (correct, just not trimmable). Other backends (gloo on
-    CPU): the model's group and the host twin; require_plugin defaults to False there.
+    NCCL backend (and the CPU backend "trim"): declares the hook's traffic class
+    (NCCL_TRIM_HOOK_TRAFFIC_CLASS, default 116) and row length to the loaded plugin, then makes
+    (once per set of ranks) the hook's process group tagged with that class, so the plugin packs
+    its traffic as pre-rotated, and checks that NCCL really carries that communicator through the
+    plugin. With require_plugin (the default there) every failed check raises; with
+    require_plugin=False it is logged and the hook runs anyway (correct, just not trimmable, or
+    rotated per hop). Other backends (gloo on CPU): the model's group and the host twin;
+    require_plugin defaults to False there.
 
     seed: the job seed (default a constant), the same on every rank (checked). row_log2: rows of
-    2**row_log2 elements (0..15; 15 is the plugin's row size).
+    2**row_log2 elements (0..15, default 15); 2**row_log2 must be the plugin's NCCL_TRIM_ROW_ELEMS
+    (RowMismatchError otherwise, whatever require_plugin says). state: an RhtState restored from a
+    checkpoint: the hook goes on from its seed, rows and step (checked equal on every rank), and
+    that object is bound and returned.
     """
     kind = _model_kind(model)
     _check_no_hook(model, kind)
+    step = 0
+    if state is not None:
+        if not isinstance(state, RhtState):
+            raise TypeError(f"state must be an RhtState (from register() or a checkpoint), not {type(state).__name__}")
+        if seed is not None and int(seed) & (2**64 - 1) != state.job_seed:
+            raise ValueError(f"seed={seed} differs from the restored state's job seed {state.job_seed}")
+        if row_log2 is not None and row_log2 != state.row_log2:
+            raise ValueError(f"row_log2={row_log2} differs from the restored state's {state.row_log2}")
+        seed, row_log2, step = state.job_seed, state.row_log2, state.step
+    row_log2 = rht.DEFAULT_ROW_LOG2 if row_log2 is None else row_log2
     if not 0 <= row_log2 <= rht.MAX_ROW_LOG2:
         raise ValueError(f"row_log2={row_log2} is out of range (0..{rht.MAX_ROW_LOG2})")
     job_seed = (DEFAULT_JOB_SEED if seed is None else int(seed)) & (2**64 - 1)
@@ -345,28 +424,35 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
         if require_plugin:
             raise PluginError(f"require_plugin=True, but the model's process group uses {backend}: the plugin "
                               "carries NCCL traffic and the trim backend's only")
-        _agree_on_seed(job_seed, base, device)
+        _agree_on_seed(job_seed, base, device, step)
         hook_group = base
         _drain_at_exit_once()
     else:
         required = True if require_plugin is None else require_plugin
         hook_group = base
+        # First on the model's group: NCCL then has created its communicator, so the plugin is
+        # loaded before the declaration (FSDP1 runs no collective at construction), and every
+        # rank is known to rotate alike before anything is tagged.
+        _agree_on_seed(job_seed, base, device, step)
         try:
             if backend == "nccl":
                 _check_nccl()
             traffic_class = hook_traffic_class()
             before = _hook_comms_now()
+            _declare(traffic_class, row_log2)  # before the group: by default no class is trusted
             hook_group, made = _tagged_group(base, traffic_class, backend)
-            _agree_on_seed(job_seed, hook_group, device)
+            if made:  # NCCL creates a communicator at its first collective
+                _agree_on_seed(job_seed, hook_group, device, step)
             _verify_plugin(traffic_class, before if made else None)
         except PluginError as e:
             if required:
                 raise
             log.warning("nccl_trim: %s; the hook runs anyway (require_plugin=False)", e)
-            if hook_group is base:
-                _agree_on_seed(job_seed, base, device)
 
-    state = RhtState(base, hook_group, job_seed, row_log2, lib)
+    if state is None:
+        state = RhtState(base, hook_group, job_seed, row_log2, lib)
+    else:
+        state._bind(base, hook_group, lib)
     try:
         model.register_comm_hook(state, rht_hook if kind == "ddp" else fsdp_rht_hook)
     except RuntimeError as e:  # a built-in hook (C++), invisible to _check_no_hook
@@ -377,3 +463,8 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
     log.info("nccl_trim: RHT hook on %s (%s, %d ranks, rows of 2^%d)", type(model).__name__, backend,
              state.world_size, row_log2)
     return state
+
+
+# A checkpoint holding an RhtState loads with torch.load's default weights_only=True: the state
+# pickles as plain integers (RhtState.__getstate__), nothing that could run code.
+torch.serialization.add_safe_globals([RhtState])

@@ -4,7 +4,9 @@ libnccl-net-trim.so (nccl_trim_hook_*).
 NCCL dlopens the plugin RTLD_NOW | RTLD_LOCAL; dlopen with RTLD_NOLOAD of the same file returns
 that very object (same globals) and fails when NCCL did not load it. So the counters read here are
 NCCL's own: they prove that NCCL carries the hook's communicator through the plugin, not merely that
-the file exists. Nothing here loads the plugin.
+the file exists; and a declaration made here (declare()) is made in the plugin NCCL uses. Nothing
+here loads the plugin (the trim backend's libtrim-coll loads the same file, so the same holds for
+trim groups).
 """
 
 import ctypes
@@ -12,16 +14,19 @@ import json
 import os
 from typing import Iterator, Mapping, Optional
 
-from .errors import LibraryError, PluginError
+from .errors import LibraryError, PluginError, RowMismatchError
 from .libs import plugin_path
 
-HOOK_ABI = 1
+# 2: nccl_trim_hook_declare; the plugin sends no class as rotated without it.
+HOOK_ABI = 2
 # The class the plugin treats as the hook's unless NCCL_TRIM_HOOK_TRAFFIC_CLASS says otherwise:
 # both sides read the same variable.
 TRAFFIC_CLASS_ENV = "NCCL_TRIM_HOOK_TRAFFIC_CLASS"
 DEFAULT_TRAFFIC_CLASS = 116
 
-_COUNTERS = ("nccl_trim_hook_comms", "nccl_trim_hook_send_conns", "nccl_trim_rotated_messages")
+_COUNTERS = ("nccl_trim_hook_comms", "nccl_trim_hook_send_conns", "nccl_trim_hook_undeclared_conns",
+             "nccl_trim_rotated_messages")
+_ERROR_BYTES = 1024
 
 
 def hook_traffic_class(environ: Optional[Mapping[str, str]] = None) -> int:
@@ -64,9 +69,6 @@ class LoadedPlugin:
         self.name = name
         try:
             lib.nccl_trim_hook_abi.restype = ctypes.c_int
-            lib.nccl_trim_hook_traffic_class.restype = ctypes.c_int
-            for counter in _COUNTERS:
-                getattr(lib, counter).restype = ctypes.c_uint64
         except AttributeError as e:
             raise PluginError(
                 f"the NCCL net plugin loaded from {name} has no hook exports ({e}): it is not "
@@ -75,10 +77,35 @@ class LoadedPlugin:
         if abi != HOOK_ABI:
             raise PluginError(f"the plugin loaded from {name} has hook ABI {abi}, this package speaks {HOOK_ABI}: "
                               "install the package and the plugin from the same checkout")
+        try:
+            lib.nccl_trim_hook_traffic_class.restype = ctypes.c_int
+            lib.nccl_trim_hook_declare.restype = ctypes.c_int
+            lib.nccl_trim_hook_declare.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+            for counter in _COUNTERS:
+                getattr(lib, counter).restype = ctypes.c_uint64
+        except AttributeError as e:
+            raise PluginError(f"the plugin loaded from {name} says hook ABI {abi} but lacks one of its exports ({e}): "
+                              "a broken build; rebuild or reinstall") from e
 
     def traffic_class(self) -> int:
         """The class the plugin treats as the hook's (its NCCL_TRIM_HOOK_TRAFFIC_CLASS)."""
         return self._lib.nccl_trim_hook_traffic_class()
+
+    def declare(self, traffic_class: int, row_log2: int) -> None:
+        """Tells the plugin that data of `traffic_class` arrives rotated, in rows of 2**row_log2
+        elements: only then do that class's connections send as scheme "rotated" (no transform).
+        The hook does it before it creates its group; by default the plugin trusts no class and
+        rotates such data per hop. RowMismatchError when 2**row_log2 is not the plugin's
+        NCCL_TRIM_ROW_ELEMS, PluginError when the class is not its NCCL_TRIM_HOOK_TRAFFIC_CLASS
+        (or its environment is invalid); both name the two values."""
+        buf = ctypes.create_string_buffer(_ERROR_BYTES)
+        rc = self._lib.nccl_trim_hook_declare(traffic_class, row_log2, buf, len(buf))
+        if rc == 0:
+            return
+        text = buf.value.decode("utf-8", "replace")
+        if rc == -2:
+            raise RowMismatchError(f"nccl_trim: {text}")
+        raise PluginError(f"nccl_trim: the plugin {self.name} refused the hook's declaration: {text}")
 
     def hook_comms(self) -> int:
         """NCCL communicators initialised with the hook's traffic class so far."""
@@ -87,6 +114,11 @@ class LoadedPlugin:
     def hook_send_conns(self) -> int:
         """Send connections that pack pre-rotated data (wire scheme "rotated")."""
         return self._lib.nccl_trim_hook_send_conns()
+
+    def undeclared_conns(self) -> int:
+        """Send connections of the hook's traffic class sent as per-hop rht, since no hook declared
+        the class (a tag alone is not trusted)."""
+        return self._lib.nccl_trim_hook_undeclared_conns()
 
     def rotated_messages(self) -> int:
         """Messages sent with scheme "rotated"."""

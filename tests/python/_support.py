@@ -19,9 +19,13 @@ def lib_dir() -> Path:
 
 
 def require_libs() -> None:
-    """Skip unless the build's libraries exist (run `make python-libs` first)."""
+    """Skip unless the build's libraries exist (run `make python-libs` first). Under
+    scripts/run_python_tests.sh (`make test`: TRIM_REQUIRE_LIBS=1, after the build) a missing
+    library fails instead: no test may skip silently there."""
     for name in ("libnccl-net-trim.so", "libtrim-rht.so", "libtrim-coll.so"):
         if not (lib_dir() / name).is_file():
+            if os.environ.get("TRIM_REQUIRE_LIBS") == "1":
+                raise AssertionError(f"TRIM_REQUIRE_LIBS=1 but {lib_dir() / name} is not built")
             raise unittest.SkipTest(f"{lib_dir() / name} is not built (make python-libs)")
 
 

@@ -255,7 +255,7 @@ def compare(rank, world, gloo):
     # The comm hook on a trim model: its group is a trim group tagged with the hook's class, which
     # the plugin counts, and its buckets go out as "rotated".
     loaded = plugin.loaded_plugin()
-    before = (loaded.hook_comms(), loaded.rotated_messages())
+    before = (loaded.hook_comms(), loaded.rotated_messages(), loaded.hook_send_conns(), loaded.undeclared_conns())
     m = model(0, width=512)  # 280k parameters: ring slices above NCCL_TRIM_MIN_BYTES
     hooked = DDP(m)
     state = nccl_trim.register(hooked)
@@ -267,7 +267,9 @@ def compare(rank, world, gloo):
     out["hook"] = {"backend": state.hook_group._get_backend(torch.device("cpu")).name(),
                    "traffic_class": state.hook_group._get_backend(torch.device("cpu")).trim_options.traffic_class,
                    "plugin_class": loaded.traffic_class(), "hook_comms": loaded.hook_comms() - before[0],
-                   "rotated_messages": loaded.rotated_messages() - before[1], "rel_diff": diff / scale,
+                   "rotated_messages": loaded.rotated_messages() - before[1],
+                   "rotated_conns": loaded.hook_send_conns() - before[2],
+                   "undeclared_conns": loaded.undeclared_conns() - before[3], "rel_diff": diff / scale,
                    "hash": params_hash(m)}
 
     # Last (it fails the group): rank 1 passes 1024 elements where rank 0 passes 1000.
@@ -315,14 +317,42 @@ def ring4(rank, world, gloo):
     return out
 
 
+def tagged_all_reduce(rank, gloo):
+    """An all_reduce of spiky data (not rotated: its energy is far from even) on a trim group
+    tagged with the hook's traffic class, under trimming: its NMSE against the exact sum, and what
+    the plugin counted for the group."""
+    from nccl_trim.backend import Options
+    g = torch.Generator().manual_seed(500 + rank)
+    x = torch.randn(1 << 18, generator=g)  # 1 MiB of fp32: ring slices above NCCL_TRIM_MIN_BYTES
+    x[::4096] *= 300.0
+    exact = x.clone()
+    dist.all_reduce(exact, group=gloo)
+    loaded = plugin.loaded_plugin()
+    before = (loaded.undeclared_conns(), loaded.hook_send_conns(), loaded.rotated_messages())
+    group = dist.new_group(backend="trim", pg_options=Options(traffic_class=plugin.hook_traffic_class()))
+    got = x.clone()
+    dist.all_reduce(got, group=group)
+    dist.destroy_process_group(group)
+    after = (loaded.undeclared_conns(), loaded.hook_send_conns(), loaded.rotated_messages())
+    nmse = ((got.double() - exact.double()).pow(2).sum() / exact.double().pow(2).sum()).item()
+    return {"nmse": nmse, "undeclared_conns": after[0] - before[0], "rotated_conns": after[1] - before[1],
+            "rotated_messages": after[2] - before[2]}
+
+
 def trimmed(rank, world, gloo):
     """Random trimming at the receivers (NCCL_TRIM_TEST_TRIM, set by the parent): training goes on,
-    replicas stay identical, and the plugin did trim."""
+    replicas stay identical, and the plugin did trim. Then a group tagged with the hook's class
+    that no hook declared (per-hop rht: accurate), and one declared (sent as rotated: what trusting
+    a tag would cost on data that is not rotated)."""
     m = model(2, width=512)  # 280k parameters: ring slices above NCCL_TRIM_MIN_BYTES, so trimmable
     losses = train(DDP(m), 40, rank, seed=2, lr=0.1, batches=4)
     h = params_hash(m)
+    undeclared = tagged_all_reduce(rank, gloo)
+    plugin.loaded_plugin().declare(plugin.hook_traffic_class(), 15)  # what register() does
+    declared = tagged_all_reduce(rank, gloo)
     dist.destroy_process_group()  # the plugin folds a connection's counters in when it closes
-    return {"losses": losses, "hash": h, "stats": plugin.loaded_plugin().stats()}
+    return {"losses": losses, "hash": h, "stats": plugin.loaded_plugin().stats(), "undeclared": undeclared,
+            "declared": declared}
 
 
 def killed(rank, world, gloo):

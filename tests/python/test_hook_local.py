@@ -139,6 +139,44 @@ class OneRankTest(unittest.TestCase):
         with self.assertRaisesRegex(nccl_trim.HookConflictError, "already has a communication hook"):
             nccl_trim.register(builtin)
 
+    def test_on_a_trim_group_the_hook_declares_and_refuses_other_rows(self):
+        # A one-rank trim group in this process: register() declares the class to the plugin the
+        # trim backend loaded (before it makes the tagged group); rows other than the plugin's
+        # are an error even with require_plugin=False (it would not be a missing plugin, but
+        # silent inaccuracy).
+        from nccl_trim import backend, plugin
+        backend.register()
+        group = dist.new_group([0], backend="trim")
+        model = DDP(torch.nn.Linear(5, 3), process_group=group)
+        with self.assertRaisesRegex(nccl_trim.RowMismatchError, r"2\^12 .*NCCL_TRIM_ROW_ELEMS is 32768"):
+            nccl_trim.register(model, row_log2=12, require_plugin=False)
+        comms = plugin.loaded_plugin().hook_comms()
+        state = nccl_trim.register(model)
+        self.assertEqual(state.hook_group._get_backend(torch.device("cpu")).trim_options.traffic_class, 116)
+        self.assertEqual(plugin.loaded_plugin().hook_comms(), comms + 1)
+        self.step(model)
+        self.assertEqual(state.step, 1)
+
+    def test_register_takes_a_restored_state_and_checks_it(self):
+        import pickle
+        first = self.model()
+        state = nccl_trim.register(first, seed=5)
+        self.step(first)
+        restored = pickle.loads(pickle.dumps(state))
+        self.assertFalse(restored.bound)
+        with self.assertRaisesRegex(ValueError, "differs from the restored state's job seed 5"):
+            nccl_trim.register(self.model(), seed=6, state=restored)
+        with self.assertRaisesRegex(ValueError, "row_log2=12 differs"):
+            nccl_trim.register(self.model(), row_log2=12, state=restored)
+        with self.assertRaisesRegex(TypeError, "must be an RhtState"):
+            nccl_trim.register(self.model(), state={"step": 1})
+        with self.assertRaisesRegex(nccl_trim.TrimError, r"register\(model, state=state\)"):
+            hook.fsdp_rht_hook(restored, torch.ones(3))
+        again = self.model()
+        self.assertIs(nccl_trim.register(again, state=restored), restored)
+        self.step(again)
+        self.assertEqual((restored.step, restored.job_seed), (2, 5))
+
     def test_bootstrap_installs_the_hook_and_refuses_a_second_one(self):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         uninstall = _boot.install()

@@ -137,15 +137,40 @@ class PluginProbeTest(unittest.TestCase):
     def test_a_loaded_plugin_is_found_and_checked_for_the_hook_exports(self):
         path = nccl_trim.plugin_path()
         lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)  # as NCCL loads it
-        has_exports = hasattr(lib, "nccl_trim_hook_abi")
-        env = {"NCCL_NET_PLUGIN": path}
-        if not has_exports:
-            with self.assertRaisesRegex(nccl_trim.PluginError, "no hook exports"):
-                plugin.loaded_plugin(env)
-            self.skipTest("this plugin build has no nccl_trim_hook_* exports yet (the plugin side of the hook)")
-        found = plugin.loaded_plugin(env)
+        # Every export the hook uses is there (a missing one is a broken build, never a skip).
+        for name in ("nccl_trim_hook_abi", "nccl_trim_hook_traffic_class", "nccl_trim_hook_declare",
+                     "nccl_trim_hook_comms", "nccl_trim_hook_send_conns", "nccl_trim_hook_undeclared_conns",
+                     "nccl_trim_rotated_messages", "ncclTrimStatsJson"):
+            self.assertTrue(hasattr(lib, name), f"{path} does not export {name}")
+        found = plugin.loaded_plugin({"NCCL_NET_PLUGIN": path})
         self.assertEqual(found.traffic_class(), plugin.hook_traffic_class({}))
-        self.assertEqual((found.hook_comms(), found.hook_send_conns(), found.rotated_messages()), (0, 0, 0))
+        # Process-wide counters (other tests of this process may have moved them).
+        for count in (found.hook_comms(), found.hook_send_conns(), found.undeclared_conns(), found.rotated_messages()):
+            self.assertIsInstance(count, int)
+            self.assertGreaterEqual(count, 0)
+
+    def test_the_declaration_checks_the_class_and_the_rows(self):
+        found = plugin.loaded_plugin({"NCCL_NET_PLUGIN": nccl_trim.plugin_path()})
+        with self.assertRaisesRegex(nccl_trim.RowMismatchError, r"2\^14 .*NCCL_TRIM_ROW_ELEMS is 32768"):
+            found.declare(116, 14)
+        with self.assertRaisesRegex(nccl_trim.PluginError, r"class 117.*NCCL_TRIM_HOOK_TRAFFIC_CLASS is 116"):
+            found.declare(117, 15)
+        with mock.patch.dict(os.environ, {"NCCL_TRIM_ROW_ELEMS": "4096"}):
+            with self.assertRaisesRegex(nccl_trim.RowMismatchError, r"row_log2=15.*NCCL_TRIM_ROW_ELEMS is 4096"):
+                found.declare(116, 15)
+            found.declare(116, 12)
+        found.declare(116, 15)  # idempotent; the hook declares at every register()
+
+    def test_a_plugin_without_the_declaration_is_refused(self):
+        # A plugin of hook ABI 1 (before the declaration existed): its rotated path trusted any tag.
+        fake = mock.Mock(spec=["nccl_trim_hook_abi"])
+        fake.nccl_trim_hook_abi = mock.Mock(return_value=1)
+        with self.assertRaisesRegex(nccl_trim.PluginError, "hook ABI 1, this package speaks 2"):
+            plugin.LoadedPlugin(fake, "old.so")
+        fake = mock.Mock(spec=["nccl_trim_hook_abi", "nccl_trim_hook_traffic_class"])
+        fake.nccl_trim_hook_abi = mock.Mock(return_value=2)
+        with self.assertRaisesRegex(nccl_trim.PluginError, "lacks one of its exports"):
+            plugin.LoadedPlugin(fake, "broken.so")
 
     def test_traffic_class_comes_from_the_environment(self):
         self.assertEqual(plugin.hook_traffic_class({}), 116)

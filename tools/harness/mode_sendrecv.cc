@@ -216,6 +216,7 @@ Status leave_in_flight(RankCtx& c, Pump& pump, MemReg& reg) {
     }
     backoff.idle();
   }
+  c.report->in_flight_at_close = static_cast<int64_t>(pump.posted() - pump.done());
   if (c.opt.verbose) {
     std::fprintf(stderr, "[rank %d] closing with %zu of %zu requests in flight\n", c.rank,
                  pump.posted() - pump.done(), pump.posted());

@@ -50,6 +50,7 @@ Status check_combination(const Options& o) {
   }
   if (o.traffic_class >= 0 && o.api != Api::kV11) return bad("--traffic-class needs --api v11 (per-communicator init)");
   if (o.prerotate && o.mode != Mode::kAllReduce) return bad("--prerotate applies to --mode allreduce");
+  if (o.declare_rotated && o.traffic_class < 0) return bad("--declare-rotated needs --traffic-class");
   if (o.mode != Mode::kSendRecv && o.op != SendRecvOp::kP2p) {
     return bad("--op applies to --mode sendrecv only (allreduce and mixed announce their own ops)");
   }
@@ -158,6 +159,10 @@ NCCL_TRIM_PHASE=all to trim the allgather half too):
   --prerotate          allreduce: rotate each rank's input with libtrim-rht's host twin before
                        the allreduce and undo it after, as the nccl_trim comm hook does (the
                        result then differs from the reference by rounding: verify is ok, not exact)
+  --declare-rotated    before init, declare --traffic-class rotated in rows of 2^15, through the
+                       plugin's nccl_trim_hook_declare, as the comm hook does before it creates
+                       its group; only then do that class's connections send as scheme rotated
+                       (without it they rotate per hop: the plugin trusts no class by default)
   NCCL_TRIM_IFNAME=lo unless already set.
   --netns NS0,NS1,...  rank K enters network namespace NSK (a name under /var/run/netns, or a
                        path) before it loads the plugin; set NCCL_TRIM_IFNAME to the interface
@@ -180,7 +185,11 @@ skipped for the fault scenarios, which check no data. mixed also fails unless ex
 JSON extras: replicas_identical (allreduce, mixed: every rank's final fp32 buffers hash alike)
 and replica_nmse (the largest NMSE of any rank's result against rank 0's, 0 when identical);
 exact_ok (mixed: the int32 sums, the broadcast payload and the LL sums arrived bit exact);
-profiler (the table loaded: v6, v5 or none).
+profiler (the table loaded: v6, v5 or none); in_flight_at_close (--close/--abort-in-flight:
+requests the ranks left in flight at deregMr); from the plugin's counters: codec_cancelled
+(codec tasks that found their message abandoned), codec_waited_tasks (tasks close and deregMr
+found in flight and waited for; NCCL_TRIM_TEST_CODEC_STALL_MS makes them slow),
+hook_undeclared_conns (connections of the hook's class sent as rht: no --declare-rotated).
 Exit status: 0 when verify != fail and no error, 3 as above, 2 for a bad command line, 1
 otherwise.
 )";
@@ -200,6 +209,7 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
     if (flag == "--verbose") { o.verbose = true; continue; }
     if (flag == "--trimmable") { o.trimmable = true; continue; }
     if (flag == "--prerotate") { o.prerotate = true; continue; }
+    if (flag == "--declare-rotated") { o.declare_rotated = true; continue; }
     if (flag == "--kill-peer") { o.fault = Fault::kKillPeer; continue; }
     if (flag == "--freeze-peer") { o.fault = Fault::kFreezePeer; continue; }
     if (flag == "--close-in-flight") { o.fault = Fault::kCloseInFlight; continue; }

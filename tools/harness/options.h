@@ -53,6 +53,9 @@ struct Options {
   // rotate the input before the allreduce and undo it after, as the nccl_trim comm hook does.
   int traffic_class = -1;
   bool prerotate = false;
+  // --declare-rotated: declare --traffic-class rotated (rows of 2^15) before init, as the comm
+  // hook does; without it the plugin trusts no class and rotates the tagged data per hop.
+  bool declare_rotated = false;
 
   // Environment the ranks get (negative / zero: leave the plugin's default or the user's value).
   double drop = -1, dup = -1, reorder = -1, trim = -1;

@@ -1,5 +1,6 @@
 #include "tools/harness/rank.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/trim_rht.h"
 
 namespace trim::harness {
 
@@ -45,6 +47,36 @@ void setup_env(const Options& opt, int rank) {
   if (opt.timeout_ms > 0) setenv("NCCL_TRIM_TIMEOUT_MS", std::to_string(opt.timeout_ms).c_str(), 1);
   setenv("NCCL_TRIM_IFNAME", "lo", 0);  // 0: keep the user's choice
 }
+
+// --declare-rotated: what the nccl_trim comm hook does before it creates its group, through the
+// same export (nccl_trim_hook_declare) of the same object: a second dlopen of the plugin's file
+// is the library the communicator loads next. Held open until the communicator is closed, so
+// the declaration cannot be unloaded in between.
+class Declaration {
+ public:
+  ~Declaration() {
+    if (dl_ != nullptr) dlclose(dl_);
+  }
+  Status declare(const Options& opt) {
+    dl_ = dlopen(opt.plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (dl_ == nullptr) {
+      const char* why = dlerror();
+      return Status(Code::kUnavailable, "--declare-rotated: dlopen " + opt.plugin_path + ": " + (why ? why : "?"));
+    }
+    using DeclareFn = int (*)(int, int, char*, int);
+    auto fn = reinterpret_cast<DeclareFn>(dlsym(dl_, "nccl_trim_hook_declare"));
+    if (fn == nullptr) return Status(Code::kUnavailable, "--declare-rotated: " + opt.plugin_path + " has no nccl_trim_hook_declare");
+    char error[512] = "";
+    // The rows --prerotate rotates (and the hook by default).
+    if (fn(opt.traffic_class, TRIM_RHT_MAX_ROW_LOG2, error, sizeof error) != 0) {
+      return Status(Code::kBadConfig, std::string("--declare-rotated: ") + error);
+    }
+    return Status::ok();
+  }
+
+ private:
+  void* dl_ = nullptr;
+};
 
 Status run_mode(RankCtx& c) {
   switch (c.opt.mode) {
@@ -99,6 +131,8 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   cfg.check_ops = false;  // NCCL's wire pattern, nothing added
   cfg.log_level = opt.verbose ? NCCL_LOG_TRACE : NCCL_LOG_WARN;
   cfg.name = "rank " + std::to_string(rank);
+  Declaration declaration;  // outlives the communicator
+  if (opt.declare_rotated) TRIM_RETURN_IF_ERROR(declaration.declare(opt));
   std::unique_ptr<coll::Comm> comm;
   coll::Outcome made = coll::Comm::create(cfg, &comm);
   if (!made.ok()) return made.status;

@@ -103,6 +103,9 @@ void add_stats(PluginStats* sum, const PluginStats& s) {
   sum->codec_tasks += s.codec_tasks;
   sum->codec_inline += s.codec_inline;
   sum->rotated_messages += s.rotated_messages;
+  sum->hook_undeclared_conns += s.hook_undeclared_conns;
+  sum->codec_cancelled += s.codec_cancelled;
+  sum->codec_waited_tasks += s.codec_waited_tasks;
   sum->plugin_cpu_s += s.plugin_cpu_s;
   sum->engine_threads += s.engine_threads;
 }
@@ -153,6 +156,9 @@ PluginStats parse_stats(const std::string& json) {
   s.codec_tasks = json_int(json, "codec_tasks");
   s.codec_inline = json_int(json, "codec_inline");
   s.rotated_messages = json_int(json, "rotated_messages");
+  s.hook_undeclared_conns = json_int(json, "hook_undeclared_conns");
+  s.codec_cancelled = json_int(json, "codec_cancelled");
+  s.codec_waited_tasks = json_int(json, "codec_waited_tasks");
   return s;
 }
 
@@ -170,6 +176,7 @@ std::string serialize(const RankReport& r) {
   w.pod(r.replica_nmse);
   w.pod(r.exact_ok);
   w.pod(r.error_at_ns);
+  w.pod(r.in_flight_at_close);
   w.pod(r.stats);  // trivially copyable, same binary on both ends
   w.str(r.device);
   w.str(r.profiler);
@@ -185,7 +192,7 @@ Result<RankReport> deserialize(const std::string& bytes) {
   uint32_t n = 0;
   bool ok = rd.pod(&r.rank) && rd.pod(&r.outcome) && rd.pod(&r.verified) && rd.pod(&r.exact) &&
             rd.pod(&r.raw_exact) && rd.pod(&r.err2) && rd.pod(&r.ref2) && rd.pod(&r.nmse) && rd.pod(&r.result_hash) &&
-            rd.pod(&r.replica_nmse) && rd.pod(&r.exact_ok) && rd.pod(&r.error_at_ns) && rd.pod(&r.stats) &&
+            rd.pod(&r.replica_nmse) && rd.pod(&r.exact_ok) && rd.pod(&r.error_at_ns) && rd.pod(&r.in_flight_at_close) && rd.pod(&r.stats) &&
             rd.str(&r.device) && rd.str(&r.profiler) && rd.str(&r.error) && rd.pod(&n);
   for (uint32_t i = 0; ok && i < n; ++i) {
     int64_t t = 0;
@@ -204,6 +211,7 @@ RunSummary summarize(const Options& opt, const std::vector<RankReport>& reports,
     if (r.rank == 0) s.profiler = r.profiler;
     s.exact_ok = s.exact_ok && r.exact_ok;
     s.replica_nmse = std::max(s.replica_nmse, r.replica_nmse);
+    s.in_flight_at_close += r.in_flight_at_close;
   }
   s.trim_rate = s.totals.received_packets > 0
                     ? static_cast<double>(s.totals.trimmed_accepted) / static_cast<double>(s.totals.received_packets)
@@ -296,18 +304,23 @@ std::string to_json(const Options& opt, const RunSummary& s, const std::string& 
   std::string extra;
   if (opt.mode != Mode::kSendRecv) extra += fmt::format("\"replica_nmse\":{:.6g},", finite(s.replica_nmse));
   if (opt.mode == Mode::kMixed) extra += fmt::format("\"exact_ok\":{},", s.exact_ok ? "true" : "false");
+  if (opt.fault == Fault::kCloseInFlight || opt.fault == Fault::kAbortInFlight) {
+    extra += fmt::format("\"in_flight_at_close\":{},", s.in_flight_at_close);
+  }
   return fmt::format(
       "{{\"bench\":\"harness\",\"mode\":\"{}\",\"api\":\"{}\",\"op\":\"{}\",\"ranks\":{},\"bytes\":{},"
       "\"iters\":{},\"warmup\":{},\"device\":\"{}\",\"gbps\":{:.4f},\"busbw_gbps\":{:.4f},"
       "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"verify\":\"{}\",\"nmse\":{:.6g},\"trim_rate\":{:.6g},"
       "\"replicas_identical\":{},{}\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
-      "\"codec_tasks\":{},\"codec_inline\":{},\"rotated_messages\":{},\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      "\"codec_tasks\":{},\"codec_inline\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},\"codec_waited_tasks\":{},"
+      "\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
       mode_name(opt.mode), api_name(opt.api), run_op_name(opt), opt.ranks, opt.bytes, opt.iters, opt.warmup,
       json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
       finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", extra, t.retransmitted_packets,
       t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
-      t.codec_tasks, t.codec_inline, t.rotated_messages, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
+      t.codec_tasks, t.codec_inline, t.rotated_messages, t.hook_undeclared_conns, t.codec_cancelled,
+      t.codec_waited_tasks, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
 }
 
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {

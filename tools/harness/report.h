@@ -23,6 +23,10 @@ struct PluginStats {
   int64_t bad_packets = 0;
   int64_t codec_tasks = 0, codec_inline = 0;  // codec pool tasks queued / run on the engine
   int64_t rotated_messages = 0;  // sent as scheme rotated (the comm hook's communicator)
+  int64_t hook_undeclared_conns = 0;  // of the hook's class, sent as rht: no --declare-rotated
+  // Codec tasks that found their message abandoned, and those close/deregMr found in flight
+  // (queued or running) and waited for.
+  int64_t codec_cancelled = 0, codec_waited_tasks = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
@@ -51,6 +55,7 @@ struct RankReport {
   double replica_nmse = 0;    // largest NMSE of this rank's fp32 result against rank 0's
   bool exact_ok = true;       // mixed: every exact-class collective arrived bit exact
   int64_t error_at_ns = 0;    // mono_ns when the fault scenario's error was seen
+  int64_t in_flight_at_close = 0;  // --close/--abort-in-flight: requests posted, not done, at deregMr
   PluginStats stats;
   std::string device;
   std::string profiler = "none";  // which profiler table was loaded: v6, v5 or none
@@ -74,6 +79,7 @@ struct RunSummary {
   std::string verify = "fail";
   double gbps = 0, busbw_gbps = 0, p50_ms = 0, p99_ms = 0;
   double nmse = 0, trim_rate = 0, detect_ms = -1, replica_nmse = 0;
+  int64_t in_flight_at_close = 0;  // summed over the ranks
   bool replicas_identical = true;
   bool exact_ok = true;
   std::string profiler = "none";
