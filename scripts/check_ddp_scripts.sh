@@ -365,6 +365,15 @@ trimacc_dry() {
     { cat "$tmp/ta.txt"; return 1; }
 }
 check "run_ddp.sh --cpu --sweep trimacc --dry-run: gloo, rht, hook, rht16 at p 0.5/0.75 over 3 seeds" trimacc_dry
+cpu_modes_dry() {  # --cpu alone is gloo; --cpu with a --mode (lossless too) goes through the plugin
+  "$here/run_ddp.sh" --cpu --dry-run --out "$tmp/cm" 2>&1 | grep '# rank 0' | grep -q -- '--device cpu --backend gloo' &&
+    ! "$here/run_ddp.sh" --cpu --dry-run --out "$tmp/cm" 2>&1 | grep -q NCCL_NET_PLUGIN &&
+    "$here/run_ddp.sh" --cpu --mode lossless --dry-run --out "$tmp/cm" 2>&1 | grep '# rank 0' |
+      grep -q -- 'NCCL_NET_PLUGIN=.*--device cpu --backend trim' &&
+    "$here/run_ddp.sh" --cpu --mode lossless --hook --dry-run --out "$tmp/cm" 2>&1 | grep '# rank 0' |
+      grep -q -- '-m nccl_trim._boot --trim-cpu .*--backend gloo'
+}
+check "run_ddp.sh --cpu: gloo alone; --mode lossless through the trim backend; --hook under _boot --trim-cpu" cpu_modes_dry
 cb_budget() {  # a budget the plan does not fit: the dry run says so
   cb_dry cb_budget --quick --budget-s 100 && grep -q 'over --budget-s 100: the last points would be skipped' "$tmp/cb_budget.txt"
 }

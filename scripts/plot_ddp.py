@@ -345,6 +345,44 @@ def plot(runs, out, plt):
     return made
 
 
+def seed_table(runs):
+    """Runs named CONFIG_s<SEED> (run_ddp.sh --sweep trimacc): per configuration, the mean and
+    spread of the final val accuracy over its seeds, against the exact baseline's (the
+    configuration named gloo or socket), in points; replicas identical in every run."""
+    groups = {}
+    for r in runs:
+        m = re.fullmatch(r"(.+)_s(\d+)", r.get("label") or "")
+        if m and r.get("status") == "ok" and r.get("val_acc") is not None:
+            groups.setdefault(m.group(1), []).append(r)
+    if not groups:
+        return [], {}
+    base = next((k for k in ("gloo", "socket") if k in groups), None)
+    mean = {k: sum(r["val_acc"] for r in v) / len(v) for k, v in groups.items()}
+    seed_of = lambda r: re.fullmatch(r"(.+)_s(\d+)", r["label"]).group(2)
+    base_acc = {seed_of(r): r["val_acc"] for r in groups.get(base, [])}
+    # Paired by seed (same init and data order): the seed-to-seed spread, larger than the
+    # effect here, cancels.
+    lines = ["| configuration | seeds | mean final val acc | min-max | vs exact, paired by seed (points) | per seed | trim rate (switch) | replicas identical |",
+             "|---|---|---|---|---|---|---|---|"]
+    out = {}
+    for k in sorted(groups, key=lambda k: (k != base, k)):
+        v = groups[k]
+        accs = [r["val_acc"] for r in v]
+        rates = [(r.get("switch") or {}).get("trim_rate") for r in v]
+        rates = [x for x in rates if x is not None]
+        pairs = {seed_of(r): 100 * (r["val_acc"] - base_acc[seed_of(r)]) for r in v
+                 if k != base and seed_of(r) in base_acc}
+        diff = sum(pairs.values()) / len(pairs) if pairs else None
+        ident = all(r.get("params_identical") for r in v)
+        out[k] = {"seeds": len(v), "mean_val_acc": mean[k], "min": min(accs), "max": max(accs),
+                  "diff_points": diff, "diff_points_per_seed": pairs, "replicas_identical": ident}
+        lines.append(f"| {k} | {len(v)} | {mean[k]:.4f} | {min(accs):.4f}-{max(accs):.4f} | "
+                     f"{'-' if diff is None else format(diff, '+.2f')} | "
+                     f"{', '.join(f's{sd} {d:+.2f}' for sd, d in sorted(pairs.items())) or '-'} | "
+                     f"{format(sum(rates) / len(rates), '.3f') if rates else '-'} | {'yes' if ident else 'NO'} |")
+    return lines, out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", help="results root (or one run dir)")
@@ -364,7 +402,8 @@ def main():
     if not runs:
         print(f"plot_ddp: no runs (run.json) under {a.dir}", file=sys.stderr)
         return 1
-    for lines in (train_table(runs), bench_table(runs)):
+    seeds, by_config = seed_table(runs)
+    for lines in (train_table(runs), bench_table(runs), seeds):
         if lines:
             print("\n".join(lines))
             print()
@@ -390,7 +429,7 @@ def main():
                 x["switch_trim_rate"] = r["switch"]["trim_rate"]
             short.append(x)
         print(json.dumps({"root": str(Path(a.dir).resolve()), "runs": len(runs), "failed": failed,
-                          "plots": made, "results": short}))
+                          "plots": made, "results": short, **({"by_config": by_config} if by_config else {})}))
     return 1 if failed else 0
 
 

@@ -13,7 +13,7 @@
 #   trim       our plugin through trim-switch --mode trim with cross traffic (--cross)
 #   drop       the same switch tail-dropping instead of trimming
 #   socket     NCCL's own Socket transport (NCCL_NET=Socket), no plugin: the baseline
-#   --cpu      CPU tensors: alone, gloo without the plugin; with a plugin mode (--mode, or the
+#   --cpu      CPU tensors: alone, gloo without the plugin; with a plugin mode (any --mode, or the
 #              trimacc sweep) the nccl_trim package's CPU backend "trim" carries DDP's traffic
 #              through the plugin (ddp_train.py --backend trim; with --hook, gloo groups made
 #              trim by the launcher's bootstrap, python -m nccl_trim._boot --trim-cpu)
@@ -98,7 +98,7 @@ fi
 # ---------------------------------------------------------------- options
 # The congestion bench has options of its own: hand everything after `--bench congestion` on.
 if [[ ${1:-} == --bench && ${2:-} == congestion ]]; then exec "$here/congestion_bench.sh" "${@:3}"; fi
-mode=lossless cpu=0 bench="" sweep="" modes="lossless,socket"
+mode=lossless mode_set=0 cpu=0 bench="" sweep="" modes="lossless,socket"
 ranks=2 task=digits epochs="" batch_size="" lr="" seed=0 target_acc="" max_steps=""
 scheme=rht head_bits=1 phase=reduce_scatter trim_p=0.1
 rate_gbps="" buffer_packets="" buffer_bytes=0 prop_us="" trim_exact=0 switch_seed=7
@@ -125,7 +125,7 @@ while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || die "$a needs a value (see --help)"
   v=$2
   case "$a" in
-    --mode) mode=$v ;;
+    --mode) mode=$v mode_set=1 ;;
     --modes) modes=$v ;;
     --bench) bench=$v ;;
     --sweep) sweep=$v ;;
@@ -474,7 +474,7 @@ if [[ -n $sweep ]]; then
 elif [[ -n $bench ]]; then
   root=${out:-$repo/build/ddp/bench}
 else
-  lbl=${label:-$(default_label "$( ((cpu)) && [[ $mode == lossless ]] && echo cpu || echo "$mode")")}
+  lbl=${label:-$(default_label "$( ((cpu && !mode_set)) && echo cpu || echo "$mode")")}
   root=${out:-$repo/build/ddp/$lbl}
   single_dir=$root
 fi
@@ -539,7 +539,7 @@ elif [[ -n $sweep ]]; then
       ;;
   esac
 else
-  if ((cpu)) && [[ $mode == lossless ]]; then
+  if ((cpu && !mode_set)); then
     run train "$lbl" cpu
   else
     run train "$lbl" "$mode"
