@@ -334,13 +334,13 @@ cb_quick() {
     { echo "--quick lost the goal's point or digits"; return 1; }
 }
 check "congestion_bench.sh --quick --dry-run: 16 runs, same switch per point, a smaller estimate (<= 302 s)" cb_quick
-# check-gpu.sh step 5's call keeps its meaning: one point, two transports, 1 Gbit/s, 80 steps, no calibration.
+# check-gpu.sh step 5's call: one point, two transports, the preset's port, 80 steps, no calibration.
 cb_cg() {
   cb_dry cb_cg --tasks digits --transports socket,trim --cross 60 --loss 0 --max-steps 80 --timeout-s 60 || return 1
-  [[ $(grep -c '^# run ' "$tmp/cb_cg.txt") -eq 2 ]] && grep -q -- '--rate-gbps 1 .*--cross const:0.6:all' "$tmp/cb_cg.txt" &&
+  [[ $(grep -c '^# run ' "$tmp/cb_cg.txt") -eq 2 ]] && grep -q -- '--rate-gbps 2.5 --buffer-bytes 131072 .*--cross onoff:2.5:6:4:all' "$tmp/cb_cg.txt" &&
     grep -q -- '--max-steps 80' "$tmp/cb_cg.txt" && ! grep -q '^# calibration' "$tmp/cb_cg.txt" || { cat "$tmp/cb_cg.txt"; return 1; }
 }
-check "congestion_bench.sh --dry-run as check-gpu.sh step 5 calls it: 2 runs, 1 Gbit/s, no calibration" cb_cg
+check "congestion_bench.sh --dry-run as check-gpu.sh step 5 calls it: 2 runs, the preset's port (2.5 Gbit/s, 128 KiB, bursts), no calibration" cb_cg
 # The CPU head-to-head (issue 25): Gloo the baseline; drop/trim through the trim backend, the
 # hook under the launcher's bootstrap; cross traffic in line-rate bursts; no socket on CPU.
 cb_cpu() {

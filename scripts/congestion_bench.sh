@@ -28,15 +28,15 @@
 # Every run adds --deterministic (socket and drop, both exact, must then end with the same
 # parameter bits: a check that they moved the same sums).
 #
-# Presets (used when none of --plan, --tasks, --cross, --loss is given), rate 2.5 Gbit/s,
-# buffer 256 KiB, propagation 20 us, seed 7, all four transports at every point:
+# Presets (used when none of --plan, --tasks, --cross, --loss is given), all four transports at
+# every point. The port is the same with or without a preset: 2.5 Gbit/s (--cpu: 0.5), a 128 KiB
+# buffer, 20 us propagation, seed 7, cross traffic in line-rate bursts, N % of every 10 ms:
 #   default  widemlp at c0 c60 c90 l1, digits at c60, widemlp at c30 l0.1   (28 runs)
 #            estimated 548 s (~9.1 min): within the ~552 s headtohead.sh leaves the bench
 #   --quick  widemlp at c0 c60 l1, digits at c60                            (16 runs)
 #            estimated 252 s (~4.2 min): within ~302 s (6 minutes with room for a slow start-up)
 #   --cpu    (issue 25, every machine) PyTorch on CPU tensors, the baseline Gloo (TCP):
-#            widemlp at c0 c60 c30 c90 l1 l0.1, digits at c60 (28 runs), rate 0.5 Gbit/s,
-#            buffer 128 KiB, cross traffic in line-rate bursts (--cross-period-ms 10), no
+#            widemlp at c0 c60 c30 c90 l1 l0.1, digits at c60 (28 runs), rate 0.5 Gbit/s, no
 #            calibration; transports gloo,drop,trim,hook
 # (cN: cross traffic N % of the port rate, no loss; lN: N % random loss, no cross traffic.)
 # The order is the priority: the uncongested point first (the reference, and the calibration),
@@ -73,8 +73,8 @@
 #   --cpu                       CPU tensors: gloo instead of socket, drop/trim/trim16/hook through
 #                               the nccl_trim package's CPU backend "trim" (ddp_train.py --backend
 #                               trim); its own preset (above)
-#   --cross-period-ms P         cross traffic in line-rate bursts, PCT % of every P ms (0: constant)
-#   --ranks N [2]  --rate-gbps G [presets 2.5, else 1]  --buffer-bytes B [262144]  --prop-delay-us US [20]
+#   --cross-period-ms P [10]    cross traffic in line-rate bursts, PCT % of every P ms (0: constant)
+#   --ranks N [2]  --rate-gbps G [2.5; --cpu 0.5]  --buffer-bytes B [131072]  --prop-delay-us US [20]
 #   --seed N [7]   the switch's seed (cross phases, loss)
 #   --target-acc-digits A [0.95]  --target-acc-widemlp A [0.95]  --target-acc-charlm A [0.45]
 #   --epochs E  --max-steps K   passed to ddp_train.py for every task (else the per-task ones)
@@ -117,7 +117,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "congestion_bench: $*" >&2; exit 2; }
 
 ranks=2 transports="" cpu=0 tasks="" crosses="" losses="" plan="" quick=0
-rate="" buffer=262144 buffer_set="" burst=0 burst_set="" prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
+rate="" buffer=131072 buffer_set="" burst=0 burst_set="" prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
 declare -A target=([digits]=0.95 [widemlp]=0.95 [charlm]=0.45)
 declare -A compute_ms=([digits]=8 [widemlp]=5 [charlm]=15)  # assumed until measured
 out="" build=build timeout_s=1800 resume=0 dry=0 extra=()
@@ -177,14 +177,14 @@ if [[ -z $plan && -z $tasks && -z $crosses && -z $losses ]] && ((cpu)); then
   # in line-rate bursts, as another tenant's collectives arrive; widemlp at every point first,
   # then digits at the goal's point.
   preset=cpu plan=widemlp:c0,widemlp:c60,widemlp:c30,widemlp:c90,widemlp:l1,widemlp:l0.1,digits:c60
-  calibrate=${calibrate:-0} rate=${rate:-0.5} buffer=${buffer_set:-131072} burst=${burst_set:-10}
+  calibrate=${calibrate:-0}
 elif [[ -z $plan && -z $tasks && -z $crosses && -z $losses ]]; then
   if ((quick)); then
     preset=quick plan=widemlp:c0,widemlp:c60,widemlp:l1,digits:c60
   else
     preset=default plan=widemlp:c0,widemlp:c60,widemlp:c90,widemlp:l1,digits:c60,widemlp:c30,widemlp:l0.1
   fi
-  calibrate=${calibrate:-1} rate=${rate:-2.5}
+  calibrate=${calibrate:-1}
 elif [[ -z $plan ]]; then
   ((quick)) && die "--quick is a preset: not with --tasks/--cross/--loss (use --plan)"
   items=()
@@ -199,7 +199,11 @@ elif [[ -z $plan ]]; then
 else
   ((quick)) && die "--quick is a preset: not with --plan"
 fi
-calibrate=${calibrate:-0} rate=${rate:-1}  # 1 Gbit/s outside the presets, as before (check-gpu.sh step 5)
+# The port is the preset's whatever the plan (a --plan of one point measures that point of the
+# preset): 2.5 Gbit/s on a GPU, 0.5 on CPU, a 128 KiB buffer and line-rate bursts of cross traffic
+# (docs/RESULTS.md, "Training through one bottleneck": constant cross traffic or a deep buffer
+# leave TCP nothing to recover from, and the transports tie).
+calibrate=${calibrate:-0} rate=${rate:-$( ((cpu)) && echo 0.5 || echo 2.5)} buffer=${buffer_set:-131072} burst=${burst_set:-10}
 base=socket
 ((cpu)) && base=gloo
 transports=${transports:-$( ((cpu)) && echo gloo,drop,trim,hook || echo socket,drop,trim,trim16)}
