@@ -183,7 +183,7 @@ done
 # ---------------------------------------------------------------- recording and running parts
 start=$SECONDS
 deadline=$((start + budget))
-reserve=12  # for the reports and bundles written after every step
+reserve=10  # for the reports and bundles written after every step (about 1 s each)
 record() {  # record STEP PART KEY=VALUE...: values are numbers, or strings without quotes
   local line="{\"invocation\":$invocation,\"step\":\"$1\",\"part\":\"$2\"" kv k v
   shift 2
@@ -501,8 +501,8 @@ s_hook_accuracy() { needs hook_accuracy lib/libtrim-rht.so && hookacc hook_accur
 s_rank_killed() {
   # The plugin declares a silent peer dead after 10 s; PyTorch's collective timeout (25 s) lies
   # beyond the report's bound (20 s), so a survivor only it ends is a failure.
-  part rank_killed "" 40 20 ddp_kill -- env NCCL_TRIM_TIMEOUT_MS=10000 "${rd[@]}" --mode lossless --ranks 2 --wait-all \
-    --timeout-s 32 --task digits --epochs 50 --out "$out/ddp_kill" -- --die-after-iters 15 --die-rank 1 --timeout-s 25
+  part rank_killed "" 45 20 ddp_kill -- env NCCL_TRIM_TIMEOUT_MS=10000 "${rd[@]}" --mode lossless --ranks 2 --wait-all \
+    --timeout-s 38 --task digits --epochs 50 --out "$out/ddp_kill" -- --die-after-iters 15 --die-rank 1 --timeout-s 25
 }
 s_allreduce_4r() { allreduce allreduce_4r "" lossless,socket 4 60 30 ar4; }
 s_ddp_random_trim() {

@@ -152,7 +152,7 @@ cg_dry_rest() {
   # The grid: congestion_bench.sh's preset; --plan keeps the preset's rate (alone it would take 1 Gbit/s).
   "$here/check-gpu.sh" --continue --dry-run --only congestion_grid --build "$tmp/nobuild" --out "$tmp/cg-dry" >"$tmp/cg-dry3.txt" 2>&1 &&
     grep -q '# congestion_bench.sh --dry-run: default plan, 28 runs, rate 2.5 Gbit/s' "$tmp/cg-dry3.txt" &&
-    grep -q '^= congestion_grid: limit 523s, estimate 548s$' "$tmp/cg-dry3.txt" || { cat "$tmp/cg-dry3.txt"; return 1; }
+    grep -q '^= congestion_grid: limit 525s, estimate 548s$' "$tmp/cg-dry3.txt" || { cat "$tmp/cg-dry3.txt"; return 1; }
   "$here/check-gpu.sh" --continue --dry-run --only congestion_grid --plan widemlp:c60,digits:c60 --build "$tmp/nobuild" \
     --out "$tmp/cg-dry" >"$tmp/cg-dry4.txt" 2>&1 &&
     grep -q '# congestion_bench.sh --dry-run: custom plan, 8 runs, rate 2.5 Gbit/s' "$tmp/cg-dry4.txt" || { cat "$tmp/cg-dry4.txt"; return 1; }
@@ -188,7 +188,7 @@ else
   check "check-gpu.sh without a GPU: exit 2 in seconds, the reasons, the commit from BUILD_INFO, the bundle" cg_no_gpu
 fi
 # check_gpu_report.py on made-up results: OUT as check-gpu.sh leaves it after both invocations.
-make_results() {  # make_results DIR VARIANT: good | hang | timeout | skipped | budget | killed | part1
+make_results() {  # make_results DIR VARIANT: good | hang | timeout | exit | skipped | budget | killed | part1
   "$PYTHON" - "$@" "$part1" "$part2" <<'PY'
 import json, sys
 from pathlib import Path
@@ -232,7 +232,7 @@ rec("kernels", "tests"); rec("kernels", "bench")
 seen = "NCCL INFO NET/Trim: comm 0x1 is the nccl_trim comm hook's (traffic class 116): ...\n"
 for x, p50 in (("plain", 40.0), ("hook", 41.0)):
     w(f"hook_{x}/summary.json", {"status": "ok", "iter_p50_ms": p50})
-    rec("hook_overhead", x, 124 if variant == "timeout" and x == "hook" else 0)
+    rec("hook_overhead", x, {"timeout": 124 if x == "hook" else 0, "exit": 1 if x == "plain" else 0}.get(variant, 0))
 w("hook_hook/rank0.log", seen)
 def hookacc(step, seed, accs):
     for t, acc in zip(("socket", "rht", "hook"), accs):
@@ -303,6 +303,8 @@ check "check_gpu_report.py: a survivor that never ended is a failure (exit 1)" r
 check "check_gpu_report.py: a part that ran out of its limit fails its step, whatever it left (exit 1)" report_says timeout 1 \
   'd["steps"]["hook_overhead"]["result"] == "fail" and d["steps"]["hook_overhead"]["why"] == "timed out: hook after its 60 s limit" and
    d["failed"] == ["hook_overhead"]'
+check "check_gpu_report.py: a part that exited non-zero fails its step, whatever its summary says (exit 1)" report_says exit 1 \
+  'd["steps"]["hook_overhead"]["result"] == "fail" and d["steps"]["hook_overhead"]["why"] == "exit 1 (plain)"'
 check "check_gpu_report.py: check-gpu.sh stopped during a part: that step failed (exit 1)" report_says killed 1 \
   'd["steps"]["rank_killed"]["result"] == "fail" and "stopped during rank_killed" in d["steps"]["rank_killed"]["why"]'
 check "check_gpu_report.py: every RotateCuda test skipped is a failure (exit 1)" report_says skipped 1 \

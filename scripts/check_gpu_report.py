@@ -202,6 +202,10 @@ class Report:
         stopped = [p or name for p, r in ran.items() if r.get("rc") == STOPPED]
         if stopped:
             return dict(d, result="fail", why="check-gpu.sh was stopped during " + ", ".join(stopped))
+        if name != "rank_killed":  # (there the launcher's exit is the killed rank's)
+            bad = {r.get("log") or p or name: r["rc"] for p, r in ran.items() if r.get("rc")}
+            if bad:
+                d["exit_codes"] = bad
         return d
 
     def goal(self, key, met, detail):
@@ -214,8 +218,10 @@ class Report:
 
     @staticmethod
     def done(d):
-        """pass, unless a part never ran: then the step is not complete."""
-        if d.get("not_run_parts"):
+        """pass, unless a part exited non-zero (fail) or never ran (the step is not complete)."""
+        if d.get("exit_codes"):
+            d.update(result="fail", why="exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items()))
+        elif d.get("not_run_parts"):
             d.update(result="not run", why=f"{len(d['not_run_parts'])} part(s) not run: " +
                      "; ".join(sorted(set(d["not_run_parts"].values()))))
         else:
