@@ -159,6 +159,12 @@ elif ((!dry)) && [[ ! -f $steps && -f $from/check-gpu-logs.tgz ]]; then
   echo "check-gpu: continuing from $from/check-gpu-logs.tgz" >&2
 fi
 ((dry)) || { mkdir -p "$out" && touch "$steps"; } || die "cannot make $out"
+state=$out  # --continue --dry-run here: what the bundle says is done
+if ((dry && cont)) && [[ ! -f $steps && -f $from/check-gpu-logs.tgz ]]; then
+  state=$(mktemp -d)
+  trap 'rm -rf "$state"' EXIT
+  tar -xzf "$from/check-gpu-logs.tgz" --strip-components=1 -C "$state" --wildcards '*/steps.jsonl' 2>/dev/null
+fi
 declare -A ran=() complete=()
 invocation=1
 while read -r kind key; do
@@ -167,7 +173,7 @@ while read -r kind key; do
     complete) complete[$key]=1 ;;
     invocation) invocation=$((key + 1)) ;;
   esac
-done < <([[ -f $steps ]] && "$PYTHON" "$here/check_gpu_report.py" --state "$out")
+done < <([[ -f $state/steps.jsonl ]] && "$PYTHON" "$here/check_gpu_report.py" --state "$state")
 
 # The plan of this invocation.
 wanted() { [[ -z $only || ",$only," == *",$1,"* ]] && [[ ",$skip," != *",$1,"* ]]; }

@@ -318,6 +318,10 @@ check "check_gpu_report.py --best-socket: configs by geometric-mean busbw" best_
 cg_continue() {
   rm -rf "$tmp/res" "$tmp/b1" "$tmp/cg2" "$tmp/b2"
   make_results "$tmp/res" part1 && mkdir -p "$tmp/b1" && tar -czf "$tmp/b1/check-gpu-logs.tgz" -C "$tmp" res || return 1
+  # The dry run reads what the bundle says is done, and makes nothing.
+  "$here/check-gpu.sh" --continue --dry-run --from "$tmp/b1" --build "$tmp/fakebuild" --out "$tmp/cg2" >"$tmp/cg2-dry.txt" 2>&1 &&
+    grep -q '^# check-gpu.sh --dry-run: invocation 2 (continue)' "$tmp/cg2-dry.txt" && [[ ! -e $tmp/cg2 ]] &&
+    grep -q "^# plan: congestion_c60 $part2$" "$tmp/cg2-dry.txt" || { cat "$tmp/cg2-dry.txt"; return 1; }
   local rc=0 i
   for i in 2 3; do
     rc=0
@@ -341,7 +345,7 @@ assert d["exit"] == 2 and s["preflight"]["result"] == "fail", d' "$i" "$part1" "
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check-gpu.sh --continue without a GPU: skipped (this machine has one)"
 else
-  check "check-gpu.sh --continue: appends to the first invocation's bundle, then to its own results" cg_continue
+  check "check-gpu.sh --continue: its dry run reads the bundle; it appends to the first invocation's bundle, then to its own results" cg_continue
 fi
 
 # ---- the congestion head-to-head (issue 20), here without a GPU
