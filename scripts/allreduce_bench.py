@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """torch.distributed.all_reduce bandwidth, nccl-tests style (all_reduce_perf).
 
-For each size from --min-bytes to --max-bytes (doubling), fp32, sum: --warmup untimed calls,
-then --iters calls issued back to back and timed together (one device sync at the end), so
-the time per call is the collective's own, not the launch latency's. With --target-ms T, small
+For each size from --min-bytes to --max-bytes (doubling), or of --sizes, fp32, sum: --warmup
+untimed calls, then --iters calls issued back to back and timed together (one device sync at the
+end), so the time per call is the collective's own, not the launch latency's. With --target-ms T, small
 sizes get more calls: the last warmup call is timed on its own and the timed loop runs
 max(--iters, T / that time) calls (every rank runs rank 0's count), so that every size is
 measured over about T ms whatever its speed; at most --max-iters, and at most log_n(1e30) calls
@@ -39,6 +39,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"), help="default 1M")
     p.add_argument("--max-bytes", type=parse_size, default=parse_size("256M"), help="default 256M")
+    p.add_argument("--sizes", type=lambda v: [parse_size(x) for x in v.split(",")], default=None,
+                   help="these sizes instead of --min-bytes..--max-bytes, e.g. 1M,16M,128M")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20, help="timed calls per size (at least)")
     p.add_argument("--target-ms", type=float, default=0,
@@ -75,9 +77,9 @@ def main():
     # Timed calls that keep the in-place sum (n-fold per call, from values of about 1) finite.
     finite_cap = int(math.log(1e30) / math.log(world)) if world > 1 else args.max_iters
     rows = []
-    size = args.min_bytes
+    sizes = args.sizes or [args.min_bytes << i for i in range(64) if args.min_bytes << i <= args.max_bytes]
     gen = torch.Generator(device=device).manual_seed(1234 + rank)
-    while size <= args.max_bytes:
+    for size in sizes:
         count = size // 4
         buf = torch.randn(count, generator=gen, device=device)
         for _ in range(max(0, args.warmup - 1)):
@@ -118,7 +120,6 @@ def main():
                "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor, "max_err": err}
         rows.append(row)
         log("size", label=args.label, **row)
-        size *= 2
         del buf, chk
 
     peak = max((r["busbw_GBps"] for r in rows), default=None)

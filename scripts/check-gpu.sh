@@ -1,459 +1,596 @@
 #!/usr/bin/env bash
-# check-gpu.sh: the one command that checks the plugin on the GPU machine (docs/GPU-MACHINE.md).
-# The plugin makes no CUDA call: it takes host buffers only (NCCL_PTR_HOST) and NCCL's kernel
-# stages GPU data through pinned host memory, as for NCCL's Socket transport; the codec runs on
-# CPU worker threads (NCCL_TRIM_CODEC_THREADS). So this is real NCCL + PyTorch through the plugin
-# against NCCL Socket, every rank on the one GPU with its own NCCL_HOSTID (all traffic on the
-# network transport), over loopback:
-#   preflight         GPU, torch + NCCL, the carried build; nothing else runs without them
-#   1 allreduce_2r    ring allreduce busbw 1..256 MiB, 2 ranks, lossless plugin vs Socket at its
-#     allreduce_4r    defaults, the same at 4 ranks (NCCL_ALGO=Ring NCCL_PROTO=Simple, channels
-#                     pinned alike); goal: plugin >= 1.0x Socket at every size
-#     socket_sweep_2r Socket tuned: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (--socket-sweep);
-#     socket_sweep_4r at 4 ranks the --sweep4-top best of the 2-rank sweep; the best config
-#                     (geometric mean over sizes) is "Socket best"; goal: plugin >= 1.0x it
-#     codec_threads_2r  the plugin at NCCL_TRIM_CODEC_THREADS = --codec-threads (default auto above)
-#   2 ddp_lossless    DDP (ddp_train.py --deterministic) through the plugin and through Socket: the
-#                     final parameter sha256 must be equal; goal: iteration p50 plugin <= 1.05x
-#   3 ddp_random_trim DDP through trim-switch --mode random, trim probability 0.5 (run_ddp.sh
-#                     --mode random): something trimmed, replicas identical on every rank
-#   4 rank_killed     DDP where rank 1 SIGKILLs itself after N steps (ddp_train.py
-#                     --die-after-iters): rank 0 must fail by itself, with the plugin's dead-peer /
-#                     closed-connection error or an NCCL error, within 60 s (NCCL_TRIM_TIMEOUT_MS
-#                     10000, collective timeout 30 s); a hang is a failure
-#   5 congestion_quick  scripts/congestion_bench.sh at one point (60 % cross load), Socket vs plugin
-#                     trim through one netns/TUN bottleneck; only where `ip` (iproute2), root and
-#                     /dev/net/tun are there (else skipped, saying why)
-#   6 kernels         libtrim-rht's GPU rotation (the comm hook's): trim-tests --gtest_filter=
-#                     --kernel-tests (bit-identical to the host twin on odd sizes), then
-#                     trim-bench cuda --json: forward/inverse per dtype vs a device-to-device copy of
-#                     the same bytes in the same run; goal: fp32 ratio >= 0.5 (aim 0.85); ncu's
-#                     full set on the first launches (kernels_ncu.log), where ncu exists
-#   7 hook_overhead   char-LM DDP through the plugin, lossless, without and with the comm hook
-#                     (run_ddp.sh --hook), --hook-steps steps each; goal: p50 with hook <= 1.05x
-#   8 hook_accuracy   char-LM under random trimming p = --hook-p, --hook-epochs epochs, per seed of
-#                     --hook-seeds: Socket (nothing trimmed), the plugin with per-hop rht, the plugin
-#                     with the hook; final val accuracy per transport (goal: hook >= per-hop rht;
-#                     aim: within 0.3 points of Socket) and replicas identical in every run
-# Execution order: preflight, 1 (plugin vs Socket default), 2, 3, 4, 5, 6, 7, 8, then the sweeps
-# of 1 with the time left. Every part runs under `timeout` and within --budget-s for the whole (a part
-# is skipped, saying so, when too little is left); each has a log under --out. The end: a table,
-# the busbw per size, and ONE JSON line (scripts/check_gpu_report.py). Exit status: 0 every step
-# passed or was skipped and no goal was missed; 3 steps passed but a goal was missed; 1 a step
-# failed; 2 preflight failed (no GPU, no torch, no build: said why, in seconds). A part whose
-# limit the budget had cut and that ran out of it counts as skipped (cut short), not failed.
+# check-gpu.sh: the one command for the GPU machine (docs/GPU-MACHINE.md). Real NCCL under real
+# PyTorch through the plugin against NCCL's Socket transport, every rank on the one GPU with its
+# own NCCL_HOSTID (so all traffic takes the network transport), over loopback; the comm hook's
+# kernels; the congestion head-to-head through one netns/TUN bottleneck. A machine is lent for
+# ~15 minutes, its start included, so the check comes in invocations, each bounded:
 #
-# Usage: scripts/check-gpu.sh [options]
-#   --build DIR        bin/ and lib/ [.gpu/build when it holds the plugin, else build]
-#   --out DIR          logs and results [BUILD/check-gpu; wiped first, if it holds an earlier run]
-#   --bundle DIR       also write DIR/check-gpu.json, DIR/check-gpu.txt and DIR/check-gpu-logs.tgz
-#                      (three files: what the device tool can bring back from $OUT)
-#   --budget-s S       wall-clock budget of the whole run [330]
-#   --quick            up to 64 MiB, 3 Socket configs, 1 at 4 ranks, codec threads 0 and 4
-#   --skip LIST        leave out steps: allreduce,sweep,codec,ddp,random,kill,congestion,kernels,hook,hookacc
-#   --only LIST        run only these (same names as --skip), e.g. --only kernels,hook,hookacc
-#   --kernel-tests F   gtest filter of step 6 [RotateCuda*]
-#   --hook-steps N     optimizer steps per run of step 7 [60]
-#   --hook-seeds L     seeds of step 8 [1,2,3]   --hook-epochs E [3]   --hook-p P [0.5]
-#   --channels N       NCCL_MIN/MAX_NCHANNELS for the allreduce steps [2]; 'default': unset
-#   --socket-sweep L   NTHREADSxNSOCKS configs, in this order [4x1,2x1,4x2,2x2,1x2,1x1]
-#   --sweep4-top N     how many of the best 2-rank configs to rerun at 4 ranks [2]
-#   --codec-threads L  NCCL_TRIM_CODEC_THREADS values for codec_threads_2r [0,2,4,4e2]; TeE also sets
-#                      NCCL_TRIM_ENGINES=E (progress engines per device)
-#   --ddp-task T       digits|charlm for ddp_lossless [digits] (charlm: minutes)  --ddp-epochs E [4]
-#   --kill-after N     rank 1 dies after N steps [15]
-#   --iproute2 DIR     fetch-iproute2.sh's folder, used when `ip` is missing [.gpu/iproute2]
-#   --dry-run          print every step's command, limit and log; run nothing
+#   check-gpu.sh              preflight, then these steps in this order, each under its own limit
+#                             (the limits, preflight and the reports sum to <= --budget-s [480]);
+#                             --dry-run prints every limit and estimate
+#     ddp_lossless        DDP (digits, --deterministic) through the plugin and through Socket:
+#                         final parameter sha256 equal; goal: iteration p50 plugin <= 1.05x Socket
+#     allreduce_2r        lossless busbw at 1/16/128 MiB, 2 ranks, plugin vs Socket's defaults
+#                         (Ring, Simple, 2 channels for both); goal: >= 1.0x at every size
+#     congestion_c60      widemlp at 60 % cross load through the bottleneck (2.5 Gbit/s, the
+#                         preset's rate), Socket vs trim; needs ip, root, /dev/net/tun
+#     kernels             trim-tests --gtest_filter='RotateCuda*' (bit-exact to the host twin; every
+#                         test skipped is a failure), then trim-bench cuda: speed vs a device copy
+#     hook_overhead       char-LM iteration p50 with the comm hook vs without, lossless
+#     hook_accuracy       char-LM under random trimming p 0.5, seed 1: Socket, per-hop rht and the
+#                         hook, the three at once (only their accuracy is compared)
+#     rank_killed         rank 1 SIGKILLs itself mid-training: rank 0 must fail by itself, with the
+#                         plugin's or NCCL's error, within 20 s of the kill
+#   check-gpu.sh --continue   what is left, appended to the same results and bundle, in this
+#                             order, within --budget-s [560]; again until the report says complete
+#     allreduce_4r, ddp_random_trim (4 ranks); socket_sweep_2r, socket_sweep_4r (Socket tuned:
+#     NTHREADS x NSOCKS_PERTHREAD, then the 2 best at 4 ranks); hook_accuracy_more (seeds 2, 3);
+#     kernels_ncu (ncu --set full); codec_threads_2r, harness_scaling (codec threads);
+#     congestion_grid (congestion_bench.sh's preset, 28 runs; resumed where a budget stopped it)
+#
+# Results: every part runs under `timeout` with its own limit and is started only when its whole
+# limit fits what is left of the budget (never cut short). A part that runs out of its limit is a
+# FAILURE; a part never started (budget, a missing prerequisite, or the run was killed before it)
+# is "not run" with the reason, never a pass. After every step the report and the bundle are
+# written again, so a killed run still leaves them. Exit status (scripts/check_gpu_report.py):
+# 0 every planned step passed and no goal was missed; 3 the same but a goal was missed; 4 no
+# failure but a planned step was not run (--continue runs it); 1 a step failed; 2 preflight failed
+# (no GPU, torch, build: said why, in seconds).
+#
+# Usage: scripts/check-gpu.sh [options] [-- extra congestion_bench.sh options]
+#   --continue        run what earlier invocations left (their results: --out, else the bundle
+#                     in --from), appending
+#   --budget-s S      wall clock of this invocation [480; --continue 560]
+#   --bundle DIR      after every step: DIR/check-gpu.json (the JSON line), check-gpu.txt (the
+#                     table), check-gpu-logs.tgz (every result and log, < 15 MiB), and once a
+#                     congestion step ran congestion.md, congestion.png, time_to_target.png
+#   --from DIR        --continue: an earlier bundle (its check-gpu-logs.tgz) to continue from
+#                     when --out holds no results [.gpu/check-gpu]
+#   --out DIR         results and logs [build/check-gpu, outside the carried .gpu so that a warm
+#                     machine keeps it for --continue; wiped first unless --continue]
+#   --build DIR       bin/ and lib/ [.gpu/build when it holds the plugin, else build]
+#   --only LIST       only these steps (names above; with --continue, again even if they ran);
+#                     --skip LIST: all but these
+#   --plan LIST       congestion_grid: congestion_bench.sh --plan LIST at the preset's rate
+#   --iproute2 DIR    scripts/fetch-iproute2.sh's folder, used when `ip` is missing [.gpu/iproute2]
+#   --dry-run         print each step's parts, limits and estimates, and the totals; run nothing
+#   --no-gpu          test only: the congestion steps on CPU tensors (congestion_bench.sh --cpu,
+#                     Gloo the baseline), for a smoke run of the flow where there is no GPU
 # Environment: PYTHON [python3] (with torch). NCCL_* variables that change what is measured
 # (NCCL_TRIM_*, NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD, NCCL_ALGO, NCCL_PROTO,
-# NCCL_*NCHANNELS, NCCL_NET_GDR_*, NCCL_BUFFSIZE) are unset first, and listed in preflight.json.
+# NCCL_*NCHANNELS, NCCL_NET_GDR_*, NCCL_BUFFSIZE, NCCL_NET, NCCL_NET_PLUGIN) are unset first.
+# The commit is the one scripts/pack-gpu.sh wrote into BUILD/BUILD_INFO (the device's copy of the
+# tree need not be a git checkout of it), checked against the plugin's sha256 there.
+# shellcheck disable=SC2317  # (the steps, s_NAME, and the signal handler are called indirectly)
 set -uo pipefail
 
+# Internal: the commands separated by ::: at once; the first failure's status.
+if [[ ${1:-} == --together ]]; then
+  shift
+  cmd=() pids=() rc=0
+  for a in "$@" :::; do
+    if [[ $a == ::: ]]; then "${cmd[@]}" & pids+=($!); cmd=(); sleep 0.5; else cmd+=("$a"); fi
+  done
+  for p in "${pids[@]}"; do wait "$p" || { s=$?; ((rc)) || rc=$s; }; done
+  exit "$rc"
+fi
+
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=scripts/gpu_common.sh
-. "$here/gpu_common.sh"
 repo=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 export PYTHON
-build="" out="" bundle="" budget=330 quick=0 skip="" dry=0 channels=2
-socket_sweep="4x1,2x1,4x2,2x2,1x2,1x1" sweep4_top=2 codec_threads="0,2,4,4e2"
-ddp_task=digits ddp_epochs=4 kill_after=15 iproute2="" only=""
-kernel_tests='RotateCuda*' hook_steps=60 hook_seeds=1,2,3 hook_epochs=3 hook_p=0.5
-trim_p=0.5 trim_ranks=4 kill_bound_s=60
-usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^# \{0,1\}//'; }
 die() { echo "check-gpu: $*" >&2; exit 2; }
+part1=(ddp_lossless allreduce_2r congestion_c60 kernels hook_overhead hook_accuracy rank_killed)
+part2=(allreduce_4r ddp_random_trim socket_sweep_2r socket_sweep_4r hook_accuracy_more kernels_ncu
+  codec_threads_2r harness_scaling congestion_grid)
+
+cont=0 budget="" bundle="" from="" out="" build="" only="" skip="" plan="" iproute2="" dry=0 no_gpu=0 extra=()
 while (($#)); do
   case $1 in
     -h|--help) usage; exit 0 ;;
-    --quick) quick=1; shift; continue ;;
+    --continue) cont=1; shift; continue ;;
     --dry-run) dry=1; shift; continue ;;
+    --no-gpu) no_gpu=1; shift; continue ;;
+    --) shift; extra=("$@"); break ;;
   esac
   (($# >= 2)) || die "$1 needs a value (see --help)"
   case $1 in
-    --build) build=$2 ;;
-    --out) out=$2 ;;
-    --bundle) bundle=$2 ;;
     --budget-s) budget=$2 ;;
-    --skip) skip=$2 ;;
+    --bundle) bundle=$2 ;;
+    --from) from=$2 ;;
+    --out) out=$2 ;;
+    --build) build=$2 ;;
     --only) only=$2 ;;
-    --kernel-tests) kernel_tests=$2 ;;
-    --hook-steps) hook_steps=$2 ;;
-    --hook-seeds) hook_seeds=$2 ;;
-    --hook-epochs) hook_epochs=$2 ;;
-    --hook-p) hook_p=$2 ;;
-    --channels) channels=$2 ;;
-    --socket-sweep) socket_sweep=$2 ;;
-    --sweep4-top) sweep4_top=$2 ;;
-    --codec-threads) codec_threads=$2 ;;
-    --ddp-task) ddp_task=$2 ;;
-    --ddp-epochs) ddp_epochs=$2 ;;
-    --kill-after) kill_after=$2 ;;
+    --skip) skip=$2 ;;
+    --plan) plan=$2 ;;
     --iproute2) iproute2=$2 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift 2
 done
+budget=${budget:-$( ((cont)) && echo 560 || echo 480)}
 [[ $budget =~ ^[0-9]+$ ]] || die "--budget-s: a number of seconds"
-[[ $channels == default || $channels =~ ^[1-9][0-9]*$ ]] || die "--channels: a number or 'default'"
-[[ $ddp_task =~ ^(digits|charlm)$ ]] || die "--ddp-task: digits or charlm"
-[[ $kill_after =~ ^[1-9][0-9]*$ && $ddp_epochs =~ ^[1-9][0-9]*$ && $sweep4_top =~ ^[0-9]+$ ]] ||
-  die "--kill-after, --ddp-epochs, --sweep4-top: numbers"
-for s in ${skip//,/ } ${only//,/ }; do
-  [[ $s =~ ^(allreduce|sweep|codec|ddp|random|kill|congestion|kernels|hook|hookacc)$ ]] ||
-    die "--skip/--only: unknown step '$s'"
+for s in ${only//,/ } ${skip//,/ }; do
+  [[ " ${part1[*]} ${part2[*]} " == *" $s "* ]] || die "--only/--skip: no step '$s' (${part1[*]} ${part2[*]})"
 done
-[[ $hook_steps =~ ^[1-9][0-9]*$ && $hook_epochs =~ ^[1-9][0-9]*$ && $hook_seeds =~ ^[0-9]+(,[0-9]+)*$ ]] ||
-  die "--hook-steps, --hook-epochs: numbers; --hook-seeds: comma-separated numbers"
-IFS=, read -r -a hook_seed_list <<<"$hook_seeds"
-max_bytes=256M
-if ((quick)); then
-  max_bytes=64M socket_sweep="2x1,4x1,2x2" sweep4_top=1 codec_threads="0,4,4e2" ddp_epochs=3 hook_steps=30
-fi
-IFS=, read -r -a sweep_list <<<"$socket_sweep"
-IFS=, read -r -a codec_list <<<"$codec_threads"
-for c in "${sweep_list[@]}"; do [[ $c =~ ^[0-9]+x[0-9]+$ ]] || die "--socket-sweep: NTHREADSxNSOCKS, not '$c'"; done
-for c in "${codec_list[@]}"; do [[ $c =~ ^([0-9]+|auto)(e[0-9]+)?$ ]] || die "--codec-threads: numbers or auto, each maybe with eE (E engines), not '$c'"; done
 
 cd "$repo" || exit 2
 if [[ -z $build ]]; then
   build=build
   [[ -f .gpu/build/lib/libnccl-net-trim.so ]] && build=.gpu/build
 fi
-[[ $build = /* ]] || build=$repo/$build
-out=${out:-$build/check-gpu}
-[[ $out = /* ]] || out=$PWD/$out
-iproute2=${iproute2:-$repo/.gpu/iproute2}
-[[ $iproute2 = /* ]] || iproute2=$repo/$iproute2
-skipped() { [[ ",$skip," == *",$1,"* ]] || [[ -n $only && ",$only," != *",$1,"* ]]; }
-# want STEP KEY...: false (and STEP recorded as skipped) when one of the KEYs is in --skip
-want() {
-  local step=$1 k
-  shift
-  for k in "$@"; do
-    if skipped "$k"; then
-      if [[ ",$skip," == *",$k,"* ]]; then skip_part "$step" "" "--skip $k"; else skip_part "$step" "" "not in --only $only"; fi
-      return 1
-    fi
-  done
-}
-
-# `ip` for step 5: the carried copy (scripts/fetch-iproute2.sh) when the machine has none.
-use_carried_ip "$iproute2"
-congestion_why=""  # why step 5 cannot run here ("" = it can)
-if ! command -v ip >/dev/null 2>&1; then
-  congestion_why="iproute2 missing: no ip on PATH and no $iproute2/bin/ip; run scripts/fetch-iproute2.sh on the build machine and carry .gpu (see docs/GPU-MACHINE.md)"
-elif ! ip -V >/dev/null 2>&1; then
-  congestion_why="iproute2 broken: '$(command -v ip) -V' fails ($(ip -V 2>&1 | head -1)); see docs/GPU-MACHINE.md"
-elif (($(id -u) != 0)); then
-  congestion_why="not root: network namespaces and TUN devices need root"
-elif [[ ! -c /dev/net/tun ]]; then
-  congestion_why="no /dev/net/tun"
-fi
-
-unset_measured_env
-
-# ---------------------------------------------------------------- the parts
-bench_env=(env NCCL_ALGO=Ring NCCL_PROTO=Simple)
-[[ $channels != default ]] && bench_env+=(NCCL_MIN_NCHANNELS="$channels" NCCL_MAX_NCHANNELS="$channels")
-bench_args=(-- --min-bytes 1M --max-bytes "$max_bytes" --warmup 2 --iters 5 --target-ms 100 --timeout-s 45)
-rd=("$here/run_ddp.sh" --build "$build" --no-plots)
-
-start=$SECONDS
-deadline=$((start + budget))
-reserve=10     # kept for the report
-min_start=25   # a part is not started with less than this left
+abs() { [[ $1 = /* ]] && echo "$1" || echo "$repo/$1"; }
+build=$(abs "$build")
+out=$(abs "${out:-build/check-gpu}")
+from=$(abs "${from:-.gpu/check-gpu}")
+iproute2=$(abs "${iproute2:-.gpu/iproute2}")
+[[ -z $bundle ]] || bundle=$(abs "$bundle")
 steps=$out/steps.jsonl
 
-# record STEP PART KEY=VALUE... (values numbers, or strings without quotes/backslashes)
-record() {
-  local step=$1 part=$2 kv
+# What is measured must not depend on the caller's environment.
+unset_env=()
+for v in $(compgen -e); do
+  case $v in
+    NCCL_TRIM_*|NCCL_SOCKET_NTHREADS|NCCL_NSOCKS_PERTHREAD|NCCL_ALGO|NCCL_PROTO|NCCL_MIN_NCHANNELS| \
+    NCCL_MAX_NCHANNELS|NCCL_NET_GDR_LEVEL|NCCL_NET_GDR_READ|NCCL_BUFFSIZE|NCCL_NET|NCCL_NET_PLUGIN)
+      unset_env+=("$v"); unset "$v" ;;
+  esac
+done
+# `ip` for the congestion steps: the carried copy (scripts/fetch-iproute2.sh) when the machine has none.
+ip_note=""
+if ! command -v ip >/dev/null 2>&1 && [[ -x $iproute2/bin/ip ]]; then
+  PATH=$iproute2/bin:$PATH ip_note="ip from $iproute2 (fetch-iproute2.sh)"
+elif command -v ip >/dev/null 2>&1; then
+  ip_note="ip at $(command -v ip)"
+fi
+
+# ---------------------------------------------------------------- the results so far
+# steps.jsonl, one record a line: an invocation's plan; a part that ran (rc, seconds, limit); a
+# part not run (not_run: why); a step complete (every part ran). The latest record of a part wins.
+if ((!dry && !cont)); then
+  if [[ -d $out && -n $(ls -A "$out" 2>/dev/null) && ! -f $steps ]]; then
+    die "--out $out holds something else than an earlier check-gpu.sh run: not wiping it"
+  fi
+  rm -rf "$out"
+elif ((!dry)) && [[ ! -f $steps && -f $from/check-gpu-logs.tgz ]]; then
+  mkdir -p "$out" || die "cannot make $out"
+  tar -xzf "$from/check-gpu-logs.tgz" --strip-components=1 -C "$out" || die "cannot unpack $from/check-gpu-logs.tgz into $out"
+  echo "check-gpu: continuing from $from/check-gpu-logs.tgz" >&2
+fi
+((dry)) || { mkdir -p "$out" && touch "$steps"; } || die "cannot make $out"
+state=$out  # --continue --dry-run here: what the bundle says is done
+if ((dry && cont)) && [[ ! -f $steps && -f $from/check-gpu-logs.tgz ]]; then
+  state=$(mktemp -d)
+  trap 'rm -rf "$state"' EXIT
+  tar -xzf "$from/check-gpu-logs.tgz" --strip-components=1 -C "$state" --wildcards '*/steps.jsonl' 2>/dev/null
+fi
+declare -A ran=() complete=()
+invocation=1
+while read -r kind key; do
+  case $kind in
+    ran) ran[$key]=1 ;;
+    complete) complete[$key]=1 ;;
+    invocation) invocation=$((key + 1)) ;;
+  esac
+done < <([[ -f $state/steps.jsonl ]] && "$PYTHON" "$here/check_gpu_report.py" --state "$state")
+
+# The plan of this invocation.
+wanted() { [[ -z $only || ",$only," == *",$1,"* ]] && [[ ",$skip," != *",$1,"* ]]; }
+planned=()
+if ((cont)); then candidates=("${part1[@]}" "${part2[@]}"); elif [[ -n $only ]]; then
+  candidates=("${part1[@]}" "${part2[@]}"); else candidates=("${part1[@]}"); fi
+for s in "${candidates[@]}"; do
+  [[ -n ${complete[$s]:-} && ",$only," != *",$s,"* ]] && continue  # --only STEP runs it again
+  ((no_gpu)) && [[ $s != congestion_* ]] && continue
+  wanted "$s" && planned+=("$s")
+done
+
+# ---------------------------------------------------------------- recording and running parts
+start=$SECONDS
+deadline=$((start + budget))
+reserve=10  # for the reports and bundles written after every step (about 1 s each)
+record() {  # record STEP PART KEY=VALUE...: values are numbers, or strings without quotes
+  local line="{\"invocation\":$invocation,\"step\":\"$1\",\"part\":\"$2\"" kv k v
   shift 2
-  local line="{\"step\":\"$step\",\"part\":\"$part\""
   for kv in "$@"; do
-    local k=${kv%%=*} v=${kv#*=}
+    k=${kv%%=*} v=${kv#*=}
     if [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then line+=",\"$k\":$v"; else line+=",\"$k\":\"${v//\"/\'}\""; fi
   done
   echo "$line}" >>"$steps"
 }
-skip_part() {  # skip_part STEP PART REASON
-  if ((dry)); then echo "[$1${2:+ $2}] skipped: $3"; return; fi
-  record "$1" "$2" "skip=$3"
-  echo "check-gpu: $1${2:+ $2}: skipped: $3" >&2
+step_not_run=0 dry_limit=0 dry_est=0
+not_run() {  # not_run STEP PART WHY
+  step_not_run=1
+  if ((dry)); then echo "[$1${2:+ $2}] not run: $3"; return; fi
+  record "$1" "$2" "not_run=$3"
+  echo "check-gpu: $1${2:+ $2}: not run: $3" >&2
 }
 
-# reap DIR: kill what a part left running (ranks are in sessions of their own; run_ddp.sh kills
-# them on TERM, this is the backstop when it was killed): processes whose command line names DIR.
-reap() {
-  local dir=$1 p pid n=0 args
+# reap DIR: end what a part left running: the processes whose command line names DIR (run_ddp.sh
+# and congestion_bench.sh end their own; this is the backstop). TERM first, so that
+# netns_bottleneck.sh takes down its switch and namespaces; KILL what is left 8 s later.
+named() {
+  local p pid args
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
     mapfile -d '' args 2>/dev/null <"$p/cmdline" || continue
-    if [[ "${args[*]}" == *"$dir"* ]]; then
-      kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
-    fi
+    [[ "${args[*]}" == *"$1"* ]] && echo "$pid"
   done
-  ((n == 0)) || echo "check-gpu: killed $n leftover process(es) of $dir" >&2
+}
+reap() {
+  local pids
+  pids=$(named "$1")
+  [[ -n $pids ]] || return 0
+  echo "check-gpu: ending $(wc -w <<<"$pids") leftover process(es) of $1" >&2
+  # shellcheck disable=SC2086  # pids: words
+  kill -TERM $pids 2>/dev/null
+  for _ in $(seq 40); do
+    sleep 0.2
+    pids=$(named "$1")
+    [[ -n $pids ]] || return 0
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null
 }
 
-# part STEP PART LIMIT DIR -- COMMAND...: COMMAND under `timeout` (and within the budget), its
-# output in OUT/STEP[_PART].log, a record in steps.jsonl. DIR is the part's results (relative).
+# part STEP PART LIMIT ESTIMATE DIR -- COMMAND...: COMMAND under `timeout` (TERM at LIMIT - 5 s,
+# KILL at LIMIT), its output in OUT/STEP[_PART].log, its record in steps.jsonl. DIR: its results.
+current="" tpid=""
 part() {
-  local step=$1 name=$2 limit=$3 dir=$4
-  shift 5
+  local step=$1 name=$2 limit=$3 est=$4 dir=$5
+  shift 6
   local log=$step${name:+_$name}.log
   if ((dry)); then
-    printf '[%s%s] limit %ss, results %s, log %s\n  %s\n' "$step" "${name:+ $name}" "$limit" "$dir" "$log" \
+    if ((dry_limit + limit > budget - reserve)); then
+      echo "[$step${name:+ $name}] limit ${limit}s, estimate ${est}s: beyond --budget-s $budget (check-gpu.sh --continue again)"
+      step_not_run=1
+      return 1
+    fi
+    printf '[%s%s] limit %ss, estimate %ss, log %s\n  %s\n' "$step" "${name:+ $name}" "$limit" "$est" "$log" \
       "$(printf '%q ' "$@")"
+    dry_limit=$((dry_limit + limit)) dry_est=$((dry_est + est))
+    return 0
+  fi
+  if [[ -n ${ran[$step/$name]:-} && ",$only," != *",$step,"* ]]; then
+    echo "check-gpu: $step${name:+ $name}: ran before, kept" >&2
     return 0
   fi
   local left=$((deadline - SECONDS - reserve))
-  if ((left < min_start)); then
-    skip_part "$step" "$name" "time budget: ${left}s left of --budget-s $budget"
+  if ((limit > left)); then
+    not_run "$step" "$name" "time budget: ${left} s left of --budget-s $budget, its limit is ${limit} s"
     return 1
   fi
-  local clipped=0
-  ((limit > left)) && limit=$left clipped=1
-  echo "check-gpu: $step${name:+ $name} (limit ${limit}s, log $log)" >&2
-  local t0=$SECONDS rc
-  timeout --kill-after=10 "$limit" "$@" >"$out/$log" 2>&1 </dev/null
-  rc=$?
-  ((rc == 124 || rc == 137)) && echo "check-gpu: timed out after ${limit}s" >>"$out/$log"
-  reap "$out/$dir/"
-  record "$step" "$name" "rc=$rc" "seconds=$((SECONDS - t0))" "limit=$limit" "clipped=$clipped" "dir=$dir" "log=$log"
-  echo "check-gpu: $step${name:+ $name}: exit $rc after $((SECONDS - t0))s" >&2
+  echo "check-gpu: $step${name:+ $name} (limit ${limit} s, estimate ${est} s, log $log)" >&2
+  local t0=$SECONDS rc=0
+  current="$step|$name|$dir|$log|$t0|$limit"
+  timeout --kill-after=5 $((limit - 5)) "$@" >"$out/$log" 2>&1 </dev/null &
+  tpid=$!
+  wait "$tpid" || rc=$?
+  current=""
+  ((rc == 124 || rc == 137)) && echo "check-gpu: timed out: its limit is ${limit} s (a failure)" >>"$out/$log"
+  reap "$out/$dir"
+  record "$step" "$name" "rc=$rc" "seconds=$((SECONDS - t0))" "limit=$limit" "estimate=$est" "dir=$dir" "log=$log"
+  echo "check-gpu: $step${name:+ $name}: exit $rc after $((SECONDS - t0)) s" >&2
+  return "$rc"
+}
+# Killed (the device tool's timeout, Ctrl-C): the part in progress is a failure; the bundle stays.
+on_signal() {
+  if [[ -n $current ]]; then
+    local step name dir log t0 limit
+    IFS='|' read -r step name dir log t0 limit <<<"$current"
+    kill -TERM "$tpid" 2>/dev/null  # timeout passes it on, and KILLs 5 s later
+    reap "$out/$dir"
+    record "$step" "$name" rc=143 "seconds=$((SECONDS - t0))" "limit=$limit" "dir=$dir" "log=$log" "killed=check-gpu.sh was stopped"
+  fi
+  publish >/dev/null
+  exit 143
+}
+
+# publish [STEP]: the report and the bundle as they stand (the congestion tables and plots again
+# after a congestion step).
+publish() {
+  local rc=0 cong
+  "$PYTHON" "$here/check_gpu_report.py" "$out" --elapsed-s "$((SECONDS - start))" >"$out/report.txt" 2>"$out/report.err" || rc=$?
+  [[ -n $bundle ]] || return "$rc"
+  mkdir -p "$bundle"
+  tail -1 "$out/report.txt" >"$bundle/check-gpu.json"
+  cp "$out/report.txt" "$bundle/check-gpu.txt"
+  for cong in congestion congestion_c60; do  # the grid's tables and plots, else the one point's
+    [[ -f $out/$cong/bench.json ]] || continue
+    [[ ${1:-} == congestion_* || ! -f $bundle/congestion.md ]] || break
+    "$PYTHON" "$here/plot_congestion.py" "$out/$cong" --meta "$out/preflight.json" 2>/dev/null | sed '$d' >"$bundle/congestion.md"
+    cp "$out/$cong"/{congestion,time_to_target}.png "$bundle/" 2>/dev/null
+    break
+  done
+  # The device tool brings back files of at most 16 MiB: without the NCCL rank logs, then without
+  # the switch's stats, when the logs would be more.
+  local tgz=$bundle/check-gpu-logs.tgz ex
+  for ex in "" "--exclude=rank*.log" "--exclude=rank*.log --exclude=switch.jsonl"; do
+    # shellcheck disable=SC2086  # ex: words
+    tar -czf "$tgz" $ex -C "$(dirname "$out")" "$(basename "$out")" 2>/dev/null
+    (($(stat -c %s "$tgz" 2>/dev/null || echo 0) <= 15 * 1024 * 1024)) && break
+  done
   return "$rc"
 }
 
 # ---------------------------------------------------------------- preflight
+((dry)) || trap on_signal TERM INT
+rec_plan() {
+  local s list=""
+  for s in "${planned[@]}"; do list+="${list:+,}\"$s\""; done
+  echo "{\"invocation\":$invocation,\"plan\":[$list],\"budget_s\":$budget,\"continue\":$cont,\"no_gpu\":$no_gpu,\"time\":${EPOCHREALTIME/,/.}}" >>"$steps"
+}
+# The congestion steps need ip (iproute2), root, /dev/net/tun (and, checked below, a namespace).
+blocked_netns=""
+if ! command -v ip >/dev/null 2>&1; then
+  blocked_netns="iproute2 missing: no ip on PATH and no $iproute2/bin/ip; run scripts/pack-gpu.sh --iproute2 on the build machine and carry .gpu (docs/GPU-MACHINE.md)"
+elif ! ip -V >/dev/null 2>&1; then
+  blocked_netns="iproute2 broken: '$(command -v ip) -V' fails: $(ip -V 2>&1 | head -1)"
+elif (($(id -u) != 0)); then
+  blocked_netns="not root: network namespaces and TUN devices need root"
+elif [[ ! -c /dev/net/tun ]]; then
+  blocked_netns="no /dev/net/tun"
+fi
+why=()
+commit=$(sed -n 's/^commit //p' "$build/BUILD_INFO" 2>/dev/null | head -1)
+packed_sha=$(sed -n 's/^plugin_sha256 //p' "$build/BUILD_INFO" 2>/dev/null | head -1)
+so_sha=$(sha256sum "$build/lib/libnccl-net-trim.so" 2>/dev/null | cut -c1-16)
 if ((dry)); then
-  echo "# check-gpu.sh --dry-run: build $build, out $out, budget ${budget}s (nothing is run)"
-  echo "[preflight] limit 60s: $build/lib/libnccl-net-trim.so and bin/trim-switch; nvidia-smi -L;"
-  echo "  $PYTHON -c 'import torch; torch.cuda.is_available(); torch.cuda.nccl.version()'; sklearn"
-  echo "# step 5 here: ${congestion_why:-would run (${ip_note})}"
+  echo "# check-gpu.sh --dry-run: invocation $invocation ($( ((cont)) && echo continue || echo fresh)), build $build," \
+    "out $out, budget ${budget} s (nothing is run)"
+  echo "# plan: ${planned[*]:-(nothing left)}"
+  echo "[preflight] limit 25s, estimate 10s: the build ($build/lib/libnccl-net-trim.so, bin/trim-switch, BUILD_INFO:" \
+    "commit ${commit:-none here}); nvidia-smi; $PYTHON: torch, CUDA, NCCL, sklearn; ip (${ip_note:-none here}), root, /dev/net/tun, a netns"
+  echo "  # the congestion steps here: ${blocked_netns:-would run}"
+  dry_limit=25 dry_est=10
 else
-  # Wiped first, but only an earlier check's output (or an empty folder).
-  if [[ -d $out && -n $(ls -A "$out" 2>/dev/null) && ! -f $out/steps.jsonl ]]; then
-    die "--out $out holds something else than an earlier check-gpu.sh run: not wiping it"
-  fi
-  rm -rf "$out"
-  mkdir -p "$out" || die "cannot make $out"
-  out=$(cd "$out" && pwd)
-  steps=$out/steps.jsonl
-  : >"$steps"
+  rec_plan
   t0=$SECONDS
-  why=()
   [[ -f $build/lib/libnccl-net-trim.so ]] ||
     why+=("no build: $build/lib/libnccl-net-trim.so missing (make here, or carry .gpu/build from scripts/pack-gpu.sh)")
   [[ -x $build/bin/trim-switch ]] || why+=("no $build/bin/trim-switch (make, or scripts/pack-gpu.sh)")
-  if ! command -v nvidia-smi >/dev/null 2>&1; then
+  gpu="" driver=""
+  if ((no_gpu)); then
+    echo "check-gpu: --no-gpu: GPU and CUDA not checked (a CPU smoke run of the congestion steps, not a result)" >&2
+  elif ! command -v nvidia-smi >/dev/null 2>&1; then
     why+=("no GPU: nvidia-smi not found")
-  elif ! timeout 20 nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || ! grep -q '^GPU ' "$out/nvidia-smi.txt"; then
-    why+=("no GPU: nvidia-smi -L: $(head -1 "$out/nvidia-smi.txt")")
+  elif ! timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$out/nvidia-smi.txt" 2>&1 ||
+      [[ ! -s $out/nvidia-smi.txt ]] || grep -qi 'fail\|error\|no devices' "$out/nvidia-smi.txt"; then
+    why+=("no GPU: nvidia-smi: $(head -1 "$out/nvidia-smi.txt")")
+  else
+    IFS=, read -r gpu driver <"$out/nvidia-smi.txt"
   fi
-  ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) || why+=("bash ${BASH_VERSION} < 5.1 (run_ddp.sh)")
-  probe_torch "$out/preflight_torch.json" "$out/preflight.log"
-  rc=$?
-  torch_why=$("$PYTHON" -c '
-import json, sys
+  if [[ -z $blocked_netns ]]; then
+    if ip netns add "ckgpu$$" 2>"$out/netns.err"; then
+      ip netns del "ckgpu$$" 2>/dev/null
+    else
+      blocked_netns="cannot make a network namespace: $(head -1 "$out/netns.err")"
+    fi
+  fi
+  [[ -z $packed_sha || $packed_sha == "$so_sha" ]] ||
+    why+=("$build/BUILD_INFO names plugin sha256 $packed_sha, the plugin there is $so_sha: repack (scripts/pack-gpu.sh)")
+  [[ -n $commit ]] || commit="unknown (no $build/BUILD_INFO: scripts/pack-gpu.sh writes it)"
+  # torch, CUDA (a first tensor: the context, and warm caches for the steps), NCCL, scikit-learn,
+  # then preflight.json with all of the above; out: every reason not to go on, a line each.
+  rm -f "$out/preflight.json"
+  shell_why=("${why[@]}")
+  mapfile -t why < <(timeout 20 "$PYTHON" - "$out/preflight.json" "$gpu" "${driver# }" "$commit" "$so_sha" "$(nproc)" \
+    "$ip_note" "$blocked_netns" "${unset_env[*]:-}" "$build" "$no_gpu" "$invocation" "${why[@]}" 2>"$out/preflight.log" <<'PY'
+import json, platform, sys, time
+f, gpu, driver, commit, so, cores, ipn, netns, unset, build, no_gpu, inv = sys.argv[1:13]
+why, t, d = sys.argv[13:], time.time(), {"python": platform.python_version()}
 try:
-    d = json.load(open(sys.argv[1]))
-except Exception:
-    print("torch check did not finish (exit " + sys.argv[2] + ")"); sys.exit()
-if "torch_error" in d: print("torch: " + d["torch_error"])
-elif not d.get("cuda_available"): print("torch " + d["torch"] + " sees no GPU (torch.cuda.is_available() is False)")
-' "$out/preflight_torch.json" "$rc" 2>&1)
-  [[ -n $torch_why ]] && why+=("$torch_why")
-  so_sha=$(sha256sum "$build/lib/libnccl-net-trim.so" 2>/dev/null | cut -c1-16)
-  # The device's copy of the tree has no .git: pack-gpu.sh wrote the commit into BUILD_INFO.
-  commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null ||
-    sed -n 's/^commit //p' "$build/BUILD_INFO" 2>/dev/null | head -1)
-  commit=${commit:-unknown}
-  "$PYTHON" - "$out/preflight.json" "$out/preflight_torch.json" "$build" "$so_sha" "$commit" "$(nproc)" \
-    "$congestion_why" "$ip_note" "${unset_env[*]:-}" "$budget" "$channels" "$max_bytes" "$socket_sweep" \
-    "$sweep4_top" "$codec_threads" "$ddp_task" "$ddp_epochs" "$kill_after" "$quick" "$trim_p" "$trim_ranks" \
-    "$kill_bound_s" "${why[@]}" <<'PY'
-import json, sys
-a = sys.argv[1:]
-(f, tj, build, so, commit, cores, cong, ipn, unset, budget, ch, maxb, sweep, top, codec, task, epochs,
- kill_after, quick, trim_p, trim_ranks, kill_bound) = a[:22]
-why = a[22:]
+    import torch
+    d.update(torch=torch.__version__, torch_cuda=torch.version.cuda, import_s=round(time.time() - t, 2))
+    if torch.cuda.is_available():
+        t = time.time()
+        torch.zeros(1, device="cuda").sum().item()
+        v = torch.cuda.nccl.version()
+        d.update(cuda_init_s=round(time.time() - t, 2), nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
+        gpu = gpu or torch.cuda.get_device_name(0)
+    elif no_gpu != "1":
+        why.append(f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is False)")
+except Exception as e:  # no torch, or a broken one
+    why.append(f"torch: {type(e).__name__}: {e}")
 try:
-    t = json.load(open(tj))
+    import sklearn
+    d["sklearn"] = sklearn.__version__
 except Exception:
-    t = {}
-json.dump({"ok": not why, "why": why, "build": build, "plugin_sha256": so or None, "commit": commit,
-           "cores": int(cores), "congestion_blocker": cong or None, "ip": ipn or None,
-           "unset_env": unset.split(), **t,
-           "settings": {"budget_s": int(budget), "channels": ch, "max_bytes": maxb, "socket_sweep": sweep,
-                        "sweep4_top": int(top), "codec_threads": codec, "ddp_task": task,
-                        "ddp_epochs": int(epochs), "kill_after": int(kill_after), "quick": quick == "1",
-                        "trim_p": float(trim_p), "trim_ranks": int(trim_ranks),
-                        "kill_bound_s": int(kill_bound)}},
-          open(f, "w"))
+    d["sklearn"] = None
+json.dump({"ok": not why, "why": why, "invocation": int(inv), "gpu": gpu or None, "driver": driver or None, **d,
+           "commit": commit, "plugin_sha256": so or None, "build": build, "cores": int(cores), "ip": ipn or None,
+           "netns_blocker": netns or None, "unset_env": unset.split(), "no_gpu": no_gpu == "1"}, open(f, "w"), indent=1)
+if why:
+    print("\n".join(why))
 PY
+  )
+  if [[ ! -s $out/preflight.json ]]; then  # torch hung or crashed: the reasons without it
+    why=("${shell_why[@]}" "torch check failed or did not finish in 20 s (see preflight.log)")
+    "$PYTHON" -c 'import json, sys; json.dump({"ok": False, "why": sys.argv[3:], "commit": sys.argv[2]}, open(sys.argv[1], "w"))' \
+      "$out/preflight.json" "$commit" "${why[@]}"
+  fi
+  cp "$out/preflight.json" "$out/preflight_$invocation.json"
+  record preflight "" "rc=$((${#why[@]} ? 1 : 0))" "seconds=$((SECONDS - t0))" limit=25 estimate=10 log=preflight.log
   if ((${#why[@]})); then
-    record preflight "" rc=1 "seconds=$((SECONDS - t0))" limit=60 log=preflight.log
     {
-      echo "check-gpu: cannot run here:"
+      echo "check-gpu: cannot run here ($((SECONDS - start)) s):"
       printf '  - %s\n' "${why[@]}"
       echo "  This check needs the GPU machine, torch with CUDA, and the plugin built here and carried"
       echo "  (scripts/pack-gpu.sh): see docs/GPU-MACHINE.md."
     } >&2
-  else
-    record preflight "" rc=0 "seconds=$((SECONDS - t0))" limit=60 log=preflight.log
+    for s in "${planned[@]}"; do not_run "$s" "" "preflight failed" 2>/dev/null; done
+    publish
+    cat "$out/report.txt"
+    exit 2
   fi
+  echo "check-gpu: preflight ok ($((SECONDS - t0)) s): ${gpu:-no GPU}, commit $commit, ${ip_note:-no ip}" >&2
 fi
-preflight_ok=1
-((dry)) || [[ -z ${why[*]:-} ]] || preflight_ok=0
 
 # ---------------------------------------------------------------- the steps
-if ((preflight_ok)); then
-  # 1. allreduce busbw, plugin (lossless) vs Socket at its defaults.
-  if want allreduce_2r allreduce; then
-    part allreduce_2r "" 150 ar2 -- "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes lossless,socket \
-      --ranks 2 --timeout-s 70 --out "$out/ar2" "${bench_args[@]}"
-  fi
-  if want allreduce_4r allreduce; then
-    part allreduce_4r "" 200 ar4 -- "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes lossless,socket \
-      --ranks 4 --timeout-s 95 --out "$out/ar4" "${bench_args[@]}"
-  fi
-  # 2. DDP lossless: plugin and Socket end with the same parameter bits.
-  if want ddp_lossless ddp; then
-    for m in lossless socket; do
-      part ddp_lossless "$m" 90 "ddp_$m" -- "${rd[@]}" --mode "$m" --ranks 2 --task "$ddp_task" \
-        --epochs "$ddp_epochs" --timeout-s 80 --out "$out/ddp_$m" -- --deterministic
-    done
-  fi
-  # 3. DDP with random trimming: replicas stay identical.
-  if want ddp_random_trim random; then
-    part ddp_random_trim "" 120 ddp_random -- "${rd[@]}" --mode random --trim-p "$trim_p" --ranks "$trim_ranks" \
-      --task digits --epochs 3 --timeout-s 105 --out "$out/ddp_random"
-  fi
-  # 4. A rank lost mid-training: the survivor fails by itself, in bounded time.
-  if want rank_killed kill; then
-    part rank_killed "" 110 ddp_kill -- env NCCL_TRIM_TIMEOUT_MS=10000 "${rd[@]}" --mode lossless --ranks 2 \
-      --wait-all --timeout-s 95 --task digits --epochs 50 --out "$out/ddp_kill" -- \
-      --die-after-iters "$kill_after" --die-rank 1 --timeout-s 30
-  fi
-  # 5. The congestion head-to-head, one point, where namespaces can be made.
-  if want congestion_quick congestion; then
-    if [[ -n $congestion_why ]]; then
-      skip_part congestion_quick "" "$congestion_why"
-    else
-      part congestion_quick "" 150 congestion -- "$here/congestion_bench.sh" --build "$build" --ranks 2 \
-        --tasks digits --transports socket,trim --cross 60 --loss 0 --max-steps 80 --timeout-s 60 \
-        --out "$out/congestion"
-    fi
-  fi
-  # 6. The comm hook's GPU kernels: bit-identical to the host twin, then their speed vs a copy.
-  if want kernels kernels; then
-    part kernels tests 90 kernels -- "$build/bin/trim-tests" --gtest_filter="$kernel_tests"
-    part kernels bench 120 kernels -- "$build/bin/trim-bench" cuda --json
-    # What bounds each kernel (dram throughput vs shared-memory bank conflicts vs barrier stalls):
-    # ncu's full set on the first fp32/bf16/fp16 forward and inverse launches, where ncu exists.
-    if command -v ncu >/dev/null 2>&1 || ((dry)); then
-      part kernels ncu 150 kernels -- ncu --set full -k regex:rotate_tiles -c 6 "$build/bin/trim-bench" cuda --quick --reps 1
-    else
-      skip_part kernels ncu "ncu not found"
-    fi
-  fi
-  # 7. The hook's cost per iteration: char-LM, lossless, without and with it.
-  if want hook_overhead hook; then
-    for h in plain hook; do
-      hflag=()
-      [[ $h == hook ]] && hflag=(--hook)
-      part hook_overhead "$h" 100 "hook_$h" -- "${rd[@]}" --mode lossless "${hflag[@]}" --ranks 2 --task charlm \
-        --max-steps "$hook_steps" --timeout-s 90 --out "$out/hook_$h"
-    done
-  fi
-  # 8. Accuracy under random trimming: Socket, per-hop rht, the hook; per seed.
-  if want hook_accuracy hookacc; then
-    for s in "${hook_seed_list[@]}"; do
-      for t in socket rht hook; do
-        case $t in
-          socket) targs=(--mode socket) ;;
-          rht) targs=(--mode random --trim-p "$hook_p") ;;
-          hook) targs=(--mode random --trim-p "$hook_p" --hook) ;;
-        esac
-        part hook_accuracy "${t}_s$s" 150 "hookacc/${t}_s$s" -- "${rd[@]}" "${targs[@]}" --ranks 2 --task charlm \
-          --epochs "$hook_epochs" --seed "$s" --timeout-s 140 --out "$out/hookacc/${t}_s$s"
-      done
-    done
-  fi
-  # 1, continued with the time left: Socket tuned, at 2 ranks, then its best at 4; codec threads.
-  sweeps=1
-  want socket_sweep_2r allreduce sweep || sweeps=0
-  want socket_sweep_4r allreduce sweep || sweeps=0
-  # One Socket config TxS (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD): socket_part STEP TxS RANKS LIMIT DIR.
-  socket_part() {
-    local step=$1 c=$2 ranks=$3 limit=$4 dir=$5
-    part "$step" "$c" "$limit" "$dir/$c" -- env NCCL_SOCKET_NTHREADS="${c%x*}" NCCL_NSOCKS_PERTHREAD="${c#*x}" \
-      "${bench_env[@]}" "${rd[@]}" --bench allreduce --modes socket --ranks "$ranks" --timeout-s $((limit - 10)) \
-      --out "$out/$dir/$c" "${bench_args[@]}"
-  }
-  if ((sweeps)); then
-    for c in "${sweep_list[@]}"; do socket_part socket_sweep_2r "$c" 2 75 sweep2; done
-    if ((sweep4_top > 0)); then
-      if ((dry)); then
-        top=("TxS")
-        echo "# socket_sweep_4r: the $sweep4_top best of socket_sweep_2r (geometric mean busbw) at 4 ranks:"
-      else
-        mapfile -t top < <("$PYTHON" "$here/check_gpu_report.py" --best-socket "$out/sweep2" --top "$sweep4_top")
-        ((${#top[@]})) || skip_part socket_sweep_4r "" "no 2-rank Socket config finished"
-      fi
-      for c in "${top[@]}"; do socket_part socket_sweep_4r "$c" 4 100 sweep4; done
-    fi
-  fi
-  if want harness_scaling codec; then
-    # No GPU needed: the transport's own speed and CPU cost over codec workers on these cores.
-    part harness_scaling "" 120 harness_scaling -- "$PYTHON" "$here/bench_codec.py" --build "$build" \
-      --threads 0,2,4,8 --rounds 1 --bytes 64M --iters 5 --out "$out/harness_scaling.jsonl"
-  fi
-  if want codec_threads_2r allreduce codec; then
-    for c in "${codec_list[@]}"; do
-      # "TeE": T codec threads and E progress engines per device (NCCL_TRIM_ENGINES); plain T: 1 engine.
-      engines=1
-      [[ $c == *e* ]] && engines=${c#*e}
-      part codec_threads_2r "$c" 75 "codec2/$c" -- env NCCL_TRIM_CODEC_THREADS="${c%e*}" NCCL_TRIM_ENGINES="$engines" \
-        "${bench_env[@]}" "${rd[@]}" \
-        --bench allreduce --modes lossless --ranks 2 --timeout-s 65 --out "$out/codec2/$c" "${bench_args[@]}"
-    done
-  fi
-fi
-((dry)) && { echo "# then: $PYTHON scripts/check_gpu_report.py OUT (table + one JSON line)"; exit 0; }
+sizes=1M,16M,128M
+bench_env=(env NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=2 NCCL_MAX_NCHANNELS=2)
+bench_args=(-- --sizes "$sizes" --warmup 2 --iters 5 --target-ms 100 --timeout-s 20)
+rd=("$here/run_ddp.sh" --build "$build" --no-plots)
+base=socket preset_rate=2.5 cb=("$here/congestion_bench.sh" --build "$build")
+((no_gpu)) && base=gloo preset_rate=0.5 cb+=(--cpu)
+# congestion_bench.sh's --dry-run, reduced to its settings and total (the limits are ours).
+cb_dry() { "$@" --dry-run 2>&1 | grep -E '^# (congestion_bench.sh --dry-run|plan:)' | sed 's/^#/  #/'; }
 
-# ---------------------------------------------------------------- the report
-"$PYTHON" "$here/check_gpu_report.py" "$out" --elapsed-s "$((SECONDS - start))" | tee "$out/report.txt"
-rc=${PIPESTATUS[0]}
-if [[ -n $bundle ]]; then
-  mkdir -p "$bundle"
-  tail -1 "$out/report.txt" >"$bundle/check-gpu.json"
-  cp "$out/report.txt" "$bundle/check-gpu.txt"
-  tar -czf "$bundle/check-gpu-logs.tgz" -C "$(dirname "$out")" "$(basename "$out")" 2>/dev/null
-  # The device tool brings back files of at most 16 MiB: without the NCCL logs if too big.
-  if (($(stat -c %s "$bundle/check-gpu-logs.tgz") > 15 * 1024 * 1024)); then
-    tar -czf "$bundle/check-gpu-logs.tgz" --exclude='rank*.log' -C "$(dirname "$out")" "$(basename "$out")"
+
+# allreduce STEP PART MODES RANKS LIMIT EST DIR [VAR=VALUE...]: busbw at $sizes, one run per mode.
+allreduce() {
+  local step=$1 name=$2 modes=$3 ranks=$4 limit=$5 est=$6 dir=$7 runs
+  shift 7
+  IFS=, read -r -a runs <<<"$modes"
+  part "$step" "$name" "$limit" "$est" "$dir" -- "${bench_env[@]}" "$@" "${rd[@]}" --bench allreduce --modes "$modes" \
+    --ranks "$ranks" --timeout-s $(((limit - 10) / ${#runs[@]})) --out "$out/$dir" "${bench_args[@]}"
+}
+# hookacc STEP SEED: char-LM under random trimming p 0.5 for Socket, per-hop rht and the hook, at once.
+hookacc() {
+  local t targs cmds=()
+  for t in socket rht hook; do
+    case $t in
+      socket) targs=(--mode socket) ;;
+      rht) targs=(--mode random --trim-p 0.5) ;;
+      hook) targs=(--mode random --trim-p 0.5 --hook) ;;
+    esac
+    ((${#cmds[@]})) && cmds+=(:::)
+    cmds+=("${rd[@]}" "${targs[@]}" --ranks 2 --task charlm --epochs 3 --seed "$2" --timeout-s 70 --out "$out/hookacc/${t}_s$2")
+  done
+  part "$1" "s$2" 80 55 hookacc -- "$here/check-gpu.sh" --together "${cmds[@]}"
+}
+needs() {  # needs STEP FILE...: the step is not run when the build lacks one of them
+  local f
+  for f in "${@:2}"; do
+    [[ -e $build/$f ]] || ((dry)) || { not_run "$1" "" "no $build/$f (scripts/pack-gpu.sh carries it)"; return 1; }
+  done
+}
+netns_ok() {
+  [[ -z $blocked_netns ]] && return 0
+  ((dry)) && { echo "  # here: not run ($blocked_netns)"; return 0; }
+  not_run "$1" "" "$blocked_netns"
+  return 1
+}
+
+s_ddp_lossless() {
+  local m
+  for m in lossless socket; do
+    part ddp_lossless "$m" 30 15 "ddp_$m" -- "${rd[@]}" --mode "$m" --ranks 2 --task digits --epochs 4 --timeout-s 22 \
+      --out "$out/ddp_$m" -- --deterministic
+  done
+}
+s_allreduce_2r() { allreduce allreduce_2r "" lossless,socket 2 45 25 ar2; }
+s_congestion_c60() {
+  netns_ok congestion_c60 || return
+  local a=("${cb[@]}" --plan widemlp:c60 --transports "$base,trim" --rate-gbps "$preset_rate" --timeout-s 40
+    --out "$out/congestion_c60" "${extra[@]}")
+  ((dry)) && cb_dry "${a[@]}"
+  part congestion_c60 "" 95 45 congestion_c60 -- "${a[@]}"
+}
+s_kernels() {
+  needs kernels bin/trim-tests bin/trim-bench || return
+  part kernels tests 20 5 kernels -- "$build/bin/trim-tests" --gtest_filter='RotateCuda*'
+  part kernels bench 30 10 kernels -- "$build/bin/trim-bench" cuda --json
+}
+s_hook_overhead() {
+  needs hook_overhead lib/libtrim-rht.so || return
+  local h hook=()
+  for h in plain hook; do
+    [[ $h == hook ]] && hook=(--hook)
+    part hook_overhead "$h" 35 20 "hook_$h" -- "${rd[@]}" --mode lossless "${hook[@]}" --ranks 2 --task charlm \
+      --max-steps 40 --timeout-s 27 --out "$out/hook_$h"
+  done
+}
+s_hook_accuracy() { needs hook_accuracy lib/libtrim-rht.so && hookacc hook_accuracy 1; }
+s_rank_killed() {
+  # The plugin declares a silent peer dead after 10 s; PyTorch's collective timeout (25 s) lies
+  # beyond the report's bound (20 s), so a survivor only it ends is a failure.
+  part rank_killed "" 45 20 ddp_kill -- env NCCL_TRIM_TIMEOUT_MS=10000 "${rd[@]}" --mode lossless --ranks 2 --wait-all \
+    --timeout-s 38 --task digits --epochs 50 --out "$out/ddp_kill" -- --die-after-iters 15 --die-rank 1 --timeout-s 25
+}
+s_allreduce_4r() { allreduce allreduce_4r "" lossless,socket 4 60 30 ar4; }
+s_ddp_random_trim() {
+  part ddp_random_trim "" 50 20 ddp_random -- "${rd[@]}" --mode random --trim-p 0.5 --ranks 4 --task digits --epochs 3 \
+    --timeout-s 42 --out "$out/ddp_random"
+}
+s_socket_sweep_2r() {  # NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
+  local c
+  for c in 4x1 2x1 4x2 2x2 1x2 1x1; do
+    allreduce socket_sweep_2r "$c" socket 2 30 13 "sweep2/$c" NCCL_SOCKET_NTHREADS="${c%x*}" NCCL_NSOCKS_PERTHREAD="${c#*x}"
+  done
+}
+s_socket_sweep_4r() {  # the 2 best 2-rank configs (geometric-mean busbw) at 4 ranks
+  local c top=(TxS)
+  if ((!dry)); then
+    mapfile -t top < <("$PYTHON" "$here/check_gpu_report.py" --best-socket "$out/sweep2" --top 2)
+    ((${#top[@]})) || { not_run socket_sweep_4r "" "no 2-rank Socket config finished"; return; }
   fi
+  for c in "${top[@]}"; do
+    allreduce socket_sweep_4r "$c" socket 4 35 17 "sweep4/$c" NCCL_SOCKET_NTHREADS="${c%x*}" NCCL_NSOCKS_PERTHREAD="${c#*x}"
+  done
+}
+s_hook_accuracy_more() {
+  needs hook_accuracy_more lib/libtrim-rht.so || return
+  hookacc hook_accuracy_more 2
+  hookacc hook_accuracy_more 3
+}
+s_kernels_ncu() {  # what bounds the rotation: ncu's full set on its first 6 launches
+  needs kernels_ncu bin/trim-bench || return
+  command -v ncu >/dev/null 2>&1 || ((dry)) || { not_run kernels_ncu "" "ncu not found"; return; }
+  part kernels_ncu "" 150 60 kernels -- ncu --set full -k regex:rotate_tiles -c 6 "$build/bin/trim-bench" cuda --quick --reps 1
+}
+s_codec_threads_2r() {  # TeE: T codec threads, E progress engines (NCCL_TRIM_ENGINES)
+  local c e
+  for c in 0 2 4 4e2; do
+    e=1
+    [[ $c == *e* ]] && e=${c#*e}
+    allreduce codec_threads_2r "$c" lossless 2 30 13 "codec2/$c" NCCL_TRIM_CODEC_THREADS="${c%e*}" NCCL_TRIM_ENGINES="$e"
+  done
+}
+s_harness_scaling() {  # no GPU: trim-harness over codec threads, CPU per GB
+  part harness_scaling "" 120 50 harness_scaling -- "$PYTHON" "$here/bench_codec.py" --build "$build" \
+    --threads 0,2,4,8 --rounds 1 --bytes 64M --iters 5 --out "$out/harness_scaling.jsonl"
+}
+s_congestion_grid() {  # congestion_bench.sh's preset (or --plan), within what the budget leaves
+  netns_ok congestion_grid || return
+  local d=$out/congestion a lim est rate
+  a=("${cb[@]}" --out "$d" "${extra[@]}")
+  [[ -n $plan ]] && a+=(--plan "$plan")
+  # Resumed: at the rate the first invocation's calibration chose. --plan: at the preset's rate.
+  rate=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["new_rate_gbps"])' "$d/calibration.json" 2>/dev/null)
+  if [[ -n $rate ]]; then a+=(--rate-gbps "$rate" --no-calibrate); elif [[ -n $plan ]]; then a+=(--rate-gbps "$preset_rate"); fi
+  if [[ -d $d ]] && ((!dry)); then a+=(--resume); rm -f "$d/skipped.jsonl"; fi
+  est=$("${a[@]}" --dry-run 2>/dev/null | sed -n 's/^# plan: .* estimated \([0-9]*\) s.*/\1/p')
+  lim=$((deadline - SECONDS - reserve - 1))
+  ((dry)) && lim=$((budget - dry_limit - reserve))
+  ((lim > 590)) && lim=590
+  ((lim >= 150)) || { not_run congestion_grid "" "time budget: ${lim} s left, it needs at least 150 s"; return; }
+  a+=(--budget-s $((lim - 40)))
+  ((dry)) && cb_dry "${a[@]}"
+  part congestion_grid "" "$lim" "${est:-0}" congestion -- "${a[@]}"
+  ((dry)) || [[ ! -s $d/skipped.jsonl ]] ||
+    not_run congestion_grid "" "$(wc -l <"$d/skipped.jsonl") run(s) left for lack of time: --continue resumes it"
+}
+
+for s in "${planned[@]}"; do
+  step_not_run=0 l0=$dry_limit e0=$dry_est
+  "s_$s"
+  if ((dry)); then
+    echo "= $s: limit $((dry_limit - l0))s, estimate $((dry_est - e0))s"
+    continue
+  fi
+  ((step_not_run)) || record "$s" "" complete=1
+  publish "$s" >/dev/null
+done
+if ((dry)); then
+  echo "# total: limits $((dry_limit + reserve)) s (preflight, steps, ${reserve} s for the reports) of --budget-s $budget;" \
+    "estimated $((dry_est + reserve)) s"
+  echo "# after every step: $PYTHON scripts/check_gpu_report.py OUT (table + one JSON line), and the bundle"
+  exit 0
 fi
+publish
+rc=$?
+cat "$out/report.txt"
 exit "$rc"

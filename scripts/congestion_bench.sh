@@ -15,8 +15,8 @@
 #   trim     our plugin (rht, 1-bit heads), the switch trims (exact packets cut to headers)
 #   trim16   the same with 16-bit heads (NCCL_TRIM_HEAD_BITS=16)
 # Needs a GPU machine with torch + NCCL, root, /dev/net/tun and iproute2; one GPU is enough
-# (every rank gets its own NCCL_HOSTID, so NCCL puts all traffic on the network). The one
-# command for the GPU session is scripts/headtohead.sh (preflight, budget, bundle).
+# (every rank gets its own NCCL_HOSTID, so NCCL puts all traffic on the network); --cpu needs no
+# GPU. On the GPU machine scripts/check-gpu.sh runs it (steps congestion_c60 and congestion_grid).
 #
 # Tasks (why two): digits, the CNN, moves 1.1 MB of gradient a step, so the GPU and Python set
 # most of its iteration time; widemlp (ddp_train.py --task widemlp, 64-1664-1664-10 on the same
@@ -32,7 +32,7 @@
 # every point. The port is the same with or without a preset: 2.5 Gbit/s (--cpu: 0.5), a 128 KiB
 # buffer, 20 us propagation, seed 7, cross traffic in line-rate bursts, N % of every 10 ms:
 #   default  widemlp at c0 c60 c90 l1, digits at c60, widemlp at c30 l0.1   (28 runs)
-#            estimated 548 s (~9.1 min): within the ~552 s headtohead.sh leaves the bench
+#            estimated 548 s (~9.1 min): one check-gpu.sh --continue call
 #   --quick  widemlp at c0 c60 l1, digits at c60                            (16 runs)
 #            estimated 252 s (~4.2 min): within ~302 s (6 minutes with room for a slow start-up)
 #   --cpu    (issue 25, every machine) PyTorch on CPU tensors, the baseline Gloo (TCP):

@@ -12,9 +12,10 @@
 # when the plugin or trim-switch is missing (make -j all). --iproute2 also runs
 # scripts/fetch-iproute2.sh (Debian 12's ip into .gpu/iproute2) unless .gpu/iproute2/bin/ip exists.
 # DEST/BUILD_INFO names the commit (with -dirty for uncommitted changes) and the plugin's sha256:
-# the device tool carries the working tree without .git, so results there can only name their
-# build through it. On the GPU machine: scripts/check-gpu.sh or scripts/headtohead.sh (both find
-# .gpu/build and .gpu/iproute2 by themselves); see docs/GPU-MACHINE.md.
+# the device's copy of the tree need not be a git checkout of this commit, so results there name
+# their build through it (check-gpu.sh reads it, and refuses a plugin whose sha256 differs). On the
+# GPU machine: scripts/check-gpu.sh (it finds .gpu/build and .gpu/iproute2 by itself); see
+# docs/GPU-MACHINE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iproute2=0
@@ -47,5 +48,5 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 printf 'commit %s\nplugin_sha256 %s\npacked %s\n' "$commit" "$sha" "$(date -u +%FT%TZ)" >"$dest/BUILD_INFO"
 echo "pack-gpu: $dest ($(du -sh "$dest" | cut -f1), plugin sha256 $sha, from $commit)" >&2
 [[ -x .gpu/iproute2/bin/ip ]] && echo "pack-gpu: .gpu/iproute2 ($(du -sh .gpu/iproute2 | cut -f1)) is there too" >&2 ||
-  echo "pack-gpu: no .gpu/iproute2: step 5 (congestion) will be skipped there; scripts/fetch-iproute2.sh fetches it" >&2
-echo "pack-gpu: carry .gpu; there: scripts/check-gpu.sh --bundle \$OUT, or scripts/headtohead.sh --bundle \$OUT (docs/GPU-MACHINE.md)" >&2
+  echo "pack-gpu: no .gpu/iproute2: the congestion steps will not run there; pack-gpu.sh --iproute2 fetches it" >&2
+echo "pack-gpu: carry .gpu; there: scripts/check-gpu.sh --bundle \$OUT, then --continue (docs/GPU-MACHINE.md)" >&2

@@ -90,8 +90,11 @@ def augment(d):
     last = next((e for e in reversed(rank0) if e.get("event") in ("epoch", "eval") and e.get("steps")), None)
     done = (last["steps"] if last.get("event") == "eval" else
             sum(e.get("steps") or 0 for e in rank0 if e.get("event") == "epoch")) if last else 0
+    p99s = [e["iter_p99_ms"] for e in rank0 if e.get("event") == "epoch" and e.get("iter_p99_ms")]
     s["progress"] = ({"steps": done, "train_s": last.get("train_s"), "val_acc": last.get("val_acc"),
-                      "iter_p50_ms": last.get("iter_p50_ms")} if last and not fin else None)
+                      "iter_p50_ms": last.get("iter_p50_ms"),
+                      # a lower bound of the run's p99: the slowest epoch's
+                      "iter_p99_ms_at_least": max(p99s) if p99s else None} if last and not fin else None)
     s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0
                         if e.get("event") in ("epoch", "eval") and e.get("train_s") is not None
                         and e.get("val_acc") is not None)
@@ -246,6 +249,23 @@ def judge(runs, tr="trim"):
     s, t = at.get(base), at.get(tr)
     if not task or not s or not t:
         g["detail"] = f"no {base if not s else tr} run of {task} at {GOAL_CROSS:g} % cross"
+        return g
+    pr = s.get("progress") or {}
+    if ok(t) and not ok(s) and pr.get("train_s") and t.get("time_to_target_s") is not None:
+        # The baseline was stopped by its limit before reaching the target: its time to target
+        # is longer than its training so far, its p99 at least its slowest epoch's.
+        parts = g["parts"]
+        bound = t["time_to_target_s"] / pr["train_s"]
+        parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
+                                   "trim_s": t["time_to_target_s"], "base_s": None,
+                                   "why": f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"}
+        lo = pr.get("iter_p99_ms_at_least")
+        r = ratio(t.get("iter_p99_ms"), lo)
+        parts["p99"] = ({"ratio_below": r, "state": "met" if r <= GOAL_P99 else "unknown", "trim_ms": t.get("iter_p99_ms"),
+                         "base_ms_at_least": lo} if r is not None else {"state": "unknown", "why": "no p99 of the baseline"})
+        parts["accuracy"] = {"state": "unknown", "why": f"{base} did not finish"}
+        g["state"] = "unknown"
+        g["detail"] = ", ".join(f"{k} {v['state']}" for k, v in parts.items())
         return g
     if not ok(s) or not ok(t):
         g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
