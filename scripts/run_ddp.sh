@@ -212,7 +212,13 @@ collect_versions() {
     drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
   fi
   [[ -f $plugin_so ]] && so_sha=$(sha256sum "$plugin_so" | cut -c1-16)
-  if git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
+  if [[ -f $build/BUILD_INFO ]]; then
+    # A packed build (scripts/pack-gpu.sh) names its own commit: the tree it runs in on the GPU
+    # machine need not be a git checkout of it.
+    commit=$(sed -n 's/^commit //p' "$build/BUILD_INFO")
+    [[ $commit == *-dirty ]] && dirty=true || dirty=false
+    commit=${commit%-dirty}
+  elif git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
     commit=$(git -C "$repo" rev-parse --short=12 HEAD)
     [[ -z $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]] && dirty=false || dirty=true
   fi
