@@ -9,8 +9,10 @@
 #   tta_ratio_vs_gloo   time to the target accuracy, trimming / Gloo (when Gloo never reached
 #                       it, trimming's time over Gloo's whole run, and tta_is_upper_bound true)
 #   p50_ratio_vs_gloo, p99_ratio_vs_gloo   iteration time ratios
-#   acc_delta_points    final val accuracy, trimming - Gloo, in points (same number of steps)
-#   replicas_identical  every rank of both runs ended with bit-identical parameters
+#   acc_delta_points    final val accuracy, trimming - Gloo, in points (same number of steps; null
+#                       when Gloo did not finish within DEMO_LIMIT_S: gloo_finished false, and the
+#                       ratios then use how far it got, marked *_is_upper_bound)
+#   replicas_identical  every rank of every finished run ended with bit-identical parameters
 # Network namespaces need root, /dev/net/tun and iproute2. Without them the headline is skipped
 # (the reason is printed) and scripts/demo_switch.sh runs instead: the plugin trimming vs the
 # plugin with tail drop through trim-switch's UDP mode, which needs none of them. DEMO_SWITCH=1
@@ -88,24 +90,33 @@ name = {"hook": "trim (hook)", "trim": "trim (per hop)"}[tr]
 print(f"  {'':<32}{'Gloo (TCP)':>16}{name:>16}")
 for label, k, spec in rows:
     print(f"  {label:<32}{v(g, k, spec):>16}{v(t, k, spec):>16}")
+pr = g.get("progress") or {}  # a Gloo run stopped by its limit: how far it got
 if not g.get("time_to_target_s") and g.get("run_wall_s"):
     print(f"  (Gloo did not reach 0.95 in its {g.get('steps')} steps, {g['run_wall_s']:.0f} s of training)")
+elif pr.get("train_s"):
+    print(f"  (Gloo was stopped by the {g.get('limit_s')} s limit at step {pr.get('steps')}, after {pr['train_s']:.0f} s of"
+          f" training, val accuracy {pr.get('val_acc') or 0:.3f}; its slowest epoch's p99 {pr.get('iter_p99_ms_at_least') or 0:.0f} ms)")
 
 def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
 tt, tg = t.get("time_to_target_s"), g.get("time_to_target_s")
-bound = tt is not None and tg is None and bool(g.get("run_wall_s"))
+# Where Gloo never reached the target, its run (or the part of it before the limit) bounds its time.
+g_len = g.get("run_wall_s") or pr.get("train_s")
+bound = tt is not None and tg is None and bool(g_len)
 acc = (round(100 * (t["val_acc"] - g["val_acc"]), 3)
        if t.get("val_acc") is not None and g.get("val_acc") is not None and t.get("steps") == g.get("steps") else None)
+p99_g = g.get("iter_p99_ms") or pr.get("iter_p99_ms_at_least")
 summary = {
     "demo": "headline", "task": t.get("task") or g.get("task"), "trim_transport": tr,
     "cross_pct": t.get("cross_pct"), "rate_gbps": t.get("rate_gbps"), "buffer_bytes": t.get("buffer_bytes"),
-    "tta_ratio_vs_gloo": ratio(tt, g.get("run_wall_s") if bound else tg), "tta_is_upper_bound": bound,
-    "p50_ratio_vs_gloo": ratio(t.get("iter_p50_ms"), g.get("iter_p50_ms")),
-    "p99_ratio_vs_gloo": ratio(t.get("iter_p99_ms"), g.get("iter_p99_ms")),
+    "tta_ratio_vs_gloo": ratio(tt, g_len if bound else tg), "tta_is_upper_bound": bound,
+    "p50_ratio_vs_gloo": ratio(t.get("iter_p50_ms"), g.get("iter_p50_ms") or pr.get("iter_p50_ms")),
+    "p99_ratio_vs_gloo": ratio(t.get("iter_p99_ms"), p99_g), "p99_is_upper_bound": not g.get("iter_p99_ms") and bool(p99_g),
     "acc_delta_points": acc,
-    "replicas_identical": bool(t.get("params_identical") and g.get("params_identical")),
+    # every rank of every run that finished; a run stopped by its limit has no final parameters
+    "replicas_identical": bool(t.get("params_identical") and (g.get("params_identical") or g.get("status") != "ok")),
+    "gloo_finished": g.get("status") == "ok",
     "trim_rate": t.get("trim_rate"),
     "gloo": {k: g.get(k) for k in ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "retx_tcp")},
     "trim": {k: t.get(k) for k in ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "retx_plugin")},

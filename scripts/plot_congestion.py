@@ -90,6 +90,9 @@ def augment(d):
     last = next((e for e in reversed(rank0) if e.get("event") in ("epoch", "eval") and e.get("steps")), None)
     done = (last["steps"] if last.get("event") == "eval" else
             sum(e.get("steps") or 0 for e in rank0 if e.get("event") == "epoch")) if last else 0
+    tgt = next((e for e in rank0 if e.get("event") == "target"), None)
+    if not fin and tgt:  # stopped by its limit after reaching the target: that time is known
+        s["time_to_target_s"], s["steps_to_target"] = tgt.get("wall_s"), tgt.get("step")
     p99s = [e["iter_p99_ms"] for e in rank0 if e.get("event") == "epoch" and e.get("iter_p99_ms")]
     s["progress"] = ({"steps": done, "train_s": last.get("train_s"), "val_acc": last.get("val_acc"),
                       "iter_p50_ms": last.get("iter_p50_ms"),
@@ -169,7 +172,10 @@ def compare(t, s, drop=None):
         # The baseline was stopped by its limit before the end: it had not reached the target
         # by then (or its target line would be there), so its time to target is longer.
         pr = s["progress"]
-        c["ttt_ratio_below"] = round(t["time_to_target_s"] / pr["train_s"], 3)
+        if s.get("time_to_target_s"):
+            c["ttt_ratio"] = round(t["time_to_target_s"] / s["time_to_target_s"], 3)
+        else:
+            c["ttt_ratio_below"] = round(t["time_to_target_s"] / pr["train_s"], 3)
         c["note"] = (f"{base} {s.get('status')}: step {pr['steps']} after {pr['train_s']:.0f} s of training "
                      f"(val acc {pr.get('val_acc') or 0:.3f}, last epoch's p50 {pr.get('iter_p50_ms') or 0:.0f} ms); "
                      f"{t.get('transport')} reached the target in {t['time_to_target_s']:.0f} s")
@@ -255,10 +261,15 @@ def judge(runs, tr="trim"):
         # The baseline was stopped by its limit before reaching the target: its time to target
         # is longer than its training so far, its p99 at least its slowest epoch's.
         parts = g["parts"]
-        bound = t["time_to_target_s"] / pr["train_s"]
-        parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
-                                   "trim_s": t["time_to_target_s"], "base_s": None,
-                                   "why": f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"}
+        if s.get("time_to_target_s"):  # it reached the target before its limit stopped it
+            r = t["time_to_target_s"] / s["time_to_target_s"]
+            parts["time_to_target"] = {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed",
+                                       "trim_s": t["time_to_target_s"], "base_s": s["time_to_target_s"]}
+        else:
+            bound = t["time_to_target_s"] / pr["train_s"]
+            parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
+                                       "trim_s": t["time_to_target_s"], "base_s": None,
+                                       "why": f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"}
         lo = pr.get("iter_p99_ms_at_least")
         r = ratio(t.get("iter_p99_ms"), lo)
         parts["p99"] = ({"ratio_below": r, "state": "met" if r <= GOAL_P99 else "unknown", "trim_ms": t.get("iter_p99_ms"),
