@@ -103,6 +103,8 @@ void add_stats(PluginStats* sum, const PluginStats& s) {
   sum->codec_tasks += s.codec_tasks;
   sum->codec_inline += s.codec_inline;
   sum->rotated_messages += s.rotated_messages;
+  sum->trimmed_marked += s.trimmed_marked;
+  sum->header_cuts += s.header_cuts;
   sum->plugin_cpu_s += s.plugin_cpu_s;
   sum->engine_threads += s.engine_threads;
 }
@@ -153,6 +155,8 @@ PluginStats parse_stats(const std::string& json) {
   s.codec_tasks = json_int(json, "codec_tasks");
   s.codec_inline = json_int(json, "codec_inline");
   s.rotated_messages = json_int(json, "rotated_messages");
+  s.trimmed_marked = json_int(json, "trimmed_marked");
+  s.header_cuts = json_int(json, "header_cuts");
   return s;
 }
 
@@ -302,12 +306,12 @@ std::string to_json(const Options& opt, const RunSummary& s, const std::string& 
       "\"p50_ms\":{:.4f},\"p99_ms\":{:.4f},\"verify\":\"{}\",\"nmse\":{:.6g},\"trim_rate\":{:.6g},"
       "\"replicas_identical\":{},{}\"retransmits\":{},\"sent_packets\":{},\"received_packets\":{},"
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
-      "\"codec_tasks\":{},\"codec_inline\":{},\"rotated_messages\":{},\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      "\"codec_tasks\":{},\"codec_inline\":{},\"rotated_messages\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
       mode_name(opt.mode), api_name(opt.api), run_op_name(opt), opt.ranks, opt.bytes, opt.iters, opt.warmup,
       json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
       finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", extra, t.retransmitted_packets,
       t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
-      t.codec_tasks, t.codec_inline, t.rotated_messages, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
+      t.codec_tasks, t.codec_inline, t.rotated_messages, t.trimmed_marked, t.header_cuts, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
 }
 
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {

@@ -23,6 +23,9 @@ struct PluginStats {
   int64_t bad_packets = 0;
   int64_t codec_tasks = 0, codec_inline = 0;  // codec pool tasks queued / run on the engine
   int64_t rotated_messages = 0;  // sent as scheme rotated (the comm hook's communicator)
+  // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
+  // header (losses, repaired by the transport).
+  int64_t trimmed_marked = 0, header_cuts = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
