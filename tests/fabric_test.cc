@@ -442,13 +442,14 @@ class MarkingForwarder {
 };
 
 // The plugin marks each packet's DSCP by its class (trimmable 18, exact 0, control 48), sends
-// trimmable datagrams without a UDP checksum and exact ones with one, and recognises a trim from
-// the packet alone: a cut (shorter than its header says) or the trimmed DSCP on a whole packet.
+// trimmable datagrams without a UDP checksum (NCCL_TRIM_UDP_CHECKSUM=zero) and exact ones with
+// one, and recognises a trim from the packet alone: a cut (shorter than its header says) or the
+// trimmed DSCP on a whole packet.
 // A cut inside our header is counted and repaired; the exact classes arrive bit exact and the
 // replicas stay identical.
 TEST(FabricTransport, MarksByClassAndReadsTrimsFromThePacket) {
   MarkingForwarder fw;
-  std::vector<std::string> env = {"NCCL_TRIM_SWITCH=" + fw.addr_text()};
+  std::vector<std::string> env = {"NCCL_TRIM_SWITCH=" + fw.addr_text(), "NCCL_TRIM_UDP_CHECKSUM=zero"};
   Child h({bin_dir() + "trim-harness", "--json", "--deadline-s", "20", "--mode", "mixed", "--ranks", "2", "--bytes",
            "1M", "--iters", "2", "--warmup", "1", "--seed", "4"},
           env);
@@ -592,14 +593,16 @@ TEST(FabricTun, NmseMatchesNativeModeForTheSameSurvivingBytes) {
 }
 
 // A switch that leaves a length claiming bytes the cut removed gets its trims dropped by the
-// receiving kernel (IP: a truncated packet; UDP: a short one): the plugin never sees them, so
-// each is a loss the sender repairs, and the result is exact. Only the trimmable packets no
-// longer than the trim size arrive (remarked whole, as such a switch also sends them).
+// receiving kernel (IP: a truncated packet; UDP: a short one), and so does one that leaves the
+// UDP checksum of a datagram sent with one (NCCL_TRIM_UDP_CHECKSUM=kernel, auto without a fabric
+// trim size): the plugin never sees them, so each is a loss the sender repairs, and the result
+// is exact. Only the trimmable packets no longer than the trim size arrive (remarked whole, as
+// such a switch also sends them). Sent without a checksum, the same trims are decoded.
 TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
   SKIP_UNLESS_NETNS();
-  for (const char* flag : {"--rewrite-udp-length", "--rewrite-ip-length"}) {
+  for (const char* flag : {"--rewrite-udp-length", "--rewrite-ip-length", "--rewrite-udp-checksum"}) {
     SCOPED_TRACE(flag);
-    BnRun r = trim_run(true, 256, {flag, "keep"});
+    BnRun r = trim_run(true, 256, {flag, "keep"}, {"NCCL_TRIM_UDP_CHECKSUM=kernel"});
     ASSERT_NE(r.exit_code, 77) << r.context();
     ASSERT_EQ(r.exit_code, 0) << r.context();
     EXPECT_EQ(str(r.harness, "verify"), "exact") << r.context();
@@ -608,6 +611,12 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
     EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
     EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
   }
+  BnRun r = trim_run(true, 256, {"--rewrite-udp-checksum", "keep"}, {"NCCL_TRIM_UDP_CHECKSUM=zero"});
+  ASSERT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_EQ(str(r.harness, "verify"), "ok") << r.context();
+  // Every cut arrived and was accepted, but for cuts of resends whose original came first (duplicates).
+  EXPECT_GE(num(r.harness, "trimmed_marked"), num(r.sw, "dscp_18_trimmed") - num(r.harness, "dup_packets")) << r.context();
+  EXPECT_GT(num(r.harness, "trimmed_marked"), 0) << r.context();
 }
 
 // Mixed traffic (a trimmable fp32 AllReduce beside exact int32, broadcast and LL ones) through a

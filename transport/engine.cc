@@ -31,6 +31,9 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   c.tos_exact = static_cast<uint8_t>(p.dscp_exact << 2);
   c.tos_control = static_cast<uint8_t>(p.dscp_control << 2);
   c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
+  const param::UdpChecksum csum = param::udp_checksum(p);
+  c.trimmable_no_check =
+      csum == param::UdpChecksum::kZero || (csum == param::UdpChecksum::kAuto && p.fabric_trim_bytes > 0);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
   c.drop = p.test_drop;
   c.dup = p.test_dup;
@@ -52,14 +55,14 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
 
 uint32_t Engine::Tx::run_end(uint32_t first) const {
   uint32_t end = first + 1;
-  // Only exact data runs: trimmable packets leave without a checksum, which GSO refuses.
-  if (!gso_ || cls_[first] != Class::kExact) return end;
+  // Data runs of one class; not trimmable packets without a checksum, which GSO refuses.
+  if (!gso_ || cls_[first] == Class::kCtrl || no_check_class(cls_[first])) return end;
   const uint32_t seg = bytes_[first];
   uint64_t total = seg;
   auto same_dst = [](const sockaddr_in& a, const sockaddr_in& b) {
     return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
   };
-  while (end < n_ && end - first < kMaxGsoSegments && cls_[end] == Class::kExact && bytes_[end] <= seg &&
+  while (end < n_ && end - first < kMaxGsoSegments && cls_[end] == cls_[first] && bytes_[end] <= seg &&
          total + bytes_[end] <= kMaxGsoBytes && same_dst(to_[end], to_[first])) {
     total += bytes_[end];
     // Only the last segment may be shorter.
@@ -82,11 +85,12 @@ void Engine::Tx::set_no_check(bool on) {
 }
 
 uint32_t Engine::Tx::send_some(uint32_t first) {
-  // One sendmmsg covers datagrams of one checksum setting: trimmable ones without, the rest with.
-  const bool no_check = cls_[first] == Class::kTrimmable;
+  // One sendmmsg covers datagrams of one checksum setting: trimmable ones without (when so
+  // configured), the rest with.
+  const bool no_check = no_check_class(cls_[first]);
   set_no_check(no_check);
   uint32_t groups = 0;
-  for (uint32_t d = first; d < n_ && (cls_[d] == Class::kTrimmable) == no_check; ++groups) {
+  for (uint32_t d = first; d < n_ && no_check_class(cls_[d]) == no_check; ++groups) {
     const uint32_t end = run_end(d);
     msghdr& h = mmsg_[groups].msg_hdr;
     h = msghdr{};
@@ -439,13 +443,15 @@ std::string GlobalStats::to_json() const {
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
-      "\"hook_send_conns\":{},\"rotated_messages\":{},\"trimmed_marked\":{},\"header_cuts\":{}}}",
+      "\"hook_send_conns\":{},\"rotated_messages\":{},\"trimmed_marked\":{},\"header_cuts\":{},"
+      "\"bad_payload_check\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
       gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
-      hook_send_conns.load(), rotated_messages.load(), trimmed_marked.load(), header_cuts.load());
+      hook_send_conns.load(), rotated_messages.load(), trimmed_marked.load(), header_cuts.load(),
+      codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck));
 }
 
 GlobalStats& global_stats() {

@@ -68,6 +68,8 @@ struct EngineConfig {
   // DSCP marks as TOS bytes (DSCP << 2, ECN bits 0) of what the engine sends, per class, and the
   // mark a switch gives a packet it trimmed (read back with IP_RECVTOS).
   uint8_t tos_trimmable = 18 << 2, tos_exact = 0, tos_control = 48 << 2, tos_trimmed = 11 << 2;
+  // Trimmable datagrams leave with UDP checksum 0, one by one (NCCL_TRIM_UDP_CHECKSUM).
+  bool trimmable_no_check = false;
   bool udp_offload = true;  // GSO sends, GRO receives
   bool has_switch = false;
   sockaddr_in switch_addr{};

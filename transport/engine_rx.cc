@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codec/layout.h"
 #include "codec/packet.h"
 #include "common/log.h"
 #include "transport/engine.h"
@@ -187,7 +188,13 @@ void Engine::on_data(Datagram d, uint64_t now) {
     // used, not even the psn. A loss, which recovery repairs; counted apart from garbage.
     const bool ours = d.len >= 2 && d.data[0] == (codec::kMagic & 0xff) && d.data[1] == (codec::kMagic >> 8);
     if (e == codec::PacketError::kTruncatedHeader && (ours || marked)) {
-      ++global_stats().header_cuts;
+      if (global_stats().header_cuts.fetch_add(1, std::memory_order_relaxed) == 0) {
+        TRIM_WARN("NET/Trim: a packet arrived cut inside our {}-byte header ({} bytes{}): a trim size below {} "
+                  "bytes (frame) leaves nothing usable, so every such trim is a loss to resend "
+                  "(docs/DEPLOYMENT.md); counted as header_cuts, warned once",
+                  codec::kHeaderBytes, d.len, marked ? ", trimmed DSCP" : "",
+                  codec::kFabricL2Bytes + codec::kIpv4UdpBytes + codec::kHeaderBytes);
+      }
     } else {
       ++global_stats().malformed;
     }

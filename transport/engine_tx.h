@@ -3,10 +3,11 @@
 // to one destination leaves as one "super-datagram" the kernel segments (one trip through the
 // stack instead of up to kMaxGsoSegments): the wire still carries ordinary packets.
 // Every data packet carries its class's DSCP (an IP_TOS control message: trimmable, exact; the
-// socket's own TOS is the control class's). Trimmable packets leave with UDP checksum 0 (the
-// socket's SO_NO_CHECK, set around their sends): a switch that cuts one need not fix a checksum
-// for the receiving kernel to take it; our header's check points guard what survives. The
-// kernel refuses GSO without a checksum, so they leave packet by packet.
+// socket's own TOS is the control class's). With NCCL_TRIM_UDP_CHECKSUM zero (auto: on a
+// declared trimming fabric) trimmable packets leave with UDP checksum 0 (the socket's
+// SO_NO_CHECK, set around their sends): a switch that cuts one need not fix a checksum for the
+// receiving kernel to take it; our header's check points guard what survives. The kernel
+// refuses GSO without a checksum, so they leave packet by packet.
 #pragma once
 
 #include <netinet/in.h>
@@ -24,7 +25,12 @@ namespace trim::transport {
 class Engine::Tx final : public TxSink {
  public:
   Tx(int fd, bool gso, const EngineConfig& cfg)
-      : fd_(fd), gso_(gso), tos_trimmable_(cfg.tos_trimmable), tos_exact_(cfg.tos_exact), ctrl_(kBatch * kCtrlBytes) {}
+      : fd_(fd),
+        gso_(gso),
+        tos_trimmable_(cfg.tos_trimmable),
+        tos_exact_(cfg.tos_exact),
+        trimmable_no_check_(cfg.trimmable_no_check),
+        ctrl_(kBatch * kCtrlBytes) {}
   void bind(Conn* c) { conn_ = c; }
   void data(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes) override {
     // The class is the packet's own: its header's TRIMMABLE flag.
@@ -63,6 +69,7 @@ class Engine::Tx final : public TxSink {
   }
   // Sets SO_NO_CHECK for the datagrams about to leave (trimmable ones: checksum 0).
   void set_no_check(bool on);
+  bool no_check_class(Class c) const { return c == Class::kTrimmable && trimmable_no_check_; }
   // Datagrams [first, end) that can leave as one GSO send starting at `first`.
   uint32_t run_end(uint32_t first) const;
   // Sends datagrams [first, n_) once; returns how many left (0 with errno on failure).
@@ -71,6 +78,7 @@ class Engine::Tx final : public TxSink {
   int fd_;
   bool gso_;
   uint8_t tos_trimmable_, tos_exact_;
+  bool trimmable_no_check_;
   bool no_check_ = false;       // the socket's SO_NO_CHECK as last set
   bool no_check_ok_ = true;     // false once the kernel refused it: trimmable packets keep checksums
   Conn* conn_ = nullptr;

@@ -348,7 +348,7 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                            every trim becomes a drop)
   --trim-bytes B           0 = cut at the end of plane 0 (the header's trim point, default);
                            else a fixed size counted from the IP header, as switches do
-                           (never below our 56-byte header: the forwarded packet keeps it)
+                           (never below our 80-byte header: the forwarded packet keeps it)
   --priority strict|wrr    header queue strictly first, or weighted round robin 4:1
   --mode trim|drop|random|replay
                            trim: full data queue trims trimmable packets (default);
