@@ -87,8 +87,8 @@ void Engine::Tx::set_no_check(bool on) {
 uint32_t Engine::Tx::send_some(uint32_t first) {
   // One sendmmsg covers datagrams of one checksum setting: trimmable ones without (when so
   // configured), the rest with.
-  const bool no_check = no_check_class(cls_[first]);
-  set_no_check(no_check);
+  set_no_check(no_check_class(cls_[first]));
+  const bool no_check = no_check_class(cls_[first]);  // false if the kernel just refused it
   uint32_t groups = 0;
   for (uint32_t d = first; d < n_ && no_check_class(cls_[d]) == no_check; ++groups) {
     const uint32_t end = run_end(d);

@@ -69,7 +69,7 @@ class Engine::Tx final : public TxSink {
   }
   // Sets SO_NO_CHECK for the datagrams about to leave (trimmable ones: checksum 0).
   void set_no_check(bool on);
-  bool no_check_class(Class c) const { return c == Class::kTrimmable && trimmable_no_check_; }
+  bool no_check_class(Class c) const { return c == Class::kTrimmable && trimmable_no_check_ && no_check_ok_; }
   // Datagrams [first, end) that can leave as one GSO send starting at `first`.
   uint32_t run_end(uint32_t first) const;
   // Sends datagrams [first, n_) once; returns how many left (0 with errno on failure).
