@@ -70,7 +70,7 @@ void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale) {
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
     c.sizes[k] = kHeaderBytes + set_packet_range(&h, planes, first, n);
-    write_header(h, c.out + k * c.stride);
+    write_header(h, c.out + k * c.stride, cfg_.fabric_keep_bytes);
   }
 }
 

@@ -71,6 +71,7 @@ Result<CodecConfig> CodecConfig::from_params(const Params& p, uint32_t mtu_bytes
   c.packet_bytes = mtu_bytes > kIpv4UdpBytes ? packet_bytes_for_mtu(mtu_bytes) : 0;
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);
+  c.fabric_keep_bytes = codec::fabric_keep_bytes(static_cast<uint32_t>(p.fabric_trim_bytes));
   TRIM_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -93,13 +94,20 @@ Status CodecConfig::validate() const {
 }
 
 uint32_t Layout::elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
-                                  uint32_t row_elems) {
+                                  uint32_t row_elems, uint8_t head_planes, uint32_t fabric_keep_bytes) {
   const PlaneBits bits = plane_bits(scheme, dtype, tail);
   const uint64_t budget_bits = static_cast<uint64_t>(packet_bytes - kHeaderBytes) * 8;
   const uint64_t per_elem = bits.b0 + bits.b1 + bits.b2;
   uint64_t n = budget_bits / per_elem;
   // Whole bytes per plane with no padding: lossy packets hold a multiple of 8 elements.
   if (bits.b0 != 0) n &= ~uint64_t{7};
+  if (bits.b0 != 0 && fabric_keep_bytes != 0) {
+    // Every head (the trim point) inside what a fabric trim keeps, unless that makes the packets
+    // too small to be worth it (multiples of 8 elements: whole bytes per plane).
+    const uint64_t head_bits = head_planes >= 2 ? bits.b0 + bits.b1 : bits.b0;
+    const uint64_t fit = (static_cast<uint64_t>(fabric_keep_bytes) * 8 / head_bits) & ~uint64_t{7};
+    if (fit >= kMinFabricElems) n = std::min(n, fit);
+  }
   n = std::min<uint64_t>({n, 65535, row_elems});
   return static_cast<uint32_t>(n);
 }
@@ -123,10 +131,30 @@ Result<Layout> Layout::make(const CodecConfig& cfg, DType dtype, Scheme scheme, 
   l.typed_elems_ = bytes / esize;
   l.tail_bytes_ = static_cast<uint32_t>(bytes % esize);
   l.typed_rows_ = static_cast<uint32_t>((l.typed_elems_ + cfg.row_elems - 1) / cfg.row_elems);
-  l.epp_ = elems_per_packet(scheme, dtype, false, cfg.packet_bytes, cfg.row_elems);
+  l.epp_ = elems_per_packet(scheme, dtype, false, cfg.packet_bytes, cfg.row_elems, cfg.head_planes,
+                            cfg.fabric_keep_bytes);
   l.tail_epp_ = elems_per_packet(Scheme::kNone, DType::kRaw, true, cfg.packet_bytes, cfg.row_elems);
   for (uint32_t r = 0; r < l.rows(); ++r) l.packets_ += l.row(r).packets;
   return l;
+}
+
+std::string fabric_trim_summary(const CodecConfig& cfg, uint32_t fabric_trim_bytes, uint32_t mtu_bytes) {
+  const uint32_t keep = fabric_keep_bytes(fabric_trim_bytes);
+  const uint32_t packet = packet_bytes_for_mtu(mtu_bytes);
+  std::string out = fmt::format(
+      "a trim to {} B keeps {} B of frame (Ethernet), {} B IP/UDP, {} B of our header and {} B of payload; at MTU {}",
+      fabric_trim_bytes, kFabricL2Bytes, kIpv4UdpBytes, kHeaderBytes, keep, mtu_bytes);
+  if (keep == 0 && fabric_trim_bytes > 0) out += " the cut falls inside our header: every trim is a loss";
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    const uint32_t n = Layout::elems_per_packet(cfg.scheme, d, false, packet, cfg.row_elems, cfg.head_planes, keep);
+    const PlaneBytes planes = plane_bytes(plane_bits(cfg.scheme, d, false), n);
+    const uint32_t heads = trim_point_bytes(planes, cfg.scheme, cfg.head_planes);
+    out += fmt::format("; {} {}: {} elements a packet ({} B), trim point at {} B: {}", dtype_name(d),
+                       scheme_name(cfg.scheme), n, kHeaderBytes + planes.total(), heads,
+                       heads <= keep ? std::string("every head survives")
+                                     : fmt::format("{} of {} B of heads survive", keep, heads));
+  }
+  return out;
 }
 
 uint32_t Layout::max_packets_per_row() const { return (row_elems_ + epp_ - 1) / epp_; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "codec/packet.h"
@@ -28,6 +29,11 @@ struct CodecConfig {
   uint32_t packet_bytes = packet_bytes_for_mtu(kNoInterfaceMtuBytes);  // whole codec packet, header included
   uint64_t seed = 0x7472696d;
   float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
+  // NCCL_TRIM_FABRIC_TRIM_BYTES as payload bytes: what a fixed-size trim of the fabric keeps
+  // after the L2/IP/UDP headers and ours (0: no trim size configured). Lossy packets then hold
+  // few enough elements that their trim point fits in it (where that leaves at least
+  // kMinFabricElems a packet), and carry a check point there.
+  uint32_t fabric_keep_bytes = 0;
 
   // Every codec knob; packet_bytes from NCCL_TRIM_MTU, auto read as kNoInterfaceMtuBytes.
   static Result<CodecConfig> from_params(const Params& p);
@@ -35,6 +41,24 @@ struct CodecConfig {
   static Result<CodecConfig> from_params(const Params& p, uint32_t mtu_bytes);
   Status validate() const;
 };
+
+// Frame bytes a switch may count beyond the IP packet when it trims to a size: the Ethernet
+// header (14) and FCS (4). The sources do not say which they count; planning for both is safe.
+constexpr uint32_t kFabricL2Bytes = 18;
+// Fewer elements than this a packet would cost more in headers than the trims save: the
+// packets stay MTU-sized and a trim cuts into their heads instead.
+constexpr uint32_t kMinFabricElems = 256;
+// NCCL_TRIM_FABRIC_TRIM_BYTES (a frame size) as payload bytes a trim keeps; 0 when nothing past
+// our header survives (or no size is set).
+constexpr uint32_t fabric_keep_bytes(uint32_t fabric_trim_bytes) {
+  return fabric_trim_bytes > kFabricL2Bytes + kIpv4UdpBytes + kHeaderBytes
+             ? fabric_trim_bytes - kFabricL2Bytes - kIpv4UdpBytes - kHeaderBytes
+             : 0;
+}
+
+// What survives a fixed-size trim of `fabric_trim_bytes` (a frame size) of this config's lossy
+// packets at `mtu_bytes`, per element type: for the init log.
+std::string fabric_trim_summary(const CodecConfig& cfg, uint32_t fabric_trim_bytes, uint32_t mtu_bytes);
 
 // Which bits of a message's identity the encoder writes into every header.
 struct MessageId {
@@ -71,9 +95,10 @@ class Layout {
   RowInfo row(uint32_t r) const;
   // Into *out (resized): the message-wide index of each row's first packet, then packets().
   void row_first_packets(std::vector<uint32_t>* out) const;
-  // Elements per packet for rows of this scheme and dtype under `packet_bytes`.
+  // Elements per packet for rows of this scheme and dtype under `packet_bytes`; with
+  // `fabric_keep_bytes`, few enough for the trim point (of `head_planes`) to fit in it.
   static uint32_t elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
-                                   uint32_t row_elems);
+                                   uint32_t row_elems, uint8_t head_planes = 1, uint32_t fabric_keep_bytes = 0);
 
  private:
   DType dtype_ = DType::kRaw;

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/le.h"
 
@@ -16,8 +18,13 @@ using le::put16;
 using le::put32;
 using le::put64;
 
-constexpr size_t kCrcOffset = 52;
+constexpr size_t kCheckOffset = 52;  // kCheckPoints x {u16 end, u16 check}
+constexpr size_t kCrcOffset = kCheckOffset + 4 * kCheckPoints;
+static_assert(kCrcOffset + 4 == kHeaderBytes, "the header CRC ends the header");
 constexpr size_t kFlagsOffset = 3;
+// The header bytes that seed the payload's check points: what identifies the packet and its
+// encoding (scheme .. scale), not the flags or what the transport stamps later (psn, dst).
+constexpr size_t kCheckSeedOffset = 4, kCheckSeedBytes = 36;
 
 struct CrcTable {
   uint32_t t[256];
@@ -30,16 +37,16 @@ struct CrcTable {
   }
 };
 
-uint32_t crc32c_sw(const uint8_t* data, size_t len) {
+uint32_t crc32c_sw(uint32_t crc, const uint8_t* data, size_t len) {
   static const CrcTable table;
-  uint32_t c = 0xFFFFFFFFu;
+  uint32_t c = ~crc;
   for (size_t i = 0; i < len; ++i) c = table.t[(c ^ data[i]) & 0xFFu] ^ (c >> 8);
   return ~c;
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t crc32c_hw(const uint8_t* data, size_t len) {
-  uint64_t c = 0xFFFFFFFFu;
+__attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const uint8_t* data, size_t len) {
+  uint64_t c = ~crc;
   size_t i = 0;
   for (; i + 8 <= len; i += 8) c = __builtin_ia32_crc32di(c, get64(data + i));
   uint32_t c32 = static_cast<uint32_t>(c);
@@ -49,17 +56,18 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(const uint8_t* data, size_t
 #endif
 
 #if defined(__x86_64__)
-// The header's 52 bytes as six words and a tail, the TRIMMED bit masked in the first word.
+// The header's 76 bytes as nine words and a tail, the TRIMMED bit masked in the first word.
 __attribute__((target("sse4.2"))) uint32_t header_crc_hw(const uint8_t* h) {
+  static_assert(kCrcOffset % 8 == 4, "nine words and four bytes");
   uint64_t c = 0xFFFFFFFFu;
   c = __builtin_ia32_crc32di(c, get64(h) & ~(static_cast<uint64_t>(kFlagTrimmed) << (8 * kFlagsOffset)));
-  for (size_t i = 8; i < 48; i += 8) c = __builtin_ia32_crc32di(c, get64(h + i));
-  return ~__builtin_ia32_crc32si(static_cast<uint32_t>(c), get32(h + 48));
+  for (size_t i = 8; i + 8 <= kCrcOffset; i += 8) c = __builtin_ia32_crc32di(c, get64(h + i));
+  return ~__builtin_ia32_crc32si(static_cast<uint32_t>(c), get32(h + kCrcOffset - 4));
 }
 #endif
 
-// The CRC covers bytes [0, 52) with the TRIMMED flag cleared, so a switch may set the flag
-// without recomputing anything.
+// The CRC covers bytes [0, 76) with the TRIMMED flag cleared, so our switch's native mode may
+// set the flag without recomputing anything.
 uint32_t header_crc(const uint8_t* h) {
 #if defined(__x86_64__)
   static const bool hw = __builtin_cpu_supports("sse4.2");
@@ -68,7 +76,26 @@ uint32_t header_crc(const uint8_t* h) {
   uint8_t copy[kCrcOffset];
   std::memcpy(copy, h, kCrcOffset);
   copy[kFlagsOffset] = static_cast<uint8_t>(copy[kFlagsOffset] & ~kFlagTrimmed);
-  return crc32c_sw(copy, kCrcOffset);
+  return crc32c_sw(0, copy, kCrcOffset);
+}
+
+// The payload prefix [0, received) of a lossy packet whose check points are in header `h`:
+// how much of it the check points vouch for (each point that arrived, in order, until one fails).
+uint32_t verified_prefix(const uint8_t* h, const uint8_t* payload, uint32_t received, bool* failed) {
+  uint32_t crc = crc32c(h + kCheckSeedOffset, kCheckSeedBytes);
+  uint32_t verified = 0;
+  *failed = false;
+  for (uint32_t i = 0; i < kCheckPoints; ++i) {
+    const uint32_t end = get16(h + kCheckOffset + 4 * i);
+    if (end == 0 || end > received) break;
+    crc = crc32c_extend(crc, payload + verified, end - verified);
+    if ((crc & 0xFFFFu) != get16(h + kCheckOffset + 4 * i + 2)) {
+      *failed = true;
+      break;
+    }
+    verified = end;
+  }
+  return verified;
 }
 
 PacketError fail(PacketError e) {
@@ -91,6 +118,7 @@ const char* packet_error_name(PacketError e) {
     case PacketError::kElemOverflow: return "elem_overflow";
     case PacketError::kInconsistent: return "inconsistent";
     case PacketError::kWrongCookie: return "wrong_cookie";
+    case PacketError::kBadPayloadCheck: return "bad_payload_check";
     case PacketError::kCount: break;
   }
   return "unknown";
@@ -116,12 +144,31 @@ PacketErrorCounters& packet_error_counters() {
   return counters;
 }
 
-uint32_t crc32c(const uint8_t* data, size_t len) {
+uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len) {
 #if defined(__x86_64__)
   static const bool hw = __builtin_cpu_supports("sse4.2");
-  if (hw) return crc32c_hw(data, len);
+  if (hw) return crc32c_hw(crc, data, len);
 #endif
-  return crc32c_sw(data, len);
+  return crc32c_sw(crc, data, len);
+}
+
+uint32_t crc32c(const uint8_t* data, size_t len) { return crc32c_extend(0, data, len); }
+
+uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t planned_cut,
+                          uint16_t ends[kCheckPoints]) {
+  // In order of worth: the whole payload, the trim point (our switch's cut), the fabric's planned
+  // cut, then points inside the heads (a byte of heads is 8 elements, a byte of tails 1/4 of one)
+  // and one inside the tails.
+  const uint32_t t = trim_bytes, p = payload_bytes;
+  const uint32_t wanted[] = {p, t, planned_cut, t / 2, t / 4, t - t / 4, t + (p - std::min(t, p)) / 2, t / 8};
+  uint32_t n = 0;
+  for (uint32_t w : wanted) {
+    if (n == kCheckPoints) break;
+    if (w == 0 || w > p || std::find(ends, ends + n, w) != ends + n) continue;
+    ends[n++] = static_cast<uint16_t>(w);
+  }
+  std::sort(ends, ends + n);
+  return n;
 }
 
 PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail) {
@@ -146,7 +193,7 @@ uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_
   return head_planes >= 2 ? planes.p0 + planes.p1 : planes.p0;
 }
 
-void write_header(const PacketHeader& h, uint8_t* out) {
+void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
   put16(out + 0, kMagic);
   out[2] = kVersion;
   out[3] = h.flags;
@@ -167,6 +214,19 @@ void write_header(const PacketHeader& h, uint8_t* out) {
   put32(out + 44, h.dst_ip4);
   put16(out + 48, h.dst_port);
   put16(out + 50, 0);
+  std::memset(out + kCheckOffset, 0, 4 * kCheckPoints);
+  if (h.scheme != Scheme::kNone) {
+    uint16_t ends[kCheckPoints];
+    const uint32_t n = check_point_ends(h.payload_bytes, h.trim_bytes, planned_cut, ends);
+    const uint8_t* payload = out + kHeaderBytes;
+    uint32_t crc = crc32c(out + kCheckSeedOffset, kCheckSeedBytes), pos = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      crc = crc32c_extend(crc, payload + pos, ends[i] - pos);
+      pos = ends[i];
+      put16(out + kCheckOffset + 4 * i, ends[i]);
+      put16(out + kCheckOffset + 4 * i + 2, static_cast<uint16_t>(crc));
+    }
+  }
   put32(out + kCrcOffset, header_crc(out));
 }
 
@@ -236,12 +296,31 @@ PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) {
   if (h.payload_bytes != planes.total() || h.trim_bytes != trim_point_bytes(planes, h.scheme, h.head_planes)) {
     return fail(PacketError::kBadLength);
   }
+  // The check points: ascending prefix lengths ending at the payload's end (lossy packets), the
+  // unused ones all zero; none at all on raw packets (the UDP checksum guards those).
+  uint32_t points = 0, prev = 0;
+  bool tail_zero = true;
+  for (uint32_t i = 0; i < kCheckPoints; ++i) {
+    const uint32_t end = get16(data + kCheckOffset + 4 * i), check = get16(data + kCheckOffset + 4 * i + 2);
+    if (end == 0) {
+      tail_zero = tail_zero && check == 0;
+      continue;
+    }
+    if (points != i || end <= prev) return fail(PacketError::kBadField);
+    prev = end;
+    ++points;
+  }
+  if (!tail_zero || (lossy ? points == 0 || prev != h.payload_bytes : points != 0)) return fail(PacketError::kBadField);
   if (len > kHeaderBytes + h.payload_bytes) return fail(PacketError::kLengthPastPacket);
 
   out->hdr = h;
   out->payload = data + kHeaderBytes;
-  out->payload_received = static_cast<uint32_t>(len - kHeaderBytes);
-  out->trimmed = (h.flags & kFlagTrimmed) != 0 || out->payload_received < h.payload_bytes;
+  const uint32_t received = static_cast<uint32_t>(len - kHeaderBytes);
+  out->check_failed = false;
+  out->payload_received = lossy ? verified_prefix(data, out->payload, received, &out->check_failed) : received;
+  out->trimmed = out->payload_received < h.payload_bytes;
+  out->marked_trimmed = false;
+  if (out->check_failed) packet_error_counters().add(PacketError::kBadPayloadCheck);
   packet_error_counters().add(PacketError::kOk);
   return PacketError::kOk;
 }

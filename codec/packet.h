@@ -1,6 +1,10 @@
 // The wire header of every data packet and its validation. Byte layout: docs/PROTOCOL.md.
-// The header is never trimmed: a switch cuts a packet at kHeaderBytes + trim_bytes (the end
-// of plane 0, or of plane 1 with 16-bit heads) using only fields of this header.
+// The header is never trimmed: our switch's native mode cuts a packet at kHeaderBytes +
+// trim_bytes (the end of plane 0, or of plane 1 with 16-bit heads) using only fields of this
+// header; a fabric switch cuts at a fixed size and reads none of it. Either way the payload
+// prefix that arrived is checked against the header's check points (lossy packets) before any
+// of it is used: the UDP checksum of a trimmable datagram is 0 (none), since a switch that cuts
+// it may not fix it.
 #pragma once
 
 #include <atomic>
@@ -21,12 +25,17 @@ constexpr uint16_t kCtrlMagic = 0x4354;  // 'T' 'C'
 inline bool is_ctrl_datagram(const uint8_t* data, size_t len) {
   return len >= 2 && data[0] == (kCtrlMagic & 0xff) && data[1] == (kCtrlMagic >> 8);
 }
-constexpr uint8_t kVersion = 1;
-constexpr uint32_t kHeaderBytes = 56;
+// 2: the header grew to 80 bytes with the payload's check points (version 1: 56 bytes, the
+// payload guarded by the UDP checksum alone).
+constexpr uint8_t kVersion = 2;
+constexpr uint32_t kHeaderBytes = 80;
+// Check points of a lossy packet's payload: each a prefix length and the low 16 bits of the
+// CRC-32C of header bytes [4, 40) followed by the payload up to it.
+constexpr uint32_t kCheckPoints = 6;
 constexpr uint32_t kIpv4UdpBytes = 28;
 
 // flags
-constexpr uint8_t kFlagTrimmed = 0x01;    // set by a switch that cut the packet (not covered by the CRC)
+constexpr uint8_t kFlagTrimmed = 0x01;    // set by trim-switch's native mode when it cuts (not covered by the CRC; receivers ignore it)
 constexpr uint8_t kFlagTrimmable = 0x02;  // a switch may trim; else it must drop (and the sender resends)
 constexpr uint8_t kFlagTail = 0x04;       // the message's raw remainder bytes (size % element size)
 constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail;
@@ -66,6 +75,7 @@ enum class PacketError : int {
   kElemOverflow,      // first_elem + elem_count past the row, or the row past the message
   kInconsistent,      // disagrees with earlier packets of the same row or with the layout
   kWrongCookie,       // not this connection's packet
+  kBadPayloadCheck,   // counted, not returned: a check point failed; the packet keeps the prefix before it
   kCount
 };
 const char* packet_error_name(PacketError e);
@@ -98,8 +108,19 @@ uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_
 // CRC-32C (Castagnoli); SSE4.2 when the CPU has it.
 uint32_t crc32c(const uint8_t* data, size_t len);
 
-// Writes the header (with its CRC) into the first kHeaderBytes of `out`.
-void write_header(const PacketHeader& h, uint8_t* out);
+// CRC-32C of `crc`'s data followed by [data, data + len): crc32c_extend(0, d, n) = crc32c(d, n).
+uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len);
+
+// Where a lossy packet's check points fall (payload prefix lengths, ascending, the last one
+// payload_bytes): the end of the trim point, `planned_cut` (the payload bytes a fixed-size fabric
+// trim keeps, 0: none), and points inside the heads. Returns how many (<= kCheckPoints).
+uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t planned_cut,
+                          uint16_t ends[kCheckPoints]);
+
+// Writes the header (with its CRC) into the first kHeaderBytes of `out`. For a lossy scheme the
+// payload (h.payload_bytes) must already follow in `out`: the check points are computed over it,
+// one at `planned_cut` too (see check_point_ends).
+void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0);
 // Rewrites the transport fields of an encoded packet and refreshes the CRC.
 void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
 // Sets the TRIMMED flag and cuts nothing; a switch then sends kHeaderBytes + trim_bytes bytes.
@@ -108,12 +129,18 @@ void mark_trimmed(uint8_t* packet);
 struct ParsedPacket {
   PacketHeader hdr;
   const uint8_t* payload = nullptr;
-  uint32_t payload_received = 0;  // <= hdr.payload_bytes
-  bool trimmed = false;           // flag set or bytes missing
+  // Payload bytes the decoder may use (<= hdr.payload_bytes): of a lossy packet, the longest
+  // prefix whose check point arrived and matched; of a raw one (exact class, guarded by the
+  // UDP checksum), every byte that arrived.
+  uint32_t payload_received = 0;
+  bool trimmed = false;         // bytes missing: cut (by any switch), or past a failed check point
+  bool check_failed = false;    // a check point that arrived did not match (corruption)
+  bool marked_trimmed = false;  // the network marked it trimmed (the trimmed DSCP); set by the transport
 };
 
 // Validates a received packet of `len` bytes without any per-connection state. Never reads
-// past `len`. Counts the outcome in packet_error_counters().
+// past `len`. Counts the outcome in packet_error_counters(). The TRIMMED flag is ignored: a cut
+// packet is one shorter than its header says.
 PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out);
 
 }  // namespace trim::codec

@@ -39,4 +39,8 @@ inline Force force(const Params& p) { return static_cast<Force>(p.force); }
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }
 
+// NCCL_TRIM_UDP_CHECKSUM: auto|zero|kernel
+enum class UdpChecksum : int { kAuto = 0, kZero = 1, kKernel = 2 };
+inline UdpChecksum udp_checksum(const Params& p) { return static_cast<UdpChecksum>(p.udp_checksum); }
+
 }  // namespace trim::param

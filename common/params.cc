@@ -148,7 +148,28 @@ Status parse_value(const ParamInfo& info, const std::string& text, int* e, int64
 
 // Rules that span several knobs.
 Status check_cross(const Params& p) {
-  (void)p;  // Every combination of today's knobs is valid; the codec checks geometry itself.
+  // The codec checks geometry itself. The DSCP classes must be told apart: a switch trims by
+  // DSCP, and the receiver reads the trimmed value as a trim.
+  struct Dscp {
+    const char* name;
+    int64_t value;
+  };
+  const Dscp classes[] = {{"NCCL_TRIM_DSCP_TRIMMABLE", p.dscp_trimmable},
+                          {"NCCL_TRIM_DSCP_EXACT", p.dscp_exact},
+                          {"NCCL_TRIM_DSCP_CONTROL", p.dscp_control},
+                          {"NCCL_TRIM_DSCP_TRIMMED", p.dscp_trimmed}};
+  for (size_t i = 0; i < 4; ++i) {
+    for (size_t j = i + 1; j < 4; ++j) {
+      const bool must_differ = i == 0 || j == 3;  // exact and control may share a class
+      if (must_differ && classes[i].value == classes[j].value) {
+        return Status(Code::kBadConfig,
+                      fmt::format("{}={} equals {}: the trimmable and the trimmed DSCP must each differ from "
+                                  "every other class (a switch trims by DSCP; the receiver takes the trimmed "
+                                  "value for a trim)",
+                                  classes[i].name, classes[i].value, classes[j].name));
+      }
+    }
+  }
   return Status::ok();
 }
 

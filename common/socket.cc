@@ -72,6 +72,12 @@ Result<uint16_t> bound_port(int fd) {
   return static_cast<uint16_t>(ntohs(a.sin_port));
 }
 
+Status set_tos(int fd, int tos) {
+  if (tos < 0) return Status::ok();
+  if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos) != 0) return errno_status("setsockopt(IP_TOS)");
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Fd> open_udp(uint32_t ip4_be, uint16_t* port_out) {
@@ -89,10 +95,11 @@ Result<Fd> open_udp(uint32_t ip4_be, uint16_t* port_out) {
   return fd;
 }
 
-Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out) {
+Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, int tos) {
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_status("socket(TCP)");
   TRIM_RETURN_IF_ERROR(set_nonblocking(fd.get()));
+  TRIM_RETURN_IF_ERROR(set_tos(fd.get(), tos));
   sockaddr_in a = make_addr(ip4_be, 0);
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     return errno_status("bind(TCP " + addr_string(ip4_be, 0) + ")");
@@ -104,10 +111,11 @@ Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out) {
   return fd;
 }
 
-Result<Fd> start_tcp_connect(const sockaddr_in& to) {
+Result<Fd> start_tcp_connect(const sockaddr_in& to, int tos) {
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_status("socket(TCP)");
   TRIM_RETURN_IF_ERROR(set_nonblocking(fd.get()));
+  TRIM_RETURN_IF_ERROR(set_tos(fd.get(), tos));  // before connect: the SYN carries it too
   const int one = 1;
   setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) {

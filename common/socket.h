@@ -49,9 +49,11 @@ std::string addr_string(uint32_t ip4_be, uint16_t port);
 // A non-blocking UDP socket bound to ip:0 with large buffers; returns the bound port.
 Result<Fd> open_udp(uint32_t ip4_be, uint16_t* port_out);
 // A non-blocking listening TCP socket on ip:0.
-Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out);
+// `tos` >= 0: the IP TOS byte (DSCP << 2) of everything the socket sends (accepted connections
+// inherit it).
+Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, int tos = -1);
 // Starts a non-blocking connect.
-Result<Fd> start_tcp_connect(const sockaddr_in& to);
+Result<Fd> start_tcp_connect(const sockaddr_in& to, int tos = -1);
 // Whether a connect started above has finished: ok(true) connected, ok(false) not yet.
 Result<bool> tcp_connect_done(int fd);
 // Non-blocking accept; ok(invalid Fd) when nobody is waiting.

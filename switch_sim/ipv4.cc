@@ -47,7 +47,7 @@ uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t ihl_bytes) {
   return static_cast<uint16_t>(~sum & 0xffff);
 }
 
-IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out) {
+IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out, bool ours) {
   *out = Ipv4Info{};
   if (len < 20) return IpError::kShort;
   if ((pkt[0] >> 4) != 4) return IpError::kNotIpv4;
@@ -58,6 +58,7 @@ IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out) {
   if (total < ihl) return IpError::kBadHeader;
   if (ipv4_header_checksum(pkt, ihl) != be16(pkt + 10)) return IpError::kBadChecksum;
   out->ihl_bytes = ihl;
+  out->tos = pkt[1];
   out->total_len = total;
   out->proto = pkt[9];
   out->src_be = raw32(pkt + 12);
@@ -79,6 +80,7 @@ IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out) {
   out->cls = IpClass::kUdp;
   out->sport = be16(l4);
   out->dport = be16(l4 + 2);
+  if (!ours) return IpError::kOk;
   const uint8_t* payload = l4 + kUdpBytes;
   const uint32_t payload_len = l4_len - kUdpBytes;
   if (codec::is_ctrl_datagram(payload, payload_len)) {

@@ -31,6 +31,7 @@ enum class IpError {
 
 struct Ipv4Info {
   IpClass cls = IpClass::kOther;
+  uint8_t tos = 0;          // DSCP << 2 | ECN
   uint32_t ihl_bytes = 0;   // IP header length (options included)
   uint32_t total_len = 0;   // IPv4 total length (bytes that are the packet; trailing ones are not)
   uint8_t proto = 0;
@@ -46,7 +47,9 @@ struct Ipv4Info {
 };
 
 // Parses and classifies `len` bytes read from a TUN (IFF_NO_PI). Never reads past `len`.
-IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out);
+// `ours` = false: never looks into a UDP payload (the fabric mode, a switch that knows nothing
+// of our header): our packets are plain UDP then.
+IpError parse_ipv4(const uint8_t* pkt, uint32_t len, Ipv4Info* out, bool ours = true);
 
 // The model's view of a parsed packet (bytes = IP total length; tag and flow left to the caller).
 Packet model_packet(const Ipv4Info& info);

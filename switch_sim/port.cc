@@ -61,11 +61,36 @@ uint64_t EgressPort::serialise_ns(uint32_t bytes) {
   return ns;
 }
 
+// Deficit round robin over the two queues: a queue's turn adds its quantum to its credit and
+// serves packets while the credit covers the next one; a queue that empties loses its credit.
+// Quanta are the shares of one 64 KiB round, so any packet fits within a few rounds.
+bool EgressPort::dwrr_pick_header() {
+  constexpr double kRoundBytes = 65536;
+  for (;;) {
+    PacketRing& q = dwrr_header_turn_ ? header_ : data_;
+    int64_t& credit = dwrr_credit_[dwrr_header_turn_ ? 1 : 0];
+    if (!q.empty() && credit >= static_cast<int64_t>(q.front().bytes)) {
+      credit -= q.front().bytes;
+      return dwrr_header_turn_;
+    }
+    if (q.empty()) credit = 0;
+    dwrr_header_turn_ = !dwrr_header_turn_;
+    const double share = dwrr_header_turn_ ? cfg_.dwrr_header_share : 1.0 - cfg_.dwrr_header_share;
+    dwrr_credit_[dwrr_header_turn_ ? 1 : 0] += static_cast<int64_t>(std::max(1.0, share * kRoundBytes));
+  }
+}
+
 void EgressPort::start_next() {
   const bool have_header = !header_.empty(), have_data = !data_.empty();
   if (!have_header && !have_data) return;
   bool from_header = have_header;
-  if (cfg_.priority == Priority::kWrr && have_header && have_data) {
+  if (cfg_.priority == Priority::kDwrr) {
+    if (have_header && have_data) {
+      from_header = dwrr_pick_header();
+    } else {
+      dwrr_credit_[have_header ? 0 : 1] = 0;  // the idle queue keeps no credit (work-conserving)
+    }
+  } else if (cfg_.priority == Priority::kWrr && have_header && have_data) {
     // Serve up to the header weight, then up to the data weight, then start a new round.
     if (wrr_header_left_ == 0 && wrr_data_left_ == 0) {
       wrr_header_left_ = cfg_.wrr_header_weight;

@@ -1,4 +1,6 @@
 // Exactness where the codec promises it, and the stated bounds where it does not.
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "codec/rht.h"
@@ -146,16 +148,16 @@ TEST(CodecLayout, NoPaddingAndWithinBudget) {
       }
     }
   }
-  // At the default MTU a 2^15 fp32 rht row takes ceil(32768 / 968) packets of 968 elements
-  // (4012 payload bytes / 33 bits, down to a multiple of 8); sign rows 1000 elements a packet.
+  // At the default MTU a 2^15 fp32 rht row takes ceil(32768 / 960) packets of 960 elements
+  // (3988 payload bytes / 33 bits, down to a multiple of 8); sign rows 992 elements a packet.
   Result<Layout> l = Layout::make(config(Scheme::kRht), DType::kF32, Scheme::kRht, 32768 * 4);
   ASSERT_TRUE(l.is_ok());
-  EXPECT_EQ(l->row(0).elems_per_packet, 968u);
-  EXPECT_EQ(l->packets(), 34u);
+  EXPECT_EQ(l->row(0).elems_per_packet, 960u);
+  EXPECT_EQ(l->packets(), 35u);
   l = Layout::make(config(Scheme::kSign), DType::kF32, Scheme::kSign, 32768 * 4);
   ASSERT_TRUE(l.is_ok());
-  EXPECT_EQ(l->row(0).elems_per_packet, 1000u);
-  EXPECT_EQ(l->packets(), 33u);
+  EXPECT_EQ(l->row(0).elems_per_packet, 992u);
+  EXPECT_EQ(l->packets(), 34u);
 }
 
 TEST(CodecLayout, TrimPointAndClassInHeader) {
@@ -166,9 +168,9 @@ TEST(CodecLayout, TrimPointAndClassInHeader) {
     ParsedPacket p;
     ASSERT_EQ(parse_packet(d.packets[0].data(), d.packets[0].size(), &p), PacketError::kOk);
     EXPECT_TRUE(p.hdr.trimmable());
-    // rht: plane 1 is the input's top 16 bits (968 elements in this first packet).
+    // rht: plane 1 is the input's top 16 bits (960 elements in this first packet).
     const uint32_t n = p.hdr.elem_count;
-    EXPECT_EQ(n, 968u);
+    EXPECT_EQ(n, 960u);
     EXPECT_EQ(p.hdr.trim_bytes, planes == 1 ? n / 8 : n / 8 + n * 2);
   }
   Decoded exact = round_trip(config(Scheme::kNone), DType::kF32, message_bytes(DType::kF32, 10, 0, 3, false), keep_all);
@@ -183,6 +185,54 @@ TEST(CodecLayout, TrimPointAndClassInHeader) {
                                 keep_all, id);
   ASSERT_EQ(parse_packet(lossless.packets[0].data(), lossless.packets[0].size(), &p), PacketError::kOk);
   EXPECT_FALSE(p.hdr.trimmable());
+}
+
+// NCCL_TRIM_FABRIC_TRIM_BYTES: packets carry few enough elements that IP/UDP, our header and
+// every head fit in the fabric's trim size (counted with 18 bytes of Ethernet framing), unless
+// that would leave fewer than kMinFabricElems a packet; what a packet carries is otherwise as
+// the MTU allows.
+TEST(CodecLayout, FabricTrimSizeFitsEveryHead) {
+  EXPECT_EQ(fabric_keep_bytes(256), 256u - 18 - 28 - kHeaderBytes);
+  EXPECT_EQ(fabric_keep_bytes(64), 0u) << "a cut inside our header keeps nothing";
+  EXPECT_EQ(fabric_keep_bytes(0), 0u);
+  for (uint32_t mtu : {1500u, 4096u, 9000u}) {
+    for (uint8_t planes : {uint8_t{1}, uint8_t{2}}) {
+      for (Scheme s : {Scheme::kSign, Scheme::kRht, Scheme::kSq}) {
+        for (DType d : {DType::kF32, DType::kBF16}) {
+          CodecConfig cfg = config(s, mtu, 32768, planes);
+          const uint32_t plain = Layout::elems_per_packet(s, d, false, cfg.packet_bytes, 32768, planes, 0);
+          for (uint32_t size : {64u, 128u, 206u, 256u, 392u, 1024u}) {
+            const uint32_t keep = fabric_keep_bytes(size);
+            const uint32_t n = Layout::elems_per_packet(s, d, false, cfg.packet_bytes, 32768, planes, keep);
+            const uint32_t trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false), n), s, planes);
+            const uint32_t plain_trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false), plain), s, planes);
+            const std::string what = fmt::format("mtu {} planes {} {} {} size {}", mtu, planes, scheme_name(s),
+                                                 dtype_name(d), size);
+            EXPECT_LE(n, plain) << what;
+            EXPECT_EQ(n % 8, 0u) << what;
+            if (plain_trim <= keep) {
+              EXPECT_EQ(n, plain) << what << ": the heads fit already";
+            } else if (n >= kMinFabricElems && n < plain) {
+              EXPECT_LE(trim, keep) << what;
+              // The largest such count: 8 more elements would not fit.
+              EXPECT_GT(trim_point_bytes(plane_bytes(plane_bits(s, d, false), n + 8), s, planes), keep) << what;
+            } else {
+              EXPECT_EQ(n, plain) << what << ": too few elements would fit; MTU-sized packets";
+            }
+          }
+        }
+      }
+    }
+  }
+  // The demo's numbers: fp32 rht at MTU 9000, a 256-byte trim size: 130 bytes of heads.
+  CodecConfig cfg = config(Scheme::kRht, 9000);
+  cfg.fabric_keep_bytes = fabric_keep_bytes(256);
+  Result<Layout> l = Layout::make(cfg, DType::kF32, Scheme::kRht, 32768 * 4);
+  ASSERT_TRUE(l.is_ok());
+  EXPECT_EQ(l->row(0).elems_per_packet, 1040u);
+  const std::string summary = fabric_trim_summary(cfg, 256, 9000);
+  EXPECT_NE(summary.find("1040 elements"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("every head survives"), std::string::npos) << summary;
 }
 
 TEST(CodecLayout, RejectsWhatItCannotCarry) {

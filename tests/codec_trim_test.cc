@@ -207,9 +207,10 @@ TEST(CodecTrim, Plane1OfFp32HasRelativeErrorAtMost2ToMinus8) {
   // rht's plane 1 is the input's own top 16 bits, so the bound holds per element there too.
 }
 
-// Cut one packet at every byte offset. Cuts inside plane 0 keep a prefix of heads; from the
-// end of plane 0 on, each element uses the best level whose bits survived, so the error
-// never grows as more bytes survive, and the whole packet is exact.
+// Cut one packet at every byte offset (the decoder's view of a prefix the check points vouch
+// for: CheckPoints.* test those). Cuts inside plane 0 keep a prefix of heads; from the end of
+// plane 0 on, each element uses the best level whose bits survived, so the error never grows as
+// more bytes survive, and the whole packet is exact.
 TEST(CodecTrim, EveryCutOffsetDecodesAndErrorNeverGrows) {
   for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
@@ -223,7 +224,7 @@ TEST(CodecTrim, EveryCutOffsetDecodesAndErrorNeverGrows) {
       const int64_t p0 = (elems + 7) / 8;
       double prev = INFINITY;
       for (int64_t cut = 0; cut <= p.hdr.payload_bytes; ++cut) {
-        Decoded d = round_trip(cfg, dt, msg, [cut](size_t, const ParsedPacket&) { return cut; });
+        Decoded d = round_trip(cfg, dt, msg, [cut](size_t, const ParsedPacket&) { return cut; }, test_id(), true);
         double err = 0;
         for (size_t i = 0; i < elems; ++i) {
           double a, b;

@@ -60,7 +60,7 @@ RandomTrim random_trim_round_trip(const CodecConfig& cfg, DType d, const std::ve
 }
 
 Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
-                   const MessageId& id) {
+                   const MessageId& id, bool trust_cut) {
   Decoded d;
   Result<Layout> layout = Layout::make(cfg, dtype, cfg.scheme, msg.size());
   EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
@@ -85,6 +85,10 @@ Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_
     if (len < pkt.size()) mark_trimmed(pkt.data());
     ParsedPacket p;
     EXPECT_EQ(parse_packet(pkt.data(), len, &p), PacketError::kOk);
+    if (trust_cut) {
+      p.payload_received = static_cast<uint32_t>(len - kHeaderBytes);
+      p.trimmed = p.payload_received < p.hdr.payload_bytes;
+    }
     EXPECT_EQ(dec.add(p), PacketError::kOk);
   }
   d.stats = dec.finish(&d.estimated);

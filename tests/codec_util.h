@@ -48,9 +48,12 @@ struct Decoded {
 
 inline MessageId test_id(uint32_t msg_seq = 7) { return MessageId{0x1122334455667788ull, msg_seq, true}; }
 
-// Encodes `msg` and decodes it back through parse_packet with the given cut per packet.
+// Encodes `msg` and decodes it back through parse_packet with the given cut per packet (the
+// decoder gets what parse_packet verified: the prefix up to the last check point the cut kept).
+// With `trust_cut`, the decoder gets the whole cut prefix instead, as if a check point ended
+// there: the decoder's own any-prefix property, apart from the check points.
 Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
-                   const MessageId& id = test_id());
+                   const MessageId& id = test_id(), bool trust_cut = false);
 
 inline int64_t keep_all(size_t, const ParsedPacket& p) { return p.hdr.payload_bytes; }
 inline int64_t trim_all(size_t, const ParsedPacket& p) { return p.hdr.trim_bytes; }

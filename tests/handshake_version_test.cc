@@ -124,11 +124,11 @@ class HandshakeVersion : public ::testing::Test {
   Context* ctx_ = nullptr;
 };
 
-// A listener of an older (1) or newer (3) version: connect fails naming both versions as soon
+// A listener of an older (1, 2) or newer version: connect fails naming both versions as soon
 // as its Hello is out, without waiting for an answer the other build may never give, and that
 // Hello carries our version, so the listener's own accept can name both too.
 TEST_F(HandshakeVersion, ConnectToAListenerOfAnotherVersionNamesBoth) {
-  for (uint16_t theirs : {uint16_t{1}, uint16_t{3}}) {
+  for (uint16_t theirs : {uint16_t{1}, static_cast<uint16_t>(kOurs - 1), static_cast<uint16_t>(kOurs + 1)}) {
     SCOPED_TRACE(theirs);
     uint8_t hello[transport::kHelloBytes] = {};
     const auto t0 = Clock::now();
@@ -145,9 +145,10 @@ TEST_F(HandshakeVersion, ConnectToAListenerOfAnotherVersionNamesBoth) {
 // named too (a version-1 build's ack carries none: "an older build").
 TEST_F(HandshakeVersion, RefusedHelloNamesTheListenersVersion) {
   uint8_t hello[transport::kHelloBytes] = {};
-  Status st = connect_to(kOurs, true, transport::kHelloVersion, 3, hello);
+  const uint16_t newer = kOurs + 1;
+  Status st = connect_to(kOurs, true, transport::kHelloVersion, newer, hello);
   ASSERT_FALSE(st.is_ok());
-  EXPECT_TRUE(names_both(st.message(), 3));
+  EXPECT_TRUE(names_both(st.message(), newer));
   st = connect_to(kOurs, true, transport::kHelloVersion, 0, hello);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("older"), std::string::npos) << st.to_string();
@@ -157,7 +158,7 @@ TEST_F(HandshakeVersion, RefusedHelloNamesTheListenersVersion) {
 // A connector of another version (its Hello says so): accept fails naming both versions, and
 // the connector gets a HelloAck that refuses the version and carries ours.
 TEST_F(HandshakeVersion, AcceptOfAnotherVersionNamesBothAndAnswersWithOurs) {
-  for (uint16_t theirs : {uint16_t{1}, uint16_t{3}}) {
+  for (uint16_t theirs : {uint16_t{1}, static_cast<uint16_t>(kOurs - 1), static_cast<uint16_t>(kOurs + 1)}) {
     SCOPED_TRACE(theirs);
     uint8_t handle[kMaxHandleBytes] = {};
     Result<ListenComm*> l = listen(ctx_, 0, handle, sizeof handle);

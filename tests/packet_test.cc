@@ -53,10 +53,14 @@ TEST(Packet, MagicVersionAndChecksum) {
       }
     }
   }
-  // The payload is not covered: a payload bit flip parses (UDP's checksum guards it).
+  // The payload is not the header CRC's: a payload bit flip parses, and the check points keep
+  // the decoder from using it (CheckPoints.*).
   q = p;
   q[kHeaderBytes + 5] ^= 1;
-  EXPECT_EQ(parse(q, q.size()), PacketError::kOk);
+  ParsedPacket out;
+  EXPECT_EQ(parse_packet(q.data(), q.size(), &out), PacketError::kOk);
+  EXPECT_TRUE(out.check_failed);
+  EXPECT_EQ(out.payload_received, 0u);
 }
 
 // Headers with a valid CRC but impossible contents, built through write_header.
@@ -87,19 +91,174 @@ TEST(Packet, ImpossibleFieldsAreRejected) {
   check(PacketError::kBadLength, [](PacketHeader& h) { h.head_planes = 2; });  // trim point disagrees
 }
 
-// CRC-32C's published check value, and the header CRC is CRC-32C of bytes 0..51 with the
+uint32_t le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// Recomputes the header CRC (bytes 0..75, TRIMMED cleared, at 76) after a test edited the header.
+void reseal(std::vector<uint8_t>* p) {
+  std::vector<uint8_t> copy(p->begin(), p->begin() + 76);
+  copy[3] = static_cast<uint8_t>(copy[3] & ~kFlagTrimmed);
+  const uint32_t c = crc32c(copy.data(), copy.size());
+  for (int i = 0; i < 4; ++i) (*p)[76 + i] = static_cast<uint8_t>(c >> (8 * i));
+}
+
+// CRC-32C's published check value, and the header CRC is CRC-32C of bytes 0..75 with the
 // TRIMMED flag cleared (whichever path, table or SSE4.2, computed it).
-TEST(Packet, HeaderCrcIsCrc32cOfTheFirst52Bytes) {
+TEST(Packet, HeaderCrcIsCrc32cOfTheFirst76Bytes) {
   const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
   EXPECT_EQ(crc32c(check, sizeof check), 0xE3069283u);
+  EXPECT_EQ(crc32c_extend(crc32c(check, 4), check + 4, 5), 0xE3069283u);
   std::vector<uint8_t> p = good_packet();
   mark_trimmed(p.data());
-  std::vector<uint8_t> copy(p.begin(), p.begin() + 52);
+  std::vector<uint8_t> copy(p.begin(), p.begin() + 76);
   copy[3] = static_cast<uint8_t>(copy[3] & ~kFlagTrimmed);
-  const uint32_t stored = static_cast<uint32_t>(p[52]) | (static_cast<uint32_t>(p[53]) << 8) |
-                          (static_cast<uint32_t>(p[54]) << 16) | (static_cast<uint32_t>(p[55]) << 24);
-  EXPECT_EQ(stored, crc32c(copy.data(), copy.size()));
+  EXPECT_EQ(le32(&p[76]), crc32c(copy.data(), copy.size()));
   EXPECT_EQ(parse(p, p.size()), PacketError::kOk);
+}
+
+// The check points of a packet, as its header holds them.
+std::vector<std::pair<uint32_t, uint32_t>> points_of(const std::vector<uint8_t>& p) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (uint32_t i = 0; i < kCheckPoints; ++i) {
+    const uint32_t end = le16(&p[52 + 4 * i]);
+    if (end != 0) out.emplace_back(end, le16(&p[54 + 4 * i]));
+  }
+  return out;
+}
+
+// What the check points vouch for: a cut anywhere in the payload gives the decoder the prefix up
+// to the last check point it kept, never a byte more; the points are the CRC-32C of header bytes
+// [4, 40) and the payload prefix, low 16 bits.
+TEST(CheckPoints, EveryCutUsesThePrefixUpToItsLastCheckPoint) {
+  for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq}) {
+    const std::vector<uint8_t> p = good_packet(scheme);
+    const PacketHeader h = header_of(p);
+    const auto points = points_of(p);
+    ASSERT_GE(points.size(), 4u) << scheme_name(scheme);
+    ASSERT_EQ(points.back().first, h.payload_bytes);
+    bool at_trim = false;
+    for (size_t i = 0; i < points.size(); ++i) {
+      at_trim = at_trim || points[i].first == h.trim_bytes;
+      if (i > 0) {
+        EXPECT_LT(points[i - 1].first, points[i].first);
+      }
+      std::vector<uint8_t> seeded(p.begin() + 4, p.begin() + 40);
+      seeded.insert(seeded.end(), p.begin() + kHeaderBytes, p.begin() + kHeaderBytes + points[i].first);
+      EXPECT_EQ(points[i].second, crc32c(seeded.data(), seeded.size()) & 0xFFFFu) << i;
+    }
+    EXPECT_TRUE(at_trim) << "a check point at the trim point";
+    for (uint32_t cut = 0; cut <= h.payload_bytes; ++cut) {
+      std::vector<uint8_t> exact(p.begin(), p.begin() + kHeaderBytes + cut);  // ASan sees overreads
+      ParsedPacket out;
+      ASSERT_EQ(parse_packet(exact.data(), exact.size(), &out), PacketError::kOk) << cut;
+      uint32_t want = 0;
+      for (const auto& pt : points) want = pt.first <= cut ? pt.first : want;
+      EXPECT_EQ(out.payload_received, want) << cut;
+      EXPECT_EQ(out.trimmed, cut < h.payload_bytes) << cut;
+      EXPECT_FALSE(out.check_failed) << cut;
+    }
+  }
+}
+
+// A corrupted byte anywhere in the payload (or in a check value): the decoder gets the prefix
+// before the failed point, and the failure is counted.
+TEST(CheckPoints, CorruptionStopsAtTheFailedPoint) {
+  const std::vector<uint8_t> p = good_packet();
+  const auto points = points_of(p);
+  const PacketHeader h = header_of(p);
+  for (uint32_t at = 0; at < h.payload_bytes; at += 7) {
+    std::vector<uint8_t> q = p;
+    q[kHeaderBytes + at] ^= 0x10;
+    const uint64_t before = packet_error_counters().get(PacketError::kBadPayloadCheck);
+    ParsedPacket out;
+    ASSERT_EQ(parse_packet(q.data(), q.size(), &out), PacketError::kOk);
+    uint32_t want = 0;
+    for (const auto& pt : points) want = pt.first <= at ? pt.first : want;
+    EXPECT_TRUE(out.check_failed) << at;
+    EXPECT_TRUE(out.trimmed) << at;
+    EXPECT_EQ(out.payload_received, want) << at;
+    EXPECT_EQ(packet_error_counters().get(PacketError::kBadPayloadCheck), before + 1);
+  }
+  std::vector<uint8_t> q = p;
+  q[54] ^= 1;  // the first check value
+  reseal(&q);
+  ParsedPacket out;
+  ASSERT_EQ(parse_packet(q.data(), q.size(), &out), PacketError::kOk);
+  EXPECT_TRUE(out.check_failed);
+  EXPECT_EQ(out.payload_received, 0u);
+}
+
+// The points are seeded with the header's identity: another packet's payload (same sizes) under
+// this header verifies nothing.
+TEST(CheckPoints, BindThePayloadToItsHeader) {
+  std::vector<uint8_t> msg = message_bytes(DType::kF32, 3000, 0, 44, false);
+  Decoded d = round_trip(config(Scheme::kRht), DType::kF32, msg, keep_all);
+  ASSERT_GE(d.packets.size(), 3u);
+  ASSERT_EQ(d.packets[0].size(), d.packets[1].size());
+  std::vector<uint8_t> spliced = d.packets[0];
+  std::copy(d.packets[1].begin() + kHeaderBytes, d.packets[1].end(), spliced.begin() + kHeaderBytes);
+  ParsedPacket out;
+  ASSERT_EQ(parse_packet(spliced.data(), spliced.size(), &out), PacketError::kOk);
+  EXPECT_TRUE(out.check_failed);
+  EXPECT_EQ(out.payload_received, 0u);
+}
+
+// The table is validated like every other field: ascending, ending at the payload's end, unused
+// entries zero, none on raw packets (the UDP checksum guards those).
+TEST(CheckPoints, MalformedTablesAreRejected) {
+  const std::vector<uint8_t> p = good_packet();
+  auto edited = [&](const std::vector<uint8_t>& base, auto&& edit) {
+    std::vector<uint8_t> q = base;
+    edit(q);
+    reseal(&q);
+    return parse(q, q.size());
+  };
+  auto put16 = [](std::vector<uint8_t>& q, size_t at, uint32_t v) {
+    q[at] = static_cast<uint8_t>(v);
+    q[at + 1] = static_cast<uint8_t>(v >> 8);
+  };
+  const size_t n = points_of(p).size();
+  ASSERT_LT(n, kCheckPoints + 1u);
+  EXPECT_EQ(edited(p, [](std::vector<uint8_t>&) {}), PacketError::kOk);
+  EXPECT_EQ(edited(p, [&](std::vector<uint8_t>& q) { put16(q, 52, le16(&q[56]) + 1); }), PacketError::kBadField);
+  EXPECT_EQ(edited(p, [&](std::vector<uint8_t>& q) { put16(q, 52 + 4 * (n - 1), 0); put16(q, 54 + 4 * (n - 1), 0); }),
+            PacketError::kBadField)
+      << "the last point must be the payload's end";
+  EXPECT_EQ(edited(p, [&](std::vector<uint8_t>& q) { put16(q, 52, 0); put16(q, 54, 0); }), PacketError::kBadField)
+      << "used points come first";
+  if (n < kCheckPoints) {
+    EXPECT_EQ(edited(p, [&](std::vector<uint8_t>& q) { put16(q, 54 + 4 * n, 1); }), PacketError::kBadField)
+        << "an unused point is all zero";
+  }
+  Decoded raw = round_trip(config(Scheme::kNone), DType::kF32, message_bytes(DType::kF32, 100, 0, 3, false), keep_all);
+  EXPECT_EQ(edited(raw.packets[0], [](std::vector<uint8_t>&) {}), PacketError::kOk);
+  EXPECT_EQ(edited(raw.packets[0], [&](std::vector<uint8_t>& q) { put16(q, 52, 4); }), PacketError::kBadField);
+}
+
+// Where the writer puts them: the payload's end, the trim point and a planned cut always, the
+// rest inside the heads.
+TEST(CheckPoints, PlacedAtTheTrimPointAndThePlannedCut) {
+  uint16_t ends[kCheckPoints];
+  uint32_t n = check_point_ends(4000, 125, 0, ends);
+  EXPECT_EQ(std::vector<uint16_t>(ends, ends + n), (std::vector<uint16_t>{31, 62, 94, 125, 2062, 4000}));
+  n = check_point_ends(4000, 125, 130, ends);
+  EXPECT_EQ(std::vector<uint16_t>(ends, ends + n), (std::vector<uint16_t>{31, 62, 94, 125, 130, 4000}));
+  n = check_point_ends(4000, 125, 4000, ends);  // a planned cut past the payload: no trim happens
+  EXPECT_EQ(std::vector<uint16_t>(ends, ends + n), (std::vector<uint16_t>{31, 62, 94, 125, 2062, 4000}));
+  n = check_point_ends(5, 1, 0, ends);  // tiny: no duplicates, no zero
+  EXPECT_EQ(std::vector<uint16_t>(ends, ends + n), (std::vector<uint16_t>{1, 3, 5}));
+  // Through the encoder: NCCL_TRIM_FABRIC_TRIM_BYTES's planned cut is a point of every packet.
+  CodecConfig cfg = config(Scheme::kRht);
+  cfg.fabric_keep_bytes = fabric_keep_bytes(256);
+  Decoded d = round_trip(cfg, DType::kF32, message_bytes(DType::kF32, 3000, 0, 45, false), keep_all);
+  for (const auto& pkt : d.packets) {
+    bool found = false;
+    for (const auto& pt : points_of(pkt)) found = found || pt.first == cfg.fabric_keep_bytes;
+    EXPECT_TRUE(found || header_of(pkt).payload_bytes <= cfg.fabric_keep_bytes);
+  }
 }
 
 TEST(Packet, LengthPastPacket) {

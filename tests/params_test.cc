@@ -164,6 +164,46 @@ TEST(ParamsTest, BadValuesNameVariableValueAndRule) {
   }
 }
 
+// The DSCP knobs: 0..63 each; the trimmable and the trimmed class differ from every other (a
+// switch trims by DSCP, the receiver takes the trimmed value for a trim); exact and control may
+// share one.
+TEST(ParamsTest, DscpClassesAreValidatedAndKeptApart) {
+  const Params d = load({}).value();
+  EXPECT_EQ(d.dscp_trimmable, 18);
+  EXPECT_EQ(d.dscp_exact, 0);
+  EXPECT_EQ(d.dscp_control, 48);
+  EXPECT_EQ(d.dscp_trimmed, 11);
+  EXPECT_EQ(d.fabric_trim_bytes, 0);
+  for (const char* name : {"NCCL_TRIM_DSCP_TRIMMABLE", "NCCL_TRIM_DSCP_EXACT", "NCCL_TRIM_DSCP_CONTROL",
+                           "NCCL_TRIM_DSCP_TRIMMED"}) {
+    for (const char* bad : {"64", "-1", "af21"}) {
+      trim::Result<Params> r = load({{name, bad}});
+      ASSERT_FALSE(r.is_ok()) << name << "=" << bad;
+      EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().to_string();
+    }
+  }
+  struct Clash {
+    std::map<std::string, std::string> env;
+    const char* named;
+  };
+  const Clash clashes[] = {
+      {{{"NCCL_TRIM_DSCP_TRIMMABLE", "0"}}, "NCCL_TRIM_DSCP_EXACT"},
+      {{{"NCCL_TRIM_DSCP_TRIMMED", "18"}}, "NCCL_TRIM_DSCP_TRIMMABLE"},
+      {{{"NCCL_TRIM_DSCP_TRIMMED", "48"}}, "NCCL_TRIM_DSCP_CONTROL"},
+      {{{"NCCL_TRIM_DSCP_CONTROL", "18"}}, "NCCL_TRIM_DSCP_CONTROL"},
+  };
+  for (const Clash& c : clashes) {
+    trim::Result<Params> r = load(c.env);
+    ASSERT_FALSE(r.is_ok()) << c.named;
+    EXPECT_NE(r.status().message().find(c.named), std::string::npos) << r.status().to_string();
+  }
+  EXPECT_TRUE(load({{"NCCL_TRIM_DSCP_CONTROL", "0"}}).is_ok()) << "exact and control may share a class";
+  const Params f = load({{"NCCL_TRIM_FABRIC_TRIM_BYTES", "206"}, {"NCCL_TRIM_DSCP_TRIMMED", "21"}}).value();
+  EXPECT_EQ(f.fabric_trim_bytes, 206);
+  EXPECT_EQ(f.dscp_trimmed, 21);
+  EXPECT_FALSE(load({{"NCCL_TRIM_FABRIC_TRIM_BYTES", "9217"}}).is_ok());
+}
+
 TEST(ParamsTest, EmptyStringsAreRejected) {
   for (const ParamInfo& info : trim::param_infos()) {
     if (info.kind == ParamKind::kString) continue;  // free text may be empty

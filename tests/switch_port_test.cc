@@ -527,7 +527,7 @@ TEST(SwitchPort, ExactPacketsCutToTheirHeaderOnlyWhenAsked) {
     for (uint32_t i = 0; i < 2000; ++i) {
       Packet p;
       p.bytes = 9000;
-      p.header_bytes = 84;  // IP + UDP + our 56-byte header
+      p.header_bytes = 84;  // IP + UDP + a 56-byte header (wire version 1; any size shows the rule)
       p.psn = i;
       const Verdict v = port.enqueue(p, i * gap_ns);
       dropped += v == Verdict::kDropped;

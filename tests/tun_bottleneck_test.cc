@@ -23,6 +23,7 @@
 #include "codec/packet.h"
 #include "switch_sim/ipv4.h"
 #include "tests/codec_util.h"
+#include "tests/bottleneck_util.h"
 #include "tests/live_util.h"
 #include "transport/socket.h"
 #include "transport/wire.h"
@@ -218,70 +219,7 @@ TEST(TunBottleneck, MissingNamespaceFailsAtStart) {
   EXPECT_NE(c.err().find("/nonexistent/trim-ns-a"), std::string::npos) << c.err();
 }
 
-// ---- live, through namespaces ----
-
-std::string skip_reason() {
-  if (geteuid() != 0) return "not root: network namespaces and TUN devices need CAP_NET_ADMIN";
-  if (access("/dev/net/tun", R_OK | W_OK) != 0) return "no /dev/net/tun";
-  if (std::system("command -v ip >/dev/null 2>&1") != 0) return "no ip (iproute2)";
-  return "";
-}
-
-#define SKIP_UNLESS_NETNS()                                                      \
-  do {                                                                           \
-    const std::string why = skip_reason();                                       \
-    if (!why.empty()) GTEST_SKIP() << "TUN bottleneck tests skipped: " << why;   \
-  } while (0)
-
-std::string script() { return trim::testing::source_dir() + "/scripts/netns_bottleneck.sh"; }
-std::string build_dir() { return bin_dir() + ".."; }
-
-// The line of `out` that contains `marker`, read as flat JSON.
-std::map<std::string, std::string> line_with(const std::string& out, const char* marker) {
-  std::istringstream in(out);
-  std::string line, found;
-  while (std::getline(in, line)) {
-    if (line.find(marker) != std::string::npos) found = line;
-  }
-  return flat_json(found);
-}
-
-// One port of the switch's final line, by the rank address it serves ("198.18.0.2").
-std::map<std::string, std::string> port_of(const std::string& line, const std::string& addr) {
-  const size_t at = line.find("/" + addr + "\"");
-  if (at == std::string::npos) return {};
-  const size_t open = line.rfind('{', at);
-  return flat_json(line.substr(open, line.find('}', at) - open + 1));
-}
-
-struct BnRun {
-  int exit_code = -1;
-  std::string out, err;
-  std::map<std::string, std::string> harness, sw;
-  std::string sw_line;
-  std::string context() const { return "stdout:\n" + out + "\nstderr (tail):\n" + err.substr(err.size() > 3000 ? err.size() - 3000 : 0); }
-};
-
-// scripts/netns_bottleneck.sh BOTTLENECK_ARGS -- trim-harness HARNESS_ARGS --netns {netns}.
-BnRun run_harness(const std::vector<std::string>& bottleneck, const std::vector<std::string>& harness) {
-  std::vector<std::string> argv = {script(), "--build", build_dir()};
-  argv.insert(argv.end(), bottleneck.begin(), bottleneck.end());
-  argv.insert(argv.end(), {"--", bin_dir() + "trim-harness", "--json", "--deadline-s", "25", "--netns", "{netns}"});
-  argv.insert(argv.end(), harness.begin(), harness.end());
-  Child c(argv);
-  BnRun r;
-  r.exit_code = c.wait(40);
-  r.out = c.out();
-  r.err = c.err();
-  r.harness = line_with(r.out, "\"bench\":\"harness\"");
-  r.sw = line_with(r.out, "\"event\":\"final\"");
-  return r;
-}
-
-// A 1 Gbit/s port per rank with a 64 KiB data queue and 30 % cross traffic into every one: a
-// 4-rank ring at full speed overflows it every iteration (as switch_live_test's `congested`).
-const std::vector<std::string> kCongested = {"--ranks", "4", "--rate-gbps", "1", "--buffer-bytes", "65536",
-                                             "--cross", "30", "--prop-delay-us", "20", "--seed", "7"};
+// ---- live, through namespaces (tests/bottleneck_util.h) ----
 
 TEST(TunBottleneck, TrimmedAllreduceCompletesWithTrims) {
   SKIP_UNLESS_NETNS();
@@ -335,70 +273,6 @@ TEST(TunBottleneck, RandomLossIsRepairedBitExact) {
   const double arrived = static_cast<double>(num(r.sw, "datagrams") - num(r.sw, "bad"));
   EXPECT_NEAR(static_cast<double>(num(r.sw, "lost")) / arrived, 0.01, 0.006) << r.context();
 }
-
-// A socket of another network namespace: a thread enters it (network namespaces are per
-// thread), creates the socket and leaves; the socket stays in that namespace.
-transport::Fd socket_in(const std::string& ns, int type) {
-  transport::Fd out;
-  std::thread t([&] {
-    const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    if (setns(fd, CLONE_NEWNET) == 0) out = transport::Fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
-    ::close(fd);
-  });
-  t.join();
-  return out;
-}
-
-sockaddr_in addr(const char* ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip, &a.sin_addr);
-  return a;
-}
-
-// The bottleneck held open (`sleep`) while a test sends its own traffic between two ranks.
-class HeldBottleneck {
- public:
-  explicit HeldBottleneck(const std::vector<std::string>& args) : child_(argv(args)) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < end) {
-      ready_ = line_with(child_.out(), "bottleneck_ready");
-      if (!ready_.empty()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  std::string ns(int k) const {
-    const std::string all = str(ready_, "netns");
-    size_t at = 0;
-    for (int i = 0; i < k; ++i) at = all.find(',', at) + 1;
-    return all.substr(at, all.find(',', at) - at);
-  }
-  bool ready() const { return !ready_.empty(); }
-  // SIGTERM: the script tears down and prints the switch's final line.
-  std::string stop() {
-    child_.signal(SIGTERM);
-    child_.wait(15);
-    std::istringstream in(child_.out());
-    std::string line, found;
-    while (std::getline(in, line)) {
-      if (line.find("\"event\":\"final\"") != std::string::npos) found = line;
-    }
-    return found;
-  }
-  std::string context() const { return "stdout:\n" + child_.out() + "\nstderr:\n" + child_.err(); }
-
- private:
-  static std::vector<std::string> argv(const std::vector<std::string>& args) {
-    std::vector<std::string> a = {script(), "--build", build_dir()};
-    a.insert(a.end(), args.begin(), args.end());
-    a.insert(a.end(), {"--", "sleep", "60"});
-    return a;
-  }
-  Child child_;
-  std::map<std::string, std::string> ready_;
-};
 
 struct Arrival {
   std::chrono::steady_clock::time_point at;

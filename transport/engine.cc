@@ -28,6 +28,13 @@ constexpr uint64_t kMaxSleepNs = 50'000'000;
 EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   EngineConfig c;
   c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
+  c.tos_trimmable = static_cast<uint8_t>(p.dscp_trimmable << 2);
+  c.tos_exact = static_cast<uint8_t>(p.dscp_exact << 2);
+  c.tos_control = static_cast<uint8_t>(p.dscp_control << 2);
+  c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
+  const param::UdpChecksum csum = param::udp_checksum(p);
+  c.trimmable_no_check =
+      csum == param::UdpChecksum::kZero || (csum == param::UdpChecksum::kAuto && p.fabric_trim_bytes > 0);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
   c.drop = p.test_drop;
   c.dup = p.test_dup;
@@ -49,13 +56,14 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
 
 uint32_t Engine::Tx::run_end(uint32_t first) const {
   uint32_t end = first + 1;
-  if (!gso_ || !is_data_[first]) return end;
+  // Data runs of one class; not trimmable packets without a checksum, which GSO refuses.
+  if (!gso_ || cls_[first] == Class::kCtrl || no_check_class(cls_[first])) return end;
   const uint32_t seg = bytes_[first];
   uint64_t total = seg;
   auto same_dst = [](const sockaddr_in& a, const sockaddr_in& b) {
     return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
   };
-  while (end < n_ && end - first < kMaxGsoSegments && is_data_[end] && bytes_[end] <= seg &&
+  while (end < n_ && end - first < kMaxGsoSegments && cls_[end] == cls_[first] && bytes_[end] <= seg &&
          total + bytes_[end] <= kMaxGsoBytes && same_dst(to_[end], to_[first])) {
     total += bytes_[end];
     // Only the last segment may be shorter.
@@ -64,9 +72,26 @@ uint32_t Engine::Tx::run_end(uint32_t first) const {
   return end;
 }
 
+void Engine::Tx::set_no_check(bool on) {
+  if (on == no_check_ || (on && !no_check_ok_)) return;
+  const int v = on ? 1 : 0;
+  if (setsockopt(fd_, SOL_SOCKET, SO_NO_CHECK, &v, sizeof v) != 0) {
+    TRIM_WARN("NET/Trim: SO_NO_CHECK refused ({}): trimmable packets keep their UDP checksum, which a trimming "
+              "switch must then fix or clear",
+              std::strerror(errno));
+    no_check_ok_ = false;
+    return;
+  }
+  no_check_ = on;
+}
+
 uint32_t Engine::Tx::send_some(uint32_t first) {
+  // One sendmmsg covers datagrams of one checksum setting: trimmable ones without (when so
+  // configured), the rest with.
+  set_no_check(no_check_class(cls_[first]));
+  const bool no_check = no_check_class(cls_[first]);  // false if the kernel just refused it
   uint32_t groups = 0;
-  for (uint32_t d = first; d < n_; ++groups) {
+  for (uint32_t d = first; d < n_ && no_check_class(cls_[d]) == no_check; ++groups) {
     const uint32_t end = run_end(d);
     msghdr& h = mmsg_[groups].msg_hdr;
     h = msghdr{};
@@ -74,15 +99,30 @@ uint32_t Engine::Tx::send_some(uint32_t first) {
     h.msg_namelen = sizeof(sockaddr_in);
     h.msg_iov = &iov_[2 * d];
     h.msg_iovlen = 2 * (end - d);
-    if (end - d > 1) {
+    const bool segmented = end - d > 1;
+    if (segmented || cls_[d] != Class::kCtrl) {
       h.msg_control = cmsg_[groups];
-      h.msg_controllen = sizeof cmsg_[groups];
-      cmsghdr* cm = CMSG_FIRSTHDR(&h);
-      cm->cmsg_level = SOL_UDP;
-      cm->cmsg_type = UDP_SEGMENT;
-      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      const uint16_t seg = static_cast<uint16_t>(bytes_[d]);
-      std::memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+      // Laid out by hand: CMSG_NXTHDR would read the next header's stale length.
+      cmsghdr* cm = reinterpret_cast<cmsghdr*>(cmsg_[groups]);
+      size_t used = 0;
+      if (segmented) {
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t seg = static_cast<uint16_t>(bytes_[d]);
+        std::memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+        used += CMSG_SPACE(sizeof(uint16_t));
+        cm = reinterpret_cast<cmsghdr*>(cmsg_[groups] + used);
+      }
+      if (cls_[d] != Class::kCtrl) {  // control packets keep the socket's TOS
+        cm->cmsg_level = IPPROTO_IP;
+        cm->cmsg_type = IP_TOS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        const int tos = cls_[d] == Class::kTrimmable ? tos_trimmable_ : tos_exact_;
+        std::memcpy(CMSG_DATA(cm), &tos, sizeof tos);
+        used += CMSG_SPACE(sizeof(int));
+      }
+      h.msg_controllen = used;
     }
     run_[groups] = end - d;
     d = end;
@@ -149,8 +189,15 @@ Status Engine::start() {
     return errno_status("epoll_ctl");
   }
   rx_bufs_.assign(kBatch, std::vector<uint8_t>(65536));  // a GRO batch is at most 64 KiB
+  // Control traffic carries the control DSCP (the socket's default); data packets say their own
+  // class per packet (engine_tx.h). Every datagram comes with the TOS it arrived with: a trimming
+  // switch rewrites it.
+  const int tos = cfg_.tos_control, on = 1;
+  if (setsockopt(udp_.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos) != 0 ||
+      setsockopt(udp_.get(), IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
+    return errno_status("setsockopt(IP_TOS/IP_RECVTOS)");
+  }
   if (cfg_.udp_offload) {
-    const int on = 1;
     gro_ = setsockopt(udp_.get(), SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
     if (!gro_) TRIM_INFO("NET/Trim: UDP_GRO unavailable ({}): receiving packet by packet", std::strerror(errno));
   }
@@ -343,7 +390,7 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
 }
 
 void Engine::run() {
-  Tx tx(udp_.get(), cfg_.udp_offload);
+  Tx tx(udp_.get(), cfg_.udp_offload, cfg_);
   while (running_.load(std::memory_order_relaxed)) {
     if (has_cmds_.load(std::memory_order_acquire)) apply_commands(&tx);
     uint64_t now = now_ns();
@@ -383,6 +430,7 @@ void GlobalStats::add(const ConnCounters& c) {
   received_packets += c.received_packets;
   trimmed_accepted += c.trimmed_accepted;
   trimmed_nacked += c.trimmed_nacked;
+  trimmed_marked += c.trimmed_marked;
   dup_packets += c.dup_packets;
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
@@ -397,14 +445,15 @@ std::string GlobalStats::to_json() const {
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
-      "\"codec_waited_tasks\":{}}}",
+      "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
       unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
       gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
       hook_send_conns.load(), rotated_messages.load(), hook_undeclared_conns.load(), codec_tasks_cancelled(),
-      codec_waited_tasks.load());
+      codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
+      codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck));
 }
 
 GlobalStats& global_stats() {
@@ -416,11 +465,11 @@ std::string ConnCounters::to_string() const {
   return fmt::format(
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
-      "trimmed accepted {}, trimmed NACKed {}, duplicates {}, bad {}, out of window {}; ACKs sent {} received {}; "
-      "codec tasks {} (on the engine {})",
+      "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, duplicates {}, bad {}, out of window {}; ACKs sent {} "
+      "received {}; codec tasks {} (on the engine {})",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
-      received_bytes, trimmed_accepted, trimmed_nacked, dup_packets, bad_packets, out_of_window, acks_sent,
-      acks_received, codec_tasks, codec_inline);
+      received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, dup_packets, bad_packets, out_of_window,
+      acks_sent, acks_received, codec_tasks, codec_inline);
 }
 
 }  // namespace trim::transport

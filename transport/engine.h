@@ -65,6 +65,11 @@ struct Conn {
 
 struct EngineConfig {
   uint64_t timeout_ns = 30'000'000'000ull;
+  // DSCP marks as TOS bytes (DSCP << 2, ECN bits 0) of what the engine sends, per class, and the
+  // mark a switch gives a packet it trimmed (read back with IP_RECVTOS).
+  uint8_t tos_trimmable = 18 << 2, tos_exact = 0, tos_control = 48 << 2, tos_trimmed = 11 << 2;
+  // Trimmable datagrams leave with UDP checksum 0, one by one (NCCL_TRIM_UDP_CHECKSUM).
+  bool trimmable_no_check = false;
   bool udp_offload = true;  // GSO sends, GRO receives
   bool has_switch = false;
   sockaddr_in switch_addr{};
@@ -107,6 +112,7 @@ class Engine final : public Waker {
     uint8_t* data;
     size_t len;
     sockaddr_in from;
+    uint8_t tos = 0;  // the IP header's TOS byte as it arrived (DSCP << 2 | ECN)
   };
   class Tx;
   void run();
@@ -155,6 +161,7 @@ class Engine final : public Waker {
   std::vector<std::vector<uint8_t>> rx_bufs_;
   std::vector<uint8_t> held_;  // reorder injection: one packet held back
   sockaddr_in held_from_{};
+  uint8_t held_tos_ = 0;
   bool holding_ = false;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
@@ -167,6 +174,9 @@ struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
       trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
+      // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
+      // header (nothing of them can be used: a loss, repaired by recovery).
+      trimmed_marked{0}, header_cuts{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.

@@ -1,5 +1,6 @@
 // The engine's receive side: datagram batches (with the test-only fault injector), control
 // packets, data packets and the TCP control frames of each connection.
+#include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codec/layout.h"
 #include "codec/packet.h"
 #include "common/log.h"
 #include "transport/engine.h"
@@ -31,7 +33,7 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
   sockaddr_in from[kBatch];
-  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int))];  // UDP_GRO, IP_TOS
   bool any = false;
   for (int turn = 0; turn < kMaxBatchesPerTurn; ++turn) {
     for (uint32_t i = 0; i < kBatch; ++i) {
@@ -41,10 +43,8 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
       msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
       msgs[i].msg_hdr.msg_iov = &iov[i];
       msgs[i].msg_hdr.msg_iovlen = 1;
-      if (gro_) {
-        msgs[i].msg_hdr.msg_control = cbuf[i];
-        msgs[i].msg_hdr.msg_controllen = sizeof cbuf[i];
-      }
+      msgs[i].msg_hdr.msg_control = cbuf[i];
+      msgs[i].msg_hdr.msg_controllen = sizeof cbuf[i];
     }
     const int n = recvmmsg(udp_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
@@ -58,21 +58,23 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
         ++global_stats().malformed;
         continue;
       }
-      // A GRO batch is a run of datagrams of one size (the last may be shorter), back to back.
+      // A GRO batch is a run of datagrams of one size (the last may be shorter), back to back,
+      // and of one TOS (GRO never merges packets whose IP headers differ in it).
       const uint32_t len = msgs[i].msg_len;
       uint32_t seg = len;
-      if (gro_) {
-        for (cmsghdr* cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
-          if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-            int gso_size = 0;
-            std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
-            if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
-          }
+      uint8_t tos = 0;
+      for (cmsghdr* cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+        if (gro_ && cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+          int gso_size = 0;
+          std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
+          if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
+        } else if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1)) {
+          tos = *CMSG_DATA(cm);
         }
       }
       if (seg < len) global_stats().gro_batches.fetch_add(1, std::memory_order_relaxed);
       for (uint32_t off = 0; off < len; off += seg) {
-        deliver(Datagram{rx_bufs_[i].data() + off, std::min(seg, len - off), from[i]}, now, tx);
+        deliver(Datagram{rx_bufs_[i].data() + off, std::min(seg, len - off), from[i], tos}, now, tx);
       }
     }
     release_held(now, tx);  // a packet held back is released at the end of its batch at the latest
@@ -101,7 +103,7 @@ void Engine::release_held(uint64_t now, Tx* tx) {
   holding_ = false;
   std::vector<uint8_t> held;
   held.swap(held_);
-  dispatch(Datagram{held.data(), held.size(), held_from_}, now, tx);
+  dispatch(Datagram{held.data(), held.size(), held_from_, held_tos_}, now, tx);
   held_.swap(held);  // keep the buffer's capacity
 }
 
@@ -126,6 +128,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
   if (!holding_ && cfg_.reorder > 0 && coin() < cfg_.reorder) {
     held_.assign(d.data, d.data + d.len);
     held_from_ = d.from;
+    held_tos_ = d.tos;
     holding_ = true;
     return;
   }
@@ -133,7 +136,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
   std::vector<uint8_t> copy;
   if (twice) copy.assign(d.data, d.data + d.len);
   dispatch(d, now, tx);
-  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from}, now, tx);
+  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos}, now, tx);
   release_held(now, tx);  // the held packet now arrives behind this one
 }
 
@@ -176,10 +179,28 @@ void Engine::on_ctrl(const Datagram& d, uint64_t now, Tx* tx) {
 
 void Engine::on_data(Datagram d, uint64_t now) {
   codec::ParsedPacket p;
-  if (codec::parse_packet(d.data, d.len, &p) != codec::PacketError::kOk) {
-    ++global_stats().malformed;
+  // A switch that trims by DSCP rewrites it: that is how it says so (a cut is also seen in the
+  // packet's length, whatever its DSCP). The ECN bits are the network's, not the class's.
+  const bool marked = (d.tos & ~3u) == cfg_.tos_trimmed;
+  const codec::PacketError e = codec::parse_packet(d.data, d.len, &p);
+  if (e != codec::PacketError::kOk) {
+    // Cut inside our header (a trim size too small for it): nothing in it can be trusted or
+    // used, not even the psn. A loss, which recovery repairs; counted apart from garbage.
+    const bool ours = d.len >= 2 && d.data[0] == (codec::kMagic & 0xff) && d.data[1] == (codec::kMagic >> 8);
+    if (e == codec::PacketError::kTruncatedHeader && (ours || marked)) {
+      if (global_stats().header_cuts.fetch_add(1, std::memory_order_relaxed) == 0) {
+        TRIM_WARN("NET/Trim: a packet arrived cut inside our {}-byte header ({} bytes{}): a trim size below {} "
+                  "bytes (frame) leaves nothing usable, so every such trim is a loss to resend "
+                  "(docs/DEPLOYMENT.md); counted as header_cuts, warned once",
+                  codec::kHeaderBytes, d.len, marked ? ", trimmed DSCP" : "",
+                  codec::kFabricL2Bytes + codec::kIpv4UdpBytes + codec::kHeaderBytes);
+      }
+    } else {
+      ++global_stats().malformed;
+    }
     return;
   }
+  p.marked_trimmed = marked;
   auto it = recv_by_cookie_.find(p.hdr.cookie);
   if (it == recv_by_cookie_.end()) {
     ++global_stats().unknown_conn;

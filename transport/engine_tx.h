@@ -1,7 +1,13 @@
 // The engine's transmit batch (internal to engine*.cc): datagrams collect into one sendmmsg;
-// TCP control frames are written at once. With UDP GSO, a run of same-sized data packets to
-// one destination leaves as one "super-datagram" the kernel segments (one trip through the
+// TCP control frames are written at once. With UDP GSO, a run of same-sized exact data packets
+// to one destination leaves as one "super-datagram" the kernel segments (one trip through the
 // stack instead of up to kMaxGsoSegments): the wire still carries ordinary packets.
+// Every data packet carries its class's DSCP (an IP_TOS control message: trimmable, exact; the
+// socket's own TOS is the control class's). With NCCL_TRIM_UDP_CHECKSUM zero (auto: on a
+// declared trimming fabric) trimmable packets leave with UDP checksum 0 (the socket's
+// SO_NO_CHECK, set around their sends): a switch that cuts one need not fix a checksum for the
+// receiving kernel to take it; our header's check points guard what survives. The kernel
+// refuses GSO without a checksum, so they leave packet by packet.
 #pragma once
 
 #include <netinet/in.h>
@@ -10,6 +16,7 @@
 
 #include <vector>
 
+#include "codec/packet.h"
 #include "common/log.h"
 #include "transport/engine.h"
 
@@ -17,16 +24,24 @@ namespace trim::transport {
 
 class Engine::Tx final : public TxSink {
  public:
-  Tx(int fd, bool gso) : fd_(fd), gso_(gso), ctrl_(kBatch * kCtrlBytes) {}
+  Tx(int fd, bool gso, const EngineConfig& cfg)
+      : fd_(fd),
+        gso_(gso),
+        tos_trimmable_(cfg.tos_trimmable),
+        tos_exact_(cfg.tos_exact),
+        trimmable_no_check_(cfg.trimmable_no_check),
+        ctrl_(kBatch * kCtrlBytes) {}
   void bind(Conn* c) { conn_ = c; }
   void data(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes) override {
-    push(head, head_bytes, rest, rest_bytes, conn_->data_dst, true);
+    // The class is the packet's own: its header's TRIMMABLE flag.
+    const bool trimmable = head_bytes > 3 && (head[3] & codec::kFlagTrimmable) != 0;
+    push(head, head_bytes, rest, rest_bytes, conn_->data_dst, trimmable ? Class::kTrimmable : Class::kExact);
   }
   void ctrl(const CtrlPacket& p) override {
     if (n_ == kBatch) flush();
     uint8_t* b = ctrl_.data() + static_cast<size_t>(n_) * kCtrlBytes;
     write_ctrl(p, b);
-    push(b, kCtrlBytes, nullptr, 0, conn_->peer_udp, false);
+    push(b, kCtrlBytes, nullptr, 0, conn_->peer_udp, Class::kCtrl);
   }
   void frame(const Frame& f) override {
     if (!conn_->tcp_open) return;
@@ -39,18 +54,22 @@ class Engine::Tx final : public TxSink {
   bool gso() const { return gso_; }
 
  private:
+  enum class Class : uint8_t { kCtrl, kExact, kTrimmable };
   // Datagram i owns iov_[2i] (head) and iov_[2i + 1] (rest, maybe empty), so a run of
   // datagrams is one contiguous iovec array.
   void push(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
-            const sockaddr_in& to, bool data) {
+            const sockaddr_in& to, Class cls) {
     if (n_ == kBatch) flush();
     iov_[2 * n_] = iovec{const_cast<uint8_t*>(head), head_bytes};
     iov_[2 * n_ + 1] = iovec{const_cast<uint8_t*>(rest), rest_bytes};
     to_[n_] = to;
     bytes_[n_] = head_bytes + rest_bytes;
-    is_data_[n_] = data;
+    cls_[n_] = cls;
     ++n_;
   }
+  // Sets SO_NO_CHECK for the datagrams about to leave (trimmable ones: checksum 0).
+  void set_no_check(bool on);
+  bool no_check_class(Class c) const { return c == Class::kTrimmable && trimmable_no_check_ && no_check_ok_; }
   // Datagrams [first, end) that can leave as one GSO send starting at `first`.
   uint32_t run_end(uint32_t first) const;
   // Sends datagrams [first, n_) once; returns how many left (0 with errno on failure).
@@ -58,15 +77,19 @@ class Engine::Tx final : public TxSink {
 
   int fd_;
   bool gso_;
+  uint8_t tos_trimmable_, tos_exact_;
+  bool trimmable_no_check_;
+  bool no_check_ = false;       // the socket's SO_NO_CHECK as last set
+  bool no_check_ok_ = true;     // false once the kernel refused it: trimmable packets keep checksums
   Conn* conn_ = nullptr;
   uint32_t n_ = 0;
   iovec iov_[2 * kBatch];
   sockaddr_in to_[kBatch];
   uint32_t bytes_[kBatch];
-  bool is_data_[kBatch];
+  Class cls_[kBatch];
   mmsghdr mmsg_[kBatch];
   uint32_t run_[kBatch];  // datagrams in each mmsg_ entry
-  alignas(cmsghdr) uint8_t cmsg_[kBatch][CMSG_SPACE(sizeof(uint16_t))];
+  alignas(cmsghdr) uint8_t cmsg_[kBatch][CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
   std::vector<uint8_t> ctrl_;
 };
 

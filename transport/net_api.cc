@@ -95,6 +95,20 @@ Status check_context_mtu(const std::vector<transport::NetIf>& devices, const Par
   return Status::ok();
 }
 
+// The DSCP marks, and what survives a trim of the fabric's size (NCCL_TRIM_FABRIC_TRIM_BYTES).
+void log_fabric(const std::vector<transport::NetIf>& devices, const Params& p, const codec::CodecConfig& cfg) {
+  TRIM_INFO("NET/Trim: DSCP trimmable {} (NCCL_TRIM_DSCP_TRIMMABLE), exact {}, control {}; a packet arriving with "
+            "DSCP {} (NCCL_TRIM_DSCP_TRIMMED) or shorter than its header says is a trim; fabric trim size {}",
+            p.dscp_trimmable, p.dscp_exact, p.dscp_control, p.dscp_trimmed,
+            p.fabric_trim_bytes > 0 ? std::to_string(p.fabric_trim_bytes) + " B" : std::string("not set"));
+  if (p.fabric_trim_bytes == 0) return;
+  for (const auto& d : devices) {
+    TRIM_INFO("NET/Trim: {}: {}", d.name,
+              codec::fabric_trim_summary(cfg, static_cast<uint32_t>(p.fabric_trim_bytes),
+                                         static_cast<uint32_t>(transport::resolve_mtu(d, p.mtu))));
+  }
+}
+
 // The device's next engine (started on first use) and, in *mtu_bytes, the MTU this end offers
 // there.
 Result<Engine*> engine_for(const Params& p, int dev, int* mtu_bytes) {
@@ -150,6 +164,7 @@ transport::Hello make_hello(const Context& ctx, codec::Scheme scheme, uint64_t n
   h.row_elems = ctx.codec.row_elems;
   h.seed = ctx.codec.seed;
   h.clip_sigmas = ctx.codec.clip_sigmas;
+  h.fabric_trim_bytes = static_cast<uint16_t>(ctx.params.fabric_trim_bytes);
   return h;
 }
 
@@ -169,6 +184,10 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
   if (ours.row_elems != theirs.row_elems) return "NCCL_TRIM_ROW_ELEMS differs between the peers";
   if (ours.seed != theirs.seed) return "NCCL_TRIM_SEED differs between the peers";
   if (ours.clip_sigmas != theirs.clip_sigmas) return "NCCL_TRIM_CLIP_SIGMAS differs between the peers";
+  if (ours.fabric_trim_bytes != theirs.fabric_trim_bytes) {
+    return fmt::format("NCCL_TRIM_FABRIC_TRIM_BYTES differs: {} here, {} at the peer (it sizes packets)",
+                       ours.fabric_trim_bytes, theirs.fabric_trim_bytes);
+  }
   return "";
 }
 
@@ -259,6 +278,7 @@ Result<Context*> init(const InitOptions& options) {
     std::lock_guard<std::mutex> lock(g.mu);
     TRIM_RETURN_IF_ERROR(ensure_devices(p.value()));
     TRIM_RETURN_IF_ERROR(check_context_mtu(g.devices, p.value()));
+    log_fabric(g.devices, p.value(), cfg.value());
     ++g.contexts;
   }
   auto ctx = std::make_unique<Context>();
@@ -356,7 +376,7 @@ Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handl
   l->engine = e.value();
   l->mtu_bytes = mtu_bytes;
   uint16_t port = 0;
-  Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port);
+  Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port, l->engine->config().tos_control);
   if (!fd) return fd.status();
   l->fd = std::move(fd).value();
   l->nonce = transport::random_u64();
@@ -375,7 +395,8 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     int mtu_bytes = 0;
     Result<Engine*> e = engine_for(ctx->params, dev, &mtu_bytes);
     if (!e) return e.status();
-    Result<Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port));
+    Result<Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port),
+                                                 e.value()->config().tos_control);
     if (!fd) return fd.status();
     st = new ConnectStage();
     st->ctx = ctx;

@@ -88,6 +88,7 @@ struct ConnCounters {
   uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0, tail_probes = 0;
   uint64_t nacks_received = 0;
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
+  uint64_t trimmed_marked = 0;  // accepted with the trimmed DSCP (cut or not)
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t codec_tasks = 0, codec_inline = 0;  // pool tasks queued / run on the engine (queue full)

@@ -134,7 +134,8 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     return;
   }
   if (p.trimmed && !p.hdr.trimmable()) {
-    // Exact data lost its tail: ask for it again now, as NDP does, and keep the slot open.
+    // Exact data lost its tail (a cut: the trimmed DSCP alone on a whole packet loses nothing):
+    // ask for it again now, as NDP does, and keep the slot open.
     ++counters_.trimmed_nacked;
     ++trimmed_nacked_total_;
     if (nacks_.size() < kMaxNacks) nacks_.push_back(psn);
@@ -156,7 +157,10 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   ++counters_.received_packets;
   counters_.received_bytes += codec::kHeaderBytes + p.payload_received;
   ++accepted_total_;
-  if (p.trimmed) {
+  if (p.marked_trimmed) ++counters_.trimmed_marked;
+  // A switch that marks a trimmable packet it did not need to cut (shorter than its trim size)
+  // was still congested: a trim for the congestion control all the same.
+  if (p.trimmed || (p.marked_trimmed && p.hdr.trimmable())) {
     ++counters_.trimmed_accepted;
     ++trimmed_accepted_total_;
   }

@@ -97,6 +97,7 @@ void write_hello(const Hello& h, uint8_t out[kHelloBytes]) {
   put32(out + 36, h.row_elems);
   put64(out + 40, h.seed);
   put32(out + 48, codec::f32_bits(h.clip_sigmas));
+  put16(out + 52, h.fabric_trim_bytes);
   put32(out + kHelloBytes - 4, codec::crc32c(out, kHelloBytes - 4));
 }
 
@@ -122,6 +123,7 @@ Status parse_hello(const uint8_t in[kHelloBytes], Hello* out) {
   h.row_elems = get32(in + 36);
   h.seed = get64(in + 40);
   h.clip_sigmas = codec::bits_f32(get32(in + 48));
+  h.fabric_trim_bytes = get16(in + 52);
   *out = h;
   return Status::ok();
 }

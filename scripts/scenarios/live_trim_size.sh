@@ -10,7 +10,7 @@
 # following planes, which the receiver's decoder uses (the NMSE falls); sizes below it (64, 128)
 # cut into the heads. Unlike trim-sim (which NACKs such packets), the live receiver accepts
 # them (acc/nack column: no NACKs) and decodes without the cut heads, so the NMSE rises instead
-# of the packets being resent. 64 B (IP) is below the 56-byte header + 28
+# of the packets being resent. 64 B (IP) is below the 80-byte header + 28
 # bytes of IP/UDP, so the daemon keeps just the header: no heads at all.
 # The JSON line pairs every size with the drop baseline (p50/p99 ratios).
 # Usage: live_trim_size.sh [BUILD_DIR] [--quick]   (--quick: 10 iterations instead of 40)

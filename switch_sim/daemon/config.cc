@@ -51,6 +51,55 @@ Result<uint64_t> parse_uint(const std::string& flag, const std::string& v, uint6
   return static_cast<uint64_t>(x);
 }
 
+// The fabric mode's flags (switch_sim/fabric.h).
+Status apply_fabric(FabricConfig* f, const std::string& name, const std::string& v) {
+  const std::string flag = "--" + name;
+  if (name == "fabric") {
+    if (v == "1" || v == "true") f->on = true;
+    else if (v == "0" || v == "false") f->on = false;
+    else return bad(fmt::format("{} '{}': expected 0 or 1", flag, v));
+  } else if (name == "trim-dscp") {
+    f->trimmable.reset();
+    for (const std::string& d : split(v, ',')) {
+      Result<uint64_t> x = parse_uint(flag, trim_ws(d), 0, 63);
+      if (!x) return bad(fmt::format("{} '{}': expected DSCP values 0..63, comma-separated", flag, v));
+      f->trimmable.set(*x);
+    }
+  } else if (name == "trimmed-dscp") {
+    Result<uint64_t> x = parse_uint(flag, v, 0, 63);
+    if (!x) return x.status();
+    f->trimmed_dscp = static_cast<uint8_t>(*x);
+  } else if (name == "trim-size") {
+    Result<uint64_t> x = parse_uint(flag, v, 64, 9216);
+    if (!x) return x.status();
+    f->trim_size = static_cast<uint32_t>(*x);
+  } else if (name == "trim-l2-bytes") {
+    Result<uint64_t> x = parse_uint(flag, v, 0, 64);
+    if (!x) return x.status();
+    f->l2_bytes = static_cast<uint32_t>(*x);
+  } else if (name == "trimmed-share") {
+    Result<double> x = parse_num(flag, v, 0.01, 0.99, "a share of the link, 0.01..0.99");
+    if (!x) return x.status();
+    f->trimmed_share = *x;
+  } else if (name == "rewrite-ip-length") {
+    if (v == "rewrite") f->fix_ip = true;
+    else if (v == "keep") f->fix_ip = false;
+    else return bad(fmt::format("{} '{}': expected rewrite or keep", flag, v));
+  } else if (name == "rewrite-udp-length") {
+    if (v == "rewrite") f->udp_len = FabricConfig::UdpLen::kRewrite;
+    else if (v == "keep") f->udp_len = FabricConfig::UdpLen::kKeep;
+    else return bad(fmt::format("{} '{}': expected rewrite or keep", flag, v));
+  } else if (name == "rewrite-udp-checksum") {
+    if (v == "zero") f->udp_csum = FabricConfig::UdpCsum::kZero;
+    else if (v == "keep") f->udp_csum = FabricConfig::UdpCsum::kKeep;
+    else if (v == "recompute") f->udp_csum = FabricConfig::UdpCsum::kRecompute;
+    else return bad(fmt::format("{} '{}': expected zero, keep or recompute", flag, v));
+  } else {
+    return bad(fmt::format("unknown flag: {} (see --help)", flag));
+  }
+  return Status::ok();
+}
+
 // Applies one `name value` pair (name without the leading dashes). Recursion depth of config
 // files is bounded by `depth` so that a file including itself fails instead of looping.
 Status apply(Config* c, const std::string& name, const std::string& v, int depth);
@@ -109,6 +158,10 @@ Status apply(Config* c, const std::string& name, const std::string& v, int depth
     Result<uint64_t> x = parse_uint(flag, v, 0, 65535);
     if (!x) return x.status();
     p.trim_bytes = static_cast<uint32_t>(*x);
+    c->trim_bytes_set = true;
+  } else if (name.rfind("fabric", 0) == 0 || name == "trim-dscp" || name == "trimmed-dscp" || name == "trim-size" ||
+             name == "trim-l2-bytes" || name == "trimmed-share" || name.rfind("rewrite-", 0) == 0) {
+    return apply_fabric(&c->fabric, name, v);
   } else if (name == "priority") {
     if (v == "strict") p.priority = Priority::kStrict;
     else if (v == "wrr") p.priority = Priority::kWrr;
@@ -295,7 +348,7 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                            every trim becomes a drop)
   --trim-bytes B           0 = cut at the end of plane 0 (the header's trim point, default);
                            else a fixed size counted from the IP header, as switches do
-                           (never below our 56-byte header: the forwarded packet keeps it)
+                           (never below our 80-byte header: the forwarded packet keeps it)
   --priority strict|wrr    header queue strictly first, or weighted round robin 4:1
   --mode trim|drop|random|replay
                            trim: full data queue trims trimmable packets (default);
@@ -319,6 +372,23 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                            default 4096). Cross packets use queue and link, then vanish.
   --loss-p P               lose each real packet with probability P on arrival, before the
                            queue, whatever its protocol (a lossy link; seeded by --seed)
+Fabric mode (--fabric 1): a trimming switch as Spectrum-4/Cumulus, SONiC and Arista ship it;
+our header is never read (in UDP mode, only the destination it carries: that stands in for IP
+routing). Needs neither --trim-bytes nor --trim-exact (refused / ignored):
+  --fabric 0|1             0: native mode (default): our header's class and trim point
+  --trim-dscp D[,D...]     the DSCPs whose traffic class may be trimmed (default 18)
+  --trimmed-dscp D         the remark of a trimmed packet (default 11, Cumulus's); a packet
+                           arriving with it is queued in the trimmed class
+  --trim-size BYTES        a trim keeps this many frame bytes, 64..9216 (default 256)
+  --trim-l2-bytes N        frame bytes beyond the IP packet the size counts (default 18:
+                           Ethernet header and FCS; the IP packet keeps SIZE - N)
+  --trimmed-share S        the trimmed class's DWRR share of the link, 0.01..0.99 (default 0.25)
+  --rewrite-ip-length rewrite|keep     after a cut: fix the IPv4 total length (and checksum),
+                           or leave it (a receiving kernel then drops the packet) (rewrite)
+  --rewrite-udp-length rewrite|keep    the UDP length likewise (rewrite)
+  --rewrite-udp-checksum zero|keep|recompute   (zero)
+  Stats add dscp_D_{received,trimmed,remarked,dropped} per DSCP D seen (remarked: queued in
+  the trimmed class whole, no longer than the trim size) and the configuration.
 TUN router mode (instead of --listen): an IPv4 router between network namespaces, so every
 protocol (NCCL's TCP, our UDP) crosses the same modelled ports:
   --tun-netns NS0,NS1,...  one TUN device per rank, created inside that namespace (a name
@@ -373,6 +443,24 @@ Result<Config> parse_config(int argc, char** argv, bool* help_printed) {
       return bad(fmt::format("--tun-netns: {} ranks from {} leave its /24 (at most 64, last octet <= 254)",
                              c.tun_netns.size(), c.tun_base_text));
     }
+  }
+  if (c.fabric.on) {
+    // What such a switch does: no trim point but its size, a trimmed class with its share, and
+    // a drop (never a header cut) for every class it may not trim.
+    if (c.trim_bytes_set) return bad("--trim-bytes is the native mode's: with --fabric 1 use --trim-size");
+    if (c.port.mode == Mode::kReplay) return bad("--mode replay needs our header's ids: not with --fabric 1");
+    if (c.fabric.trimmable.test(c.fabric.trimmed_dscp)) {
+      return bad(fmt::format("--trimmed-dscp {} is also in --trim-dscp: a trimmed packet would be trimmable again",
+                             c.fabric.trimmed_dscp));
+    }
+    if (c.fabric.ip_keep_bytes() < 28) {
+      return bad(fmt::format("--trim-size {} with --trim-l2-bytes {} leaves no IP and UDP header",
+                             c.fabric.trim_size, c.fabric.l2_bytes));
+    }
+    c.port.trim_bytes = c.fabric.ip_keep_bytes();
+    c.port.trim_exact_to_header = false;
+    c.port.priority = Priority::kDwrr;
+    c.port.dwrr_header_share = c.fabric.trimmed_share;
   }
   if (c.port.mode == Mode::kReplay && c.replay.empty()) return bad("--mode replay needs --replay FILE");
   if (c.port.mode != Mode::kReplay && !c.replay.empty()) return bad("--replay FILE needs --mode replay");

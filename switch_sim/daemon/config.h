@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "switch_sim/fabric.h"
 #include "switch_sim/port.h"
 
 namespace trim::sw::daemon {
@@ -38,6 +39,15 @@ struct Config {
     p.trim_exact_to_header = true;
     return p;
   }();
+  // --fabric 1: behave as a trimming switch that exists (switch_sim/fabric.h): class by DSCP,
+  // a fixed trim size, a remark, a trimmed class with a DWRR share; never read our header
+  // (in UDP mode only its destination, which stands in for IP routing there).
+  FabricConfig fabric = [] {
+    FabricConfig f;
+    f.trimmable.set(18);  // NCCL_TRIM_DSCP_TRIMMABLE's default
+    return f;
+  }();
+  bool trim_bytes_set = false;  // --trim-bytes given (native mode only)
   std::string transcript_out;  // --transcript-out: trims as `flow msg psn` lines, written on exit
   std::string replay;          // --replay: a transcript for --mode replay
   std::vector<CrossSpec> cross;

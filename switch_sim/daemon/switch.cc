@@ -71,6 +71,11 @@ Status Switch::open() {
     socklen_t blen = sizeof(bound);
     if (getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&bound), &blen) != 0) return sock::errno_status("getsockname");
     bound_port_ = ntohs(bound.sin_port);
+    // The fabric mode classes by DSCP: every datagram comes with the TOS it arrived with.
+    const int on = 1;
+    if (cfg_.fabric.on && setsockopt(sock_.get(), IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
+      return sock::errno_status("setsockopt(IP_RECVTOS)");
+    }
   }
 
   sigset_t set;
@@ -138,6 +143,7 @@ uint64_t Switch::alloc_slot(const uint8_t* data, uint32_t len) {
     slots_.emplace_back();
     slot_len_.push_back(0);
     slot_class_.push_back(0);
+    slot_tos_.push_back(0);
   }
   std::vector<uint8_t>& s = slots_[idx];
   if (s.size() < len) s.resize(len);
@@ -172,6 +178,42 @@ void Switch::generate_cross(uint64_t now_ns) {
         put(*ports_[cross_fixed_port_[i]]);
       }
     }
+  }
+}
+
+void Switch::on_fabric_datagram(uint8_t* data, uint32_t len, uint8_t tos, uint64_t now_ns) {
+  // Where it goes, and nothing else of our header: the destination stands in for IP routing in
+  // UDP mode (little-endian, bytes 44..49; see docs/PROTOCOL.md). No CRC, class or trim point.
+  if (len < 50 || codec::is_ctrl_datagram(data, len)) {
+    ++g_.bad;
+    return;
+  }
+  const uint32_t dst_ip = static_cast<uint32_t>(data[44]) | (static_cast<uint32_t>(data[45]) << 8) |
+                          (static_cast<uint32_t>(data[46]) << 16) | (static_cast<uint32_t>(data[47]) << 24);
+  const uint16_t dst_port = static_cast<uint16_t>(data[48] | (data[49] << 8));
+  if (dst_ip == 0 || dst_port == 0) {
+    ++g_.bad;
+    return;
+  }
+  Egress& e = egress_for(dst_ip, dst_port);
+  if (lose()) return;
+  Ipv4Info info;
+  info.tos = tos;
+  info.total_len = len + codec::kIpv4UdpBytes;  // what the IP packet would be
+  Packet p = fabric_packet(info, cfg_.fabric);
+  p.flow = flow_id(port_key(dst_ip, dst_port));
+  DscpCounters& k = g_.dscp[dscp_of(tos)];
+  ++k.received;
+  p.tag = alloc_slot(data, len);
+  if (p.tag == 0) {
+    ++g_.pool_exhausted;
+    return;
+  }
+  slot_tos_[p.tag - 1] = tos;
+  const Verdict v = e.port.enqueue(p, now_ns);
+  if (v == Verdict::kDropped || v == Verdict::kDroppedHeader) {
+    ++k.dropped;
+    free_slot(p.tag);
   }
 }
 
@@ -219,12 +261,15 @@ void Switch::on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns) {
 void Switch::receive(int max_batches) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
+  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int))];
   for (int turn = 0; turn < max_batches; ++turn) {
     for (uint32_t i = 0; i < kBatch; ++i) {
       iov[i] = iovec{rx_bufs_[i].data(), rx_bufs_[i].size()};
       msgs[i] = mmsghdr{};
       msgs[i].msg_hdr.msg_iov = &iov[i];
       msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = cbuf[i];
+      msgs[i].msg_hdr.msg_controllen = sizeof cbuf[i];
     }
     const int n = recvmmsg(sock_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return;  // EAGAIN (or a transient error): back to the loop
@@ -237,7 +282,16 @@ void Switch::receive(int max_batches) {
         ++g_.bad;
         continue;
       }
-      on_datagram(rx_bufs_[i].data(), msgs[i].msg_len, now);
+      if (!cfg_.fabric.on) {
+        on_datagram(rx_bufs_[i].data(), msgs[i].msg_len, now);
+        continue;
+      }
+      ++g_.datagrams;
+      uint8_t tos = 0;
+      for (cmsghdr* cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+        if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1)) tos = *CMSG_DATA(cm);
+      }
+      on_fabric_datagram(rx_bufs_[i].data(), msgs[i].msg_len, tos, now);
     }
     if (static_cast<uint32_t>(n) < kBatch) return;
   }
@@ -255,6 +309,8 @@ void Switch::advance_all(uint64_t now_ns) {
 bool Switch::send_due(uint64_t now_ns) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
+  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int))];
+  bool cut[kBatch];
   for (auto& ep : ports_) {
     Egress& e = *ep;
     while (!e.on_link.empty() && e.on_link.front().arrive_ns <= now_ns) {
@@ -271,12 +327,19 @@ bool Switch::send_due(uint64_t now_ns) {
         const uint32_t idx = static_cast<uint32_t>(d.packet.tag - 1);
         uint8_t* data = slots_[idx].data();
         uint32_t len = slot_len_[idx];
-        if (d.packet.trimmed) {
+        cut[n] = false;
+        if (cfg_.fabric.on) {
+          // Our socket builds fresh IP/UDP headers: the cut and the remark are all there is to do.
+          const uint32_t keep = d.packet.bytes > codec::kIpv4UdpBytes ? d.packet.bytes - codec::kIpv4UdpBytes : 0;
+          cut[n] = keep < len;
+          len = std::min(len, keep);
+        } else if (d.packet.trimmed) {
           // The model's size counts IP + UDP; the header itself always survives (a fixed
           // trim size below it would leave nothing the receiver could parse).
-          const uint32_t cut = d.packet.bytes > codec::kIpv4UdpBytes ? d.packet.bytes - codec::kIpv4UdpBytes : 0;
-          len = std::min(len, std::max(cut, codec::kHeaderBytes));
+          const uint32_t keep = d.packet.bytes > codec::kIpv4UdpBytes ? d.packet.bytes - codec::kIpv4UdpBytes : 0;
+          len = std::min(len, std::max(keep, codec::kHeaderBytes));
           codec::mark_trimmed(data);
+          cut[n] = true;
         }
         iov[n] = iovec{data, len};
         msgs[n] = mmsghdr{};
@@ -284,6 +347,18 @@ bool Switch::send_due(uint64_t now_ns) {
         msgs[n].msg_hdr.msg_namelen = sizeof(e.dst);
         msgs[n].msg_hdr.msg_iov = &iov[n];
         msgs[n].msg_hdr.msg_iovlen = 1;
+        if (cfg_.fabric.on) {
+          // The DSCP it came with, or the trimmed one for the trimmed class (ECN kept).
+          const uint8_t tos = slot_tos_[idx];
+          const int out = d.packet.header_class ? (cfg_.fabric.trimmed_dscp << 2) | (tos & 3) : tos;
+          cmsghdr* cm = reinterpret_cast<cmsghdr*>(cbuf[n]);
+          cm->cmsg_level = IPPROTO_IP;
+          cm->cmsg_type = IP_TOS;
+          cm->cmsg_len = CMSG_LEN(sizeof(int));
+          std::memcpy(CMSG_DATA(cm), &out, sizeof out);
+          msgs[n].msg_hdr.msg_control = cbuf[n];
+          msgs[n].msg_hdr.msg_controllen = CMSG_SPACE(sizeof(int));
+        }
       }
       const int sent = sendmmsg(sock_.get(), msgs, n, 0);
       uint32_t done = 0;
@@ -296,7 +371,12 @@ bool Switch::send_due(uint64_t now_ns) {
         for (uint32_t k = 0; k < done; ++k) {
           ++e.forwarded_packets;
           e.forwarded_bytes += iov[k].iov_len;
-          if (e.on_link[k].packet.trimmed) ++e.forwarded_trimmed;
+          if (cut[k]) ++e.forwarded_trimmed;
+          const Packet& fp = e.on_link[k].packet;
+          if (cfg_.fabric.on && fp.header_class) {
+            DscpCounters& dc = g_.dscp[dscp_of(slot_tos_[fp.tag - 1])];
+            ++(cut[k] ? dc.trimmed : dc.remarked);
+          }
         }
       }
       for (uint32_t k = 0; k < done; ++k) {
@@ -430,8 +510,23 @@ std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
   }
   // TUN mode: flat per-class keys (CLASS_received, ...), so one-level JSON readers find them.
   std::string extra;
+  if (cfg_.fabric.on) {
+    std::string dscps;
+    for (uint32_t d = 0; d < 64; ++d) dscps += cfg_.fabric.trimmable.test(d) ? (dscps.empty() ? "" : ",") + std::to_string(d) : "";
+    extra += fmt::format(",\"fabric\":1,\"trim_dscp\":\"{}\",\"trimmed_dscp\":{},\"trim_size\":{},\"trim_l2_bytes\":{},"
+                         "\"trimmed_share\":{},\"rewrite\":\"{}\"",
+                         dscps, cfg_.fabric.trimmed_dscp, cfg_.fabric.trim_size, cfg_.fabric.l2_bytes,
+                         cfg_.fabric.trimmed_share, cfg_.fabric.rewrite_text());
+    for (uint32_t d = 0; d < 64; ++d) {
+      const DscpCounters& k = g_.dscp[d];
+      if (k.received == 0) continue;
+      extra += fmt::format(",\"dscp_{0}_received\":{1},\"dscp_{0}_trimmed\":{2},\"dscp_{0}_remarked\":{3},"
+                           "\"dscp_{0}_dropped\":{4}",
+                           d, k.received, k.trimmed, k.remarked, k.dropped);
+    }
+  }
   if (cfg_.tun()) {
-    extra = fmt::format(",\"no_route\":{}", g_.no_route);
+    extra += fmt::format(",\"no_route\":{}", g_.no_route);
     for (int c = 0; c < static_cast<int>(IpClass::kCount); ++c) {
       const ClassCounters& k = g_.cls[c];
       const char* n = ip_class_name(static_cast<IpClass>(c));

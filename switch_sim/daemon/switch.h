@@ -46,6 +46,14 @@ struct ClassCounters {
   uint64_t lost = 0;       // --loss-p
 };
 
+// Fabric mode: per DSCP, what happened to the real packets that carried it on arrival.
+struct DscpCounters {
+  uint64_t received = 0;
+  uint64_t trimmed = 0;   // cut and remarked
+  uint64_t remarked = 0;  // queued in the trimmed class whole (no longer than the trim size, or trimmed upstream)
+  uint64_t dropped = 0;   // by the model
+};
+
 // Counters that belong to no port.
 struct GlobalCounters {
   uint64_t datagrams = 0;          // everything received
@@ -57,6 +65,7 @@ struct GlobalCounters {
   uint64_t lost = 0;               // --loss-p, all modes
   uint64_t no_route = 0;           // TUN mode: a destination address no rank has
   ClassCounters cls[static_cast<int>(IpClass::kCount)];
+  DscpCounters dscp[64];
 };
 
 class Switch {
@@ -80,6 +89,7 @@ class Switch {
   void generate_cross(uint64_t now_ns);
   void receive(int max_batches);
   void on_datagram(uint8_t* data, uint32_t len, uint64_t now_ns);
+  void on_fabric_datagram(uint8_t* data, uint32_t len, uint8_t tos, uint64_t now_ns);
   Status open_tuns();
   void receive_tun(int max_batches);
   void on_ip_packet(uint8_t* data, uint32_t len, uint64_t now_ns);
@@ -113,6 +123,7 @@ class Switch {
   std::vector<std::vector<uint8_t>> slots_;
   std::vector<uint32_t> slot_len_;
   std::vector<uint8_t> slot_class_;  // TUN mode: the IpClass of each slot's packet
+  std::vector<uint8_t> slot_tos_;    // the TOS byte each slot's packet arrived with
   std::vector<uint32_t> free_slots_;
   std::vector<std::vector<uint8_t>> rx_bufs_;
   GlobalCounters g_;

@@ -72,7 +72,8 @@ void Switch::receive_tun(int max_batches) {
 void Switch::on_ip_packet(uint8_t* data, uint32_t len, uint64_t now_ns) {
   ++g_.datagrams;
   Ipv4Info info;
-  if (parse_ipv4(data, len, &info) != IpError::kOk) {
+  // The fabric mode never looks into a UDP payload: our packets are plain UDP to it.
+  if (parse_ipv4(data, len, &info, !cfg_.fabric.on) != IpError::kOk) {
     ++g_.bad;  // IPv6 (router solicitations and the like), short or corrupt packets
     return;
   }
@@ -88,7 +89,9 @@ void Switch::on_ip_packet(uint8_t* data, uint32_t len, uint64_t now_ns) {
     return;
   }
   Egress& e = *ports_[it->second];
-  Packet p = model_packet(info);
+  Packet p = cfg_.fabric.on ? fabric_packet(info, cfg_.fabric) : model_packet(info);
+  DscpCounters& dc = g_.dscp[dscp_of(info.tos)];
+  if (cfg_.fabric.on) ++dc.received;
   // Flows for transcripts: our connections by cookie, everything else by its 5-tuple.
   const uint64_t key = info.cls == IpClass::kTrimData
                            ? info.cookie
@@ -101,9 +104,11 @@ void Switch::on_ip_packet(uint8_t* data, uint32_t len, uint64_t now_ns) {
     return;
   }
   slot_class_[p.tag - 1] = static_cast<uint8_t>(info.cls);
+  slot_tos_[p.tag - 1] = info.tos;
   const Verdict v = e.port.enqueue(p, now_ns);
   if (v == Verdict::kDropped || v == Verdict::kDroppedHeader) {
     ++cc.dropped;
+    if (cfg_.fabric.on) ++dc.dropped;
     free_slot(p.tag);
   }
 }
@@ -121,12 +126,23 @@ bool Switch::send_due_tun(uint64_t now_ns) {
       uint8_t* data = slots_[idx].data();
       uint32_t len = slot_len_[idx];
       ClassCounters& cc = g_.cls[slot_class_[idx]];
-      if (d.packet.trimmed) {
+      bool cut = false;
+      if (cfg_.fabric.on) {
+        // The trimmed class: remarked, and cut when the model cut it (the IP length after it).
+        Ipv4Info info;
+        if (d.packet.header_class && parse_ipv4(data, len, &info, false) == IpError::kOk) {
+          cut = d.packet.bytes < info.total_len;
+          len = fabric_remark(data, info, d.packet.bytes, cfg_.fabric);
+          DscpCounters& dc = g_.dscp[dscp_of(slot_tos_[idx])];
+          ++(cut ? dc.trimmed : dc.remarked);
+        }
+      } else if (d.packet.trimmed) {
         // Only our data packets are ever cut (the model trims only what says it may, and cuts
         // to a header only what has one); the model's size is the IP length after the cut.
         Ipv4Info info;
         if (parse_ipv4(data, len, &info) == IpError::kOk && info.cls == IpClass::kTrimData) {
           len = cut_trim_packet(data, info, d.packet.bytes);
+          cut = true;
         }
       }
       const ssize_t w = ::write(e.tun_fd, data, len);
@@ -137,7 +153,7 @@ bool Switch::send_due_tun(uint64_t now_ns) {
         ++e.forwarded_packets;
         e.forwarded_bytes += len;
         ++cc.forwarded;
-        if (d.packet.trimmed) {
+        if (cut) {
           ++e.forwarded_trimmed;
           ++cc.trimmed;
         }

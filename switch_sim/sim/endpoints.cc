@@ -256,7 +256,13 @@ void Simulator::on_arrive(uint32_t id, uint64_t t) {
     return;
   }
   const uint32_t port = topo_.port_after(fh.path, p.spine, hop);
-  if (port == UINT32_MAX) {
+  if (port == UINT32_MAX && cfg_.fabric && p.pkt.trimmed && p.pkt.bytes < kOverheadBytes) {
+    // A fabric switch cut it inside our header: the receiver can use nothing of it, not even
+    // its psn. Lost, as a drop is (the sender's recovery repairs it).
+    ++ctr_.dropped;
+    ++ctr_.header_cuts;
+    free_pkt(slot);
+  } else if (port == UINT32_MAX) {
     deliver(slot, t);
   } else {
     enqueue_at(port, slot, hop, t);

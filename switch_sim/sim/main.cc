@@ -60,6 +60,13 @@ Usage: trim-sim [flags]
   --iters N              iterations (default 5); JCT p50/p99 are over iterations (nearest rank)
   --incast-senders K     incast senders into host 0 (default 8)
   --exact                incast/permutation payload is exact (default: trimmable)
+  --fabric 0|1           1: switches as trim-switch --fabric 1 (docs/DEPLOYMENT.md): trim the
+                         trimmable class to --trim-size, drop exact packets (no header cuts),
+                         serve the trimmed class by DWRR with --trimmed-share of the link; a cut
+                         inside our 80-byte header is a loss at the receiver (header_cuts)
+  --trim-size B          --fabric 1: frame bytes a trim keeps, 64..9216 (default 256; the IP
+                         packet keeps B - 18)
+  --trimmed-share S      --fabric 1: the trimmed class's DWRR share, 0.01..0.99 (default 0.25)
   --trim-exact 0|1       1 (default, NDP/UEC, as trim-switch --trim-exact 1): in trim mode exact
                          packets (allgather, background) are cut to a bare header instead of
                          dropped and the receiver NACKs it at once; 0: they are dropped
@@ -134,6 +141,7 @@ uint64_t to_bytes(const std::string& flag, const std::string& v) {
 
 int main(int argc, char** argv) {
   Config cfg;
+  uint32_t fabric_size = 0;  // --trim-size (fabric mode; 256 when unset)
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -197,6 +205,9 @@ int main(int argc, char** argv) {
     } else if (a == "--rto-us") cfg.rto_ns = to_u64(a, v, 1, 10000000) * 1000;
     else if (a == "--tlp") cfg.tlp = to_u64(a, v, 0, 1) == 1;
     else if (a == "--trim-exact") cfg.nack_exact = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--fabric") cfg.fabric = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--trim-size") fabric_size = static_cast<uint32_t>(to_u64(a, v, 64, 9216));
+    else if (a == "--trimmed-share") cfg.trimmed_share = to_double(a, v, 0.01, 0.99);
     else if (a == "--slice") cfg.slice_bytes = to_bytes(a, v);
     else if (a == "--ring") {
       if (v == "linear") cfg.ring = trim::sim::RingOrder::kLinear;
@@ -207,8 +218,14 @@ int main(int argc, char** argv) {
     else if (a == "--cm") cfg.cm_path = v;
     else bad(a, v, "a flag listed by --help");
   }
-  // Cross-flag checks.
-  if (cfg.trim_bytes != 0 && cfg.trim_bytes < 64) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "0, plane0 or >= 64");
+  // Cross-flag checks. The fabric mode trims to a frame size: its IP bytes (less 18 of framing).
+  if (cfg.fabric) {
+    if (cfg.trim_bytes != 0) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "unset with --fabric 1 (use --trim-size)");
+    cfg.trim_bytes = (fabric_size != 0 ? fabric_size : 256) - 18;
+  } else if (fabric_size != 0) {
+    bad("--trim-size", std::to_string(fabric_size), "--fabric 1 as well");
+  }
+  if (!cfg.fabric && cfg.trim_bytes != 0 && cfg.trim_bytes < 64) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "0, plane0 or >= 64");
   if (cfg.trim_bytes >= cfg.mtu_bytes) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "less than --mtu");
   if (cfg.slice_bytes == 0) bad("--slice", "0", "a positive byte count");
   if (cfg.bg_flow_bytes == 0) bad("--bg-flow", "0", "a positive byte count");

@@ -141,7 +141,8 @@ std::string Simulator::json(double wall_seconds) const {
       "{{\"hosts\":{},\"hosts_per_leaf\":{},\"leaves\":{},\"spines\":{},\"oversub\":{},\"uplink_gbps\":{:.3f},"
       "\"workload\":\"{}\",\"mode\":\"{}\",\"routing\":\"{}\",\"background\":\"{}\",\"bg_load\":{},"
       "\"bytes\":{},\"iters\":{},\"mtu\":{},\"link_gbps\":{},\"buffer_bytes\":{},\"trim_bytes\":{},"
-      "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
+      "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"fabric\":{},\"trimmed_share\":{},\"header_cuts\":{},"
+      "\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
       "\"jct_ms\":{},\"jct_p50_ms\":{:.4f},\"jct_p99_ms\":{:.4f},"
       "\"injected\":{},\"delivered\":{},\"dropped\":{},\"in_flight_end\":{},\"port_conservation_violations\":{},"
       "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
@@ -156,7 +157,8 @@ std::string Simulator::json(double wall_seconds) const {
       topo_.uplink_gbps, workload_name(cfg_.workload), sw::mode_name(cfg_.mode),
       cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background), cfg_.bg_load, cfg_.bytes,
       cfg_.iters, cfg_.mtu_bytes, cfg_.link_gbps, cfg_.buffer_bytes, cfg_.trim_bytes, cfg_.window_pkts,
-      cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact ? "true" : "false", cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
+      cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact && !cfg_.fabric ? "true" : "false",
+      cfg_.fabric ? "true" : "false", cfg_.trimmed_share, ctr_.header_cuts, cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
       cfg_.seed, jct, percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99), ctr_.injected, ctr_.delivered,
       ctr_.dropped, in_flight, port_violations, conserved ? "true" : "false", trimmed_total, trimmed_total / inj,
       exact_cut_total, exact_cut_total / inj,

@@ -27,8 +27,9 @@ enum class Routing { kEcmp, kSpray };
 enum class RingOrder { kLinear, kRandom };
 enum class Cc { kFixed, kAimd };
 
-// Wire overhead of one codec packet: IPv4+UDP (28) and the trim header (56), as codec/packet.h.
-constexpr uint32_t kOverheadBytes = 28 + 56;
+// Wire overhead of one codec packet: IPv4+UDP (28) and our header (80, wire version 2), as
+// codec/packet.h.
+constexpr uint32_t kOverheadBytes = 28 + 80;
 // ACKs/NACKs are 64-byte control packets; they are modelled out of band (see endpoints.cc).
 constexpr uint32_t kAckBytes = 64;
 // A flow's window is a span of packet sequence numbers at most this wide (slots are psn % it).
@@ -59,6 +60,12 @@ struct Config {
   // header (their plane 0 is empty), and the receiver NACKs the header at once, as trim-switch
   // --trim-exact 1 and the plugin do; off: the switch drops exact packets.
   bool nack_exact = true;
+  // --fabric 1: switches as trim-switch --fabric 1 models them (switch_sim/fabric.h): trimmable
+  // by class, cut to a fixed size (trim_bytes = --trim-size less 18 bytes of framing), exact
+  // packets dropped, the trimmed class served by DWRR with trimmed_share of the link; a cut
+  // inside our header reaches the receiver as nothing it can use (a loss).
+  bool fabric = false;
+  double trimmed_share = 0.25;
   Background background = Background::kNone;
   double bg_load = 0.15;           // background offered load per host, fraction of link rate
   uint64_t bg_flow_bytes = 1ull << 20;
@@ -189,6 +196,7 @@ struct Counters {
   uint64_t injected_trimmable = 0, retx = 0, retx_trimmable = 0, retx_rto = 0, retx_rack = 0,
            retx_nack = 0, retx_nack_trimmable = 0, retx_tlp = 0, rto_events = 0;
   uint64_t duplicates = 0, stale = 0;
+  uint64_t header_cuts = 0;                 // --fabric: cut inside our header, lost at the receiver (in dropped)
   uint64_t delivered_trimmed = 0;
   uint64_t rs_packets = 0, rs_trimmed = 0;  // first deliveries of reduce-scatter packets
   uint64_t rs_cut_heads = 0;                // of rs_trimmed: cut inside plane 0 (some heads lost)

@@ -45,8 +45,9 @@ void Topology::build(const Config& cfg) {
   base.trim_bytes = cfg.trim_bytes;
   // Exact packets of our class are cut to their bare header whatever the trim size, as
   // trim-switch --trim-exact 1 does (a loss notice; the receiver NACKs it).
-  base.trim_exact_to_header = cfg.nack_exact;
-  base.priority = sw::Priority::kStrict;
+  base.trim_exact_to_header = cfg.nack_exact && !cfg.fabric;
+  base.priority = cfg.fabric ? sw::Priority::kDwrr : sw::Priority::kStrict;
+  base.dwrr_header_share = cfg.trimmed_share;
 
   const size_t total = 2ull * hosts_ + (leaves_ > 1 ? 2ull * leaves_ * spines_ : 0);
   ports.clear();

@@ -27,6 +27,9 @@ struct PluginStats {
   // Codec tasks that found their message abandoned, and those close/deregMr found in flight
   // (queued or running) and waited for.
   int64_t codec_cancelled = 0, codec_waited_tasks = 0;
+  // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
+  // header (losses, repaired by the transport).
+  int64_t trimmed_marked = 0, header_cuts = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
