@@ -62,8 +62,12 @@ if [[ -z $why ]]; then
     >"$out/headline.report" 2>"$out/headline.log" || rc=$?
   mv "$out/headline.report" "$out/headline/report.md" 2>/dev/null || true
   if ((rc != 0)); then
-    echo "demo: a training run failed (exit $rc); the bench's log:" >&2
-    tail -15 "$out/headline.log" >&2
+    if grep -q 'failed (124)' "$out/headline.log" && ! grep -q 'failed ([^1]' "$out/headline.log"; then
+      echo "   (a run was stopped by its ${DEMO_LIMIT_S:-100} s limit, as Gloo often is at this congestion: the table says how far it got)"
+    else
+      echo "demo: a training run failed (exit $rc); the bench's log:" >&2
+      tail -15 "$out/headline.log" >&2
+    fi
   fi
   headline=ran
   "$PYTHON" - "$out/headline" "$trim_tr" "$out/summary.json" <<'PY'
