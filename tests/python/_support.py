@@ -52,3 +52,22 @@ def free_env(**extra) -> dict:
     env["NCCL_TRIM_LIB_DIR"] = str(lib_dir())
     env.update(extra)
     return env
+
+
+def spawn_ranks(cls, worker_main, world: int, weights_only: bool = True) -> None:
+    """Runs worker_main(rank, world, rendezvous file, out dir) on `world` spawned ranks, each of
+    which saves rank<R>.pt into the out dir; sets cls.torch, cls.tmp (cleaned up by the caller's
+    tearDownClass), cls.seconds and cls.ranks (the loaded results)."""
+    import tempfile
+    import time
+
+    torch = require_torch()
+    import torch.multiprocessing as mp
+
+    cls.torch = torch
+    cls.tmp = tempfile.TemporaryDirectory()
+    t0 = time.monotonic()
+    mp.spawn(worker_main, args=(world, os.path.join(cls.tmp.name, "rdzv"), cls.tmp.name), nprocs=world)
+    cls.seconds = time.monotonic() - t0
+    cls.ranks = [torch.load(os.path.join(cls.tmp.name, f"rank{r}.pt"), weights_only=weights_only)
+                 for r in range(world)]

@@ -12,12 +12,9 @@ DDP and FSDP1 runs (4 and 3 SGD steps): max |p_hook - p_plain| <= 1e-5 * max |p|
 (seen: ~1e-7), and the hook's replicas are bitwise identical on all ranks.
 """
 
-import os
-import tempfile
-import time
 import unittest
 
-from _support import require_libs, require_torch
+from _support import require_libs, require_torch, spawn_ranks
 
 SAME_DATA_STEPS = 3  # _gloo_worker.SAME_DATA_STEPS (not imported: it needs torch)
 
@@ -31,16 +28,9 @@ class HookAcrossRanksTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         require_libs()
-        torch = require_torch()
-        import torch.multiprocessing as mp
-
+        require_torch()
         import _gloo_worker
-        cls.torch = torch
-        cls.tmp = tempfile.TemporaryDirectory()
-        t0 = time.monotonic()
-        mp.spawn(_gloo_worker.main, args=(WORLD, os.path.join(cls.tmp.name, "rdzv"), cls.tmp.name), nprocs=WORLD)
-        cls.seconds = time.monotonic() - t0
-        cls.ranks = [torch.load(os.path.join(cls.tmp.name, f"rank{r}.pt")) for r in range(WORLD)]
+        spawn_ranks(cls, _gloo_worker.main, WORLD)
 
     @classmethod
     def tearDownClass(cls):

@@ -17,12 +17,9 @@
   one is dropped from the cache; a hook group destroyed alone is replaced, a live one reused.
 """
 
-import os
-import tempfile
-import time
 import unittest
 
-from _support import require_libs, require_torch
+from _support import require_libs, require_torch, spawn_ranks
 
 WORLD = 2
 PARAM_BOUND = 1e-5
@@ -32,16 +29,9 @@ class PatchedDdpTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         require_libs()
-        torch = require_torch()
-        import torch.multiprocessing as mp
-
+        require_torch()
         import _launcher_worker
-        cls.torch = torch
-        cls.tmp = tempfile.TemporaryDirectory()
-        t0 = time.monotonic()
-        mp.spawn(_launcher_worker.main, args=(WORLD, os.path.join(cls.tmp.name, "rdzv"), cls.tmp.name), nprocs=WORLD)
-        cls.seconds = time.monotonic() - t0
-        cls.ranks = [torch.load(os.path.join(cls.tmp.name, f"rank{r}.pt"), weights_only=False) for r in range(WORLD)]
+        spawn_ranks(cls, _launcher_worker.main, WORLD, weights_only=False)
 
     @classmethod
     def tearDownClass(cls):
