@@ -43,6 +43,8 @@
 # between runs of the same mode (docs/RESULTS.md, "Through the switch emulator").
 # Everything the script starts is killed on exit, error or Ctrl-C (trap below).
 set -euo pipefail
+# shellcheck source=scripts/switch_port.sh
+. "$(dirname "${BASH_SOURCE[0]}")/switch_port.sh"
 build=${1:-build}
 out="$build/demo"
 rate=${DEMO_RATE_GBPS:-1}
@@ -84,15 +86,10 @@ run_mode() {
     --stats-interval-ms 100 >"$log" &
   local sw=$!
   pids+=("$sw")
-  local port=""
-  for _ in $(seq 500); do
-    # (|| true: until the background shell has created the log, head fails, and set -e would exit)
-    port=$(head -1 "$log" 2>/dev/null | sed -n 's/^{"event":"listening","port":\([0-9][0-9]*\)}$/\1/p' || true)
-    [ -n "$port" ] && break
-    kill -0 "$sw" 2>/dev/null || { echo "demo: trim-switch exited at start" >&2; return 1; }
-    sleep 0.01
-  done
-  [ -n "$port" ] || { echo "demo: trim-switch did not report its port" >&2; return 1; }
+  local port="" rc=0
+  port=$(switch_port "$log" "$sw") || rc=$?
+  ((rc != 1)) || { echo "demo: trim-switch exited at start" >&2; return 1; }
+  ((rc == 0)) || { echo "demo: trim-switch did not report its port" >&2; return 1; }
   local rc=0
   # In the background and waited for: a trapped signal interrupts `wait` at once, while a
   # foreground child would delay the trap until it ended.

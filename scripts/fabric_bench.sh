@@ -10,8 +10,10 @@
 #   fabric-SIZE-sized  the same, the ranks with NCCL_TRIM_FABRIC_TRIM_BYTES=SIZE
 # One JSON line per run on stdout ({"config":...,"round":...,"p50_ms":...}), then one summary
 # line per configuration (medians of p50 and p99 over the rounds, mean NMSE, retransmissions).
-# usage: scripts/fabric_bench.sh [BUILD]    env: SIZE=256 ROUNDS=3, DEMO_* as scripts/demo.sh
+# usage: scripts/fabric_bench.sh [BUILD]    env: SIZE=256 ROUNDS=3, DEMO_* as scripts/demo_switch.sh
 set -euo pipefail
+# shellcheck source=scripts/switch_port.sh
+. "$(dirname "${BASH_SOURCE[0]}")/switch_port.sh"
 build=${1:-build}
 size=${SIZE:-256}
 rounds=${ROUNDS:-3}
@@ -47,13 +49,8 @@ run() {
     --buffer-bytes 0 --prop-delay-us "$prop_us" --cross "$cross" --seed "$seed" "${sw_args[@]}" >"$log" &
   local sw=$!
   pids+=("$sw")
-  local port=""
-  for _ in $(seq 500); do
-    port=$(head -1 "$log" 2>/dev/null | sed -n 's/^{"event":"listening","port":\([0-9][0-9]*\)}$/\1/p' || true)
-    [ -n "$port" ] && break
-    sleep 0.01
-  done
-  [ -n "$port" ] || { echo "fabric_bench: trim-switch did not start" >&2; return 1; }
+  local port
+  port=$(switch_port "$log" "$sw") || { echo "fabric_bench: trim-switch did not start" >&2; return 1; }
   local h
   h=$(env "${env[@]}" NCCL_TRIM_MTU="$mtu" NCCL_TRIM_SWITCH="127.0.0.1:$port" "$build/bin/trim-harness" \
         --mode allreduce --ranks "$ranks" --bytes "$bytes" --iters "$iters" --warmup 1 --seed "$seed" \

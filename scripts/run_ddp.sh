@@ -87,6 +87,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
+# shellcheck source=scripts/switch_port.sh
+. "$here/switch_port.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "run_ddp: $*" >&2; exit 2; }
@@ -260,16 +262,11 @@ start_switch() {
   setsid "${switch_cmd[@]}" >"$log" 2>"$dir/switch.err" &
   sw_pid=$!
   groups+=("$sw_pid")
-  sw_port=""
-  local _
-  for _ in $(seq 500); do
-    # (|| true: until the background shell has created the log, head fails)
-    sw_port=$(head -1 "$log" 2>/dev/null | sed -n 's/^{"event":"listening","port":\([0-9][0-9]*\)}$/\1/p' || true)
-    [[ -n $sw_port ]] && return 0
-    kill -0 "$sw_pid" 2>/dev/null || { echo "run_ddp: trim-switch exited at start: $(cat "$dir/switch.err")" >&2; return 1; }
-    sleep 0.01
-  done
-  echo "run_ddp: trim-switch did not report its port" >&2
+  local rc=0
+  sw_port=$(switch_port "$log" "$sw_pid") || rc=$?
+  ((rc == 0)) && return 0
+  if ((rc == 1)); then echo "run_ddp: trim-switch exited at start: $(cat "$dir/switch.err")" >&2
+  else echo "run_ddp: trim-switch did not report its port" >&2; fi
   return 1
 }
 stop_switch() {
