@@ -31,6 +31,24 @@
 
 namespace {
 
+// recvmsg into buf with the IP_TOS control message that IP_RECVTOS asks the kernel for; *tos
+// stays -1 when the datagram came without one.
+ssize_t recv_with_tos(int fd, std::vector<uint8_t>& buf, int flags, int* tos) {
+  iovec iov{buf.data(), buf.size()};
+  alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(int))];
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  h.msg_control = cbuf;
+  h.msg_controllen = sizeof cbuf;
+  const ssize_t n = recvmsg(fd, &h, flags);
+  if (n < 0) return n;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
+    if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS) *tos = *CMSG_DATA(cm);
+  }
+  return n;
+}
+
 using namespace trim;
 using namespace trim::live;
 using sw::FabricConfig;
@@ -358,19 +376,9 @@ class MarkingForwarder {
       if (poll(fds, 2, 20) <= 0) continue;
       if ((fds[1].revents & POLLIN) != 0) read_raw(buf);
       if ((fds[0].revents & POLLIN) == 0) continue;
-      iovec iov{buf.data(), buf.size()};
-      alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(int))];
-      msghdr h{};
-      h.msg_iov = &iov;
-      h.msg_iovlen = 1;
-      h.msg_control = cbuf;
-      h.msg_controllen = sizeof cbuf;
-      const ssize_t n = recvmsg(sock_.get(), &h, MSG_DONTWAIT);
-      if (n < 50) continue;
       int tos = -1;
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
-        if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS) tos = *CMSG_DATA(cm);
-      }
+      const ssize_t n = recv_with_tos(sock_.get(), buf, MSG_DONTWAIT, &tos);
+      if (n < 50) continue;
       const bool trimmable = (buf[3] & codec::kFlagTrimmable) != 0;
       ++(trimmable ? tos_trimmable : tos_exact)[tos];
       sockaddr_in to{};
@@ -680,21 +688,11 @@ TEST(FabricTun, OtherApplicationsKeepTheirOwnDscpBehaviour) {
     readers.emplace_back([&, f] {
       std::vector<uint8_t> buf(65536);
       for (;;) {
-        iovec iov{buf.data(), buf.size()};
-        alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(int))];
-        msghdr h{};
-        h.msg_iov = &iov;
-        h.msg_iovlen = 1;
-        h.msg_control = cbuf;
-        h.msg_controllen = sizeof cbuf;
-        const ssize_t n = recvmsg(rx[f].get(), &h, 0);
+        int tos = -1;
+        const ssize_t n = recv_with_tos(rx[f].get(), buf, 0, &tos);
         if (n < 0) {
           if (!sending.load()) break;
           continue;
-        }
-        int tos = -1;
-        for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr; cm = CMSG_NXTHDR(&h, cm)) {
-          if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS) tos = *CMSG_DATA(cm);
         }
         got[f].push_back(Got{static_cast<size_t>(n), tos});
       }
