@@ -163,6 +163,39 @@ def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
 
+def base_ttt(s):
+    """The baseline's time to target: (seconds, True) when it reached the target, else (a lower
+    bound, False): its whole run when it ended, its training until its limit stopped it when it did
+    not; (None, False) when neither is known. Also the words for a bound."""
+    if s.get("time_to_target_s") is not None:
+        return s["time_to_target_s"], True, None
+    base = s.get("transport") or "baseline"
+    if ok(s) and s.get("run_wall_s"):
+        return s["run_wall_s"], False, (f"{base} did not reach {s.get('target_acc')} in its {s.get('steps')} steps "
+                                        f"({s['run_wall_s']:.0f} s)")
+    pr = s.get("progress") or {}
+    if pr.get("train_s"):
+        return pr["train_s"], False, f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"
+    return None, False, None
+
+
+def ttt_part(t, s, tr):
+    """The goal's time-to-target part: trim run t against baseline run s."""
+    tt = t.get("time_to_target_s")
+    ts, exact, why = base_ttt(s)
+    if tt is not None and exact:
+        r = tt / ts
+        return {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed", "trim_s": tt, "base_s": ts}
+    if tt is None and exact:
+        return {"ratio": None, "state": "missed", "trim_s": None, "base_s": ts,
+                "why": f"{tr} did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
+    if tt is not None and ts:
+        bound = tt / ts
+        return {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
+                "trim_s": tt, "base_s": None, "why": why}
+    return {"state": "unknown", "why": "neither run reached the target"}
+
+
 def compare(t, s, drop=None):
     """Transport run t against the baseline run s (Socket or Gloo) of the same point; drop (same
     point) helps say why."""
@@ -172,10 +205,8 @@ def compare(t, s, drop=None):
         # The baseline was stopped by its limit before the end: it had not reached the target
         # by then (or its target line would be there), so its time to target is longer.
         pr = s["progress"]
-        if s.get("time_to_target_s"):
-            c["ttt_ratio"] = round(t["time_to_target_s"] / s["time_to_target_s"], 3)
-        else:
-            c["ttt_ratio_below"] = round(t["time_to_target_s"] / pr["train_s"], 3)
+        ts, exact, _ = base_ttt(s)
+        c["ttt_ratio" if exact else "ttt_ratio_below"] = round(t["time_to_target_s"] / ts, 3)
         c["note"] = (f"{base} {s.get('status')}: step {pr['steps']} after {pr['train_s']:.0f} s of training "
                      f"(val acc {pr.get('val_acc') or 0:.3f}, last epoch's p50 {pr.get('iter_p50_ms') or 0:.0f} ms); "
                      f"{t.get('transport')} reached the target in {t['time_to_target_s']:.0f} s")
@@ -261,15 +292,7 @@ def judge(runs, tr="trim"):
         # The baseline was stopped by its limit before reaching the target: its time to target
         # is longer than its training so far, its p99 at least its slowest epoch's.
         parts = g["parts"]
-        if s.get("time_to_target_s"):  # it reached the target before its limit stopped it
-            r = t["time_to_target_s"] / s["time_to_target_s"]
-            parts["time_to_target"] = {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed",
-                                       "trim_s": t["time_to_target_s"], "base_s": s["time_to_target_s"]}
-        else:
-            bound = t["time_to_target_s"] / pr["train_s"]
-            parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
-                                       "trim_s": t["time_to_target_s"], "base_s": None,
-                                       "why": f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"}
+        parts["time_to_target"] = ttt_part(t, s, tr)
         lo = pr.get("iter_p99_ms_at_least")
         r = ratio(t.get("iter_p99_ms"), lo)
         parts["p99"] = ({"ratio_below": r, "state": "met" if r <= GOAL_P99 else "unknown", "trim_ms": t.get("iter_p99_ms"),
@@ -282,23 +305,7 @@ def judge(runs, tr="trim"):
         g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
         return g
     parts = g["parts"]
-    # time to target
-    ts, tt = s.get("time_to_target_s"), t.get("time_to_target_s")
-    if ts is not None and tt is not None:
-        r = tt / ts
-        parts["time_to_target"] = {"ratio": round(r, 3), "state": "met" if r <= GOAL_TTT else "missed",
-                                   "trim_s": tt, "base_s": ts}
-    elif tt is None and ts is not None:
-        parts["time_to_target"] = {"ratio": None, "state": "missed", "trim_s": None, "base_s": ts,
-                                   "why": f"{tr} did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
-    elif tt is not None and s.get("run_wall_s"):
-        bound = tt / s["run_wall_s"]  # the baseline's time to target is longer than its whole run
-        parts["time_to_target"] = {"ratio_below": round(bound, 3), "state": "met" if bound <= GOAL_TTT else "unknown",
-                                   "trim_s": tt, "base_s": None,
-                                   "why": f"{base} did not reach {s.get('target_acc')} in its {s.get('steps')} steps "
-                                          f"({s['run_wall_s']:.0f} s)"}
-    else:
-        parts["time_to_target"] = {"state": "unknown", "why": "neither run reached the target"}
+    parts["time_to_target"] = ttt_part(t, s, tr)
     # p99
     r = ratio(t.get("iter_p99_ms"), s.get("iter_p99_ms"))
     parts["p99"] = {"ratio": r, "state": "unknown" if r is None else ("met" if r <= GOAL_P99 else "missed"),
