@@ -70,10 +70,12 @@ if [[ -z $why ]]; then
     fi
   fi
   headline=ran
-  "$PYTHON" - "$out/headline" "$trim_tr" "$out/summary.json" <<'PY'
+  "$PYTHON" - "$out/headline" "$trim_tr" "$out/summary.json" "$here" <<'PY'
 import json, sys
 from pathlib import Path
 root, tr, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+from plot_congestion import base_ttt
 runs = {}
 for f in root.glob("*/summary.json"):
     s = json.loads(f.read_text())
@@ -104,17 +106,17 @@ elif pr.get("train_s"):
 def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
-tt, tg = t.get("time_to_target_s"), g.get("time_to_target_s")
+tt = t.get("time_to_target_s")
 # Where Gloo never reached the target, its run (or the part of it before the limit) bounds its time.
-g_len = g.get("run_wall_s") or pr.get("train_s")
-bound = tt is not None and tg is None and bool(g_len)
+tg, exact, _ = base_ttt(g)
+bound = tt is not None and not exact and bool(tg)
 acc = (round(100 * (t["val_acc"] - g["val_acc"]), 3)
        if t.get("val_acc") is not None and g.get("val_acc") is not None and t.get("steps") == g.get("steps") else None)
 p99_g = g.get("iter_p99_ms") or pr.get("iter_p99_ms_at_least")
 summary = {
     "demo": "headline", "task": t.get("task") or g.get("task"), "trim_transport": tr,
     "cross_pct": t.get("cross_pct"), "rate_gbps": t.get("rate_gbps"), "buffer_bytes": t.get("buffer_bytes"),
-    "tta_ratio_vs_gloo": ratio(tt, g_len if bound else tg), "tta_is_upper_bound": bound,
+    "tta_ratio_vs_gloo": ratio(tt, tg), "tta_is_upper_bound": bound,
     "p50_ratio_vs_gloo": ratio(t.get("iter_p50_ms"), g.get("iter_p50_ms") or pr.get("iter_p50_ms")),
     "p99_ratio_vs_gloo": ratio(t.get("iter_p99_ms"), p99_g), "p99_is_upper_bound": not g.get("iter_p99_ms") and bool(p99_g),
     "acc_delta_points": acc,
