@@ -117,7 +117,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "congestion_bench: $*" >&2; exit 2; }
 
 ranks=2 transports="" cpu=0 tasks="" crosses="" losses="" plan="" quick=0
-rate="" buffer=131072 buffer_set="" burst=0 burst_set="" prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
+rate="" buffer="" period_ms="" prop=20 seed=7 epochs="" max_steps="" calibrate="" budget=0 startup=10
 declare -A target=([digits]=0.95 [widemlp]=0.95 [charlm]=0.45)
 declare -A compute_ms=([digits]=8 [widemlp]=5 [charlm]=15)  # assumed until measured
 out="" build=build timeout_s=1800 resume=0 dry=0 extra=()
@@ -141,8 +141,8 @@ while [[ $# -gt 0 ]]; do
     --cross) crosses=$2 ;;
     --loss) losses=$2 ;;
     --rate-gbps) rate=$2 ;;
-    --buffer-bytes) buffer=$2 buffer_set=$2 ;;
-    --cross-period-ms) burst=$2 burst_set=$2 ;;
+    --buffer-bytes) buffer=$2 ;;
+    --cross-period-ms) period_ms=$2 ;;
     --prop-delay-us) prop=$2 ;;
     --seed) seed=$2 ;;
     --target-acc-digits) target[digits]=$2 ;;
@@ -164,8 +164,8 @@ out=${out:-$build/congestion}
 [[ $out = /* ]] || out="$PWD/$out"
 plugin_so="$build/lib/libnccl-net-trim.so"
 num='^[0-9]+(\.[0-9]+)?$'
-[[ ${rate:-1} =~ $num && $buffer =~ ^[0-9]+$ && $prop =~ $num && $seed =~ ^[0-9]+$ ]] ||
-  die "--rate-gbps, --buffer-bytes, --prop-delay-us, --seed: numbers"
+[[ ${rate:-1} =~ $num && ${buffer:-0} =~ ^[0-9]+$ && ${period_ms:-0} =~ ^[0-9]+$ && $prop =~ $num && $seed =~ ^[0-9]+$ ]] ||
+  die "--rate-gbps, --buffer-bytes, --cross-period-ms, --prop-delay-us, --seed: numbers"
 [[ $budget =~ ^[0-9]+$ && $startup =~ $num && $timeout_s =~ ^[0-9]+$ && $ranks =~ ^[0-9]+$ ]] ||
   die "--budget-s, --startup-s, --timeout-s, --ranks: numbers"
 
@@ -203,7 +203,7 @@ fi
 # preset): 2.5 Gbit/s on a GPU, 0.5 on CPU, a 128 KiB buffer and line-rate bursts of cross traffic
 # (docs/RESULTS.md, "Training through one bottleneck": constant cross traffic or a deep buffer
 # leave TCP nothing to recover from, and the transports tie).
-calibrate=${calibrate:-0} rate=${rate:-$( ((cpu)) && echo 0.5 || echo 2.5)} buffer=${buffer_set:-131072} burst=${burst_set:-10}
+calibrate=${calibrate:-0} rate=${rate:-$( ((cpu)) && echo 0.5 || echo 2.5)} buffer=${buffer:-131072} period_ms=${period_ms:-10}
 base=socket
 ((cpu)) && base=gloo
 transports=${transports:-$( ((cpu)) && echo gloo,drop,trim,hook || echo socket,drop,trim,trim16)}
@@ -342,7 +342,7 @@ if ((dry)); then
     rank_cmd "$task" "$tr" "$out/$label" "$lim"
     echo "# run $label -> $out/$label (estimate ${e} s, limit ${lim} s)"
     "$here/netns_bottleneck.sh" --print-only --build "$build" --ranks "$ranks" --rate-gbps "$rate" \
-      --buffer-bytes "$buffer" --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$burst" --loss "$l" --mode "$swmode" --seed "$seed" \
+      --buffer-bytes "$buffer" --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$period_ms" --loss "$l" --mode "$swmode" --seed "$seed" \
       --per-rank --switch-arg --stats-interval-ms --switch-arg 1000 -- "${cmd[@]}" 2>&1 | sed 's/^/#   /'
   done
   verdict=""
@@ -362,12 +362,12 @@ fi
 
 write_bench_json() {
   "$PYTHON" - "$out/bench.json" "$preset" "$plan" "$transports" "$ranks" "$rate" "$buffer" "$prop" "$seed" \
-    "$budget" "$startup" "$calibrate" "$total" "$burst" "$cpu" "${runs[@]}" <<'PY'
+    "$budget" "$startup" "$calibrate" "$total" "$period_ms" "$cpu" "${runs[@]}" <<'PY'
 import json, sys
-f, preset, plan, transports, ranks, rate, buf, prop, seed, budget, startup, cal, total, burst, cpu = sys.argv[1:16]
+f, preset, plan, transports, ranks, rate, buf, prop, seed, budget, startup, cal, total, period_ms, cpu = sys.argv[1:16]
 runs = [r.split() for r in sys.argv[16:]]
 json.dump({"preset": preset or None, "plan": plan.split(","), "transports": transports.split(","),
-           "device": "cpu" if cpu == "1" else "cuda", "cross_period_ms": float(burst),
+           "device": "cpu" if cpu == "1" else "cuda", "cross_period_ms": float(period_ms),
            "ranks": int(ranks), "rate_gbps": float(rate), "buffer_bytes": int(buf),
            "prop_delay_us": float(prop), "seed": int(seed), "budget_s": int(budget), "startup_s": float(startup),
            "calibrate": cal == "1", "estimate_s": int(total),
@@ -467,23 +467,23 @@ while ((i < ${#runs[@]})); do
   [[ $tr == socket || $tr == gloo || $tr == drop ]] && swmode=drop
   rank_cmd "$task" "$tr" "$dir" "$lim"
   bn=("$here/netns_bottleneck.sh" --build "$build" --ranks "$ranks" --rate-gbps "$rate" --buffer-bytes "$buffer"
-      --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$burst" --loss "$l" --mode "$swmode" --seed "$seed" --per-rank
+      --prop-delay-us "$prop" --cross "$c" --cross-period-ms "$period_ms" --loss "$l" --mode "$swmode" --seed "$seed" --per-rank
       --switch-arg --stats-interval-ms --switch-arg 1000)
   rm -rf "$dir"
   mkdir -p "$dir"
   mode=$tr
   [[ $tr == trim16 || $tr == hook ]] && mode=trim
   "$PYTHON" - "$dir/run.json" "$label" "$mode" "$ranks" "$task" "$tr" "$c" "$l" "$rate" "$buffer" "$seed" "$prop" \
-    "$e" "$lim" "$burst" <<'PY'
+    "$e" "$lim" "$period_ms" <<'PY'
 import json, sys
-f, label, mode, ranks, task, tr, c, l, rate, buf, seed, prop, est, lim, burst = sys.argv[1:16]
+f, label, mode, ranks, task, tr, c, l, rate, buf, seed, prop, est, lim, period_ms = sys.argv[1:16]
 plugin = tr not in ("socket", "gloo")
 json.dump({"kind": "train", "label": label, "mode": mode, "ranks": int(ranks), "task": task,
            "transport": tr, "scheme": ("rotated" if tr == "hook" else "rht") if plugin else None,
            "head_bits": (16 if tr == "trim16" else 1) if plugin else None,
            "phase": "reduce_scatter" if plugin else None, "trim_p": None,
            "estimate_s": int(est), "limit_s": int(lim),
-           "bottleneck": {"cross_pct": float(c), "cross_period_ms": float(burst), "loss_pct": float(l), "rate_gbps": float(rate),
+           "bottleneck": {"cross_pct": float(c), "cross_period_ms": float(period_ms), "loss_pct": float(l), "rate_gbps": float(rate),
                           "buffer_bytes": int(buf), "seed": int(seed), "prop_delay_us": float(prop)}},
           open(f, "w"), indent=1)
 PY

@@ -39,7 +39,7 @@
 # printed. Everything is torn down on exit, error, SIGINT and SIGTERM.
 set -euo pipefail
 
-BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 BURST=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
+BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 PERIOD_MS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
 LOG="" PER_RANK=0 DRY=0 PRINT_ONLY=0 TUN_NAME=trimbn
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
@@ -50,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --rate-gbps) RATE=$2; shift 2 ;;
     --buffer-bytes) BUFFER=$2; shift 2 ;;
     --cross) CROSS=$2; shift 2 ;;
-    --cross-period-ms) BURST=$2; shift 2 ;;
+    --cross-period-ms) PERIOD_MS=$2; shift 2 ;;
     --loss) LOSS=$2; shift 2 ;;
     --mode) MODE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
@@ -69,7 +69,7 @@ done
 [[ $# -gt 0 ]] || die "no command after -- (see --help)"
 [[ $RANKS =~ ^[0-9]+$ && $RANKS -ge 2 && $RANKS -le 16 ]] || die "--ranks $RANKS: expected 2..16"
 [[ $CROSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$CROSS" 'BEGIN{exit !(c < 100)}' || die "--cross $CROSS: expected a percentage below 100"
-[[ $BURST =~ ^[0-9]+$ ]] || die "--cross-period-ms $BURST: expected whole milliseconds"
+[[ $PERIOD_MS =~ ^[0-9]+$ ]] || die "--cross-period-ms $PERIOD_MS: expected whole milliseconds"
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
 
@@ -83,9 +83,9 @@ addr_of() { echo "198.18.0.$(($1 + 1))"; }
 SW_ARGS=(--tun-netns "$NS_LIST" --tun-name "$TUN_NAME" --tun-base "$ADDR0" --tun-mtu "$MTU"
          --mode "$MODE" --rate-gbps "$RATE" --buffer-bytes "$BUFFER" --prop-delay-us "$PROP" --seed "$SEED")
 if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
-  if awk -v b="$BURST" 'BEGIN{exit !(b > 0)}'; then
-    read -r on_ms off_ms < <(awk -v c="$CROSS" -v p="$BURST" 'BEGIN{on = int(p * c / 100 + 0.5); if (on < 1) on = 1; print on, p - on}')
-    ((off_ms >= 0)) || die "--cross-period-ms $BURST: shorter than its 1-ms burst"
+  if awk -v b="$PERIOD_MS" 'BEGIN{exit !(b > 0)}'; then
+    read -r on_ms off_ms < <(awk -v c="$CROSS" -v p="$PERIOD_MS" 'BEGIN{on = int(p * c / 100 + 0.5); if (on < 1) on = 1; print on, p - on}')
+    ((off_ms >= 0)) || die "--cross-period-ms $PERIOD_MS: shorter than its 1-ms burst"
     SW_ARGS+=(--cross "onoff:$RATE:$on_ms:$off_ms:all")
   else
     SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
@@ -186,7 +186,7 @@ rm -f "$LOG.err"
 export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
 printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
-  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$BURST" "$LOSS" "$MODE" "$SEED" "$LOG"
+  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$PERIOD_MS" "$LOSS" "$MODE" "$SEED" "$LOG"
 
 rc=0
 if [[ $PER_RANK -eq 0 ]]; then
