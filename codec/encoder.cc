@@ -25,6 +25,14 @@ namespace {
 // Row scale of the `sign` scheme and base of the sq/sd clip: the RMS of the finite values.
 float rms(double sum_sq, uint32_t n) { return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_sq / n)); }
 
+// A rotated row's head scale from its norms (|x|^2 = |R(x)|^2, the rotation is orthonormal):
+// DRIVE's unbiased |x|^2 / |R(x)|_1, or the mean magnitude |R(x)|_1 / d, the sign's
+// least-squares scale (NCCL_TRIM_HEAD_SCALE).
+float rotated_scale(double sum_sq, double sum_abs, uint32_t d, bool mse) {
+  if (!(sum_abs > 0.0)) return 0.0f;
+  return static_cast<float>(mse ? sum_abs / d : sum_sq / sum_abs);
+}
+
 }  // namespace
 
 void Encoder::log_unrotated(const RowCtx& c) {
@@ -164,9 +172,8 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       }
       scheme = Scheme::kSign;
     } else if (rht || scheme == Scheme::kRotated) {
-      // f = |V|^2 / |R(V)|_1, with |V|^2 = |R(V)|^2 (the rotation is orthonormal); a rotated
-      // row is R(V) itself.
-      scale = norms.sum_abs > 0.0 ? static_cast<float>(norms.sum_sq / norms.sum_abs) : 0.0f;
+      // A rotated row is R(V) itself.
+      scale = rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
       if (rht) pack_value_tails(c, v);
     } else {
       scale = rms(norms.sum_sq, d);
@@ -187,13 +194,13 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= cfg_.clip_sigmas;
 
   if (scheme == Scheme::kRht && finite) {
-    // Rotate in fp32: the heads are the signs of the rotated values, f = |V|^2 / |R(V)|_1.
+    // Rotate in fp32: the heads are the signs of the rotated values.
     // A bf16 row near the top of the range can overflow fp32 in the rotation: sent unrotated.
     rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
     rht_row_forward(f32_.data(), f32_.data(), d, signs_);
     const double l1 = sum_abs(f32_.data(), d);  // inf or NaN when a rotated value overflowed
     if (std::isfinite(l1)) {
-      scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
+      scale = rotated_scale(sum_sq, l1, d, cfg_.head_scale_mse);
     } else {
       scheme = Scheme::kSign;
     }
@@ -206,7 +213,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   if (scheme == Scheme::kRotated) {
     // Already rotated upstream: the sign layout, scaled as rht is; a NaN/inf row as sign.
     const double l1 = finite ? sum_abs(f32_.data(), d) : 0.0;
-    scale = l1 > 0.0 ? static_cast<float>(sum_sq / l1) : 0.0f;
+    scale = rotated_scale(sum_sq, l1, d, cfg_.head_scale_mse);
     if (!finite) scheme = Scheme::kSign;
   }
   if (scheme == Scheme::kSign) scale = rms(sum_sq, d);

@@ -71,6 +71,7 @@ Result<CodecConfig> CodecConfig::from_params(const Params& p, uint32_t mtu_bytes
   c.packet_bytes = mtu_bytes > kIpv4UdpBytes ? packet_bytes_for_mtu(mtu_bytes) : 0;
   c.seed = p.seed;
   c.clip_sigmas = static_cast<float>(p.clip_sigmas);
+  c.head_scale_mse = param::head_scale(p) == param::HeadScale::kMse;
   c.fabric_keep_bytes = codec::fabric_keep_bytes(static_cast<uint32_t>(p.fabric_trim_bytes));
   TRIM_RETURN_IF_ERROR(c.validate());
   return c;

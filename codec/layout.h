@@ -29,6 +29,7 @@ struct CodecConfig {
   uint32_t packet_bytes = packet_bytes_for_mtu(kNoInterfaceMtuBytes);  // whole codec packet, header included
   uint64_t seed = 0x7472696d;
   float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
+  bool head_scale_mse = false;    // rht/rotated heads scaled |R(x)|_1 / d, not |x|^2 / |R(x)|_1
   // NCCL_TRIM_FABRIC_TRIM_BYTES as payload bytes: what a fixed-size trim of the fabric keeps
   // after the L2/IP/UDP headers and ours (0: no trim size configured). Lossy packets then hold
   // few enough elements that their trim point fits in it (where that leaves at least

@@ -15,6 +15,10 @@ inline Scheme scheme(const Params& p) { return static_cast<Scheme>(p.scheme); }
 enum class HeadBits : int { k1 = 0, k16 = 1 };
 inline HeadBits head_bits(const Params& p) { return static_cast<HeadBits>(p.head_bits); }
 
+// NCCL_TRIM_HEAD_SCALE: unbiased|mse
+enum class HeadScale : int { kUnbiased = 0, kMse = 1 };
+inline HeadScale head_scale(const Params& p) { return static_cast<HeadScale>(p.head_scale); }
+
 // NCCL_TRIM_LOG_LEVEL: trace|debug|info|warn|error|off
 enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarn = 3, kError = 4, kOff = 5 };
 inline LogLevel log_level(const Params& p) { return static_cast<LogLevel>(p.log_level); }

@@ -41,6 +41,47 @@ TEST(CodecTrim, RhtFullyTrimmedNmseMatchesDriveFormula) {
   EXPECT_LE(mean, 0.59);
 }
 
+// NCCL_TRIM_HEAD_SCALE=mse: heads scaled by c = |Rx|_1 / d, the least-squares scale of the
+// signs, so with every packet trimmed x' = R^-1(c sign(Rx)) and, the rotation being orthonormal,
+// NMSE = 1 - |Rx|_1^2 / (d |x|^2) exactly (1 - 2/pi = 0.3634 for Gaussian rows; sd per 2^15 row
+// ~0.003, so over 50 rows the band [0.35, 0.38] is > 20 sd wide), and <x, x'> / |x|^2 = 1 - NMSE
+// (a shrink by ~2/pi, where the unbiased scale gives exactly 1). The hook's rotated rows (the
+// row is R(x) already) obey the same identity with |x|_1 in place of |Rx|_1.
+TEST(CodecTrim, MseHeadScaleMinimisesTheSquaredError) {
+  const uint32_t d = 32768;
+  for (Scheme scheme : {Scheme::kRht, Scheme::kRotated}) {
+    CodecConfig cfg = config(scheme);
+    cfg.head_scale_mse = true;
+    double mean = 0;
+    const int rows = 50;
+    std::vector<float> rotated(d);
+    std::vector<uint64_t> words;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> x = gaussian(d, 3000 + r);
+      MessageId id = test_id(static_cast<uint32_t>(r));
+      Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, id);
+      ASSERT_EQ(dec.stats.head_only, d);
+      std::vector<float> y = as_floats(dec.bytes);
+      const double nmse = sq_err(x, y) / sq_norm(x);
+      if (scheme == Scheme::kRht) {
+        rht_sign_words(rng_key(cfg.seed, id.msg_seq, 0, RngStream::kRhtSigns), d, &words);
+        rht_row_forward(x.data(), rotated.data(), d, words);
+      } else {
+        rotated = x;
+      }
+      double l1 = 0, dot = 0;
+      for (float v : rotated) l1 += std::fabs(static_cast<double>(v));
+      for (uint32_t i = 0; i < d; ++i) dot += static_cast<double>(x[i]) * y[i];
+      const double formula = 1 - l1 * l1 / (d * sq_norm(x));
+      ASSERT_NEAR(nmse, formula, 2e-4 * formula) << scheme_name(scheme) << " row " << r;
+      ASSERT_NEAR(dot / sq_norm(x), 1 - formula, 2e-4) << scheme_name(scheme) << " row " << r;
+      mean += nmse / rows;
+    }
+    EXPECT_GE(mean, 0.35) << scheme_name(scheme);
+    EXPECT_LE(mean, 0.38) << scheme_name(scheme);
+  }
+}
+
 // Partial trimming: the coordinates of untrimmed packets stay bit exact, and each trimmed one
 // is estimated from R^-1(f sign(Rx)), whose error per coordinate has the same mean square as
 // under a full trim (the random rotation treats every coordinate alike). So with a fraction u
