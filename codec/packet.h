@@ -38,7 +38,11 @@ constexpr uint32_t kIpv4UdpBytes = 28;
 constexpr uint8_t kFlagTrimmed = 0x01;    // set by trim-switch's native mode when it cuts (not covered by the CRC; receivers ignore it)
 constexpr uint8_t kFlagTrimmable = 0x02;  // a switch may trim; else it must drop (and the sender resends)
 constexpr uint8_t kFlagTail = 0x04;       // the message's raw remainder bytes (size % element size)
-constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail;
+// The sender left this datagram's UDP checksum to the kernel: if it arrives whole, the receiving
+// kernel has verified every byte and the payload's check points are not recomputed (they exist
+// for a prefix that a switch cut, or a datagram sent with checksum 0).
+constexpr uint8_t kFlagUdpChecksummed = 0x08;
+constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail | kFlagUdpChecksummed;
 
 struct PacketHeader {
   uint8_t flags = 0;
@@ -123,6 +127,8 @@ uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t 
 void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0);
 // Rewrites the transport fields of an encoded packet and refreshes the CRC.
 void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
+// Sets kFlagUdpChecksummed (covered by the header CRC: call before stamp_transport).
+void mark_udp_checksummed(uint8_t* packet);
 // Sets the TRIMMED flag and cuts nothing; a switch then sends kHeaderBytes + trim_bytes bytes.
 void mark_trimmed(uint8_t* packet);
 

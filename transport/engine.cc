@@ -25,6 +25,11 @@ constexpr uint32_t kTxBudgetPerConn = 64;  // packets a connection may emit per 
 constexpr uint64_t kMaxSleepNs = 50'000'000;
 }  // namespace
 
+bool trimmable_no_check(const Params& p) {
+  const param::UdpChecksum csum = param::udp_checksum(p);
+  return csum == param::UdpChecksum::kZero || (csum == param::UdpChecksum::kAuto && p.fabric_trim_bytes > 0);
+}
+
 EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   EngineConfig c;
   c.timeout_ns = static_cast<uint64_t>(p.timeout_ms) * 1'000'000ull;
@@ -32,9 +37,7 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   c.tos_exact = static_cast<uint8_t>(p.dscp_exact << 2);
   c.tos_control = static_cast<uint8_t>(p.dscp_control << 2);
   c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
-  const param::UdpChecksum csum = param::udp_checksum(p);
-  c.trimmable_no_check =
-      csum == param::UdpChecksum::kZero || (csum == param::UdpChecksum::kAuto && p.fabric_trim_bytes > 0);
+  c.trimmable_no_check = transport::trimmable_no_check(p);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
   c.drop = p.test_drop;
   c.dup = p.test_dup;

@@ -63,6 +63,9 @@ struct Conn {
   bool ack_due = false;
 };
 
+// NCCL_TRIM_UDP_CHECKSUM resolved: trimmable datagrams leave with UDP checksum 0.
+bool trimmable_no_check(const Params& p);
+
 struct EngineConfig {
   uint64_t timeout_ns = 30'000'000'000ull;
   // DSCP marks as TOS bytes (DSCP << 2, ECN bits 0) of what the engine sends, per class, and the

@@ -207,6 +207,7 @@ transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engi
   cp.target_trim = ctx.params.target_trim;
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
+  cp.udp_checksummed = !transport::trimmable_no_check(ctx.params);
   cp.pool = ctx.pool;
   cp.waker = engine;
   return cp;

@@ -25,6 +25,9 @@ struct ConnParams {
   double target_trim = 0.05;
   uint64_t min_rto_ns = 2'000'000;
   double rate_gbps = 0;      // 0 = no pacing
+  // Lossy packets leave with a kernel UDP checksum (not NCCL_TRIM_UDP_CHECKSUM's 0): they say so,
+  // and a receiver skips their check points when they arrive whole.
+  bool udp_checksummed = true;
   // Codec worker pool for trimmable messages (null: encode/decode on the engine's thread) and
   // what its workers wake when a task is done (the engine; null in tests that poll).
   CodecPool* pool = nullptr;

@@ -188,7 +188,10 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
   } else {
     uint8_t* pkt = m->packets() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
     bytes = m->packet_size(s.pkt);
-    if (s.transmissions == 0) codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
+    if (s.transmissions == 0) {
+      if (params_.udp_checksummed) codec::mark_udp_checksummed(pkt);
+      codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
+    }
     sink->data(pkt, bytes, nullptr, 0);
   }
   s.sent_ns = now_ns;
