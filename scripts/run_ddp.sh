@@ -31,9 +31,10 @@
 #     latency    trim vs drop switch with the same cross traffic (and lossless, no switch)
 #     charlm     the transformer: lossless, socket, random rht at 0.1 and 0.5
 #     trimacc    (--cpu; issue 25) accuracy under random trimming, on every machine: Gloo
-#                (exact), per-hop rht, the hook (rotated) and rht with 16-bit heads at each p of
-#                --trim-ps (default here 0.5,0.75), each over --seeds (default 0,1,2); then a
-#                table of the mean final accuracy per configuration against Gloo's
+#                (exact), per-hop rht, the hook (rotated), rht and the hook with 16-bit heads,
+#                and the hook with NCCL_TRIM_HEAD_SCALE=mse, at each p of --trim-ps (default
+#                here 0.5,0.75), each over --seeds (default 0,1,2); then a table of the mean
+#                final accuracy per configuration against Gloo's
 #     bench      = --bench allreduce
 #   A sweep ends with scripts/plot_ddp.py on --out (PNGs if matplotlib is there, tables).
 #
@@ -305,6 +306,8 @@ rank_env() {
     e+=(NCCL_NET_PLUGIN="$plugin_so" NCCL_NET=Trim NCCL_TRIM_IFNAME="${NCCL_TRIM_IFNAME:-lo}"
       NCCL_TRIM_SCHEME="$run_scheme" NCCL_TRIM_HEAD_BITS="$run_head_bits" NCCL_TRIM_PHASE="$run_phase")
     [[ $m == lossless ]] || e+=(NCCL_TRIM_SWITCH="127.0.0.1:$sw_port")
+    # Inherited anyway; named so that the printed command and run.json show it.
+    [[ -n ${NCCL_TRIM_HEAD_SCALE:-} ]] && e+=(NCCL_TRIM_HEAD_SCALE="$NCCL_TRIM_HEAD_SCALE")
     ((run_hook && !cpu)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
@@ -537,6 +540,8 @@ elif [[ -n $sweep ]]; then
           run train "rht_p${p}_s$sd" random rht 1 reduce_scatter "$p" 0
           run train "hook_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
           run train "rht16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 0
+          run train "hook16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 1
+          NCCL_TRIM_HEAD_SCALE=mse run train "hookmse_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
         done
       done
       ;;
