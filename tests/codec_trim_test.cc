@@ -10,32 +10,45 @@
 namespace trim::codec::testing {
 namespace {
 
+// One Gaussian row of 2^15, every packet trimmed to its heads: the row x, its estimate y, and
+// the l1 norm of the row the heads are the signs of (R(x) for rht, x itself for rotated rows).
+struct FullTrim {
+  std::vector<float> x, y;
+  double l1 = 0;
+  double nmse() const { return sq_err(x, y) / sq_norm(x); }
+};
+FullTrim full_trim(const CodecConfig& cfg, uint64_t seed, uint32_t msg_seq) {
+  const uint32_t d = 32768;
+  FullTrim t;
+  t.x = gaussian(d, seed);
+  MessageId id = test_id(msg_seq);
+  Decoded dec = round_trip(cfg, DType::kF32, to_bytes(t.x), trim_all, id);
+  EXPECT_EQ(dec.stats.head_only, d);
+  t.y = as_floats(dec.bytes);
+  std::vector<float> rotated = t.x;
+  if (cfg.scheme == Scheme::kRht) {
+    std::vector<uint64_t> words;
+    rht_sign_words(rng_key(cfg.seed, id.msg_seq, 0, RngStream::kRhtSigns), d, &words);
+    rht_row_forward(t.x.data(), rotated.data(), d, words);
+  }
+  for (float v : rotated) t.l1 += std::fabs(static_cast<double>(v));
+  return t;
+}
+
 // DRIVE's identity: with every packet trimmed to its heads, x' = R^-1(f sign(R x)) with
 // f = |x|^2/|Rx|_1, so <x, x'> = |x|^2 and NMSE = d |x|^2 / |Rx|_1^2 - 1 exactly (up to fp32
 // rounding). For Gaussian rows it concentrates at pi/2 - 1 = 0.5708; its standard deviation
 // per 2^15 row is about 0.005, so the mean of 200 rows has sd ~0.0004 and the bound
 // [0.55, 0.59] is > 40 sd wide: a failure means a bug, not bad luck.
 TEST(CodecTrim, RhtFullyTrimmedNmseMatchesDriveFormula) {
-  const uint32_t d = 32768;
-  CodecConfig cfg = config(Scheme::kRht);
+  const CodecConfig cfg = config(Scheme::kRht);
   double mean = 0;
   const int rows = 200;
-  std::vector<float> rotated(d);
-  std::vector<uint64_t> words;
   for (int r = 0; r < rows; ++r) {
-    std::vector<float> x = gaussian(d, 1000 + r);
-    MessageId id = test_id(static_cast<uint32_t>(r));
-    Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, id);
-    ASSERT_EQ(dec.stats.head_only, d);
-    std::vector<float> y = as_floats(dec.bytes);
-    const double nmse = sq_err(x, y) / sq_norm(x);
-    rht_sign_words(rng_key(cfg.seed, id.msg_seq, 0, RngStream::kRhtSigns), d, &words);
-    rht_row_forward(x.data(), rotated.data(), d, words);
-    double l1 = 0;
-    for (float v : rotated) l1 += std::fabs(static_cast<double>(v));
-    const double formula = d * sq_norm(x) / (l1 * l1) - 1;
-    ASSERT_NEAR(nmse, formula, 2e-4 * formula) << "row " << r;
-    mean += nmse / rows;
+    const FullTrim t = full_trim(cfg, 1000 + r, static_cast<uint32_t>(r));
+    const double formula = t.x.size() * sq_norm(t.x) / (t.l1 * t.l1) - 1;
+    ASSERT_NEAR(t.nmse(), formula, 2e-4 * formula) << "row " << r;
+    mean += t.nmse() / rows;
   }
   EXPECT_GE(mean, 0.55);
   EXPECT_LE(mean, 0.59);
@@ -48,34 +61,19 @@ TEST(CodecTrim, RhtFullyTrimmedNmseMatchesDriveFormula) {
 // (a shrink by ~2/pi, where the unbiased scale gives exactly 1). The hook's rotated rows (the
 // row is R(x) already) obey the same identity with |x|_1 in place of |Rx|_1.
 TEST(CodecTrim, MseHeadScaleMinimisesTheSquaredError) {
-  const uint32_t d = 32768;
   for (Scheme scheme : {Scheme::kRht, Scheme::kRotated}) {
     CodecConfig cfg = config(scheme);
     cfg.head_scale_mse = true;
     double mean = 0;
     const int rows = 50;
-    std::vector<float> rotated(d);
-    std::vector<uint64_t> words;
     for (int r = 0; r < rows; ++r) {
-      std::vector<float> x = gaussian(d, 3000 + r);
-      MessageId id = test_id(static_cast<uint32_t>(r));
-      Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all, id);
-      ASSERT_EQ(dec.stats.head_only, d);
-      std::vector<float> y = as_floats(dec.bytes);
-      const double nmse = sq_err(x, y) / sq_norm(x);
-      if (scheme == Scheme::kRht) {
-        rht_sign_words(rng_key(cfg.seed, id.msg_seq, 0, RngStream::kRhtSigns), d, &words);
-        rht_row_forward(x.data(), rotated.data(), d, words);
-      } else {
-        rotated = x;
-      }
-      double l1 = 0, dot = 0;
-      for (float v : rotated) l1 += std::fabs(static_cast<double>(v));
-      for (uint32_t i = 0; i < d; ++i) dot += static_cast<double>(x[i]) * y[i];
-      const double formula = 1 - l1 * l1 / (d * sq_norm(x));
-      ASSERT_NEAR(nmse, formula, 2e-4 * formula) << scheme_name(scheme) << " row " << r;
-      ASSERT_NEAR(dot / sq_norm(x), 1 - formula, 2e-4) << scheme_name(scheme) << " row " << r;
-      mean += nmse / rows;
+      const FullTrim t = full_trim(cfg, 3000 + r, static_cast<uint32_t>(r));
+      double dot = 0;
+      for (size_t i = 0; i < t.x.size(); ++i) dot += static_cast<double>(t.x[i]) * t.y[i];
+      const double formula = 1 - t.l1 * t.l1 / (t.x.size() * sq_norm(t.x));
+      ASSERT_NEAR(t.nmse(), formula, 2e-4 * formula) << scheme_name(scheme) << " row " << r;
+      ASSERT_NEAR(dot / sq_norm(t.x), 1 - formula, 2e-4) << scheme_name(scheme) << " row " << r;
+      mean += t.nmse() / rows;
     }
     EXPECT_GE(mean, 0.35) << scheme_name(scheme);
     EXPECT_LE(mean, 0.38) << scheme_name(scheme);
