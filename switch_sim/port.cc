@@ -112,6 +112,16 @@ void EgressPort::start_next() {
   wire_done_ns_ = now_ns_ + serialise_ns(on_wire_.bytes);
 }
 
+// start_next() for a data packet that arrives at an idle port with both queues empty: what it
+// would do after the packet went through the data queue, without the queue's write and read.
+void EgressPort::start_idle(const Packet& p) {
+  if (cfg_.priority == Priority::kDwrr) dwrr_credit_[1] = 0;  // the idle header queue keeps no credit
+  if (wrr_data_left_ > 0) --wrr_data_left_;
+  on_wire_ = p;
+  busy_ = true;
+  wire_done_ns_ = now_ns_ + serialise_ns(p.bytes);
+}
+
 void EgressPort::advance(uint64_t now_ns) {
   while (busy_ && wire_done_ns_ <= now_ns) {
     const uint64_t done = wire_done_ns_;
@@ -187,6 +197,9 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
     v = to_header_queue(p);
   } else if (cut_now && trim(&p)) {
     v = to_header_queue(p);
+  } else if (!busy_ && data_.empty() && header_.empty() && !data_full(p.bytes)) {
+    start_idle(p);  // straight onto the idle link: it never waits in a queue
+    v = Verdict::kQueued;
   } else if (!data_full(p.bytes)) {
     data_bytes_ += p.bytes;
     data_.push_back(p);

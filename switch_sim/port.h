@@ -58,9 +58,10 @@ struct PortConfig {
 // A packet as the model sees it. `bytes` is what serialisation and the queues count (the
 // driver decides whether that includes IP/UDP/Ethernet overhead).
 struct Packet {
-  // (Ordered widest first: 40 bytes, not 48, and the queues and the simulator copy it per hop.)
+  // (40 bytes, not 48, and the queues and the simulator copy it per hop. `tag` last: a driver
+  // that sets it just before handing the packet over stores 8 bytes that the copy's last 8-byte
+  // load then takes whole, where a tag inside a 16-byte load stalls store forwarding.)
   uint64_t flow = 0;          // identity for transcripts: connection cookie,
-  uint64_t tag = 0;           // opaque to the model: the driver's handle on the payload
   uint32_t msg = 0;           // message sequence,
   uint32_t psn = 0;           // packet sequence number
   uint32_t bytes = 0;
@@ -69,7 +70,9 @@ struct Packet {
   bool trimmable = false;
   bool trimmed = false;       // set when the model trims it
   bool header_class = false;  // set when it travels in the header queue (trimmed, or small control)
+  uint64_t tag = 0;           // opaque to the model: the driver's handle on the payload
 };
+static_assert(sizeof(Packet) == 40, "the queues and the simulator copy a packet per hop");
 
 struct Departure {
   Packet packet;
@@ -172,6 +175,7 @@ class alignas(64) EgressPort {
   bool trim(Packet* p);  // false: nothing to cut (plane0 of a non-trimmable packet)
   Verdict to_header_queue(Packet p);
   void start_next();     // the link is free: pick the next packet to serialise
+  void start_idle(const Packet& p);  // the same for a data packet arriving at an idle, empty port
   uint64_t serialise_ns(uint32_t bytes);
 
   // What every packet touches, together and first (the configuration's hot fields lead it); the

@@ -31,6 +31,7 @@
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <stdexcept>
 
 #include "switch_sim/sim/sim.h"
@@ -210,7 +211,10 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
 void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t) {
   sw::EgressPort& ep = topo_.ports[port];
   const uint64_t pending_ns = ep.next_event_ns();
-  sw::Packet pkt = pool_[slot].pkt;
+  // The tag is set in the pool's copy (which nothing else reads) and the packet passed from
+  // there: tagging a stack copy made the argument's 16-byte loads straddle the 8-byte store,
+  // a store-forwarding stall on every hop.
+  sw::Packet& pkt = pool_[slot].pkt;
   pkt.tag = slot | static_cast<uint64_t>(hop) << 32;
   const sw::Verdict v = ep.enqueue(pkt, t);
   if (v == sw::Verdict::kDropped || v == sw::Verdict::kDroppedHeader) {
@@ -226,6 +230,10 @@ void Simulator::on_departure(void* sim, const sw::Departure& d) {
   const uint32_t hop = static_cast<uint32_t>(d.packet.tag >> 32) + 1;
   if (d.packet.header_class) s.pool_[slot].pkt = d.packet;  // it may have been cut
   s.q_.push(d.arrive_ns, EventKind::kArrive, slot | hop << kHopShift);
+  // on_arrive reads the slot and the flow's hop record first, a link's delay (hundreds of
+  // events) from now: fetched ahead, they wait in cache instead of stalling it.
+  __builtin_prefetch(&s.pool_[slot]);
+  __builtin_prefetch(&s.hops_[static_cast<uint32_t>(d.packet.flow)]);
 }
 
 // A port's kPort event is pushed whenever its next completion changes, so the one queued last is
@@ -276,6 +284,11 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
   Flow& f = flows_[fid];
   if (p.pkt.trimmed) ++ctr_.delivered_trimmed;
   q_.push(t + f.ack_delay_ns, EventKind::kAck, slot);  // the pool slot now carries the ACK
+  // on_ack reads the flow's sender state (the lines between the receiver's fields read here:
+  // cwnd, the window, the recovery state) and the packet's window slot an ACK delay from now.
+  const char* sender = reinterpret_cast<const char*>(&f);
+  for (size_t at = 64; at < offsetof(Flow, pace_ns); at += 64) __builtin_prefetch(sender + at);
+  __builtin_prefetch(&f.slots[p.pkt.psn % kMaxWindow]);
   // Heads of exact data are useless: ask for the packet again.
   if (p.pkt.trimmed && p.exact) {
     p.nack = true;

@@ -186,7 +186,8 @@ void fuzz_handle(const uint8_t* in, size_t n, bool fix) {
 
 // One data packet into a receiver with receive 0 (1 MiB) and receive 1 (16 KiB, so a seeded
 // 64 KiB message sent as seq 1 tests the overflow guard) posted, then again as a duplicate.
-void fuzz_data(const uint8_t* in, size_t n, bool fix, codec::Scheme scheme) {
+// `marked`: it arrived with the trimmed DSCP (the engine sets marked_trimmed from the TOS byte).
+void fuzz_data(const uint8_t* in, size_t n, bool fix, bool marked, codec::Scheme scheme) {
   std::vector<uint8_t> d(in, in + n);
   if (fix && n >= codec::kHeaderBytes) {
     // Keep the packet's own psn and destination (header bytes 40..49), refresh the CRC.
@@ -195,6 +196,7 @@ void fuzz_data(const uint8_t* in, size_t n, bool fix, codec::Scheme scheme) {
   codec::ParsedPacket p;
   if (codec::parse_packet(d.data(), d.size(), &p) != codec::PacketError::kOk) return;
   if (p.hdr.cookie != fuzz::kCookie) return;  // the engine's connection lookup
+  p.marked_trimmed = marked;
   std::vector<uint8_t> out0(fuzz::kRecvBytes), out1(fuzz::kSmallRecvBytes);  // exact size: ASan sees overflows
   RecvOp r0, r1;
   r0.data = out0.data();
@@ -230,13 +232,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool fix = (sel & fuzz::kFixCrc) != 0;
   const uint8_t* in = data + 1;
   const size_t n = size - 1;
-  switch ((sel & 0x0f) % fuzz::kNumTargets) {
+  switch ((sel & fuzz::kTargetMask) % fuzz::kNumTargets) {
     case fuzz::kCtrl: fuzz_ctrl(in, n, fix); break;
     case fuzz::kFrame: fuzz_frames(in, n, fix); break;
     case fuzz::kHello: fuzz_hello(in, n, fix); break;
     case fuzz::kHelloAck: fuzz_hello_ack(in, n, fix); break;
     case fuzz::kHandle: fuzz_handle(in, n, fix); break;
-    case fuzz::kData: fuzz_data(in, n, fix, static_cast<codec::Scheme>(((sel >> 4) & 7) % codec::kNumSchemes)); break;
+    case fuzz::kData:
+      fuzz_data(in, n, fix, (sel & fuzz::kMarked) != 0, static_cast<codec::Scheme>(((sel >> 4) & 7) % codec::kNumSchemes));
+      break;
   }
   return 0;
 }

@@ -11,12 +11,15 @@
 
 namespace trim::fuzz {
 
-// Input byte 0: bits 0-3 the target (modulo kNumTargets), bits 4-6 the receiver's scheme
-// (data target), bit 7 "refresh the checksum" so mutations get past it.
+// Input byte 0: bits 0-2 the target (modulo kNumTargets), bit 3 "arrived with the trimmed DSCP"
+// (data target), bits 4-6 the receiver's scheme (data target), bit 7 "refresh the checksum" so
+// mutations get past it.
 enum Target : uint8_t { kCtrl = 0, kFrame, kHello, kHelloAck, kHandle, kData, kNumTargets };
+constexpr uint8_t kTargetMask = 0x07;
+constexpr uint8_t kMarked = 0x08;
 constexpr uint8_t kFixCrc = 0x80;
-inline uint8_t selector(Target t, codec::Scheme s, bool fix) {
-  return static_cast<uint8_t>(t | (static_cast<uint8_t>(s) << 4) | (fix ? kFixCrc : 0));
+inline uint8_t selector(Target t, codec::Scheme s, bool fix, bool marked = false) {
+  return static_cast<uint8_t>(t | (static_cast<uint8_t>(s) << 4) | (fix ? kFixCrc : 0) | (marked ? kMarked : 0));
 }
 
 constexpr uint64_t kCookie = 0xC00C1E5EED;

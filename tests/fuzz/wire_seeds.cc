@@ -1,12 +1,16 @@
 // Writes valid inputs for every wire-fuzz target (tests/fuzz/wire_fuzz.h) as its seeds: ACKs
 // a real receiver sends for the fuzzer's 64 KiB exact message, each stream frame, a hello, a
-// hello-ack, a handle, and the data packets real senders emit (exact, and trimmable per scheme).
+// hello-ack, a handle (also of other handshake versions), and the data packets real senders emit
+// (exact, and trimmable per scheme), in every shape of tests/fuzz/seed_cuts.h, with and without
+// the trimmed DSCP.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "codec/packet.h"
+#include "common/le.h"
+#include "tests/fuzz/seed_cuts.h"
 #include "tests/fuzz/wire_fuzz.h"
 #include "transport/wire.h"
 
@@ -35,6 +39,20 @@ void seed(uint8_t sel, const Bytes& body) {
 void seed2(fuzz::Target t, const Bytes& body, codec::Scheme s = codec::Scheme::kNone) {
   seed(fuzz::selector(t, s, false), body);
   seed(fuzz::selector(t, s, true), body);
+}
+
+// Every v2 shape of one data packet, arriving with and without the trimmed DSCP.
+void data_shapes(const Bytes& pkt, codec::Scheme s) {
+  for (const Bytes& v : fuzz::v2_variants(pkt)) {
+    for (bool marked : {false, true}) seed(fuzz::selector(fuzz::kData, s, false, marked), v);
+  }
+}
+
+// A record of another handshake version, its CRC (the last 4 of `crc_end` bytes) still valid.
+Bytes with_version(Bytes b, size_t at, uint16_t version, size_t crc_end) {
+  le::put16(b.data() + at, version);
+  le::put32(b.data() + crc_end - 4, codec::crc32c(b.data(), crc_end - 4));
+  return b;
 }
 
 Bytes ctrl_bytes(const CtrlPacket& p) {
@@ -128,14 +146,23 @@ void handshake_seeds() {
   Bytes b(kHelloBytes);
   write_hello(h, b.data());
   seed2(fuzz::kHello, b);
-  for (uint32_t status : {kHelloOk, kHelloCodecMismatch}) {
-    Bytes a(kFrameBytes);
-    write_hello_ack(HelloAck{status, 0x0100007f, 40001, 9000}, a.data());
-    seed2(fuzz::kHelloAck, a);
+  h.fabric_trim_bytes = 256;
+  write_hello(h, b.data());
+  seed2(fuzz::kHello, b);
+  for (uint16_t version : {1, 2, 4}) seed2(fuzz::kHello, with_version(b, 4, version, kHelloBytes));
+  for (uint32_t status : {kHelloOk, kHelloCodecMismatch, kHelloBadNonce, kHelloVersion, kHelloBadMtu}) {
+    for (uint16_t version : {uint16_t{kFrameVersion}, uint16_t{0}, uint16_t{2}}) {
+      if (status != kHelloVersion && version != kFrameVersion) continue;
+      Bytes a(kFrameBytes);
+      write_hello_ack(HelloAck{status, 0x0100007f, 40001, 9000, version}, a.data());
+      seed2(fuzz::kHelloAck, a);
+    }
   }
-  Bytes hd(kHandleBytes);
-  write_handle(ListenHandle{0x0100007f, 4242, 99}, hd.data());
-  seed2(fuzz::kHandle, hd);
+  for (uint16_t version : {uint16_t{kFrameVersion}, uint16_t{1}, uint16_t{2}}) {
+    Bytes hd(kHandleBytes);
+    write_handle(ListenHandle{0x0100007f, 4242, 99, version}, hd.data());
+    seed2(fuzz::kHandle, hd);
+  }
 }
 
 // The exact 64 KiB message sent as seq 1 (after a 1-byte seq 0): too big for receive 1.
@@ -191,6 +218,7 @@ int main(int argc, char** argv) {
   handshake_seeds();
   for (size_t i = 0; i < tx.packets.size(); ++i) seed2(fuzz::kData, tx.packets[i]);
   seed2(fuzz::kData, trimmed(tx.packets[3]));
+  data_shapes(tx.packets[3], codec::Scheme::kNone);
   seed2(fuzz::kData, tx.packets[0], codec::Scheme::kRht);  // exact data on an rht connection
   const std::vector<Bytes> second = second_message_packets(msg);
   for (size_t i = 0; i < second.size(); i += 4) seed2(fuzz::kData, second[i]);
@@ -201,6 +229,8 @@ int main(int argc, char** argv) {
     seed2(fuzz::kData, pkts.front(), scheme);
     seed2(fuzz::kData, pkts.back(), scheme);
     seed2(fuzz::kData, trimmed(pkts.front()), scheme);
+    data_shapes(pkts.front(), scheme);
+    data_shapes(pkts.back(), scheme);
   }
   std::printf("wrote %d seeds to %s\n", g_count, argv[1]);
   return 0;
