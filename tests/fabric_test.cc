@@ -618,6 +618,8 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
     EXPECT_GT(num(r.harness, "retransmits"), num(r.sw, "dscp_18_trimmed") / 2) << r.context();
     EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
     EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
+    EXPECT_EQ(num(r.harness, "cut_received"), 0) << "NCCL_TRIM_RX_CUT=auto is off without a fabric trim size: "
+                                                 << r.context();
   }
   BnRun r = trim_run(true, 256, {"--rewrite-udp-checksum", "keep"}, {"NCCL_TRIM_UDP_CHECKSUM=zero"});
   ASSERT_EQ(r.exit_code, 0) << r.context();
@@ -625,6 +627,79 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
   // Every cut arrived and was accepted, but for cuts of resends whose original came first (duplicates).
   EXPECT_GE(num(r.harness, "trimmed_marked"), num(r.sw, "dscp_18_trimmed") - num(r.harness, "dup_packets")) << r.context();
   EXPECT_GT(num(r.harness, "trimmed_marked"), 0) << r.context();
+}
+
+// The same switches, with the receivers reading the cut datagrams their kernel drops from a packet
+// socket (NCCL_TRIM_RX_CUT=packet): every cut arrives once, through the packet socket, and is
+// decoded as a trim (its head used, the packet not resent), so the NMSE is the native mode's
+// at the same surviving bytes, the replicas stay identical and no more is retransmitted than
+// where the switch fixes the lengths. Knob off (with a fabric trim size, where auto would turn it
+// on), the cuts are losses again, repaired, and the result is exact.
+TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
+  SKIP_UNLESS_NETNS();
+  const BnRun nat = trim_run(false, 256), fixed = trim_run(true, 256, {}, {"NCCL_TRIM_RX_CUT=packet"});
+  ASSERT_NE(nat.exit_code, 77) << nat.context();
+  ASSERT_EQ(nat.exit_code, 0) << nat.context();
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.context();
+  EXPECT_EQ(num(fixed.harness, "cut_received"), 0) << "lengths fixed: the kernel delivers every cut, " << fixed.context();
+  const double nat_nmse = std::stod(str(nat.harness, "nmse"));
+  for (const char* flag : {"--rewrite-ip-length", "--rewrite-udp-length"}) {
+    SCOPED_TRACE(flag);
+    BnRun r = trim_run(true, 256, {flag, "keep"}, {"NCCL_TRIM_RX_CUT=packet"});
+    ASSERT_EQ(r.exit_code, 0) << r.context();
+    EXPECT_EQ(str(r.harness, "verify"), "ok") << r.context();
+    EXPECT_EQ(str(r.harness, "replicas_identical"), "true") << r.context();
+    EXPECT_EQ(num(r.sw, "bad"), 0) << r.context();
+    const long long cuts = num(r.sw, "dscp_18_trimmed");
+    EXPECT_GT(cuts, 100) << r.context();
+    // Each cut read once from the packet socket (a duplicate of one would be a second read of
+    // it), nothing else passed its filter, and each decoded as a trim.
+    EXPECT_EQ(num(r.harness, "cut_received"), cuts) << r.context();
+    EXPECT_EQ(num(r.harness, "cut_rejected"), 0) << r.context();
+    EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
+    EXPECT_GE(num(r.harness, "trimmed_marked"), cuts - num(r.harness, "dup_packets")) << r.context();
+    EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
+    // Not resent: as few retransmissions as with the lengths fixed (scheduling noise aside),
+    // where without the packet socket each cut is one.
+    EXPECT_LE(num(r.harness, "retransmits"), num(fixed.harness, "retransmits") + cuts / 20) << r.context()
+                                                                                            << fixed.context();
+    const double nmse = std::stod(str(r.harness, "nmse"));
+    std::printf("[ fabric ] %s keep, packet socket: nmse %.4g (native %.4g), %lld cuts, retransmits %lld (fixed "
+                "lengths %lld)\n",
+                flag, nmse, nat_nmse, cuts, num(r.harness, "retransmits"), num(fixed.harness, "retransmits"));
+    EXPECT_NEAR(nmse, nat_nmse, 0.15 * nat_nmse) << r.context() << nat.context();
+  }
+  BnRun off = trim_run(true, 256, {"--rewrite-ip-length", "keep"},
+                       {"NCCL_TRIM_RX_CUT=off", "NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
+  ASSERT_EQ(off.exit_code, 0) << off.context();
+  EXPECT_EQ(str(off.harness, "verify"), "exact") << off.context();
+  EXPECT_EQ(num(off.harness, "cut_received"), 0) << off.context();
+  EXPECT_GT(num(off.sw, "dscp_18_trimmed"), 0) << off.context();
+  EXPECT_GT(num(off.harness, "retransmits"), num(off.sw, "dscp_18_trimmed") / 2) << off.context();
+}
+
+// Mixed traffic through a congested fabric port that leaves the IP length of what it cuts, the
+// ranks declaring its trim size (so NCCL_TRIM_RX_CUT=auto opens the packet socket, as root):
+// the trims arrive as trims, the exact classes stay bit exact, the replicas identical.
+TEST(FabricTun, MixedTrafficWithLengthsLeftStaysExactUnderAuto) {
+  SKIP_UNLESS_NETNS();
+  std::vector<std::string> bn = kCongested;
+  for (const char* a : {"--fabric", "1", "--trim-size", "256", "--rewrite-ip-length", "keep"}) {
+    bn.insert(bn.end(), {"--switch-arg", a});
+  }
+  BnRun r = run_harness(bn, {"--mode", "mixed", "--ranks", "4", "--bytes", "1M", "--iters", "2", "--warmup", "1",
+                             "--seed", "3"},
+                        {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
+  ASSERT_NE(r.exit_code, 77) << r.context();
+  ASSERT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_NE(str(r.harness, "verify"), "fail") << r.context();
+  EXPECT_EQ(str(r.harness, "exact_ok"), "true") << r.context();
+  EXPECT_EQ(str(r.harness, "replicas_identical"), "true") << r.context();
+  EXPECT_GT(num(r.sw, "dscp_18_trimmed"), 0) << r.context();
+  EXPECT_GT(num(r.harness, "cut_received"), 0) << r.context();
+  EXPECT_LE(num(r.harness, "cut_received"), num(r.sw, "dscp_18_trimmed")) << r.context();
+  EXPECT_EQ(num(r.harness, "cut_rejected"), 0) << r.context();
+  EXPECT_GT(num(r.harness, "trimmed_accepted"), 0) << r.context();
 }
 
 // Mixed traffic (a trimmable fp32 AllReduce beside exact int32, broadcast and LL ones) through a
