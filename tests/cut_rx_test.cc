@@ -315,7 +315,7 @@ bool in_new_netns(const std::function<void()>& body) {
 
 TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
   if (geteuid() != 0) GTEST_SKIP() << "not root: a namespace of our own and a packet socket need CAP_SYS_ADMIN and CAP_NET_RAW";
-  const uint32_t ours = kDst;  // on ours
+  const uint32_t ours = kDst;  // an address of lo
   const bool made = in_new_netns([&] {
     uint16_t port = 0;
     Result<Fd> udp = sock::open_udp(ours, &port);
@@ -323,7 +323,7 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
     Result<CutSocket> cut = CutSocket::open(ours, port);
     ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
     EXPECT_EQ(cut.value().ifname(), "lo");
-    // Frames go out of ours as they are (a packet socket sends what it is given) and come back
+    // Frames go out of lo as they are (a packet socket sends what it is given) and come back
     // in as a switch's would.
     Fd out(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     ASSERT_TRUE(out.valid()) << std::strerror(errno);

@@ -632,8 +632,8 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
 // The same switches, with the receivers reading the cut datagrams their kernel drops from a packet
 // socket (NCCL_TRIM_RX_CUT=packet): every cut arrives once, through the packet socket, and is
 // decoded as a trim (its head used, the packet not resent), so the NMSE is the native mode's
-// at the same surviving bytes, the replicas stay identical and no more is retransmitted than
-// where the switch fixes the lengths. Knob off (with a fabric trim size, where auto would turn it
+// at the same surviving bytes and the replicas stay identical; where the switch fixes the
+// lengths, the packet socket sees nothing (the UDP socket gets every cut). Knob off (with a fabric trim size, where auto would turn it
 // on), the cuts are losses again, repaired, and the result is exact.
 TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
   SKIP_UNLESS_NETNS();
@@ -659,14 +659,16 @@ TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
     EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
     EXPECT_GE(num(r.harness, "trimmed_marked"), cuts - num(r.harness, "dup_packets")) << r.context();
     EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
-    // Not resent: as few retransmissions as with the lengths fixed (scheduling noise aside),
-    // where without the packet socket each cut is one.
-    EXPECT_LE(num(r.harness, "retransmits"), num(fixed.harness, "retransmits") + cuts / 20) << r.context()
-                                                                                            << fixed.context();
+    // Not resent. Retransmissions whose original had arrived (received as duplicates: spurious,
+    // from scheduling noise on a shared host, as many with the lengths fixed) aside, at most a
+    // twentieth of the cuts were resent; without the packet socket every cut is (below).
+    const long long needed = num(r.harness, "retransmits") - num(r.harness, "dup_packets");
+    EXPECT_LE(needed, cuts / 20) << r.context();
     const double nmse = std::stod(str(r.harness, "nmse"));
-    std::printf("[ fabric ] %s keep, packet socket: nmse %.4g (native %.4g), %lld cuts, retransmits %lld (fixed "
-                "lengths %lld)\n",
-                flag, nmse, nat_nmse, cuts, num(r.harness, "retransmits"), num(fixed.harness, "retransmits"));
+    std::printf("[ fabric ] %s keep, packet socket: nmse %.4g (native %.4g), %lld cuts, retransmits %lld (%lld "
+                "duplicates; fixed lengths %lld)\n",
+                flag, nmse, nat_nmse, cuts, num(r.harness, "retransmits"), num(r.harness, "dup_packets"),
+                num(fixed.harness, "retransmits"));
     EXPECT_NEAR(nmse, nat_nmse, 0.15 * nat_nmse) << r.context() << nat.context();
   }
   BnRun off = trim_run(true, 256, {"--rewrite-ip-length", "keep"},
@@ -675,7 +677,8 @@ TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
   EXPECT_EQ(str(off.harness, "verify"), "exact") << off.context();
   EXPECT_EQ(num(off.harness, "cut_received"), 0) << off.context();
   EXPECT_GT(num(off.sw, "dscp_18_trimmed"), 0) << off.context();
-  EXPECT_GT(num(off.harness, "retransmits"), num(off.sw, "dscp_18_trimmed") / 2) << off.context();
+  EXPECT_GT(num(off.harness, "retransmits") - num(off.harness, "dup_packets"), num(off.sw, "dscp_18_trimmed") / 2)
+      << off.context();
 }
 
 // Mixed traffic through a congested fabric port that leaves the IP length of what it cuts, the
