@@ -482,10 +482,10 @@ std::string ConnCounters::to_string() const {
   return fmt::format(
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
-      "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, duplicates {}, bad {}, out of window {}; ACKs sent {} "
-      "received {}; codec tasks {} (on the engine {})",
+      "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
+      "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {})",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
-      received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, dup_packets, bad_packets, out_of_window,
+      received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline);
 }
 

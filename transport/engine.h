@@ -121,6 +121,7 @@ class Engine final : public Waker {
     size_t len;
     sockaddr_in from;
     uint8_t tos = 0;  // the IP header's TOS byte as it arrived (DSCP << 2 | ECN)
+    bool cut = false;  // read from the packet socket: a cut the kernel dropped
   };
   class Tx;
   void run();
@@ -173,6 +174,7 @@ class Engine final : public Waker {
   std::vector<uint8_t> held_;  // reorder injection: one packet held back
   sockaddr_in held_from_{};
   uint8_t held_tos_ = 0;
+  bool held_cut_ = false;
   bool holding_ = false;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};

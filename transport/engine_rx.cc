@@ -92,7 +92,7 @@ bool Engine::rx_cut_batch(uint64_t now, Tx* tx) {
       }
       ++cut_received_;
       global_stats().cut_received.fetch_add(1, std::memory_order_relaxed);
-      deliver(Datagram{frame + (f.payload - frame), f.payload_bytes, f.from, f.tos}, now, tx);
+      deliver(Datagram{frame + (f.payload - frame), f.payload_bytes, f.from, f.tos, true}, now, tx);
     }
     release_held(now, tx);
     if (n < static_cast<int>(kBatch)) break;
@@ -182,7 +182,7 @@ void Engine::release_held(uint64_t now, Tx* tx) {
   holding_ = false;
   std::vector<uint8_t> held;
   held.swap(held_);
-  dispatch(Datagram{held.data(), held.size(), held_from_, held_tos_}, now, tx);
+  dispatch(Datagram{held.data(), held.size(), held_from_, held_tos_, held_cut_}, now, tx);
   held_.swap(held);  // keep the buffer's capacity
 }
 
@@ -208,6 +208,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
     held_.assign(d.data, d.data + d.len);
     held_from_ = d.from;
     held_tos_ = d.tos;
+    held_cut_ = d.cut;
     holding_ = true;
     return;
   }
@@ -215,7 +216,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
   std::vector<uint8_t> copy;
   if (twice) copy.assign(d.data, d.data + d.len);
   dispatch(d, now, tx);
-  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos}, now, tx);
+  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos, d.cut}, now, tx);
   release_held(now, tx);  // the held packet now arrives behind this one
 }
 
@@ -292,6 +293,7 @@ void Engine::on_data(Datagram d, uint64_t now) {
   }
   c->last_heard_ns = now;
   if (c->dead) return;
+  if (d.cut) ++c->recv->counters().cut_received;
   c->recv->on_data(p, now);
   c->ack_due = true;
 }
