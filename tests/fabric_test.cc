@@ -542,23 +542,6 @@ TEST(FabricLive, UdpDaemonTrimsByDscpUnderCongestion) {
 
 // ---- live: the TUN router in fabric mode, between network namespaces ----
 
-// One harness allreduce through the router, trimming each trimmable packet with probability 0.2
-// whatever the queue (so both modes trim alike), in fabric mode at `size` frame bytes or in
-// native mode at the same IP size (so the same bytes survive).
-BnRun trim_run(bool fab, uint32_t size, const std::vector<std::string>& more_switch = {},
-               const std::vector<std::string>& env = {}) {
-  std::vector<std::string> bn = {"--ranks", "2", "--rate-gbps", "2", "--seed", "5", "--switch-arg", "--mode",
-                                 "--switch-arg", "random", "--switch-arg", "--random-p", "--switch-arg", "0.2"};
-  const std::vector<std::string> mode =
-      fab ? std::vector<std::string>{"--fabric", "1", "--trim-size", std::to_string(size)}
-          : std::vector<std::string>{"--trim-bytes", std::to_string(size - 18)};
-  for (const std::string& a : mode) bn.insert(bn.end(), {"--switch-arg", a});
-  for (const std::string& a : more_switch) bn.insert(bn.end(), {"--switch-arg", a});
-  return run_harness(bn, {"--mode", "allreduce", "--ranks", "2", "--bytes", "2M", "--iters", "3", "--warmup", "1",
-                          "--seed", "3"},
-                     env);
-}
-
 // At every trim size the shipping switches use, the fabric mode (which reads only DSCP) gives
 // the NMSE the native mode gives for the same surviving bytes, the replicas stay identical, the
 // exact classes (DSCP 0 data, DSCP 48 control and TCP) are never trimmed, and the receivers know
@@ -627,82 +610,6 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
   // Every cut arrived and was accepted, but for cuts of resends whose original came first (duplicates).
   EXPECT_GE(num(r.harness, "trimmed_marked"), num(r.sw, "dscp_18_trimmed") - num(r.harness, "dup_packets")) << r.context();
   EXPECT_GT(num(r.harness, "trimmed_marked"), 0) << r.context();
-}
-
-// The same switches, with the receivers reading the cut datagrams their kernel drops from a packet
-// socket (NCCL_TRIM_RX_CUT=packet): every cut arrives once, through the packet socket, and is
-// decoded as a trim (its head used, the packet not resent), so the NMSE is the native mode's
-// at the same surviving bytes and the replicas stay identical; where the switch fixes the
-// lengths, the packet socket sees nothing (the UDP socket gets every cut). Knob off (with a fabric trim size, where auto would turn it
-// on), the cuts are losses again, repaired, and the result is exact.
-TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
-  SKIP_UNLESS_NETNS();
-  const BnRun nat = trim_run(false, 256), fixed = trim_run(true, 256, {}, {"NCCL_TRIM_RX_CUT=packet"});
-  ASSERT_NE(nat.exit_code, 77) << nat.context();
-  ASSERT_EQ(nat.exit_code, 0) << nat.context();
-  ASSERT_EQ(fixed.exit_code, 0) << fixed.context();
-  EXPECT_EQ(num(fixed.harness, "cut_received"), 0) << "lengths fixed: the kernel delivers every cut, " << fixed.context();
-  const double nat_nmse = std::stod(str(nat.harness, "nmse"));
-  for (const char* flag : {"--rewrite-ip-length", "--rewrite-udp-length"}) {
-    SCOPED_TRACE(flag);
-    BnRun r = trim_run(true, 256, {flag, "keep"}, {"NCCL_TRIM_RX_CUT=packet"});
-    ASSERT_EQ(r.exit_code, 0) << r.context();
-    EXPECT_EQ(str(r.harness, "verify"), "ok") << r.context();
-    EXPECT_EQ(str(r.harness, "replicas_identical"), "true") << r.context();
-    EXPECT_EQ(num(r.sw, "bad"), 0) << r.context();
-    const long long cuts = num(r.sw, "dscp_18_trimmed");
-    EXPECT_GT(cuts, 100) << r.context();
-    // Each cut read once from the packet socket (a duplicate of one would be a second read of
-    // it), nothing else passed its filter, and each decoded as a trim.
-    EXPECT_EQ(num(r.harness, "cut_received"), cuts) << r.context();
-    EXPECT_EQ(num(r.harness, "cut_rejected"), 0) << r.context();
-    EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
-    EXPECT_GE(num(r.harness, "trimmed_marked"), cuts - num(r.harness, "dup_packets")) << r.context();
-    EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
-    // Not resent. Retransmissions whose original had arrived (received as duplicates: spurious,
-    // from scheduling noise on a shared host, as many with the lengths fixed) aside, at most a
-    // twentieth of the cuts were resent; without the packet socket every cut is (below).
-    const long long needed = num(r.harness, "retransmits") - num(r.harness, "dup_packets");
-    EXPECT_LE(needed, cuts / 20) << r.context();
-    const double nmse = std::stod(str(r.harness, "nmse"));
-    std::printf("[ fabric ] %s keep, packet socket: nmse %.4g (native %.4g), %lld cuts, retransmits %lld (%lld "
-                "duplicates; fixed lengths %lld)\n",
-                flag, nmse, nat_nmse, cuts, num(r.harness, "retransmits"), num(r.harness, "dup_packets"),
-                num(fixed.harness, "retransmits"));
-    EXPECT_NEAR(nmse, nat_nmse, 0.15 * nat_nmse) << r.context() << nat.context();
-  }
-  BnRun off = trim_run(true, 256, {"--rewrite-ip-length", "keep"},
-                       {"NCCL_TRIM_RX_CUT=off", "NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
-  ASSERT_EQ(off.exit_code, 0) << off.context();
-  EXPECT_EQ(str(off.harness, "verify"), "exact") << off.context();
-  EXPECT_EQ(num(off.harness, "cut_received"), 0) << off.context();
-  EXPECT_GT(num(off.sw, "dscp_18_trimmed"), 0) << off.context();
-  EXPECT_GT(num(off.harness, "retransmits") - num(off.harness, "dup_packets"), num(off.sw, "dscp_18_trimmed") / 2)
-      << off.context();
-}
-
-// Mixed traffic through a congested fabric port that leaves the IP length of what it cuts, the
-// ranks declaring its trim size (so NCCL_TRIM_RX_CUT=auto opens the packet socket, as root):
-// the trims arrive as trims, the exact classes stay bit exact, the replicas identical.
-TEST(FabricTun, MixedTrafficWithLengthsLeftStaysExactUnderAuto) {
-  SKIP_UNLESS_NETNS();
-  std::vector<std::string> bn = kCongested;
-  for (const char* a : {"--fabric", "1", "--trim-size", "256", "--rewrite-ip-length", "keep"}) {
-    bn.insert(bn.end(), {"--switch-arg", a});
-  }
-  BnRun r = run_harness(bn, {"--mode", "mixed", "--ranks", "4", "--bytes", "1M", "--iters", "2", "--warmup", "1",
-                             "--seed", "3"},
-                        {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
-  ASSERT_NE(r.exit_code, 77) << r.context();
-  ASSERT_EQ(r.exit_code, 0) << r.context();
-  EXPECT_NE(str(r.harness, "verify"), "fail") << r.context();
-  EXPECT_EQ(str(r.harness, "exact_ok"), "true") << r.context();
-  EXPECT_EQ(str(r.harness, "replicas_identical"), "true") << r.context();
-  EXPECT_GT(num(r.sw, "dscp_18_trimmed"), 0) << r.context();
-  EXPECT_GT(num(r.harness, "cut_received"), 0) << r.context();
-  EXPECT_LE(num(r.harness, "cut_received"), num(r.sw, "dscp_18_trimmed")) << r.context();
-  EXPECT_EQ(num(r.harness, "cut_rejected"), 0) << r.context();
-  EXPECT_GT(num(r.harness, "trimmed_accepted"), 0) << r.context();
 }
 
 // Mixed traffic (a trimmable fp32 AllReduce beside exact int32, broadcast and LL ones) through a
