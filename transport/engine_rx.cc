@@ -92,7 +92,8 @@ bool Engine::rx_cut_batch(uint64_t now, Tx* tx) {
       }
       ++cut_received_;
       global_stats().cut_received.fetch_add(1, std::memory_order_relaxed);
-      deliver(Datagram{frame + (f.payload - frame), f.payload_bytes, f.from, f.tos, true}, now, tx);
+      const size_t at = static_cast<size_t>(f.payload - frame);  // the UDP payload, in our (mutable) buffer
+      deliver(Datagram{frame + at, f.payload_bytes, f.from, f.tos, true}, now, tx);
     }
     release_held(now, tx);
     if (n < static_cast<int>(kBatch)) break;
