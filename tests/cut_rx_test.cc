@@ -207,7 +207,7 @@ class Filtered {
     if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return;
     tx_ = Fd(sv[0]);
     rx_ = Fd(sv[1]);
-    std::vector<sock_filter> prog = cut_filter(ip4_be, kPort);
+    std::vector<sock_filter> prog = cut_filter(ip4_be, kPort, /*match_protocol=*/false);  // a unix message has none
     sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
     attached_ = setsockopt(rx_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog) == 0;
   }
@@ -362,6 +362,9 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
     Spec other = plain;
     other.proto = 6;
     send_frame(other, true, false);
+    to.sll_protocol = htons(ETH_P_ARP);  // a cut IPv4 datagram of ours, but the link says ARP
+    send_frame(plain, true, false);
+    to.sll_protocol = htons(ETH_P_IP);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::vector<size_t> got_cut, got_udp;
     std::vector<uint8_t> buf(65536);

@@ -89,12 +89,16 @@ CutError parse_cut_frame(const uint8_t* f, size_t bytes, uint32_t ip4_be, uint16
   return CutError::kOk;
 }
 
-std::vector<sock_filter> cut_filter(uint32_t ip4_be, uint16_t port) {
+std::vector<sock_filter> cut_filter(uint32_t ip4_be, uint16_t port, bool match_protocol) {
   // Offsets are from the IPv4 header (SOCK_DGRAM). A load past the frame's end stops the
   // program with 0 (drop), so short frames never pass. Jumps name their targets (kAccept,
   // kDrop: the last two instructions) and are resolved to distances at the end.
   constexpr uint8_t kNext = 0, kAccept = 0xfe, kDrop = 0xff;
   std::vector<sock_filter> p;
+  if (match_protocol) {
+    p.push_back(stmt(BPF_LD | BPF_H | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PROTOCOL)));
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, kNext, kDrop));
+  }
   p.push_back(stmt(BPF_LD | BPF_B | BPF_ABS, 0));
   p.push_back(stmt(BPF_ALU | BPF_AND | BPF_K, 0xf0));
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, 0x40, kNext, kDrop));  // IPv4
@@ -159,7 +163,7 @@ Result<CutSocket> CutSocket::open(uint32_t ip4_be, uint16_t port) {
   s.ifname_ = interface_of(ip4_be);
   sockaddr_ll ll{};
   ll.sll_family = AF_PACKET;
-  ll.sll_protocol = htons(ETH_P_IP);
+  ll.sll_protocol = htons(ETH_P_ALL);  // a tap: see CutSocket
   if (!s.ifname_.empty()) {
     ll.sll_ifindex = static_cast<int>(if_nametoindex(s.ifname_.c_str()));
     if (ll.sll_ifindex == 0) s.ifname_.clear();

@@ -3,8 +3,8 @@
 // lists this as a limitation) gets every trim dropped by the receiving kernel: IP drops a packet
 // shorter than its total length (InTruncatedPkts), UDP one shorter than its UDP length
 // (UdpInErrors). The UDP socket never sees them, so each would be a loss to resend. A packet
-// socket (AF_PACKET, SOCK_DGRAM, ETH_P_IP: data starts at the IPv4 header) sees every frame
-// before those checks; a classic BPF filter in the kernel passes it only the frames the kernel
+// socket (AF_PACKET, SOCK_DGRAM: data starts at the network header) sees every frame before
+// those checks; a classic BPF filter in the kernel passes it only the frames the kernel
 // is about to drop for their lengths, sent to our engine's port, so nothing the UDP socket
 // delivers is seen twice. The engine hands each frame's UDP payload to the data path as if the
 // UDP socket had delivered it short: its length (and DSCP) say it was trimmed.
@@ -52,11 +52,18 @@ struct CutFrame {
 CutError parse_cut_frame(const uint8_t* frame, size_t bytes, uint32_t ip4_be, uint16_t port, CutFrame* out);
 
 // The classic BPF program that passes the frames parse_cut_frame accepts (but for the length
-// sanity checks it leaves to the parser) and drops everything else in the kernel.
-std::vector<sock_filter> cut_filter(uint32_t ip4_be, uint16_t port);
+// sanity checks it leaves to the parser) and drops everything else in the kernel. It first
+// checks that the frame is IPv4 by its link-layer protocol (an ancillary load: the socket sees
+// every protocol); `match_protocol` false leaves that out, for a test that runs the program on
+// a socket whose messages have none.
+std::vector<sock_filter> cut_filter(uint32_t ip4_be, uint16_t port, bool match_protocol = true);
 
 // The packet socket of one engine: non-blocking, filtered to its port, bound to the interface
-// that holds its address (every interface when none does), outgoing frames ignored.
+// that holds its address (every interface when none does), outgoing frames ignored. It listens
+// to every protocol (ETH_P_ALL), which makes it a tap: the kernel hands it each frame, and takes
+// the frame back when the filter rejects it, before IP sees it. Bound to ETH_P_IP on a device
+// instead, it would come after IP's handler, which would then get every IPv4 packet of the
+// device shared, and copy each one.
 class CutSocket {
  public:
   CutSocket() = default;
