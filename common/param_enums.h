@@ -47,4 +47,8 @@ inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(
 enum class UdpChecksum : int { kAuto = 0, kZero = 1, kKernel = 2 };
 inline UdpChecksum udp_checksum(const Params& p) { return static_cast<UdpChecksum>(p.udp_checksum); }
 
+// NCCL_TRIM_RX_CUT: auto|off|packet
+enum class RxCut : int { kAuto = 0, kOff = 1, kPacket = 2 };
+inline RxCut rx_cut(const Params& p) { return static_cast<RxCut>(p.rx_cut); }
+
 }  // namespace trim::param

@@ -84,6 +84,23 @@ inline BnRun run_harness(const std::vector<std::string>& bottleneck, const std::
   return r;
 }
 
+// One harness allreduce through the router, trimming each trimmable packet with probability 0.2
+// whatever the queue (so both modes trim alike), in fabric mode at `size` frame bytes or in
+// native mode at the same IP size (so the same bytes survive).
+inline BnRun trim_run(bool fab, uint32_t size, const std::vector<std::string>& more_switch = {},
+               const std::vector<std::string>& env = {}) {
+  std::vector<std::string> bn = {"--ranks", "2", "--rate-gbps", "2", "--seed", "5", "--switch-arg", "--mode",
+                                 "--switch-arg", "random", "--switch-arg", "--random-p", "--switch-arg", "0.2"};
+  const std::vector<std::string> mode =
+      fab ? std::vector<std::string>{"--fabric", "1", "--trim-size", std::to_string(size)}
+          : std::vector<std::string>{"--trim-bytes", std::to_string(size - 18)};
+  for (const std::string& a : mode) bn.insert(bn.end(), {"--switch-arg", a});
+  for (const std::string& a : more_switch) bn.insert(bn.end(), {"--switch-arg", a});
+  return run_harness(bn, {"--mode", "allreduce", "--ranks", "2", "--bytes", "2M", "--iters", "3", "--warmup", "1",
+                          "--seed", "3"},
+                     env);
+}
+
 // A 1 Gbit/s port per rank with a 64 KiB data queue and 30 % cross traffic into every one: a
 // 4-rank ring at full speed overflows it every iteration (as switch_live_test's `congested`).
 inline const std::vector<std::string> kCongested = {"--ranks", "4", "--rate-gbps", "1", "--buffer-bytes", "65536",

@@ -542,23 +542,6 @@ TEST(FabricLive, UdpDaemonTrimsByDscpUnderCongestion) {
 
 // ---- live: the TUN router in fabric mode, between network namespaces ----
 
-// One harness allreduce through the router, trimming each trimmable packet with probability 0.2
-// whatever the queue (so both modes trim alike), in fabric mode at `size` frame bytes or in
-// native mode at the same IP size (so the same bytes survive).
-BnRun trim_run(bool fab, uint32_t size, const std::vector<std::string>& more_switch = {},
-               const std::vector<std::string>& env = {}) {
-  std::vector<std::string> bn = {"--ranks", "2", "--rate-gbps", "2", "--seed", "5", "--switch-arg", "--mode",
-                                 "--switch-arg", "random", "--switch-arg", "--random-p", "--switch-arg", "0.2"};
-  const std::vector<std::string> mode =
-      fab ? std::vector<std::string>{"--fabric", "1", "--trim-size", std::to_string(size)}
-          : std::vector<std::string>{"--trim-bytes", std::to_string(size - 18)};
-  for (const std::string& a : mode) bn.insert(bn.end(), {"--switch-arg", a});
-  for (const std::string& a : more_switch) bn.insert(bn.end(), {"--switch-arg", a});
-  return run_harness(bn, {"--mode", "allreduce", "--ranks", "2", "--bytes", "2M", "--iters", "3", "--warmup", "1",
-                          "--seed", "3"},
-                     env);
-}
-
 // At every trim size the shipping switches use, the fabric mode (which reads only DSCP) gives
 // the NMSE the native mode gives for the same surviving bytes, the replicas stay identical, the
 // exact classes (DSCP 0 data, DSCP 48 control and TCP) are never trimmed, and the receivers know
@@ -618,6 +601,8 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
     EXPECT_GT(num(r.harness, "retransmits"), num(r.sw, "dscp_18_trimmed") / 2) << r.context();
     EXPECT_EQ(num(r.harness, "header_cuts"), 0) << r.context();
     EXPECT_EQ(num(r.harness, "trimmed_accepted"), num(r.harness, "trimmed_marked")) << r.context();
+    EXPECT_EQ(num(r.harness, "cut_received"), 0) << "NCCL_TRIM_RX_CUT=auto is off without a fabric trim size: "
+                                                 << r.context();
   }
   BnRun r = trim_run(true, 256, {"--rewrite-udp-checksum", "keep"}, {"NCCL_TRIM_UDP_CHECKSUM=zero"});
   ASSERT_EQ(r.exit_code, 0) << r.context();

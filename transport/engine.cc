@@ -39,6 +39,14 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
   c.trimmable_no_check = transport::trimmable_no_check(p);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
+  switch (param::rx_cut(p)) {
+    case param::RxCut::kOff: c.rx_cut = RxCut::kOff; break;
+    case param::RxCut::kPacket: c.rx_cut = RxCut::kRequired; break;
+    case param::RxCut::kAuto:
+      c.rx_cut = p.fabric_trim_bytes > 0 ? RxCut::kTry : RxCut::kOff;
+      if (p.fabric_trim_bytes == 0) c.rx_cut_off_why = "NCCL_TRIM_FABRIC_TRIM_BYTES is not set (no trimming fabric declared)";
+      break;
+  }
   c.drop = p.test_drop;
   c.dup = p.test_dup;
   c.reorder = p.test_reorder;
@@ -180,6 +188,7 @@ Status Engine::start() {
   Result<Fd> udp = open_udp(ip4_be_, &udp_port_);
   if (!udp) return udp.status();
   udp_ = std::move(udp).value();
+  TRIM_RETURN_IF_ERROR(open_cut_socket());
   epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid()) return errno_status("epoll_create1");
   wake_fd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -188,7 +197,8 @@ Status Engine::start() {
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;  // null: the UDP socket or the wake fd (both handled every turn)
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, udp_.get(), &ev) != 0 ||
-      epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+      epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0 ||
+      (cut_.valid() && epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, cut_.fd(), &ev) != 0)) {
     return errno_status("epoll_ctl");
   }
   rx_bufs_.assign(kBatch, std::vector<uint8_t>(65536));  // a GRO batch is at most 64 KiB
@@ -221,6 +231,11 @@ void Engine::stop() {
   if (!running_.exchange(false)) return;
   wake();
   if (thread_.joinable()) thread_.join();
+  if (cut_.valid()) {
+    TRIM_INFO("NET/Trim: progress engine for {}: {} cut datagrams received from the packet socket, {} frames "
+              "rejected, {} dropped by its full queue (NCCL_TRIM_RX_CUT)",
+              name_, cut_received_, cut_rejected_, cut_.take_drops());
+  }
   std::lock_guard<std::mutex> lock(cmd_mu_);
   exited_ = true;  // waiters in submit() may return: no thread touches their memory now
   cmd_cv_.notify_all();
@@ -448,7 +463,8 @@ std::string GlobalStats::to_json() const {
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
-      "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{}}}",
+      "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
+      "\"cut_received\":{},\"cut_rejected\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -456,7 +472,8 @@ std::string GlobalStats::to_json() const {
       gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
       hook_send_conns.load(), rotated_messages.load(), hook_undeclared_conns.load(), codec_tasks_cancelled(),
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
-      codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck));
+      codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
+      cut_rejected.load());
 }
 
 GlobalStats& global_stats() {
@@ -468,10 +485,10 @@ std::string ConnCounters::to_string() const {
   return fmt::format(
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
-      "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, duplicates {}, bad {}, out of window {}; ACKs sent {} "
-      "received {}; codec tasks {} (on the engine {})",
+      "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
+      "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {})",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
-      received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, dup_packets, bad_packets, out_of_window,
+      received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/params.h"
+#include "transport/cut_rx.h"
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
 #include "transport/socket.h"
@@ -74,6 +75,11 @@ struct EngineConfig {
   // Trimmable datagrams leave with UDP checksum 0, one by one (NCCL_TRIM_UDP_CHECKSUM).
   bool trimmable_no_check = false;
   bool udp_offload = true;  // GSO sends, GRO receives
+  // NCCL_TRIM_RX_CUT: also read the cut datagrams the kernel drops for their lengths from a
+  // packet socket (cut_rx.h). kTry (auto): off, said once, where it cannot be opened; kRequired
+  // (packet): an error at start.
+  enum class RxCut { kOff, kTry, kRequired } rx_cut = RxCut::kOff;
+  std::string rx_cut_off_why;  // auto decided off before trying: why (said once at start)
   bool has_switch = false;
   sockaddr_in switch_addr{};
   double drop = 0, dup = 0, reorder = 0, trim = 0;  // test-only fault injection
@@ -89,6 +95,8 @@ class Engine final : public Waker {
 
   uint32_t ip4_be() const { return ip4_be_; }
   uint16_t udp_port() const { return udp_port_; }
+  // Whether cut datagrams are read from a packet socket (NCCL_TRIM_RX_CUT), after start().
+  bool receives_cuts() const { return cut_.valid(); }
   const EngineConfig& config() const { return cfg_; }
 
   // Hands an established connection to the engine (it starts sending keepalives at once).
@@ -116,6 +124,7 @@ class Engine final : public Waker {
     size_t len;
     sockaddr_in from;
     uint8_t tos = 0;  // the IP header's TOS byte as it arrived (DSCP << 2 | ECN)
+    bool cut = false;  // read from the packet socket: a cut the kernel dropped
   };
   class Tx;
   void run();
@@ -123,6 +132,8 @@ class Engine final : public Waker {
   void apply_release(const Cmd& cmd, Tx* tx);
   void pull_posted(Conn* c, Tx* tx);
   bool rx_batch(uint64_t now, Tx* tx);
+  Status open_cut_socket();
+  bool rx_cut_batch(uint64_t now, Tx* tx);
   void deliver(Datagram d, uint64_t now, Tx* tx);
   void dispatch(const Datagram& d, uint64_t now, Tx* tx);
   void release_held(uint64_t now, Tx* tx);
@@ -143,6 +154,7 @@ class Engine final : public Waker {
   EngineConfig cfg_;
   uint16_t udp_port_ = 0;
   Fd udp_;
+  CutSocket cut_;  // invalid when NCCL_TRIM_RX_CUT is off here
   Fd epoll_;
   Fd wake_fd_;
   std::thread thread_;
@@ -165,11 +177,13 @@ class Engine final : public Waker {
   std::vector<uint8_t> held_;  // reorder injection: one packet held back
   sockaddr_in held_from_{};
   uint8_t held_tos_ = 0;
+  bool held_cut_ = false;
   bool holding_ = false;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   bool faults_ = false;
   bool gro_ = false;  // the socket hands us coalesced runs of packets (split in rx_batch)
+  uint64_t cut_received_ = 0, cut_rejected_ = 0;  // this engine's share of the global counts
 };
 
 // Process-wide transport statistics (closed connections plus engine-level rejects).
@@ -180,6 +194,9 @@ struct GlobalStats {
       // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
       // header (nothing of them can be used: a loss, repaired by recovery).
       trimmed_marked{0}, header_cuts{0},
+      // NCCL_TRIM_RX_CUT: datagrams cut under lengths the switch left, read from the packet
+      // socket and handed to the data path; frames it passed that were not such datagrams.
+      cut_received{0}, cut_rejected{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.

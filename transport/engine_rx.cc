@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "codec/layout.h"
@@ -20,7 +21,85 @@ namespace trim::transport {
 
 namespace {
 constexpr int kMaxBatchesPerTurn = 8;  // then timers and transmissions get their turn
+
+// Said once per process, not once per engine.
+std::atomic<bool> g_cut_off_said{false}, g_cut_reject_said{false};
 }  // namespace
+
+Status Engine::open_cut_socket() {
+  if (cfg_.rx_cut == EngineConfig::RxCut::kOff) {
+    if (!cfg_.rx_cut_off_why.empty() && !g_cut_off_said.exchange(true)) {
+      TRIM_INFO("NET/Trim: NCCL_TRIM_RX_CUT=auto: off, {}", cfg_.rx_cut_off_why);
+    }
+    return Status::ok();
+  }
+  Result<CutSocket> s = CutSocket::open(ip4_be_, udp_port_);
+  if (!s) {
+    const std::string why = fmt::format("cannot open the packet socket that receives cut datagrams for {}: {} (it "
+                                        "needs CAP_NET_RAW: root, or setcap cap_net_raw+ep on the program)",
+                                        addr_string(ip4_be_, udp_port_), s.status().message());
+    if (cfg_.rx_cut == EngineConfig::RxCut::kRequired) {
+      return Status(Code::kBadConfig, "NCCL_TRIM_RX_CUT=packet: " + why + "; NCCL_TRIM_RX_CUT=auto or off runs without it");
+    }
+    if (!g_cut_off_said.exchange(true)) {
+      TRIM_INFO("NET/Trim: NCCL_TRIM_RX_CUT=auto: off, {}; a trim whose lengths the switch left is then a loss, resent "
+                "(docs/DEPLOYMENT.md)",
+                why);
+    }
+    return Status::ok();
+  }
+  cut_ = std::move(s).value();
+  TRIM_INFO("NET/Trim: progress engine for {}: cut datagrams to port {} whose lengths the switch left are read from "
+            "a packet socket on {} (NCCL_TRIM_RX_CUT)",
+            name_, udp_port_, cut_.ifname().empty() ? std::string("every interface") : cut_.ifname());
+  return Status::ok();
+}
+
+// The packet socket's frames: each a datagram the kernel drops for its lengths (the filter
+// passes nothing else), handed on as the short datagram the UDP socket would have delivered.
+bool Engine::rx_cut_batch(uint64_t now, Tx* tx) {
+  if (!cut_.valid()) return false;
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  bool any = false;
+  for (int turn = 0; turn < kMaxBatchesPerTurn; ++turn) {
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      iov[i] = iovec{rx_bufs_[i].data(), rx_bufs_[i].size()};
+      msgs[i] = mmsghdr{};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int n = recvmmsg(cut_.fd(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) break;
+    any = true;
+    now = now_ns();
+    for (int i = 0; i < n; ++i) {
+      uint8_t* frame = rx_bufs_[i].data();
+      CutFrame f;
+      const CutError e = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0
+                             ? CutError::kShort
+                             : parse_cut_frame(frame, msgs[i].msg_len, ip4_be_, udp_port_, &f);
+      if (e != CutError::kOk) {
+        ++cut_rejected_;
+        global_stats().cut_rejected.fetch_add(1, std::memory_order_relaxed);
+        if (!g_cut_reject_said.exchange(true)) {
+          TRIM_WARN("NET/Trim: the packet socket passed a frame that is no cut datagram of ours ({}, {} bytes): "
+                    "ignored, counted as cut_rejected, warned once",
+                    (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0 ? "larger than the buffer" : cut_error_name(e),
+                    msgs[i].msg_len);
+        }
+        continue;
+      }
+      ++cut_received_;
+      global_stats().cut_received.fetch_add(1, std::memory_order_relaxed);
+      const size_t at = static_cast<size_t>(f.payload - frame);  // the UDP payload, in our (mutable) buffer
+      deliver(Datagram{frame + at, f.payload_bytes, f.from, f.tos, true}, now, tx);
+    }
+    release_held(now, tx);
+    if (n < static_cast<int>(kBatch)) break;
+  }
+  return any;
+}
 
 bool Engine::from_peer(const Conn* c, const sockaddr_in& from, bool data) const {
   auto same = [](const sockaddr_in& a, const sockaddr_in& b) {
@@ -80,6 +159,7 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
     release_held(now, tx);  // a packet held back is released at the end of its batch at the latest
     if (n < static_cast<int>(kBatch)) break;
   }
+  any |= rx_cut_batch(now, tx);
   for (Conn* c : conns_) {
     if (c->ack_due && c->recv) {
       tx->bind(c);
@@ -103,7 +183,7 @@ void Engine::release_held(uint64_t now, Tx* tx) {
   holding_ = false;
   std::vector<uint8_t> held;
   held.swap(held_);
-  dispatch(Datagram{held.data(), held.size(), held_from_, held_tos_}, now, tx);
+  dispatch(Datagram{held.data(), held.size(), held_from_, held_tos_, held_cut_}, now, tx);
   held_.swap(held);  // keep the buffer's capacity
 }
 
@@ -129,6 +209,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
     held_.assign(d.data, d.data + d.len);
     held_from_ = d.from;
     held_tos_ = d.tos;
+    held_cut_ = d.cut;
     holding_ = true;
     return;
   }
@@ -136,7 +217,7 @@ void Engine::deliver(Datagram d, uint64_t now, Tx* tx) {
   std::vector<uint8_t> copy;
   if (twice) copy.assign(d.data, d.data + d.len);
   dispatch(d, now, tx);
-  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos}, now, tx);
+  if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos, d.cut}, now, tx);
   release_held(now, tx);  // the held packet now arrives behind this one
 }
 
@@ -213,6 +294,7 @@ void Engine::on_data(Datagram d, uint64_t now) {
   }
   c->last_heard_ns = now;
   if (c->dead) return;
+  if (d.cut) ++c->recv->counters().cut_received;
   c->recv->on_data(p, now);
   c->ack_due = true;
 }

@@ -92,6 +92,7 @@ struct ConnCounters {
   uint64_t nacks_received = 0;
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t trimmed_marked = 0;  // accepted with the trimmed DSCP (cut or not)
+  uint64_t cut_received = 0;    // read from the packet socket (NCCL_TRIM_RX_CUT): lengths the switch left
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t codec_tasks = 0, codec_inline = 0;  // pool tasks queued / run on the engine (queue full)

@@ -30,6 +30,9 @@ struct PluginStats {
   // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
   // header (losses, repaired by the transport).
   int64_t trimmed_marked = 0, header_cuts = 0;
+  // NCCL_TRIM_RX_CUT: cut datagrams read from the packet socket (the switch left their lengths),
+  // and frames it passed that were none.
+  int64_t cut_received = 0, cut_rejected = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;

@@ -1,0 +1,456 @@
+// NCCL_TRIM_RX_CUT (transport/cut_rx.h): the parser of the packet socket's frames on crafted
+// frames (cut, whole, truncated, fragments, wrong port or address, bad IHL, bad lengths, random
+// garbage), the kernel's BPF filter against the parser (run by the kernel on a socketpair, no
+// root needed), the packet socket live on a loopback of a namespace of its own (root), and the
+// engine's decision to open it or not, with and without CAP_NET_RAW.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/params.h"
+#include "transport/cut_rx.h"
+#include "transport/engine.h"
+
+namespace trim::transport {
+namespace {
+
+constexpr uint16_t kPort = 47001;
+const uint32_t kDst = htonl(0xc6120002);  // 198.18.0.2
+const uint32_t kSrc = htonl(0xc6120001);
+
+void put16(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+// An IPv4/UDP frame: `payload` bytes sent, the first `arrived` bytes of the IP packet kept
+// (0: all), the headers' lengths as they were before the cut unless a test rewrites them.
+struct Spec {
+  size_t payload = 400;
+  size_t arrived = 0;
+  int ihl_words = 5;
+  uint8_t version = 4, proto = 17, tos = 11 << 2;
+  uint16_t frag = 0x4000;  // DF
+  uint32_t dst = kDst;
+  uint16_t port = kPort;
+  bool fix_ip_len = false, fix_udp_len = false;  // what a well-behaved switch rewrites after a cut
+};
+
+std::vector<uint8_t> frame(const Spec& s) {
+  const size_t ihl = static_cast<size_t>(s.ihl_words) * 4, full = std::max<size_t>(ihl, 20) + 8 + s.payload;
+  std::vector<uint8_t> f(full, 0);
+  f[0] = static_cast<uint8_t>((s.version << 4) | s.ihl_words);
+  f[1] = s.tos;
+  put16(&f[2], static_cast<uint32_t>(full));
+  put16(&f[6], s.frag);
+  f[8] = 64;
+  f[9] = s.proto;
+  std::memcpy(&f[12], &kSrc, 4);
+  std::memcpy(&f[16], &s.dst, 4);
+  const size_t l4 = std::max<size_t>(ihl, 20);
+  put16(&f[l4], 40000);
+  put16(&f[l4 + 2], s.port);
+  put16(&f[l4 + 4], static_cast<uint32_t>(8 + s.payload));
+  for (size_t i = l4 + 8; i < full; ++i) f[i] = static_cast<uint8_t>(i * 7);
+  const size_t keep = s.arrived != 0 ? s.arrived : full;
+  f.resize(keep);
+  if (s.fix_ip_len && keep >= 4) put16(&f[2], static_cast<uint32_t>(keep));
+  if (s.fix_udp_len && keep >= l4 + 6) put16(&f[l4 + 4], static_cast<uint32_t>(keep - l4));
+  return f;
+}
+
+CutError parse(const std::vector<uint8_t>& f, CutFrame* out = nullptr, uint32_t ip = kDst) {
+  CutFrame tmp;
+  return parse_cut_frame(f.data(), f.size(), ip, kPort, out != nullptr ? out : &tmp);
+}
+
+TEST(CutRxParse, CraftedFrames) {
+  // What a switch that keeps the IP total length leaves: 238 of 428 bytes.
+  {
+    Spec s;
+    s.arrived = 238;
+    s.fix_udp_len = true;  // the UDP length rewritten, the IP one kept
+    const std::vector<uint8_t> f = frame(s);
+    CutFrame c;
+    ASSERT_EQ(parse(f, &c), CutError::kOk);
+    EXPECT_EQ(c.payload, f.data() + 28);
+    EXPECT_EQ(c.payload_bytes, 210u);
+    EXPECT_EQ(c.tos, 11 << 2);
+    EXPECT_EQ(c.from.sin_family, AF_INET);
+    EXPECT_EQ(c.from.sin_addr.s_addr, kSrc);
+    EXPECT_EQ(ntohs(c.from.sin_port), 40000);
+  }
+  {  // the UDP length kept, the IP one rewritten
+    Spec s;
+    s.arrived = 238;
+    s.fix_ip_len = true;
+    CutFrame c;
+    ASSERT_EQ(parse(frame(s), &c), CutError::kOk);
+    EXPECT_EQ(c.payload_bytes, 210u);
+  }
+  {  // both kept
+    Spec s;
+    s.arrived = 100;
+    CutFrame c;
+    ASSERT_EQ(parse(frame(s), &c), CutError::kOk);
+    EXPECT_EQ(c.payload_bytes, 72u);
+  }
+  {  // IP options (IHL 6): the UDP header and the payload move by 4 bytes
+    Spec s;
+    s.ihl_words = 6;
+    s.arrived = 238;
+    const std::vector<uint8_t> f = frame(s);
+    CutFrame c;
+    ASSERT_EQ(parse(f, &c), CutError::kOk);
+    EXPECT_EQ(c.payload, f.data() + 32);
+    EXPECT_EQ(c.payload_bytes, 206u);
+  }
+  {  // a cut that leaves only the UDP header: an empty payload, ours to judge
+    Spec s;
+    s.arrived = 28;
+    CutFrame c;
+    ASSERT_EQ(parse(frame(s), &c), CutError::kOk);
+    EXPECT_EQ(c.payload_bytes, 0u);
+  }
+  struct Case {
+    const char* what;
+    Spec spec;
+    CutError want;
+  };
+  auto cut = [](Spec s) {
+    if (s.arrived == 0) s.arrived = 238;
+    return s;
+  };
+  std::vector<Case> cases = {
+      {"whole", Spec{}, CutError::kNotCut},
+      {"cut, both lengths fixed", [&] { Spec s = cut({}); s.fix_ip_len = s.fix_udp_len = true; return s; }(), CutError::kNotCut},
+      {"cut, IPv6 version", [&] { Spec s = cut({}); s.version = 6; return s; }(), CutError::kNotIpv4},
+      {"cut, IHL 4", [&] { Spec s = cut({}); s.ihl_words = 4; return s; }(), CutError::kBadIhl},
+      {"cut, IHL 0", [&] { Spec s = cut({}); s.ihl_words = 0; return s; }(), CutError::kBadIhl},
+      {"cut, TCP", [&] { Spec s = cut({}); s.proto = 6; return s; }(), CutError::kNotUdp},
+      {"cut, first fragment (MF)", [&] { Spec s = cut({}); s.frag = 0x2000; return s; }(), CutError::kFragment},
+      {"cut, later fragment", [&] { Spec s = cut({}); s.frag = 0x0010; return s; }(), CutError::kFragment},
+      {"cut, another port", [&] { Spec s = cut({}); s.port = kPort + 1; return s; }(), CutError::kNotOurs},
+      {"cut, another address", [&] { Spec s = cut({}); s.dst = htonl(0xc6120003); return s; }(), CutError::kNotOurs},
+      {"19 bytes", [&] { Spec s; s.arrived = 19; return s; }(), CutError::kShort},
+      {"IP header only", [&] { Spec s; s.arrived = 20; return s; }(), CutError::kShort},
+      {"27 bytes", [&] { Spec s; s.arrived = 27; return s; }(), CutError::kShort},
+      {"IHL 15, 40 bytes", [&] { Spec s; s.ihl_words = 15; s.arrived = 40; return s; }(), CutError::kShort},
+  };
+  for (const Case& c : cases) EXPECT_EQ(parse(frame(c.spec)), c.want) << c.what;
+  EXPECT_EQ(parse(std::vector<uint8_t>{}), CutError::kShort);
+  // Lengths below their headers: garbage, never a datagram of ours.
+  std::vector<uint8_t> f = frame(cut({}));
+  put16(&f[24], 7);
+  EXPECT_EQ(parse(f), CutError::kBadLength);
+  f = frame(cut({}));
+  put16(&f[2], 27);
+  EXPECT_EQ(parse(f), CutError::kBadLength);
+  // Address 0 (an engine on INADDR_ANY) takes any destination.
+  Spec other = cut({});
+  other.dst = htonl(0x0a000001);
+  EXPECT_EQ(parse(frame(other), nullptr, 0), CutError::kOk);
+  // Ethernet padding (a total length below what arrived) is not a cut.
+  f = frame(Spec{});
+  f.resize(f.size() + 6, 0);
+  EXPECT_EQ(parse(f), CutError::kNotCut);
+}
+
+// Random frames and random mutations of a cut one, at every length: never a crash, and what is
+// accepted lies inside the frame.
+TEST(CutRxParse, GarbageNeverCrashes) {
+  std::mt19937_64 rng(7);
+  const std::vector<uint8_t> base = frame([] { Spec s; s.arrived = 300; return s; }());
+  uint64_t ok = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::vector<uint8_t> f = base;
+    if (i % 2 == 0) {
+      f.resize(rng() % 80);
+      for (uint8_t& b : f) b = static_cast<uint8_t>(rng());
+      if (f.size() > 0 && i % 4 == 0) f[0] = static_cast<uint8_t>(0x40 | (rng() & 0x0f));
+    } else {
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k) f[rng() % 32] = static_cast<uint8_t>(rng());
+      f.resize(rng() % (f.size() + 1));
+    }
+    CutFrame c;
+    if (parse_cut_frame(f.data(), f.size(), kDst, kPort, &c) == CutError::kOk) {
+      ++ok;
+      ASSERT_GE(c.payload, f.data() + 28);
+      ASSERT_LE(c.payload + c.payload_bytes, f.data() + f.size());
+    }
+  }
+  EXPECT_GT(ok, 0u) << "some mutations stay cut datagrams of ours";
+}
+
+// The kernel runs the filter: on an AF_UNIX datagram socket it sees each message as a frame
+// (its length is what arrived), and a message it rejects is dropped silently.
+class Filtered {
+ public:
+  explicit Filtered(uint32_t ip4_be) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return;
+    tx_ = Fd(sv[0]);
+    rx_ = Fd(sv[1]);
+    std::vector<sock_filter> prog = cut_filter(ip4_be, kPort, /*match_protocol=*/false);  // a unix message has none
+    sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
+    attached_ = setsockopt(rx_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog) == 0;
+  }
+  bool ok() const { return attached_; }
+  // Whether the filter passed `f`.
+  bool passes(const std::vector<uint8_t>& f) {
+    const uint8_t empty = 0;
+    if (send(tx_.get(), f.empty() ? &empty : f.data(), f.size(), 0) != static_cast<ssize_t>(f.size())) return false;
+    std::vector<uint8_t> buf(f.size() + 16);
+    const ssize_t n = recv(rx_.get(), buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n < 0) return false;
+    EXPECT_EQ(static_cast<size_t>(n), f.size()) << "a passed frame arrives whole";
+    return true;
+  }
+
+ private:
+  Fd tx_, rx_;
+  bool attached_ = false;
+};
+
+TEST(CutRxFilter, PassesWhatTheParserAccepts) {
+  for (uint32_t ip : {kDst, 0u}) {
+    SCOPED_TRACE(ip == 0 ? "any address" : "198.18.0.2");
+    Filtered k(ip);
+    ASSERT_TRUE(k.ok()) << std::strerror(errno);
+    // The crafted cases: the filter agrees with the parser on each.
+    std::vector<Spec> specs;
+    for (size_t arrived : {0, 19, 20, 27, 28, 29, 100, 238, 427}) {
+      for (int variant = 0; variant < 10; ++variant) {
+        Spec s;
+        s.arrived = arrived;
+        switch (variant) {
+          case 1: s.fix_ip_len = true; break;
+          case 2: s.fix_udp_len = true; break;
+          case 3: s.fix_ip_len = s.fix_udp_len = true; break;
+          case 4: s.frag = 0x2000; break;
+          case 5: s.frag = 0x0001; break;
+          case 6: s.port = kPort + 1; break;
+          case 7: s.dst = htonl(0xc6120003); break;
+          case 8: s.proto = 6; break;
+          case 9: s.ihl_words = 4; break;
+          default: break;
+        }
+        specs.push_back(s);
+      }
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const std::vector<uint8_t> f = frame(specs[i]);
+      CutFrame c;
+      const CutError e = parse_cut_frame(f.data(), f.size(), ip, kPort, &c);
+      EXPECT_EQ(k.passes(f), e == CutError::kOk) << "case " << i << " (" << f.size() << " bytes): " << cut_error_name(e);
+    }
+    // Random mutations: the filter passes everything the parser accepts, and nothing else but
+    // frames whose lengths fall below their own headers (the parser's checks alone).
+    std::mt19937_64 rng(11);
+    const std::vector<uint8_t> base = frame([] { Spec s; s.arrived = 300; return s; }());
+    uint64_t passed = 0;
+    for (int i = 0; i < 20000; ++i) {
+      std::vector<uint8_t> f = base;
+      for (int n = 0, m = 1 + static_cast<int>(rng() % 3); n < m; ++n) f[rng() % 32] = static_cast<uint8_t>(rng());
+      if (rng() % 4 == 0) f.resize(rng() % (f.size() + 1));
+      CutFrame c;
+      const CutError e = parse_cut_frame(f.data(), f.size(), ip, kPort, &c);
+      const bool p = k.passes(f);
+      passed += p ? 1 : 0;
+      if (e == CutError::kOk) {
+        ASSERT_TRUE(p) << "mutation " << i;
+      } else if (p) {
+        ASSERT_TRUE(e == CutError::kBadLength || e == CutError::kShort) << "mutation " << i << ": " << cut_error_name(e);
+      }
+    }
+    EXPECT_GT(passed, 100u);
+  }
+}
+
+// ---- live: the packet socket on the loopback of a namespace of its own (root) ----
+
+// Runs `body` on a thread in a new network namespace (network namespaces are per thread), its
+// loopback up with kDst on it too; false when the namespace could not be made.
+bool in_new_netns(const std::function<void()>& body) {
+  bool made = false;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) return;
+    Fd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (!s.valid() || ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return;
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    if (ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return;
+    // Our address as an alias of lo: a frame injected there with a 127/8 source would be a
+    // martian (it has no route attached yet), one from 198.18.0.1 is not.
+    ifreq alias{};
+    std::strncpy(alias.ifr_name, "lo:1", IFNAMSIZ - 1);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = kDst;
+    std::memcpy(&alias.ifr_addr, &a, sizeof a);
+    if (ioctl(s.get(), SIOCSIFADDR, &alias) != 0) return;
+    made = true;
+    body();
+  });
+  t.join();
+  return made;
+}
+
+TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root: a namespace of our own and a packet socket need CAP_SYS_ADMIN and CAP_NET_RAW";
+  const uint32_t ours = kDst;  // an address of lo
+  const bool made = in_new_netns([&] {
+    uint16_t port = 0;
+    Result<Fd> udp = sock::open_udp(ours, &port);
+    ASSERT_TRUE(udp.is_ok()) << udp.status().to_string();
+    Result<CutSocket> cut = CutSocket::open(ours, port);
+    ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
+    EXPECT_EQ(cut.value().ifname(), "lo");
+    // Frames go out of lo as they are (a packet socket sends what it is given) and come back
+    // in as a switch's would.
+    Fd out(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(out.valid()) << std::strerror(errno);
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_protocol = htons(ETH_P_IP);
+    to.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
+    to.sll_halen = ETH_ALEN;
+    auto send_frame = [&](Spec s, bool cut_ip, bool cut_udp) {
+      s.dst = ours;
+      s.port = port;
+      s.arrived = cut_ip || cut_udp ? 238 : 0;
+      s.fix_ip_len = !cut_ip;
+      s.fix_udp_len = !cut_udp;
+      std::vector<uint8_t> f = frame(s);
+      // A valid IPv4 header checksum, so only the lengths decide what the kernel takes.
+      f[10] = f[11] = 0;
+      uint32_t sum = 0;
+      const size_t ihl = static_cast<size_t>(f[0] & 0x0f) * 4;
+      for (size_t i = 0; i < ihl; i += 2) sum += static_cast<uint32_t>((f[i] << 8) | f[i + 1]);
+      while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+      put16(&f[10], ~sum & 0xffff);
+      std::memset(&f[ihl + 6], 0, 2);  // no UDP checksum
+      ASSERT_EQ(sendto(out.get(), f.data(), f.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+                static_cast<ssize_t>(f.size()))
+          << std::strerror(errno);
+    };
+    Spec plain;
+    send_frame(plain, false, false);  // whole: the UDP socket's
+    send_frame(plain, true, false);   // the IP length kept: ours
+    send_frame(plain, false, true);   // the UDP length kept: ours
+    send_frame(plain, true, true);    // both kept: ours
+    Spec frag = plain;
+    frag.frag = 0x2000;
+    send_frame(frag, true, false);  // a first fragment: the kernel's to reassemble, never ours
+    Spec other = plain;
+    other.proto = 6;
+    send_frame(other, true, false);
+    to.sll_protocol = htons(ETH_P_ARP);  // a cut IPv4 datagram of ours, but the link says ARP
+    send_frame(plain, true, false);
+    to.sll_protocol = htons(ETH_P_IP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<size_t> got_cut, got_udp;
+    std::vector<uint8_t> buf(65536);
+    for (ssize_t n; (n = recv(cut.value().fd(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
+      CutFrame c;
+      ASSERT_EQ(parse_cut_frame(buf.data(), static_cast<size_t>(n), ours, port, &c), CutError::kOk);
+      got_cut.push_back(c.payload_bytes);
+    }
+    for (ssize_t n; (n = recv(udp.value().get(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
+      got_udp.push_back(static_cast<size_t>(n));
+    }
+    EXPECT_EQ(got_cut, (std::vector<size_t>{210, 210, 210})) << "the three cuts, once each";
+    EXPECT_EQ(got_udp, (std::vector<size_t>{400})) << "the whole one only: the kernel dropped the cuts";
+    EXPECT_EQ(cut.value().take_drops(), 0u);
+  });
+  if (!made) GTEST_SKIP() << "cannot make a network namespace here: " << std::strerror(errno);
+}
+
+// ---- the engine: when it opens the packet socket ----
+
+EngineConfig config_of(const char* rx_cut, const char* fabric_bytes) {
+  Result<Params> p = load_params([&](const char* name) -> const char* {
+    if (std::strcmp(name, "NCCL_TRIM_RX_CUT") == 0) return rx_cut;
+    if (std::strcmp(name, "NCCL_TRIM_FABRIC_TRIM_BYTES") == 0) return fabric_bytes;
+    return nullptr;
+  });
+  EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+  Status err;
+  EngineConfig c = EngineConfig::from_params(p.value(), &err);
+  EXPECT_TRUE(err.is_ok());
+  return c;
+}
+
+TEST(CutRxEngine, KnobDecidesAndDefaultsAreOff) {
+  using R = EngineConfig::RxCut;
+  EXPECT_EQ(config_of(nullptr, nullptr).rx_cut, R::kOff) << "the default without a trimming fabric";
+  EXPECT_NE(config_of(nullptr, nullptr).rx_cut_off_why.find("NCCL_TRIM_FABRIC_TRIM_BYTES"), std::string::npos);
+  EXPECT_EQ(config_of("auto", "256").rx_cut, R::kTry);
+  EXPECT_EQ(config_of("off", "256").rx_cut, R::kOff);
+  EXPECT_EQ(config_of("packet", nullptr).rx_cut, R::kRequired);
+  Result<Params> bad = load_params([](const char* name) -> const char* {
+    return std::strcmp(name, "NCCL_TRIM_RX_CUT") == 0 ? "raw" : nullptr;
+  });
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("NCCL_TRIM_RX_CUT"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("auto|off|packet"), std::string::npos) << bad.status().message();
+}
+
+// Drops CAP_NET_RAW from the calling thread (capabilities are per thread): it then cannot open
+// a packet socket, as a process that is not root cannot.
+bool drop_net_raw() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  data[CAP_NET_RAW / 32].effective &= ~(1u << (CAP_NET_RAW % 32));
+  data[CAP_NET_RAW / 32].permitted &= ~(1u << (CAP_NET_RAW % 32));
+  return syscall(SYS_capset, &hdr, data) == 0;
+}
+
+TEST(CutRxEngine, WithoutCapNetRawAutoIsOffAndPacketIsAClearError) {
+  const uint32_t lo = htonl(INADDR_LOOPBACK);
+  std::thread t([&] {
+    ASSERT_TRUE(drop_net_raw()) << std::strerror(errno);
+    ASSERT_LT(socket(AF_PACKET, SOCK_DGRAM, 0), 0) << "CAP_NET_RAW is gone";
+    {
+      Engine e("lo", lo, config_of("auto", "256"));
+      ASSERT_TRUE(e.start().is_ok()) << "auto runs without it";
+      EXPECT_FALSE(e.receives_cuts());
+    }
+    Engine e("lo", lo, config_of("packet", nullptr));
+    const Status st = e.start();
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.code(), Code::kBadConfig);
+    for (const char* word : {"NCCL_TRIM_RX_CUT=packet", "CAP_NET_RAW", "auto or off"}) {
+      EXPECT_NE(st.message().find(word), std::string::npos) << st.message();
+    }
+  });
+  t.join();
+  Engine off("lo", lo, config_of(nullptr, nullptr));
+  ASSERT_TRUE(off.start().is_ok());
+  EXPECT_FALSE(off.receives_cuts()) << "the default, anywhere";
+  if (geteuid() != 0) GTEST_SKIP() << "not root: the packet socket itself is tried by CutRxLive and the fabric tests";
+  Engine on("lo", lo, config_of("packet", nullptr));
+  ASSERT_TRUE(on.start().is_ok());
+  EXPECT_TRUE(on.receives_cuts());
+}
+
+}  // namespace
+}  // namespace trim::transport
