@@ -1,7 +1,8 @@
 # make fuzz: libFuzzer (clang from Debian), FUZZ_SECONDS each, on
 #   packet-fuzz: the data packet parser and the decoder;
 #   wire-fuzz:   the transport's control packets, stream frames, handshake and handle parsers,
-#                and the send/receive state machines behind them (tests/fuzz/wire_fuzz.cc).
+#                and the send/receive state machines behind them (tests/fuzz/wire_fuzz.cc);
+#   cut-fuzz:    NCCL_TRIM_RX_CUT's frame parser (tests/fuzz/cut_fuzz.cc; starts from an empty corpus).
 FUZZ_SECONDS ?= 60
 FB := build-fuzz
 CLANG := clang++
@@ -10,6 +11,8 @@ SRCS := $(wildcard common/*.cc codec/*.cc)
 # (codec_pool: the state machines hand encoded messages to it when a pool is configured.)
 WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc transport/codec_pool.cc \
              transport/recovery.cc
+# The packet socket's frame parser (cut_rx.cc needs devices.cc for the interface lookup).
+CUT_SRCS := transport/cut_rx.cc transport/devices.cc
 OBJS := $(SRCS:%.cc=$(FB)/obj/%.o)
 WIRE_OBJS := $(WIRE_SRCS:%.cc=$(FB)/obj/%.o)
 FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -19,12 +22,13 @@ SEED_FLAGS := -std=c++17 -O1 -I. -MMD -MP -Wall -Wextra -Werror
 FUZZ_ARGS := -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1
 
 .PHONY: run
-run: $(FB)/packet-fuzz $(FB)/make-seeds $(FB)/wire-fuzz $(FB)/wire-seeds
-	@mkdir -p $(FB)/corpus $(FB)/corpus-wire
+run: $(FB)/packet-fuzz $(FB)/make-seeds $(FB)/wire-fuzz $(FB)/wire-seeds $(FB)/cut-fuzz
+	@mkdir -p $(FB)/corpus $(FB)/corpus-wire $(FB)/corpus-cut
 	$(FB)/make-seeds $(FB)/corpus
 	$(FB)/packet-fuzz $(FUZZ_ARGS) $(FB)/corpus
 	$(FB)/wire-seeds $(FB)/corpus-wire
 	$(FB)/wire-fuzz $(FUZZ_ARGS) $(FB)/corpus-wire
+	$(FB)/cut-fuzz $(FUZZ_ARGS) $(FB)/corpus-cut
 
 # spdlog is used header-only, in this one translation unit only (as in the main build).
 $(FB)/obj/common/log.o $(FB)/seed-obj/common/log.o: SPDLOG := -DSPDLOG_HEADER_ONLY
@@ -41,6 +45,9 @@ $(FB)/packet-fuzz: $(FB)/obj/tests/fuzz/packet_fuzz.o $(OBJS)
 	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
 
 $(FB)/wire-fuzz: $(FB)/obj/tests/fuzz/wire_fuzz.o $(WIRE_OBJS) $(OBJS)
+	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
+
+$(FB)/cut-fuzz: $(FB)/obj/tests/fuzz/cut_fuzz.o $(CUT_SRCS:%.cc=$(FB)/obj/%.o) $(OBJS)
 	$(CLANG) -fsanitize=fuzzer,address,undefined $^ -o $@
 
 $(FB)/make-seeds: $(FB)/seed-obj/tests/fuzz/make_seeds.o $(SRCS:%.cc=$(FB)/seed-obj/%.o)
