@@ -106,6 +106,18 @@ inline BnRun trim_run(bool fab, uint32_t size, const std::vector<std::string>& m
 inline const std::vector<std::string> kCongested = {"--ranks", "4", "--rate-gbps", "1", "--buffer-bytes", "65536",
                                              "--cross", "30", "--prop-delay-us", "20", "--seed", "7"};
 
+// The harness's mixed traffic (a trimmable fp32 AllReduce beside exact int32, broadcast and LL
+// ones) through kCongested ports in fabric mode at 256-byte trims, the ranks declaring that trim
+// size; `more_switch` adds switch flags (what it rewrites after a cut).
+inline BnRun mixed_fabric_256_run(const std::vector<std::string>& more_switch = {}) {
+  std::vector<std::string> bn = kCongested;
+  for (const char* a : {"--fabric", "1", "--trim-size", "256"}) bn.insert(bn.end(), {"--switch-arg", a});
+  for (const std::string& a : more_switch) bn.insert(bn.end(), {"--switch-arg", a});
+  return run_harness(bn, {"--mode", "mixed", "--ranks", "4", "--bytes", "1M", "--iters", "2", "--warmup", "1",
+                          "--seed", "3"},
+                     {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
+}
+
 // A socket of another network namespace: a thread enters it (network namespaces are per
 // thread), creates the socket and leaves; the socket stays in that namespace.
 inline transport::Fd socket_in(const std::string& ns, int type) {

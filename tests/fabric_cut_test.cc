@@ -74,13 +74,7 @@ TEST(FabricTun, PacketSocketTurnsCutsWithLengthsLeftBackIntoTrims) {
 // the trims arrive as trims, the exact classes stay bit exact, the replicas identical.
 TEST(FabricTun, MixedTrafficWithLengthsLeftStaysExactUnderAuto) {
   SKIP_UNLESS_NETNS();
-  std::vector<std::string> bn = kCongested;
-  for (const char* a : {"--fabric", "1", "--trim-size", "256", "--rewrite-ip-length", "keep"}) {
-    bn.insert(bn.end(), {"--switch-arg", a});
-  }
-  BnRun r = run_harness(bn, {"--mode", "mixed", "--ranks", "4", "--bytes", "1M", "--iters", "2", "--warmup", "1",
-                             "--seed", "3"},
-                        {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
+  BnRun r = mixed_fabric_256_run({"--rewrite-ip-length", "keep"});
   ASSERT_NE(r.exit_code, 77) << r.context();
   ASSERT_EQ(r.exit_code, 0) << r.context();
   EXPECT_NE(str(r.harness, "verify"), "fail") << r.context();

@@ -617,11 +617,7 @@ TEST(FabricTun, LengthsTheSwitchLeavesMakeTrimsLosses) {
 // and are never trimmed, the replicas stay identical, the plugin's TCP is never cut.
 TEST(FabricTun, MixedTrafficUnderCongestionKeepsTheExactClassesExact) {
   SKIP_UNLESS_NETNS();
-  std::vector<std::string> bn = kCongested;
-  for (const char* a : {"--fabric", "1", "--trim-size", "256"}) bn.insert(bn.end(), {"--switch-arg", a});
-  BnRun r = run_harness(bn, {"--mode", "mixed", "--ranks", "4", "--bytes", "1M", "--iters", "2", "--warmup", "1",
-                             "--seed", "3"},
-                        {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
+  BnRun r = mixed_fabric_256_run();
   ASSERT_NE(r.exit_code, 77) << r.context();
   ASSERT_EQ(r.exit_code, 0) << r.context();
   EXPECT_NE(str(r.harness, "verify"), "fail") << r.context();
