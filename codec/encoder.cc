@@ -150,7 +150,8 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
     // sign reads the row once: payloads first, gathering the norms on the way; the headers
     // follow when the row's scale is known. rht takes its heads (the signs) and the norms from
     // the rotated row, and its planes 1+2 from the input, so an untrimmed packet is exact.
-    const bool rht = scheme == Scheme::kRht;
+    const bool rht = scheme == Scheme::kRht && c.id->rotate;
+    if (scheme == Scheme::kRht && !rht) scheme = Scheme::kSign;  // a quiet connection: unrotated
     const float* src = v;
     if (rht) {
       f32_.resize(d);
@@ -193,7 +194,10 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   float scale = rms(sum_sq, d);
   if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= cfg_.clip_sigmas;
 
-  if (scheme == Scheme::kRht && finite) {
+  const bool unrotated = scheme == Scheme::kRht && !c.id->rotate;  // a quiet connection
+  if (unrotated) {
+    scheme = Scheme::kSign;
+  } else if (scheme == Scheme::kRht && finite) {
     // Rotate in fp32: the heads are the signs of the rotated values.
     // A bf16 row near the top of the range can overflow fp32 in the rotation: sent unrotated.
     rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
@@ -207,7 +211,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   } else if (scheme == Scheme::kRht) {
     scheme = Scheme::kSign;
   }
-  if (scheme != c.info.scheme) {
+  if (scheme != c.info.scheme && !unrotated) {
     log_unrotated(c);
   }
   if (scheme == Scheme::kRotated) {

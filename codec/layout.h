@@ -66,6 +66,9 @@ struct MessageId {
   uint64_t cookie = 0;
   uint32_t msg_seq = 0;
   bool trimmable = true;  // false: exact class, a trim must be answered by a resend
+  // rht only: false sends the rows unrotated, as sign rows within rht's packets (a connection
+  // that sees no trims: NCCL_TRIM_QUIET_MS). Not on the wire: each header says its row's scheme.
+  bool rotate = true;
 };
 
 struct RowInfo {

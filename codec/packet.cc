@@ -300,7 +300,11 @@ void mark_trimmed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagTrimmed; }
 
 void mark_udp_checksummed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagUdpChecksummed; }
 
-PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) {
+namespace {
+
+// parse_packet's checks; `count`: in packet_error_counters() (not for our own packets).
+PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count) {
+  const auto fail = [count](PacketError e) { return count ? codec::fail(e) : e; };
   if (data == nullptr || len < kHeaderBytes) return fail(PacketError::kTruncatedHeader);
   if (get16(data) != kMagic) return fail(PacketError::kBadMagic);
   if (data[2] != kVersion) return fail(PacketError::kBadVersion);
@@ -384,9 +388,21 @@ PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) {
       lossy && !kernel_verified ? verified_prefix(data, out->payload, received, &out->check_failed) : received;
   out->trimmed = out->payload_received < h.payload_bytes;
   out->marked_trimmed = false;
-  if (out->check_failed) packet_error_counters().add(PacketError::kBadPayloadCheck);
-  packet_error_counters().add(PacketError::kOk);
+  if (count && out->check_failed) packet_error_counters().add(PacketError::kBadPayloadCheck);
+  if (count) packet_error_counters().add(PacketError::kOk);
   return PacketError::kOk;
+}
+
+}  // namespace
+
+PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) { return parse(data, len, out, true); }
+
+PacketError parse_own_packet(const uint8_t* data, size_t len, uint32_t payload_kept, ParsedPacket* out) {
+  const PacketError e = parse(data, len, out, false);
+  if (e != PacketError::kOk || payload_kept >= out->payload_received) return e;
+  out->payload_received = payload_kept;
+  out->trimmed = true;
+  return e;
 }
 
 }  // namespace trim::codec

@@ -148,5 +148,8 @@ struct ParsedPacket {
 // past `len`. Counts the outcome in packet_error_counters(). The TRIMMED flag is ignored: a cut
 // packet is one shorter than its header says.
 PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out);
+// A whole packet this process encoded, as a receiver that kept `payload_kept` bytes of its
+// payload decodes it (the sender's error feedback); not counted.
+PacketError parse_own_packet(const uint8_t* data, size_t len, uint32_t payload_kept, ParsedPacket* out);
 
 }  // namespace trim::codec

@@ -100,6 +100,9 @@ NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) 
   }
   // Optional statistics hook; a plugin without it simply reports zeros.
   stats_fn_ = reinterpret_cast<int (*)(char*, int)>(dlsym(dl_, "ncclTrimStatsJson"));
+  // Our collectives send from buffers that keep their meaning (NCCL_TRIM_ERROR_FEEDBACK needs
+  // that); NCCL never says so. Optional: another plugin has no such call.
+  if (auto declare = reinterpret_cast<void (*)()>(dlsym(dl_, "ncclTrimDeclareOwnBuffers"))) declare();
 }
 
 NetPlugin::~NetPlugin() {

@@ -19,6 +19,10 @@ inline HeadBits head_bits(const Params& p) { return static_cast<HeadBits>(p.head
 enum class HeadScale : int { kUnbiased = 0, kMse = 1 };
 inline HeadScale head_scale(const Params& p) { return static_cast<HeadScale>(p.head_scale); }
 
+// NCCL_TRIM_ERROR_FEEDBACK: 0|1
+enum class ErrorFeedback : int { k0 = 0, k1 = 1 };
+inline ErrorFeedback error_feedback(const Params& p) { return static_cast<ErrorFeedback>(p.error_feedback); }
+
 // NCCL_TRIM_LOG_LEVEL: trace|debug|info|warn|error|off
 enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarn = 3, kError = 4, kOff = 5 };
 inline LogLevel log_level(const Params& p) { return static_cast<LogLevel>(p.log_level); }

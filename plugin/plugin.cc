@@ -671,4 +671,8 @@ __attribute__((visibility("default"))) int ncclTrimStatsJson(char* buf, int cap)
   std::memcpy(buf, json.c_str(), json.size() + 1);
   return static_cast<int>(json.size());
 }
+
+// Not part of NCCL's ABI: the nccl_trim collectives (coll/) call it after dlopen to say that
+// their send buffers keep their meaning between calls, which NCCL_TRIM_ERROR_FEEDBACK needs.
+__attribute__((visibility("default"))) void ncclTrimDeclareOwnBuffers(void) { trim::net::declare_own_buffers(); }
 }

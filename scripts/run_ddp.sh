@@ -32,7 +32,8 @@
 #     charlm     the transformer: lossless, socket, random rht at 0.1 and 0.5
 #     trimacc    (--cpu; issue 25) accuracy under random trimming, on every machine: Gloo
 #                (exact), per-hop rht, the hook (rotated), rht and the hook with 16-bit heads,
-#                and the hook with NCCL_TRIM_HEAD_SCALE=mse, at each p of --trim-ps (default
+#                the hook with NCCL_TRIM_HEAD_SCALE=mse, per-hop rht and the hook with error
+#                feedback (NCCL_TRIM_ERROR_FEEDBACK=1), at each p of --trim-ps (default
 #                here 0.5,0.75), each over --seeds (default 0,1,2); then a table of the mean
 #                final accuracy per configuration against Gloo's
 #     bench      = --bench allreduce
@@ -308,6 +309,7 @@ rank_env() {
     [[ $m == lossless ]] || e+=(NCCL_TRIM_SWITCH="127.0.0.1:$sw_port")
     # Inherited anyway; named so that the printed command and run.json show it.
     [[ -n ${NCCL_TRIM_HEAD_SCALE:-} ]] && e+=(NCCL_TRIM_HEAD_SCALE="$NCCL_TRIM_HEAD_SCALE")
+    [[ -n ${NCCL_TRIM_ERROR_FEEDBACK:-} ]] && e+=(NCCL_TRIM_ERROR_FEEDBACK="$NCCL_TRIM_ERROR_FEEDBACK")
     ((run_hook && !cpu)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
@@ -542,6 +544,8 @@ elif [[ -n $sweep ]]; then
           run train "rht16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 0
           run train "hook16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 1
           NCCL_TRIM_HEAD_SCALE=mse run train "hookmse_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
+          NCCL_TRIM_ERROR_FEEDBACK=1 run train "rhtef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 0
+          NCCL_TRIM_ERROR_FEEDBACK=1 run train "hookef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
         done
       done
       ;;

@@ -339,13 +339,8 @@ TEST(ProtoPair, TrimmedTrimmablePacketsAreAcceptedNeverResent) {
   std::normal_distribution<float> n(0, 1);
   for (float& v : in) v = n(g);
   SendOp so;
-  so.data = reinterpret_cast<const uint8_t*>(in.data());
-  so.bytes = in.size() * 4;
-  so.trimmable = true;
-  so.dtype = codec::DType::kF32;
   RecvOp ro;
-  ro.data = reinterpret_cast<uint8_t*>(out.data());
-  ro.capacity = so.bytes;
+  testing::fp32_ops(in, &out, &so, &ro);
   ASSERT_TRUE(p.r.post(&ro, &p.rtx).is_ok());
   p.s.on_cts(0, ro.capacity);
   ASSERT_TRUE(p.s.post(&so).is_ok());

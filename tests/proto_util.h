@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "transport/proto.h"
+#include "transport/recv_proto.h"
+#include "transport/send_proto.h"
 #include "transport/wire.h"
 
 namespace trim::transport::testing {
@@ -31,6 +33,18 @@ inline CtrlPacket ack_upto(uint32_t cum) {
   a.cum_psn = cum;
   a.accepted_total = cum;
   return a;
+}
+
+// A trimmable fp32 send of `in` (message `seq`) and a receive of as many bytes into `out`.
+inline void fp32_ops(const std::vector<float>& in, std::vector<float>* out, SendOp* so, RecvOp* ro, uint32_t seq = 0) {
+  so->data = reinterpret_cast<const uint8_t*>(in.data());
+  so->bytes = in.size() * 4;
+  so->seq = seq;
+  so->trimmable = true;
+  so->dtype = codec::DType::kF32;
+  ro->data = reinterpret_cast<uint8_t*>(out->data());
+  ro->capacity = so->bytes;
+  ro->seq = seq;
 }
 
 }  // namespace trim::transport::testing

@@ -46,7 +46,10 @@ struct CodecWork {
   codec::CodecConfig cfg;
   codec::Layout layout;
   codec::MessageId id;
-  const uint8_t* src = nullptr;  // encode: the message (NCCL's buffer)
+  const uint8_t* src = nullptr;  // encode: the message (NCCL's buffer, or src_copy)
+  // encode with error feedback: the message plus the residual of its buffer's last trims. Here
+  // so that it lives as long as the tasks that read it, even past an abandoned message.
+  std::vector<float> src_copy;
   uint8_t* dst = nullptr;        // decode: the message (NCCL's buffer)
   size_t stride = 0;             // bytes per packet slot in `packets`
   // encode: the packets, slot j at j * stride, and their sizes. decode: the payloads that

@@ -454,6 +454,11 @@ void GlobalStats::add(const ConnCounters& c) {
   rto_events += c.rto_events;
   codec_tasks += c.codec_tasks;
   codec_inline += c.codec_inline;
+  trims_reported += c.trims_reported;
+  trims_unmatched += c.trims_unmatched;
+  ef_applied += c.ef_applied;
+  ef_recorded += c.ef_recorded;
+  unrotated_messages += c.unrotated_messages;
 }
 
 std::string GlobalStats::to_json() const {
@@ -464,7 +469,8 @@ std::string GlobalStats::to_json() const {
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
-      "\"cut_received\":{},\"cut_rejected\":{}}}",
+      "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
+      "\"ef_recorded\":{},\"unrotated_messages\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -473,7 +479,8 @@ std::string GlobalStats::to_json() const {
       hook_send_conns.load(), rotated_messages.load(), hook_undeclared_conns.load(), codec_tasks_cancelled(),
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
-      cut_rejected.load());
+      cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
+      unrotated_messages.load());
 }
 
 GlobalStats& global_stats() {
@@ -486,10 +493,13 @@ std::string ConnCounters::to_string() const {
       "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
-      "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {})",
+      "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {}); cuts reported to us {} "
+      "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; rht "
+      "messages sent unrotated (no trim lately) {}",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
-      acks_sent, acks_received, codec_tasks, codec_inline);
+      acks_sent, acks_received, codec_tasks, codec_inline, trims_reported, trims_unmatched, ef_applied, ef_recorded,
+      unrotated_messages);
 }
 
 }  // namespace trim::transport

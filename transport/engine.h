@@ -138,7 +138,7 @@ class Engine final : public Waker {
   void dispatch(const Datagram& d, uint64_t now, Tx* tx);
   void release_held(uint64_t now, Tx* tx);
   void on_ctrl(const Datagram& d, uint64_t now, Tx* tx);
-  void on_data(Datagram d, uint64_t now);
+  void on_data(Datagram d, uint64_t now, Tx* tx);
   void read_tcp(Conn* c, uint64_t now);
   void on_frame(Conn* c, const Frame& f);
   void timers(Conn* c, uint64_t now, Tx* tx);
@@ -199,6 +199,10 @@ struct GlobalStats {
       cut_received{0}, cut_rejected{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
+      // Cut packets the receivers named in their ACKs (and those named too late to feed back);
+      // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.
+      trims_reported{0}, trims_unmatched{0}, ef_applied{0}, ef_recorded{0},
+      unrotated_messages{0},  // rht messages sent unrotated: no trim reported lately (NCCL_TRIM_QUIET_MS)
       // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.
       hook_comms{0}, hook_send_conns{0}, rotated_messages{0},
       hook_undeclared_conns{0},  // send connections of that class sent as rht: no hook declared it

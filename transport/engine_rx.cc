@@ -174,7 +174,7 @@ void Engine::dispatch(const Datagram& d, uint64_t now, Tx* tx) {
   if (is_ctrl(d.data, d.len)) {
     on_ctrl(d, now, tx);
   } else {
-    on_data(d, now);
+    on_data(d, now, tx);
   }
 }
 
@@ -258,7 +258,7 @@ void Engine::on_ctrl(const Datagram& d, uint64_t now, Tx* tx) {
   }
 }
 
-void Engine::on_data(Datagram d, uint64_t now) {
+void Engine::on_data(Datagram d, uint64_t now, Tx* tx) {
   codec::ParsedPacket p;
   // A switch that trims by DSCP rewrites it: that is how it says so (a cut is also seen in the
   // packet's length, whatever its DSCP). The ECN bits are the network's, not the class's.
@@ -297,6 +297,10 @@ void Engine::on_data(Datagram d, uint64_t now) {
   if (d.cut) ++c->recv->counters().cut_received;
   c->recv->on_data(p, now);
   c->ack_due = true;
+  if (c->recv->reports_full()) {  // the ACK's trim reports are full: send it before the next cut
+    tx->bind(c);
+    c->recv->flush_ack(tx);
+  }
 }
 
 void Engine::read_tcp(Conn* c, uint64_t now) {

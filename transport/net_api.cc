@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -208,6 +209,8 @@ transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engi
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
   cp.udp_checksummed = !transport::trimmable_no_check(ctx.params);
+  cp.error_feedback = ctx.params.error_feedback != 0 && own_buffers_declared();
+  cp.quiet_ns = static_cast<uint64_t>(ctx.params.quiet_ms) * 1'000'000;
   cp.pool = ctx.pool;
   cp.waker = engine;
   return cp;
@@ -262,6 +265,13 @@ void set_stage(const void* handle, ConnectStage* s) {
 
 // ---- Lifetime ----
 
+namespace {
+std::atomic<bool> g_own_buffers{false};
+}  // namespace
+
+void declare_own_buffers() { g_own_buffers.store(true, std::memory_order_release); }
+bool own_buffers_declared() { return g_own_buffers.load(std::memory_order_acquire); }
+
 Result<Context*> init(const InitOptions& options) {
   std::vector<std::string> warnings;
   Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
@@ -306,6 +316,15 @@ Result<Context*> init(const InitOptions& options) {
                   ? fmt::format("NCCL_TRIM_SCHEME={} applies as it is", codec::scheme_name(ctx->codec.scheme))
               : declared ? "the hook declared it rotated: its data is sent as scheme rotated (no transform here)"
                          : "no hook declared it rotated (yet): its data is rotated per hop (rht) like any other");
+  }
+  if (ctx->params.error_feedback != 0) {
+    if (own_buffers_declared()) {
+      TRIM_INFO("NET/Trim: error feedback on (NCCL_TRIM_ERROR_FEEDBACK=1): what trims take from an fp32 message is "
+                "added to the next one sent from its buffer");
+    } else {
+      TRIM_WARN("NET/Trim: NCCL_TRIM_ERROR_FEEDBACK=1 ignored: it needs send buffers that keep their meaning "
+                "between calls (the nccl_trim CPU backend's), and NCCL's staging buffers do not");
+    }
   }
   if (ctx->params.test_codec_stall_ms > 0) {
     transport::testing::set_stall_ms(static_cast<uint32_t>(ctx->params.test_codec_stall_ms));

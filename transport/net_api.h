@@ -228,6 +228,13 @@ HookCounters hook_counters();
 // (kBadConfig). Process-wide and idempotent.
 Status declare_rotated(int traffic_class, int row_log2);
 
+// The nccl_trim collectives (coll/, under the CPU backend and the harness) declare that the
+// buffers they send from keep their meaning between calls: a bucket's gradients stay at one
+// address. Only then does NCCL_TRIM_ERROR_FEEDBACK=1 apply (transport/feedback.h); NCCL's staging
+// buffers carry different data every time. Process-wide.
+void declare_own_buffers();
+bool own_buffers_declared();
+
 // Tests only: forget every declaration (each test starts with none).
 void forget_rotated_declarations_for_tests();
 // "ip:port" of the UDP socket of device `dev`'s progress engine (started by the first listen

@@ -28,6 +28,10 @@ struct ConnParams {
   // Lossy packets leave with a kernel UDP checksum (not NCCL_TRIM_UDP_CHECKSUM's 0): they say so,
   // and a receiver skips their check points when they arrive whole.
   bool udp_checksummed = true;
+  // NCCL_TRIM_ERROR_FEEDBACK, where the caller's buffers keep their meaning (transport/feedback.h).
+  bool error_feedback = false;
+  // NCCL_TRIM_QUIET_MS: rht messages go unrotated while no trim was reported for this long (0: never).
+  uint64_t quiet_ns = 0;
   // Codec worker pool for trimmable messages (null: encode/decode on the engine's thread) and
   // what its workers wake when a task is done (the engine; null in tests that poll).
   CodecPool* pool = nullptr;
@@ -96,6 +100,10 @@ struct ConnCounters {
   uint64_t dup_packets = 0, bad_packets = 0, out_of_window = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t codec_tasks = 0, codec_inline = 0;  // pool tasks queued / run on the engine (queue full)
+  uint64_t trims_reported = 0;  // cut packets of ours the receiver named in its ACKs
+  uint64_t trims_unmatched = 0;  // named after their packet was acknowledged (a reordered ACK): not fed back
+  uint64_t ef_applied = 0, ef_recorded = 0;  // error feedback: messages sent with a residual, and leaving one
+  uint64_t unrotated_messages = 0;  // rht messages sent unrotated: no trim reported lately (NCCL_TRIM_QUIET_MS)
   std::string to_string() const;
 };
 

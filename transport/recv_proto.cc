@@ -164,6 +164,7 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     ++counters_.trimmed_accepted;
     ++trimmed_accepted_total_;
   }
+  if (p.trimmed) note_trim(psn, p.payload_received);
   ack_due_ = true;
   // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
   // must not complete a receive with data missing.
@@ -175,6 +176,20 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     clear_bit(rcv_nxt_);
     ++rcv_nxt_;
   }
+}
+
+void RecvProto::note_trim(uint32_t psn, uint32_t received) {
+  // Runs of equal cuts (a fabric's fixed size, native trims of full packets) share a report.
+  if (!trim_reports_.empty()) {
+    TrimReport& last = trim_reports_.back();
+    if (last.psn + last.count == psn && last.received == received && last.count < UINT16_MAX) {
+      ++last.count;
+      return;
+    }
+  }
+  // The engine flushes an ACK as soon as the list is full (reports_full), so this never drops.
+  if (trim_reports_.size() >= kMaxTrimReports) return;
+  trim_reports_.push_back(TrimReport{psn, 1, static_cast<uint16_t>(received)});
 }
 
 void RecvProto::on_empty(uint64_t seq) {
@@ -198,6 +213,8 @@ void RecvProto::flush_ack(TxSink* sink) {
   a.trimmed_nacked_total = trimmed_nacked_total_;
   a.nack_count = static_cast<uint32_t>(nacks_.size());
   for (size_t i = 0; i < nacks_.size(); ++i) a.nacks[i] = nacks_[i];
+  a.trim_count = static_cast<uint32_t>(trim_reports_.size());
+  for (size_t i = 0; i < trim_reports_.size(); ++i) a.trims[i] = trim_reports_[i];
   // The selective bitmap is the window bitmap rotated to start at rcv_nxt: 64 bits at a time.
   static_assert(kSackBits % 64 == 0, "the window bitmap is whole words");
   constexpr uint32_t kWords = kSackBits / 64;
@@ -212,6 +229,7 @@ void RecvProto::flush_ack(TxSink* sink) {
   sink->ctrl(a);
   ++counters_.acks_sent;
   nacks_.clear();
+  trim_reports_.clear();
   ack_due_ = false;
 }
 

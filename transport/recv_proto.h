@@ -38,6 +38,9 @@ class RecvProto {
   // Sends one ACK if anything arrived since the last one (called after each receive batch),
   // or unconditionally when `force` (a duplicate asks for a fresh ACK too).
   void flush_ack(TxSink* sink);
+  // Whether the trim reports waiting for the next ACK fill one: flush it now, before another
+  // cut packet arrives (a report must travel in the ACK that first acknowledges its packet).
+  bool reports_full() const { return trim_reports_.size() >= kMaxTrimReports; }
   // Fails every pending receive (cancelling its codec tasks).
   void fail_all(const Status& error);
   // Cancels the codec tasks of every pending receive (close: NCCL frees the buffers next).
@@ -74,6 +77,7 @@ class RecvProto {
   Msg* find(uint32_t seq);
   bool begin_msg(Msg* m, const codec::PacketHeader& h);
   void complete(Msg* m, uint64_t bytes);
+  void note_trim(uint32_t psn, uint32_t received);
   void begin_pooled(Msg* m, const codec::MessageId& id);
   codec::PacketError admit_pooled(Msg* m, codec::Decoder& dec, const codec::ParsedPacket& p);
 
@@ -85,6 +89,7 @@ class RecvProto {
   uint64_t bits_[kSackBits / 64] = {};
   uint64_t accepted_total_ = 0, trimmed_accepted_total_ = 0, trimmed_nacked_total_ = 0;
   std::vector<uint32_t> nacks_;
+  std::vector<TrimReport> trim_reports_;  // cut trimmable packets accepted since the last ACK
   bool ack_due_ = false;
   ConnCounters counters_;
   SpareWork spare_work_;  // pooled receives' staging, reused

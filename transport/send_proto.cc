@@ -6,6 +6,7 @@
 
 #include "codec/packet.h"
 #include "common/log.h"
+#include "common/socket.h"
 
 namespace trim::transport {
 
@@ -30,6 +31,11 @@ struct SendProto::Msg {
   std::vector<uint32_t> sizes;
   bool prepared = false;
   std::shared_ptr<CodecWork> work;  // encoded on the pool: its packets and sizes live there
+  // What is encoded: NCCL's buffer, or (error feedback) ef_scratch = it plus a residual.
+  const uint8_t* src = nullptr;
+  std::vector<float> ef_scratch;
+  std::vector<CutPacket> cuts;  // packets the receiver reported cut (error feedback)
+  bool rotate = true;  // rht: rotated, unless the connection was quiet when it was laid out
   uint8_t* packets() { return work ? work->packets.data() : staging.data(); }
   uint32_t packet_size(uint32_t k) const { return work ? work->sizes[k] : sizes[k]; }
 };
@@ -46,7 +52,8 @@ SendProto::SendProto(const ConnParams& params)
                    std::min<uint32_t>(32, params.window_max)}),
       ring_(kSackBits),
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes),
-      rec_(RecoveryConfig::plugin(params.min_rto_ns)) {}
+      rec_(RecoveryConfig::plugin(params.min_rto_ns)),
+      ef_(params.error_feedback ? std::make_unique<ErrorFeedback>(params.codec) : nullptr) {}
 
 SendProto::~SendProto() = default;
 
@@ -113,13 +120,30 @@ Status SendProto::prepare(Msg* m) {
   m->prepared = true;
   m->zero_copy = scheme == codec::Scheme::kNone;
   if (m->zero_copy) return Status::ok();
+  m->src = op.data;
+  // Per-hop rht on a connection with no trim reported lately: no rotation. Nothing is lost
+  // while nothing is cut (the tails are the values' own bits either way), and a trim still
+  // delivers sign heads; the first trim reported turns the rotation on from the next message.
+  if (params_.codec.scheme == codec::Scheme::kRht && params_.quiet_ns > 0 &&
+      (last_trim_ns_ == 0 || sock::now_ns() - last_trim_ns_ > params_.quiet_ns)) {
+    m->rotate = false;
+    ++counters_.unrotated_messages;
+  }
+  if (ef_ && op.dtype == codec::DType::kF32) {
+    m->src = ef_->source(op.data, op.bytes, op.seq, &m->ef_scratch);
+    counters_.ef_applied = ef_->counters().applied;
+  }
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   if (params_.pool != nullptr) {
     m->work = spare_work_.take();
     CodecWork& w = *m->work;
-    w.prepare(CodecWork::Kind::kEncode, params_.codec, m->layout, codec::MessageId{params_.cookie, op.seq, op.trimmable},
-              params_.waker, in_flight_);
-    w.src = op.data;
+    w.prepare(CodecWork::Kind::kEncode, params_.codec, m->layout,
+              codec::MessageId{params_.cookie, op.seq, op.trimmable, m->rotate}, params_.waker, in_flight_);
+    if (m->src != op.data) {
+      w.src_copy.swap(m->ef_scratch);
+      m->src = reinterpret_cast<const uint8_t*>(w.src_copy.data());
+    }
+    w.src = m->src;
     w.packets.resize(need);
     w.sizes.assign(m->npackets, 0);
     for (uint32_t t = 0; t < w.tasks; ++t) submit_task(params_.pool, m->work, t, &counters_);
@@ -153,9 +177,9 @@ Result<bool> SendProto::encode_rows_through(Msg* m, uint32_t pkt) {
   }
   while (m->rows_encoded < m->layout.rows() && m->row_first[m->rows_encoded] <= pkt) {
     const uint32_t r = m->rows_encoded;
-    codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable};
+    codec::MessageId id{params_.cookie, m->op->seq, m->op->trimmable, m->rotate};
     const size_t stride = params_.codec.packet_bytes;
-    Result<uint32_t> n = encoder_.encode_row(m->layout, id, m->op->data, r,
+    Result<uint32_t> n = encoder_.encode_row(m->layout, id, m->src, r,
                                              m->staging.data() + static_cast<size_t>(m->row_first[r]) * stride,
                                              stride, m->sizes.data() + m->row_first[r]);
     if (!n) return n.status();
@@ -301,6 +325,7 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     ++counters_.bad_packets;
     return;
   }
+  note_trims(ack);
   bool progress = false;
   if (psn_diff(cum, snd_una_) > 0) {
     for (uint32_t p = snd_una_; p != cum; ++p) mark_acked(p, now_ns);
@@ -330,7 +355,10 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // Fast retransmit, time-based (RACK, RFC 8985): a packet sent a reordering window before
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
-  if (ack.trimmed_accepted_total > last_trimmed_) rec_.on_trims_reported(now_ns);
+  if (ack.trimmed_accepted_total > last_trimmed_) {
+    rec_.on_trims_reported(now_ns);
+    last_trim_ns_ = sock::now_ns();  // the clock prepare() reads (on_ack's may be a test's)
+  }
   rack_detect(now_ns);
   // Congestion signal: what the receiver accepted and how much of it was trimmed, from its
   // running totals (robust to lost and reordered ACKs).
@@ -345,6 +373,36 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   if (progress) rec_.on_progress(now_ns, outstanding_ > 0);
   rec_.arm_probe(now_ns, outstanding_ > 0);
   complete_finished();
+}
+
+void SendProto::note_trims(const CtrlPacket& ack) {
+  for (uint32_t i = 0; i < ack.trim_count && i < kMaxTrimReports; ++i) {
+    const TrimReport& t = ack.trims[i];
+    counters_.trims_reported += t.count;
+    if (!ef_) continue;
+    for (uint32_t k = 0; k < t.count; ++k) {
+      const uint32_t p = t.psn + k;
+      // An acknowledged packet's message may be complete and gone: only live slots count.
+      if (!in_flight_psn(p) || slot(p).acked || slot(p).msg->zero_copy) {
+        ++counters_.trims_unmatched;
+        continue;
+      }
+      slot(p).msg->cuts.push_back(CutPacket{slot(p).pkt, t.received});
+    }
+  }
+}
+
+void SendProto::feed_back(Msg* m) {
+  const CodecWork* w = m->work.get();
+  const uint32_t* sizes = w ? w->sizes.data() : m->sizes.data();
+  Status st = ef_->record(m->op->data, m->op->bytes, m->op->seq, m->layout,
+                          codec::MessageId{params_.cookie, m->op->seq, m->op->trimmable}, m->src, m->packets(),
+                          params_.codec.packet_bytes, sizes, std::move(m->cuts));
+  if (!st.is_ok()) {
+    TRIM_WARN("NET/Trim: {}", st.message());  // the trims of this message are estimated once, as without feedback
+    return;
+  }
+  counters_.ef_recorded = ef_->counters().recorded;
 }
 
 void SendProto::rack_detect(uint64_t now_ns) {
@@ -411,6 +469,7 @@ void SendProto::complete_finished() {
   for (auto it = msgs_.begin(); it != msgs_.end();) {
     Msg* m = it->get();
     if (m->sent_all && m->acked == m->npackets) {
+      if (ef_ && !m->cuts.empty()) feed_back(m);  // may read NCCL's buffer: before it goes back
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));
       // Every task is done: each packet was sent.

@@ -12,6 +12,7 @@
 #include "codec/encoder.h"
 #include "codec/packet.h"
 #include "transport/congestion.h"
+#include "transport/feedback.h"
 #include "transport/proto.h"
 #include "transport/recovery.h"
 
@@ -60,6 +61,7 @@ class SendProto {
   // Codec tasks of this connection queued or running on the pool (close waits for none).
   uint32_t tasks_in_flight() const { return in_flight_->load(std::memory_order_acquire); }
   const TrimCc& cc() const { return cc_; }
+  const ErrorFeedback* feedback() const { return ef_.get(); }
   uint64_t srtt_ns() const { return rec_.srtt_ns(); }
   uint32_t in_flight() const { return outstanding_; }
 
@@ -93,6 +95,10 @@ class SendProto {
   // RACK's detection pass over the packets in flight; arms its reorder timer.
   void rack_detect(uint64_t now_ns);
   void complete_finished();
+  // The receiver named these packets cut (before the same ACK acknowledges them).
+  void note_trims(const CtrlPacket& ack);
+  // Error feedback for a completed message that lost something to trims.
+  void feed_back(Msg* m);
   Msg* next_to_send();
 
   ConnParams params_;
@@ -114,6 +120,8 @@ class SendProto {
   SpareWork spare_work_;  // pooled messages' staging, reused
   std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
   bool codec_waiting_ = false;  // the next packet waits for a pool task
+  std::unique_ptr<ErrorFeedback> ef_;  // NCCL_TRIM_ERROR_FEEDBACK, else null
+  uint64_t last_trim_ns_ = 0;  // when an ACK last reported a trim (NCCL_TRIM_QUIET_MS); 0: never
 };
 
 }  // namespace trim::transport

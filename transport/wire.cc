@@ -22,7 +22,8 @@ namespace {
 constexpr size_t kCtrlCrcOffset = kCtrlBytes - 4;
 constexpr size_t kNackOffset = 56;
 constexpr size_t kSackOffset = kNackOffset + 4 * kMaxNacks;  // 120
-static_assert(kSackOffset + kSackBits / 8 == kCtrlCrcOffset, "control packet layout");
+constexpr size_t kTrimOffset = kSackOffset + kSackBits / 8;  // 248
+static_assert(kTrimOffset + 8 * kMaxTrimReports == kCtrlCrcOffset, "control packet layout");
 
 }  // namespace
 
@@ -45,6 +46,7 @@ void write_ctrl(const CtrlPacket& p, uint8_t out[kCtrlBytes]) {
   out[3] = static_cast<uint8_t>(p.type);
   out[4] = static_cast<uint8_t>(p.to);
   out[5] = static_cast<uint8_t>(p.nack_count > kMaxNacks ? kMaxNacks : p.nack_count);
+  out[6] = static_cast<uint8_t>(p.trim_count > kMaxTrimReports ? kMaxTrimReports : p.trim_count);
   put64(out + 8, p.cookie);
   put32(out + 16, p.cum_psn);
   put64(out + 24, p.accepted_total);
@@ -53,6 +55,11 @@ void write_ctrl(const CtrlPacket& p, uint8_t out[kCtrlBytes]) {
   put64(out + 48, p.timestamp_ns);
   for (uint32_t i = 0; i < out[5]; ++i) put32(out + kNackOffset + 4 * i, p.nacks[i]);
   std::memcpy(out + kSackOffset, p.sack, sizeof p.sack);
+  for (uint32_t i = 0; i < out[6]; ++i) {
+    put32(out + kTrimOffset + 8 * i, p.trims[i].psn);
+    put16(out + kTrimOffset + 8 * i + 4, p.trims[i].count);
+    put16(out + kTrimOffset + 8 * i + 6, p.trims[i].received);
+  }
   put32(out + kCtrlCrcOffset, codec::crc32c(out, kCtrlCrcOffset));
 }
 
@@ -61,9 +68,15 @@ CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out) {
   if (get16(data) != kCtrlMagic) return CtrlError::kBadMagic;
   if (data[2] != kCtrlVersion) return CtrlError::kBadVersion;
   if (get32(data + kCtrlCrcOffset) != codec::crc32c(data, kCtrlCrcOffset)) return CtrlError::kBadChecksum;
-  const uint8_t type = data[3], to = data[4], nacks = data[5];
-  if (type < 1 || type > 3 || to > 1 || nacks > kMaxNacks || get16(data + 6) != 0 || get32(data + 20) != 0) {
+  const uint8_t type = data[3], to = data[4], nacks = data[5], trims = data[6];
+  if (type < 1 || type > 3 || to > 1 || nacks > kMaxNacks || trims > kMaxTrimReports || data[7] != 0 ||
+      get32(data + 20) != 0) {
     return CtrlError::kBadField;
+  }
+  // Unused report slots are zero, and a used one names at least one packet: one encoding per packet.
+  for (uint32_t i = 0; i < kMaxTrimReports; ++i) {
+    const bool used = i < trims, zero = get64(data + kTrimOffset + 8 * i) == 0;
+    if (used ? get16(data + kTrimOffset + 8 * i + 4) == 0 : !zero) return CtrlError::kBadField;
   }
   CtrlPacket p;
   p.type = static_cast<CtrlType>(type);
@@ -77,6 +90,12 @@ CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out) {
   p.timestamp_ns = get64(data + 48);
   for (uint32_t i = 0; i < nacks; ++i) p.nacks[i] = get32(data + kNackOffset + 4 * i);
   std::memcpy(p.sack, data + kSackOffset, sizeof p.sack);
+  p.trim_count = trims;
+  for (uint32_t i = 0; i < trims; ++i) {
+    p.trims[i].psn = get32(data + kTrimOffset + 8 * i);
+    p.trims[i].count = get16(data + kTrimOffset + 8 * i + 4);
+    p.trims[i].received = get16(data + kTrimOffset + 8 * i + 6);
+  }
   *out = p;
   return CtrlError::kOk;
 }

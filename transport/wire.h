@@ -17,14 +17,24 @@ namespace trim::transport {
 // ---- UDP control packets ----
 
 constexpr uint16_t kCtrlMagic = codec::kCtrlMagic;  // 'T' 'C' on the wire
-constexpr uint8_t kCtrlVersion = 1;
+// 2: ACKs report which trimmable packets arrived cut (trims[]), for the sender's error feedback.
+constexpr uint8_t kCtrlVersion = 2;
 constexpr uint32_t kSackBits = 1024;     // the receive window; senders never exceed it
 constexpr uint32_t kMaxNacks = 16;
-constexpr uint32_t kCtrlBytes = 252;
+constexpr uint32_t kMaxTrimReports = 32;
+constexpr uint32_t kCtrlBytes = 508;
 
 enum class CtrlType : uint8_t { kAck = 1, kPing = 2, kPong = 3 };
 // Which end of the connection a control packet is for (both ends share the cookie).
 enum class Role : uint8_t { kSend = 0, kRecv = 1 };
+
+// `count` packets from `psn` on, accepted cut: the receiver decoded `received` payload bytes of
+// each (its check-pointed prefix), and estimated the rest.
+struct TrimReport {
+  uint32_t psn = 0;
+  uint16_t count = 0;
+  uint16_t received = 0;
+};
 
 struct CtrlPacket {
   CtrlType type = CtrlType::kAck;
@@ -38,6 +48,10 @@ struct CtrlPacket {
   uint32_t nack_count = 0;
   uint32_t nacks[kMaxNacks] = {};    // ACK: psns trimmed on exact messages: resend now
   uint8_t sack[kSackBits / 8] = {};  // ACK: bit i = psn cum_psn + i accepted (bit 0 is 0)
+  // ACK: trimmable packets accepted cut since the previous ACK (each reported once, in the ACK
+  // that first acknowledges it: the receiver sends one early rather than let the list overflow).
+  uint32_t trim_count = 0;
+  TrimReport trims[kMaxTrimReports] = {};
 
   bool sacked(uint32_t i) const { return i < kSackBits && ((sack[i >> 3] >> (i & 7)) & 1) != 0; }
   void set_sack(uint32_t i) { sack[i >> 3] = static_cast<uint8_t>(sack[i >> 3] | (1u << (i & 7))); }
@@ -55,13 +69,13 @@ inline bool is_ctrl(const uint8_t* data, size_t len) { return codec::is_ctrl_dat
 
 constexpr uint32_t kFrameMagic = 0x434d5254;  // "TRMC"
 // The handshake version: in the listen handle and the Hello, and the listener's in every
-// HelloAck. 3: data packets of wire version 2 (80-byte header with check points; DSCP per class)
+// HelloAck. 4: ACKs of control version 2 (508 bytes, with trim reports). 3: data packets of wire version 2 (80-byte header with check points; DSCP per class)
 // and the fabric's trim size in the Hello. 2: the connection's MTU is agreed (the smaller of both
 // ends' offers), where 1 required equal MTUs (a mix would send packets the other end cannot
 // decode). Every version keeps the
 // handle's bytes [0, 28), the Hello's first 6 bytes and its size, and the HelloAck's layout, so
 // that builds of different versions tell each other so (docs/PROTOCOL.md).
-constexpr uint16_t kFrameVersion = 3;
+constexpr uint16_t kFrameVersion = 4;
 constexpr size_t kHelloBytes = 96;
 constexpr size_t kFrameBytes = 32;
 

@@ -15,6 +15,7 @@ This module needs torch; the rest of the package does not.
 
 import atexit
 import logging
+import os
 import threading
 import time
 from typing import Dict, Optional, Tuple
@@ -56,13 +57,14 @@ class RhtState:
     """
 
     __slots__ = ("process_group", "hook_group", "world_size", "rank", "job_seed", "row_log2", "step", "lib",
-                 "_untouched")
+                 "_untouched", "fixed_rotation")
 
     def __init__(self, process_group, hook_group, job_seed: int, row_log2: int, lib: rht.RhtLibrary):
         self.job_seed = job_seed
         self.row_log2 = row_log2
         self.step = 0
         self._untouched = set()
+        self.fixed_rotation = False
         self._bind(process_group, hook_group, lib)
 
     def _bind(self, process_group, hook_group, lib: rht.RhtLibrary) -> None:
@@ -85,6 +87,7 @@ class RhtState:
         self.world_size, self.rank = int(saved["world_size"]), int(saved["rank"])
         self.process_group = self.hook_group = self.lib = None
         self._untouched = set()
+        self.fixed_rotation = False
 
     @property
     def bound(self) -> bool:
@@ -149,7 +152,9 @@ def rht_hook(state: RhtState, bucket: dist.GradBucket):
     if buf.dtype not in _DTYPES:
         state.note_untouched(buf.dtype)
         return _plain_allreduce(state.process_group, buf)
-    seed = state.lib.bucket_seed(state.job_seed, bucket.index(), step)
+    # Under error feedback the plugin adds a bucket's residual, left in the rotated domain of its
+    # previous step, to the next one: both steps must share the rotation.
+    seed = state.lib.bucket_seed(state.job_seed, bucket.index(), 0 if state.fixed_rotation else step)
     _rotate(state, buf, seed, forward=True)
     fut = dist.all_reduce(buf, group=state.hook_group, async_op=True).get_future()
 
@@ -187,7 +192,7 @@ def fsdp_rht_hook(state: RhtState, grad: torch.Tensor, output: Optional[torch.Te
         else:
             dist.reduce_scatter_tensor(output, grad, group=state.process_group)
         return
-    seed = state.lib.bucket_seed(state.job_seed, _FSDP_BUCKET, call)
+    seed = state.lib.bucket_seed(state.job_seed, _FSDP_BUCKET, 0 if state.fixed_rotation else call)
     if output is None:
         _rotate(state, grad, seed, forward=True)
         dist.all_reduce(grad, group=state.hook_group)
@@ -378,6 +383,12 @@ def _verify_plugin(traffic_class: int, comms_before: Optional[int]) -> None:
             "(nccl_trim.env() does) and check NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET for the net it picked")
 
 
+def _error_feedback(backend: str) -> bool:
+    """Whether the plugin feeds trims back (NCCL_TRIM_ERROR_FEEDBACK=1, which only the trim
+    backend's collectives honour: under NCCL the plugin ignores it). The plugin validates the value."""
+    return backend == "trim" and os.environ.get("NCCL_TRIM_ERROR_FEEDBACK", "0").strip() == "1"
+
+
 def register(model, *, process_group=None, seed: Optional[int] = None, row_log2: Optional[int] = None,
              require_plugin: Optional[bool] = None, state: Optional[RhtState] = None) -> RhtState:
     """Install the RHT hook on a DDP (or FSDP1) model; returns its state.
@@ -453,6 +464,7 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
         state = RhtState(base, hook_group, job_seed, row_log2, lib)
     else:
         state._bind(base, hook_group, lib)
+    state.fixed_rotation = _error_feedback(backend)
     try:
         model.register_comm_hook(state, rht_hook if kind == "ddp" else fsdp_rht_hook)
     except RuntimeError as e:  # a built-in hook (C++), invisible to _check_no_hook

@@ -157,6 +157,26 @@ class OneRankTest(unittest.TestCase):
         self.step(model)
         self.assertEqual(state.step, 1)
 
+    def test_error_feedback_keeps_one_rotation_per_bucket_on_trim_groups_only(self):
+        # NCCL_TRIM_ERROR_FEEDBACK=1: the plugin adds a bucket's residual, in its step's rotated
+        # domain, to the next step's bucket, so both must share the rotation; only the trim
+        # backend's collectives feed back (under NCCL and gloo the rotation keeps changing).
+        from nccl_trim import backend
+        backend.register()
+        group = dist.new_group([0], backend="trim")
+        with mock.patch.dict(os.environ, {"NCCL_TRIM_ERROR_FEEDBACK": "1"}):
+            fed_model, plain_model = DDP(torch.nn.Linear(5, 3), process_group=group), self.model()
+            fed, plain = nccl_trim.register(fed_model), nccl_trim.register(plain_model)
+        self.assertTrue(fed.fixed_rotation)
+        self.assertFalse(plain.fixed_rotation)
+        for state, model, steps in ((fed, fed_model, [0, 0, 0]), (plain, plain_model, [0, 1, 2])):
+            real = state.lib.bucket_seed
+            with mock.patch.object(state.lib, "bucket_seed", side_effect=real) as seed:
+                for _ in range(3):
+                    self.step(model)
+            self.assertEqual([c.args[2] for c in seed.call_args_list], steps)
+        dist.destroy_process_group(fed.hook_group)  # the next test makes its own tagged group
+
     def test_register_takes_a_restored_state_and_checks_it(self):
         import pickle
         first = self.model()
