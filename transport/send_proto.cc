@@ -355,8 +355,9 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // Fast retransmit, time-based (RACK, RFC 8985): a packet sent a reordering window before
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
-  if (ack.trimmed_accepted_total > last_trimmed_) {
-    rec_.on_trims_reported(now_ns);
+  if (ack.trimmed_accepted_total > last_trimmed_) rec_.on_trims_reported(now_ns);
+  // The path trims (a trimmable packet, or an exact one, which it will resend): rotate again.
+  if (ack.trimmed_accepted_total > last_trimmed_ || ack.trimmed_nacked_total > last_nacked_) {
     last_trim_ns_ = sock::now_ns();  // the clock prepare() reads (on_ack's may be a test's)
   }
   rack_detect(now_ns);
