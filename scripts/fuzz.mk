@@ -10,6 +10,7 @@ SRCS := $(wildcard common/*.cc codec/*.cc)
 # Only what the protocol state machines need: no sockets, engine or plugin.
 # (codec_pool: the state machines hand encoded messages to it when a pool is configured.)
 WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc transport/codec_pool.cc \
+             transport/feedback.cc \
              transport/recovery.cc
 # The packet socket's frame parser (cut_rx.cc needs devices.cc for the interface lookup).
 CUT_SRCS := transport/cut_rx.cc transport/devices.cc

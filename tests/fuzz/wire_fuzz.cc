@@ -64,6 +64,17 @@ void fuzz_ctrl(const uint8_t* in, size_t n, bool fix) {
   Capture tx;
   fuzz::start_sender(&s, &op, msg, &tx);
   FUZZ_CHECK(s.in_flight() > 0);
+  // The same ACKs into a sender of one trimmable fp32 message with error feedback: each trim
+  // report it takes makes it decode its own packets cut where the report says, when the
+  // message completes.
+  transport::ConnParams fp = fuzz::conn_params(codec::Scheme::kRht);
+  fp.error_feedback = true;
+  SendProto fs(fp);
+  SendOp fop;
+  fop.trimmable = true;
+  fop.dtype = codec::DType::kF32;
+  Capture ftx;
+  fuzz::start_sender(&fs, &fop, msg, &ftx);
   uint64_t now = 0;
   for (size_t off = 0; off < n; off += kCtrlBytes) {
     std::vector<uint8_t> d(in + off, in + std::min(n, off + kCtrlBytes));  // exact size: ASan sees over-reads
@@ -77,6 +88,8 @@ void fuzz_ctrl(const uint8_t* in, size_t n, bool fix) {
     if (p.type != CtrlType::kAck || p.to != Role::kSend || p.cookie != fuzz::kCookie) continue;
     s.on_ack(p, now);
     s.poll_tx(now, 1000, &tx);
+    fs.on_ack(p, now);
+    fs.poll_tx(now, 1000, &ftx);
   }
   // Past the tail probe, the timeout and a backed-off timeout.
   for (uint64_t later : {600'000ull, 3'000'000ull, 50'000'000ull}) {
@@ -84,8 +97,9 @@ void fuzz_ctrl(const uint8_t* in, size_t n, bool fix) {
     s.poll_tx(now + later, 1000, &tx);
     FUZZ_CHECK(s.next_deadline_ns(now + later) > now + later);
   }
-  FUZZ_CHECK(s.in_flight() < kSackBits);
-  FUZZ_CHECK(op.result.state() != OpResult::kFailed);
+  FUZZ_CHECK(s.in_flight() < kSackBits && fs.in_flight() < kSackBits);
+  FUZZ_CHECK(op.result.state() != OpResult::kFailed && fop.result.state() != OpResult::kFailed);
+  FUZZ_CHECK(fs.counters().trims_reported >= fs.counters().trims_unmatched);
   if (op.result.state() == OpResult::kDone) FUZZ_CHECK(op.result.bytes() == fuzz::kSendBytes && !s.has_pending());
   check_emitted(tx);
 }

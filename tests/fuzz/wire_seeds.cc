@@ -111,6 +111,22 @@ void ctrl_seeds(const std::vector<Bytes>& pkts) {
     all.insert(all.end(), b.begin(), b.end());
   }
   seed2(fuzz::kCtrl, all);
+  // ACKs naming cut packets (trim reports), for the error-feedback sender: a run of three
+  // heads-only cuts, a short cut and one past the payload's end, then the whole window acked.
+  CtrlPacket a = rtx.ctrls.front();
+  a.cum_psn = 6;
+  a.trim_count = 3;
+  a.trims[0] = TrimReport{0, 3, 120};
+  a.trims[1] = TrimReport{4, 1, 7};
+  a.trims[2] = TrimReport{5, 1, 65535};
+  Bytes reports = ctrl_bytes(a);
+  a.cum_psn = static_cast<uint32_t>(n);
+  a.trim_count = 1;
+  a.trims[0] = TrimReport{6, static_cast<uint16_t>(n - 6), 300};
+  a.trims[1] = a.trims[2] = TrimReport{};
+  const Bytes rest = ctrl_bytes(a);
+  reports.insert(reports.end(), rest.begin(), rest.end());
+  seed2(fuzz::kCtrl, reports);
   CtrlPacket ping;
   ping.type = CtrlType::kPing;
   ping.cookie = fuzz::kCookie;
