@@ -16,7 +16,7 @@ struct Later {
 };
 }  // namespace
 
-EventQueue::EventQueue() : near_slots_(kNearSlots), mid_buckets_(kMidBuckets) {}
+EventQueue::EventQueue() : near_slots_(kNearSlots), near_overflow_(kNearSlots), mid_buckets_(kMidBuckets) {}
 
 void EventQueue::push_later(uint64_t time_ns, uint32_t packed) {
   const uint64_t coarse = time_ns >> kCoarseBits;
@@ -43,16 +43,7 @@ void EventQueue::migrate(uint64_t upto) {
     if (l.head != kNil) {
       for (uint32_t n = l.head; n != kNil;) {
         const uint32_t next = nodes_[n].next;
-        const uint32_t slot = static_cast<uint32_t>(node_time_[n]) & kNearMask;
-        NearSlot& s = near_slots_[slot];
-        if (s.first == kNil) {
-          s.first = nodes_[n].packed;
-          near_bits_.set(slot);
-          free_node(n);
-        } else {
-          rest_append(s, n);
-        }
-        ++near_;
+        append_near(node_time_[n], nodes_[n].packed, n);
         --mid_;
         n = next;
       }
