@@ -86,6 +86,35 @@ void EventQueue::jump() {
   migrate(coarse + 1);
 }
 
+bool EventQueue::cancel_current(EventKind kind, uint32_t id) {
+  const uint32_t packed = static_cast<uint32_t>(kind) << 29 | id;
+  const uint32_t slot = static_cast<uint32_t>(base_ns_) & kNearMask;
+  NearSlot& s = near_slots_[slot];
+  for (uint32_t i = 0; i < kInline && s.ev[i] != kNil; ++i) {
+    if (s.ev[i] != packed) continue;
+    const uint32_t last = s.ev[kInline - 1];
+    for (uint32_t j = i; j + 1 < kInline; ++j) s.ev[j] = s.ev[j + 1];
+    s.ev[kInline - 1] = last == kNil ? kNil : take_overflow(slot);
+    if (s.ev[0] == kNil) near_bits_.clear(slot);
+    --near_;
+    return true;
+  }
+  List& l = near_overflow_[slot];
+  for (uint32_t prev = kNil, n = l.head; n != kNil; prev = n, n = nodes_[n].next) {
+    if (nodes_[n].packed != packed) continue;
+    if (prev == kNil) {
+      l.head = nodes_[n].next;
+    } else {
+      nodes_[prev].next = nodes_[n].next;
+    }
+    if (l.tail == n) l.tail = prev;
+    free_node(n);
+    --near_;
+    return true;
+  }
+  return false;
+}
+
 void EventQueue::refuse_past(uint64_t time_ns) const {
   throw std::logic_error("EventQueue: push at " + std::to_string(time_ns) + " ns, before the last popped time " +
                          std::to_string(base_ns_) + " ns");

@@ -122,6 +122,9 @@ class EventQueue {
     return Event{time_ns, static_cast<EventKind>(packed >> 29), packed & kMaxId};
   }
   uint64_t pushed() const { return pushed_; }
+  // Takes back the event (kind, id) queued for the time of the last pop, which the caller knows
+  // will do nothing when it pops; the others keep their order. False when there is none.
+  bool cancel_current(EventKind kind, uint32_t id);
 
  private:
   // The near ring holds the clock's coarse bucket and the next: 4096 ns of 1-ns slots, so a
