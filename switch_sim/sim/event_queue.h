@@ -52,6 +52,12 @@ class Occupancy {
   void clear(uint32_t i) {
     if ((words_[i >> 6] &= ~(1ull << (i & 63))) == 0) summary_[i >> 12] &= ~(1ull << ((i >> 6) & 63));
   }
+  // clear(i) when `really`, without a branch on it.
+  void clear_if(uint32_t i, bool really) {
+    if ((words_[i >> 6] &= ~(static_cast<uint64_t>(really) << (i & 63))) == 0) {
+      summary_[i >> 12] &= ~(1ull << ((i >> 6) & 63));
+    }
+  }
   // The first occupied bucket at or after `from`, cyclically; only when one is occupied.
   uint32_t first_from(uint32_t from) const {
     const uint32_t w = from >> 6;
@@ -104,21 +110,20 @@ class EventQueue {
     const uint32_t slot = near_bits_.first_from(static_cast<uint32_t>(base_ns_) & kNearMask);
     const uint64_t time_ns = base_ns_ + ((slot - static_cast<uint32_t>(base_ns_)) & kNearMask);
     NearSlot& s = near_slots_[slot];
+    // Without a branch on whether the slot holds more (about even odds: mispredicted half the
+    // time): the events move up, and the slot's bit goes when none is left.
     const uint32_t packed = s.ev[0];
-    if (s.ev[1] == kNil) {
-      s.ev[0] = kNil;
-      near_bits_.clear(slot);
-    } else {
-      const uint32_t last = s.ev[kInline - 1];
-      for (uint32_t i = 0; i + 1 < kInline; ++i) s.ev[i] = s.ev[i + 1];
-      // A full slot may have more in its overflow list: the list's head moves up.
-      s.ev[kInline - 1] = last == kNil ? kNil : take_overflow(slot);
-    }
+    const uint32_t last = s.ev[kInline - 1];
+    for (uint32_t i = 0; i + 1 < kInline; ++i) s.ev[i] = s.ev[i + 1];
+    s.ev[kInline - 1] = kNil;
+    // A full slot may have more in its overflow list: the list's head moves up.
+    if (last != kNil) s.ev[kInline - 1] = take_overflow(slot);
+    near_bits_.clear_if(slot, s.ev[0] == kNil);
     --near_;
-    if (time_ns != base_ns_) {
-      base_ns_ = time_ns;
-      if ((time_ns >> kCoarseBits) + 1 > migrated_) migrate((time_ns >> kCoarseBits) + 1);
-    }
+    // (Unconditionally: the clock stays put for almost half the pops, another coin flip. A pop
+    // at the same time never needs the migration, which the first pop at that time did.)
+    base_ns_ = time_ns;
+    if ((time_ns >> kCoarseBits) + 1 > migrated_) migrate((time_ns >> kCoarseBits) + 1);
     return Event{time_ns, static_cast<EventKind>(packed >> 29), packed & kMaxId};
   }
   uint64_t pushed() const { return pushed_; }
@@ -189,10 +194,12 @@ class EventQueue {
     // Pushes come in fronts (a link's delay, a serialisation, an ACK's return ahead of the
     // clock) that move through the ring with it: the next line of this front is fetched now.
     __builtin_prefetch(&near_slots_[(slot + 8) & kNearMask]);
-    uint32_t i = 0;
-    while (i < kInline && s.ev[i] != kNil) ++i;
+    // The slot's events are a prefix of ev[]: the first free place is their count, worked out
+    // without a branch (how many a slot holds is a coin flip); setting a set bit changes nothing.
+    static_assert(kInline == 3, "the count below reads kInline places");
+    const uint32_t i = (s.ev[0] != kNil) + (s.ev[1] != kNil) + (s.ev[2] != kNil);
     if (i < kInline) {
-      if (i == 0) near_bits_.set(slot);
+      near_bits_.set(slot);
       s.ev[i] = packed;
       if (node != kNil) free_node(node);
     } else {
