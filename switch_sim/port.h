@@ -117,7 +117,11 @@ class alignas(64) EgressPort {
   // A packet arrives at now_ns (the port advances to it first).
   Verdict enqueue(Packet p, uint64_t now_ns);
   // When the next packet finishes serialisation (UINT64_MAX when the port is idle and empty).
-  uint64_t next_event_ns() const { return busy_ ? wire_done_ns_ : UINT64_MAX; }
+  uint64_t next_event_ns() const {
+    // busy_ ? wire_done_ns_ : UINT64_MAX, without a branch (whether a port is busy is as good as
+    // random from one hop to the next, and the compiler made it one).
+    return wire_done_ns_ | (static_cast<uint64_t>(busy_) - 1);
+  }
   // Packets that have left, in order; the driver takes them (and clears the vector).
   std::vector<Departure>& departed() { return departed_; }
   // Or a driver that handles each departure at once (the simulator) takes them as they happen,
