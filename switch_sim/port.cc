@@ -61,7 +61,11 @@ uint64_t EgressPort::serialise_ns(uint32_t bytes) {
   // One branch, taken nearly always, then a select: which of the two sizes it is (full packets,
   // a message's last one) is data, and a branch on it was mispredicted often.
   const bool first = bytes == ser_bytes_[0];
-  if (first | (bytes == ser_bytes_[1])) return first ? ser_ns_[0] : ser_ns_[1];
+  if (__builtin_expect(first | (bytes == ser_bytes_[1]), 1)) return first ? ser_ns_[0] : ser_ns_[1];
+  return serialise_new_ns(bytes);
+}
+
+uint64_t EgressPort::serialise_new_ns(uint32_t bytes) {
   // Rounded up: a packet is never on the wire for less than its bits take.
   const uint64_t ns = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * 8.0 / cfg_.rate_gbps));
   ser_bytes_[1] = ser_bytes_[0];

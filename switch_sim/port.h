@@ -180,7 +180,8 @@ class alignas(64) EgressPort {
   Verdict to_header_queue(Packet p);
   void start_next();     // the link is free: pick the next packet to serialise
   void start_idle(const Packet& p);  // the same for a data packet arriving at an idle, empty port
-  uint64_t serialise_ns(uint32_t bytes);
+  inline uint64_t serialise_ns(uint32_t bytes);  // the memo (inlined into its two callers)
+  __attribute__((noinline)) uint64_t serialise_new_ns(uint32_t bytes);  // a size not in it
 
   // What every packet touches, in four cache lines (a port touched in six or seven lines cost an
   // L1 miss each on the simulator's every hop): line 0 the clock, the queue sizes and the
