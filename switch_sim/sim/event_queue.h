@@ -5,7 +5,8 @@
 // 256-host drop run, and the 4-ary (time, seq) heap's sift_down was a third of the profile.
 // Nearly every event is due within a few microseconds (serialisation 720 ns, propagation
 // 500 ns, an ACK's return 2 us): those go straight into the near ring of 1-ns slots, each a FIFO
-// of 8-byte nodes (the first event in the slot itself), found again with two bit scans. Timers and background arrivals (up to
+// of its first three events in the slot itself and 8-byte nodes beyond, found again with two bit
+// scans. Timers and background arrivals (up to
 // ~10 ms ahead) wait in the mid wheel, whose buckets are kCoarseNs wide and move into the near
 // ring a bucket at a time; only what is further out than the wheel goes to the far heap.
 //
