@@ -58,8 +58,8 @@ void EgressPort::PacketRing::grow() {
 }
 
 uint64_t EgressPort::serialise_ns(uint32_t bytes) {
-  // One branch, taken nearly always, then a select: which of the two sizes it is (full packets,
-  // a message's last one) is data, and a branch on it was mispredicted often.
+  // Inlined into its two callers (out of line it was a call per packet started); a size not in
+  // the memo is worked out out of line.
   const bool first = bytes == ser_bytes_[0];
   if (__builtin_expect(first | (bytes == ser_bytes_[1]), 1)) return first ? ser_ns_[0] : ser_ns_[1];
   return serialise_new_ns(bytes);
