@@ -39,7 +39,15 @@ std::string PortCounters::to_json() const {
 }
 
 EgressPort::EgressPort(const PortConfig& cfg)
-    : cfg_(cfg), wrr_header_left_(cfg.wrr_header_weight), wrr_data_left_(cfg.wrr_data_weight), rng_(cfg.seed) {}
+    : prop_delay_ns_(cfg.prop_delay_ns),
+      data_cap_bytes_(cfg.data_queue_bytes),
+      data_cap_packets_(cfg.data_queue_packets),
+      wrr_header_left_(cfg.wrr_header_weight),
+      wrr_data_left_(cfg.wrr_data_weight),
+      mode_(cfg.mode),
+      priority_(cfg.priority),
+      cfg_(cfg),
+      rng_(cfg.seed) {}
 
 void EgressPort::PacketRing::grow() {
   // Unrolled in order from head_, so the ring restarts at 0 with twice the room.
@@ -50,8 +58,14 @@ void EgressPort::PacketRing::grow() {
 }
 
 uint64_t EgressPort::serialise_ns(uint32_t bytes) {
-  if (bytes == ser_bytes_[0]) return ser_ns_[0];
-  if (bytes == ser_bytes_[1]) return ser_ns_[1];
+  // Inlined into its two callers (out of line it was a call per packet started); a size not in
+  // the memo is worked out out of line.
+  const bool first = bytes == ser_bytes_[0];
+  if (__builtin_expect(first | (bytes == ser_bytes_[1]), 1)) return first ? ser_ns_[0] : ser_ns_[1];
+  return serialise_new_ns(bytes);
+}
+
+uint64_t EgressPort::serialise_new_ns(uint32_t bytes) {
   // Rounded up: a packet is never on the wire for less than its bits take.
   const uint64_t ns = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * 8.0 / cfg_.rate_gbps));
   ser_bytes_[1] = ser_bytes_[0];
@@ -84,13 +98,13 @@ void EgressPort::start_next() {
   const bool have_header = !header_.empty(), have_data = !data_.empty();
   if (!have_header && !have_data) return;
   bool from_header = have_header;
-  if (cfg_.priority == Priority::kDwrr) {
+  if (priority_ == Priority::kDwrr) {
     if (have_header && have_data) {
       from_header = dwrr_pick_header();
     } else {
       dwrr_credit_[have_header ? 0 : 1] = 0;  // the idle queue keeps no credit (work-conserving)
     }
-  } else if (cfg_.priority == Priority::kWrr && have_header && have_data) {
+  } else if (priority_ == Priority::kWrr && have_header && have_data) {
     // Serve up to the header weight, then up to the data weight, then start a new round.
     if (wrr_header_left_ == 0 && wrr_data_left_ == 0) {
       wrr_header_left_ = cfg_.wrr_header_weight;
@@ -115,7 +129,7 @@ void EgressPort::start_next() {
 // start_next() for a data packet that arrives at an idle port with both queues empty: what it
 // would do after the packet went through the data queue, without the queue's write and read.
 void EgressPort::start_idle(const Packet& p) {
-  if (cfg_.priority == Priority::kDwrr) dwrr_credit_[1] = 0;  // the idle header queue keeps no credit
+  if (priority_ == Priority::kDwrr) dwrr_credit_[1] = 0;  // the idle header queue keeps no credit
   if (wrr_data_left_ > 0) --wrr_data_left_;
   on_wire_ = p;
   busy_ = true;
@@ -127,7 +141,7 @@ void EgressPort::advance(uint64_t now_ns) {
     const uint64_t done = wire_done_ns_;
     ++counters_.sent_packets;
     counters_.sent_bytes += on_wire_.bytes;
-    const Departure d{on_wire_, done + cfg_.prop_delay_ns};
+    const Departure d{on_wire_, done + prop_delay_ns_};
     if (sink_ != nullptr) {
       sink_(sink_ctx_, d);
     } else {
@@ -142,9 +156,10 @@ void EgressPort::advance(uint64_t now_ns) {
 }
 
 bool EgressPort::data_full(uint32_t extra_bytes) const {
-  if (cfg_.data_queue_bytes != 0 && data_bytes_ + extra_bytes > cfg_.data_queue_bytes) return true;
-  if (cfg_.data_queue_packets != 0 && data_.size() >= cfg_.data_queue_packets) return true;
-  return false;
+  // Evaluated whole, not short-circuited: which caps are set differs between ports (a NIC has
+  // none), and the simulator's hops go from one to another.
+  return ((data_cap_bytes_ != 0) & (data_bytes_ + extra_bytes > data_cap_bytes_)) |
+         ((data_cap_packets_ != 0) & (data_.size() >= data_cap_packets_));
 }
 
 bool EgressPort::trim(Packet* p) {
@@ -186,9 +201,9 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
   Verdict v;
   // Decide whether this packet is cut regardless of the queue (random, replay) or by it (trim).
   bool cut_now = false;
-  if (cfg_.mode == Mode::kRandom) {
+  if (mode_ == Mode::kRandom) {
     cut_now = p.trimmable && uniform_(rng_) < cfg_.random_p;
-  } else if (cfg_.mode == Mode::kReplay) {
+  } else if (mode_ == Mode::kReplay) {
     cut_now = p.trimmable && replay_.count(TranscriptEntry{p.flow, p.msg, p.psn}) != 0;
   }
   if (p.trimmed) {
@@ -204,7 +219,7 @@ Verdict EgressPort::enqueue(Packet p, uint64_t now_ns) {
     data_bytes_ += p.bytes;
     data_.push_back(p);
     v = Verdict::kQueued;
-  } else if (cfg_.mode != Mode::kTrim) {
+  } else if (mode_ != Mode::kTrim) {
     v = Verdict::kDropped;  // drop, and the queue overflow of random/replay
   } else if (cfg_.ndp_coin && !data_.empty() && data_.back().trimmable &&
              (cfg_.trim_bytes != 0 || data_.back().plane0_bytes != 0) && uniform_(rng_) < 0.5) {

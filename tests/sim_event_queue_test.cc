@@ -9,6 +9,7 @@
 #include <functional>
 #include <queue>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -135,6 +136,64 @@ TEST(SimEventQueue, RefusesAPushIntoThePastOrAnIdTooLarge) {
   EXPECT_THROW(q.push(1000, EventKind::kPort, EventQueue::kMaxId + 1), std::logic_error);
   q.push(1000, EventKind::kPort, 3);
   EXPECT_EQ(q.pop().id, 3u);
+}
+
+// cancel_current (the simulator takes back a port's kPort event that an arrival at the same
+// nanosecond made a no-op): on random schedules with many events per nanosecond (past the
+// three a near slot holds inline, so from its overflow list too, and moved in from the mid wheel
+// and the far heap), taking back a random event queued for the current time leaves every other
+// event popping in (time, push order), as a reference set with that event erased does.
+TEST(SimEventQueue, CancelCurrentTakesBackOneEventAndKeepsTheOthersInOrder) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    std::mt19937_64 rng(seed);
+    EventQueue q;
+    std::set<Ref> ref;
+    uint64_t now_ns = 0, seq = 0;
+    uint32_t next_id = 0;
+    size_t cancelled = 0;
+    auto push = [&](uint64_t t) {
+      const uint32_t kind = static_cast<uint32_t>(rng() % 7);
+      q.push(t, static_cast<EventKind>(kind), next_id);
+      ref.emplace(t, seq++, kind, next_id++);
+    };
+    for (int step = 0; step < 20000; ++step) {
+      // Bursts at a few times ahead, with up to 6 events at one time, and now and then far out.
+      const int pushes = ref.empty() ? 2 + static_cast<int>(rng() % 6) : static_cast<int>(rng() % 4);
+      for (int k = 0; k < pushes; ++k) {
+        const uint64_t r = rng() % 16;
+        push(now_ns + (r < 12 ? 8 * (r % 3) : r < 15 ? 4096 + 8 * (rng() % 4) : 20'000'000 + rng() % 3));
+      }
+      // Take back a random event queued for now (when there is one), or ask for one that is not.
+      std::vector<Ref> at_now;
+      for (auto it = ref.lower_bound(Ref{now_ns, 0, 0, 0}); it != ref.end() && std::get<0>(*it) == now_ns; ++it) {
+        at_now.push_back(*it);
+      }
+      if (!at_now.empty() && rng() % 2 == 0) {
+        const Ref victim = at_now[rng() % at_now.size()];
+        ASSERT_TRUE(q.cancel_current(static_cast<EventKind>(std::get<2>(victim)), std::get<3>(victim))) << "seed " << seed;
+        ref.erase(victim);
+        ++cancelled;
+      } else {
+        ASSERT_FALSE(q.cancel_current(EventKind::kPort, next_id + 1)) << "seed " << seed;
+      }
+      ASSERT_EQ(q.size(), ref.size());
+      if (ref.empty()) continue;
+      const Event e = q.pop();
+      const Ref want = *ref.begin();
+      ref.erase(ref.begin());
+      ASSERT_EQ(e.time_ns, std::get<0>(want)) << "seed " << seed;
+      ASSERT_EQ(static_cast<uint32_t>(e.kind), std::get<2>(want)) << "seed " << seed;
+      ASSERT_EQ(e.id, std::get<3>(want)) << "seed " << seed << " at " << e.time_ns << " ns";
+      now_ns = e.time_ns;
+    }
+    while (!ref.empty()) {
+      const Event e = q.pop();
+      ASSERT_EQ(e.id, std::get<3>(*ref.begin())) << "seed " << seed;
+      ref.erase(ref.begin());
+    }
+    EXPECT_TRUE(q.empty());
+    EXPECT_GT(cancelled, 1000u);  // the schedule did exercise it
+  }
 }
 
 }  // namespace

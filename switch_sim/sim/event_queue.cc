@@ -16,7 +16,7 @@ struct Later {
 };
 }  // namespace
 
-EventQueue::EventQueue() : near_slots_(kNearSlots), mid_buckets_(kMidBuckets) {}
+EventQueue::EventQueue() : near_slots_(kNearSlots), near_overflow_(kNearSlots), mid_buckets_(kMidBuckets) {}
 
 void EventQueue::push_later(uint64_t time_ns, uint32_t packed) {
   const uint64_t coarse = time_ns >> kCoarseBits;
@@ -43,16 +43,7 @@ void EventQueue::migrate(uint64_t upto) {
     if (l.head != kNil) {
       for (uint32_t n = l.head; n != kNil;) {
         const uint32_t next = nodes_[n].next;
-        const uint32_t slot = static_cast<uint32_t>(node_time_[n]) & kNearMask;
-        NearSlot& s = near_slots_[slot];
-        if (s.first == kNil) {
-          s.first = nodes_[n].packed;
-          near_bits_.set(slot);
-          free_node(n);
-        } else {
-          rest_append(s, n);
-        }
-        ++near_;
+        append_near(node_time_[n], nodes_[n].packed, n);
         --mid_;
         n = next;
       }
@@ -93,6 +84,35 @@ void EventQueue::jump() {
     return;  // an empty queue: pop's caller broke its contract
   }
   migrate(coarse + 1);
+}
+
+bool EventQueue::cancel_current(EventKind kind, uint32_t id) {
+  const uint32_t packed = static_cast<uint32_t>(kind) << 29 | id;
+  const uint32_t slot = static_cast<uint32_t>(base_ns_) & kNearMask;
+  NearSlot& s = near_slots_[slot];
+  for (uint32_t i = 0; i < kInline && s.ev[i] != kNil; ++i) {
+    if (s.ev[i] != packed) continue;
+    const uint32_t last = s.ev[kInline - 1];
+    for (uint32_t j = i; j + 1 < kInline; ++j) s.ev[j] = s.ev[j + 1];
+    s.ev[kInline - 1] = last == kNil ? kNil : take_overflow(slot);
+    if (s.ev[0] == kNil) near_bits_.clear(slot);
+    --near_;
+    return true;
+  }
+  List& l = near_overflow_[slot];
+  for (uint32_t prev = kNil, n = l.head; n != kNil; prev = n, n = nodes_[n].next) {
+    if (nodes_[n].packed != packed) continue;
+    if (prev == kNil) {
+      l.head = nodes_[n].next;
+    } else {
+      nodes_[prev].next = nodes_[n].next;
+    }
+    if (l.tail == n) l.tail = prev;
+    free_node(n);
+    --near_;
+    return true;
+  }
+  return false;
 }
 
 void EventQueue::refuse_past(uint64_t time_ns) const {

@@ -5,7 +5,8 @@
 // 256-host drop run, and the 4-ary (time, seq) heap's sift_down was a third of the profile.
 // Nearly every event is due within a few microseconds (serialisation 720 ns, propagation
 // 500 ns, an ACK's return 2 us): those go straight into the near ring of 1-ns slots, each a FIFO
-// of 8-byte nodes (the first event in the slot itself), found again with two bit scans. Timers and background arrivals (up to
+// of its first three events in the slot itself and 8-byte nodes beyond, found again with two bit
+// scans. Timers and background arrivals (up to
 // ~10 ms ahead) wait in the mid wheel, whose buckets are kCoarseNs wide and move into the near
 // ring a bucket at a time; only what is further out than the wheel goes to the far heap.
 //
@@ -51,6 +52,12 @@ class Occupancy {
   }
   void clear(uint32_t i) {
     if ((words_[i >> 6] &= ~(1ull << (i & 63))) == 0) summary_[i >> 12] &= ~(1ull << ((i >> 6) & 63));
+  }
+  // clear(i) when `really`, without a branch on it.
+  void clear_if(uint32_t i, bool really) {
+    if ((words_[i >> 6] &= ~(static_cast<uint64_t>(really) << (i & 63))) == 0) {
+      summary_[i >> 12] &= ~(1ull << ((i >> 6) & 63));
+    }
   }
   // The first occupied bucket at or after `from`, cyclically; only when one is occupied.
   uint32_t first_from(uint32_t from) const {
@@ -104,29 +111,26 @@ class EventQueue {
     const uint32_t slot = near_bits_.first_from(static_cast<uint32_t>(base_ns_) & kNearMask);
     const uint64_t time_ns = base_ns_ + ((slot - static_cast<uint32_t>(base_ns_)) & kNearMask);
     NearSlot& s = near_slots_[slot];
-    const uint32_t packed = s.first;
-    if (s.rest_head == kNil) {
-      s.first = kNil;
-      near_bits_.clear(slot);
-    } else {
-      const uint32_t head = s.rest_head;
-      s.first = nodes_[head].packed;
-      s.rest_head = nodes_[head].next;
-      if (s.rest_head == kNil) {
-        s.rest_tail = kNil;
-      } else {
-        __builtin_prefetch(&nodes_[s.rest_head]);  // the slot's next pop reads it
-      }
-      free_node(head);
-    }
+    // Without a branch on whether the slot holds more (about even odds: mispredicted half the
+    // time): the events move up, and the slot's bit goes when none is left.
+    const uint32_t packed = s.ev[0];
+    const uint32_t last = s.ev[kInline - 1];
+    for (uint32_t i = 0; i + 1 < kInline; ++i) s.ev[i] = s.ev[i + 1];
+    s.ev[kInline - 1] = kNil;
+    // A full slot may have more in its overflow list: the list's head moves up.
+    if (last != kNil) s.ev[kInline - 1] = take_overflow(slot);
+    near_bits_.clear_if(slot, s.ev[0] == kNil);
     --near_;
-    if (time_ns != base_ns_) {
-      base_ns_ = time_ns;
-      if ((time_ns >> kCoarseBits) + 1 > migrated_) migrate((time_ns >> kCoarseBits) + 1);
-    }
+    // (Unconditionally: the clock stays put for almost half the pops, another coin flip. A pop
+    // at the same time never needs the migration, which the first pop at that time did.)
+    base_ns_ = time_ns;
+    if ((time_ns >> kCoarseBits) + 1 > migrated_) migrate((time_ns >> kCoarseBits) + 1);
     return Event{time_ns, static_cast<EventKind>(packed >> 29), packed & kMaxId};
   }
   uint64_t pushed() const { return pushed_; }
+  // Takes back the event (kind, id) queued for the time of the last pop, which the caller knows
+  // will do nothing when it pops; the others keep their order. False when there is none.
+  bool cancel_current(EventKind kind, uint32_t id);
 
  private:
   // The near ring holds the clock's coarse bucket and the next: 4096 ns of 1-ns slots, so a
@@ -144,12 +148,13 @@ class EventQueue {
   struct List {
     uint32_t head = kNil, tail = kNil;
   };
-  // A near slot keeps its first event itself (most hold one: no node to fetch) and the others
-  // in a list of nodes from rest_head to rest_tail: a pop reads the head's node alone (a
-  // circular list from the tail cost two dependent node fetches a pop).
+  // A near slot keeps its first kInline events itself, in push order (kNil after the last), and
+  // any more in a list of nodes (near_overflow_, only while the slot is full): most slots hold one
+  // to three events (9000-byte packets and 500 ns links put many events on the same nanoseconds),
+  // so pushes and pops rarely touch a node, and a slot is as small as the old first-plus-list one.
+  static constexpr uint32_t kInline = 3;
   struct NearSlot {
-    uint32_t first = kNil;  // packed; kNil (no kind reaches 7) when the slot is empty
-    uint32_t rest_head = kNil, rest_tail = kNil;
+    uint32_t ev[kInline] = {kNil, kNil, kNil};  // packed; kNil (no kind reaches 7) when unused
   };
   struct Far {
     uint64_t time_ns, seq;
@@ -182,25 +187,45 @@ class EventQueue {
     nodes_[n].next = free_;
     free_ = n;
   }
-  void append_near(uint64_t time_ns, uint32_t packed) {
+  // Appends to the slot's events; `node` (kNil: none) is a node that already holds `packed`
+  // (an event moving in from the mid wheel), reused if the event goes to the overflow list.
+  void append_near(uint64_t time_ns, uint32_t packed, uint32_t node = kNil) {
     const uint32_t slot = static_cast<uint32_t>(time_ns) & kNearMask;
     NearSlot& s = near_slots_[slot];
-    if (s.first == kNil) {
-      s.first = packed;
+    // Pushes come in fronts (a link's delay, a serialisation, an ACK's return ahead of the
+    // clock) that move through the ring with it: the next line of this front is fetched now.
+    __builtin_prefetch(&near_slots_[(slot + 8) & kNearMask]);
+    // The slot's events are a prefix of ev[]: the first free place is their count, worked out
+    // without a branch (how many a slot holds is a coin flip); setting a set bit changes nothing.
+    static_assert(kInline == 3, "the count below reads kInline places");
+    const uint32_t i = (s.ev[0] != kNil) + (s.ev[1] != kNil) + (s.ev[2] != kNil);
+    if (i < kInline) {
       near_bits_.set(slot);
+      s.ev[i] = packed;
+      if (node != kNil) free_node(node);
     } else {
-      rest_append(s, new_node(packed));
+      const uint32_t n = node != kNil ? node : new_node(packed);
+      nodes_[n].next = kNil;
+      List& l = near_overflow_[slot];
+      if (l.tail == kNil) {
+        l.head = n;
+      } else {
+        nodes_[l.tail].next = n;
+      }
+      l.tail = n;
     }
     ++near_;
   }
-  void rest_append(NearSlot& s, uint32_t n) {
-    nodes_[n].next = kNil;
-    if (s.rest_tail == kNil) {
-      s.rest_head = n;
-    } else {
-      nodes_[s.rest_tail].next = n;
-    }
-    s.rest_tail = n;
+  // The first event of a full slot's overflow list (kNil when it is empty), out of the list.
+  uint32_t take_overflow(uint32_t slot) {
+    List& l = near_overflow_[slot];
+    const uint32_t head = l.head;
+    if (head == kNil) return kNil;
+    const uint32_t packed = nodes_[head].packed;
+    l.head = nodes_[head].next;
+    if (l.head == kNil) l.tail = kNil;
+    free_node(head);
+    return packed;
   }
   void push_later(uint64_t time_ns, uint32_t packed);  // the mid wheel or the far heap
   void migrate(uint64_t upto);  // raises migrated_ to `upto`, moving what became near or mid
@@ -212,6 +237,7 @@ class EventQueue {
   std::vector<uint64_t> node_time_;  // a mid-wheel node's time (near nodes' is their slot)
   uint32_t free_ = kNil;
   std::vector<NearSlot> near_slots_;
+  std::vector<List> near_overflow_;
   Occupancy<kNearSlots / 64> near_bits_;
   size_t near_ = 0;
   std::vector<List> mid_buckets_;

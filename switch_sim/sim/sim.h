@@ -166,6 +166,7 @@ struct Flow {
   uint64_t ack_delay_ns = 0;
   uint32_t spray_next = 0;
   uint32_t spine_hash = 0;
+  uint32_t ecmp_spine = 0;  // spine_hash % spines, worked out once (a division per packet sent)
   // receiver side
   std::vector<uint64_t> rcv_bits;  // one bit per psn received (dedup of resends)
   uint32_t msgs_done = 0;
