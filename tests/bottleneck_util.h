@@ -118,6 +118,18 @@ inline BnRun mixed_fabric_256_run(const std::vector<std::string>& more_switch = 
                      {"NCCL_TRIM_FABRIC_TRIM_BYTES=256"});
 }
 
+// What every mixed_fabric_256_run must show: the run finished and verified, the exact classes
+// arrived bit exact, the replicas are identical, and the trimmable class was trimmed. Call it
+// under ASSERT_NO_FATAL_FAILURE.
+inline void expect_mixed_fabric_run_exact(const BnRun& r) {
+  ASSERT_NE(r.exit_code, 77) << r.context();
+  ASSERT_EQ(r.exit_code, 0) << r.context();
+  EXPECT_NE(str(r.harness, "verify"), "fail") << r.context();
+  EXPECT_EQ(str(r.harness, "exact_ok"), "true") << r.context();
+  EXPECT_EQ(str(r.harness, "replicas_identical"), "true") << r.context();
+  EXPECT_GT(num(r.sw, "dscp_18_trimmed"), 0) << r.context();
+}
+
 // A socket of another network namespace: a thread enters it (network namespaces are per
 // thread), creates the socket and leaves; the socket stays in that namespace.
 inline transport::Fd socket_in(const std::string& ns, int type) {
