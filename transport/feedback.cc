@@ -30,19 +30,15 @@ const uint8_t* ErrorFeedback::source(const uint8_t* data, uint64_t bytes, uint32
   for (size_t i = 0; i < n; ++i) x[i] += r[i];
   held_bytes_ -= n * sizeof(float);
   entries_.erase(it);
-  ++counters_.applied;
   return reinterpret_cast<const uint8_t*>(scratch->data());
 }
 
-Status ErrorFeedback::record(const uint8_t* data, uint64_t bytes, uint32_t seq, const codec::Layout& layout,
+Result<bool> ErrorFeedback::record(const uint8_t* data, uint64_t bytes, uint32_t seq, const codec::Layout& layout,
                              const codec::MessageId& id, const uint8_t* src, const uint8_t* packets, uint32_t stride,
                              const uint32_t* sizes, std::vector<CutPacket> cuts) {
-  if (cuts.empty() || layout.dtype() != codec::DType::kF32) return Status::ok();
+  if (cuts.empty() || layout.dtype() != codec::DType::kF32) return false;
   const size_t n = bytes / sizeof(float);
-  if (held_bytes_ + n * sizeof(float) > max_bytes_) {
-    ++counters_.evicted;  // over the cap: this message's trims are estimated once, as without feedback
-    return Status::ok();
-  }
+  if (held_bytes_ + n * sizeof(float) > max_bytes_) return false;
   std::sort(cuts.begin(), cuts.end(), [](const CutPacket& a, const CutPacket& b) { return a.packet < b.packet; });
   layout.row_first_packets(&row_first_);
   decoded_.resize((bytes + 3) / 4);
@@ -72,7 +68,6 @@ Status ErrorFeedback::record(const uint8_t* data, uint64_t bytes, uint32_t seq, 
       }
     }
     decoder_.finish_row(r);
-    ++counters_.rows;
     const size_t first = info.byte_offset / sizeof(float);
     for (size_t i = first; i < first + info.elems; ++i) e.residual[i] = x[i] - decoded_[i];
   }
@@ -81,18 +76,15 @@ Status ErrorFeedback::record(const uint8_t* data, uint64_t bytes, uint32_t seq, 
   auto it = entries_.find(key);
   if (it != entries_.end()) {  // two messages from one buffer in flight at once: the later one wins
     held_bytes_ -= it->second.residual.size() * sizeof(float);
-    ++counters_.evicted;
   }
   entries_[key] = std::move(e);
-  ++counters_.recorded;
-  return Status::ok();
+  return true;
 }
 
 void ErrorFeedback::evict_stale(uint32_t seq) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (seq - it->second.seq > kStaleMessages) {
       held_bytes_ -= it->second.residual.size() * sizeof(float);
-      ++counters_.evicted;
       it = entries_.erase(it);
     } else {
       ++it;

@@ -22,13 +22,6 @@
 
 namespace trim::transport {
 
-struct FeedbackCounters {
-  uint64_t applied = 0;   // messages sent with a residual added
-  uint64_t recorded = 0;  // messages that left one (some packet arrived cut)
-  uint64_t rows = 0;      // rows decoded to work one out
-  uint64_t evicted = 0;   // residuals dropped unused (stale, or over the memory cap)
-};
-
 // A packet of a message that arrived cut: its index in the message and the payload bytes kept.
 struct CutPacket {
   uint32_t packet = 0;
@@ -41,19 +34,18 @@ class ErrorFeedback {
 
   // What to encode for fp32 message `seq` read from [data, data + bytes): `data` itself, or
   // data + the residual its buffer's previous message left, written into *scratch (which must
-  // then live until record()). The residual is used up either way.
+  // then live until record()). The residual is used up.
   const uint8_t* source(const uint8_t* data, uint64_t bytes, uint32_t seq, std::vector<float>* scratch);
 
   // After message `seq` from buffer `data` completed: `src` is what was encoded (source()'s
   // result), `packets` its encoded packets (`stride` apart, sizes[k] bytes each) and `cuts`
   // the packets the receiver reported cut. Keeps src - (what the receiver decoded) for the
-  // buffer; zero outside the rows that lost something.
-  Status record(const uint8_t* data, uint64_t bytes, uint32_t seq, const codec::Layout& layout,
+  // buffer, zero outside the rows that lost something, and returns true; false when it keeps
+  // nothing (not fp32, or over the memory cap: those trims are estimated once, as without).
+  Result<bool> record(const uint8_t* data, uint64_t bytes, uint32_t seq, const codec::Layout& layout,
                 const codec::MessageId& id, const uint8_t* src, const uint8_t* packets, uint32_t stride,
                 const uint32_t* sizes, std::vector<CutPacket> cuts);
 
-  const FeedbackCounters& counters() const { return counters_; }
-  uint64_t held_bytes() const { return held_bytes_; }
 
  private:
   using Key = std::pair<uintptr_t, uint64_t>;
@@ -70,7 +62,6 @@ class ErrorFeedback {
   codec::Decoder decoder_;
   std::vector<float> decoded_;
   std::vector<uint32_t> row_first_;
-  FeedbackCounters counters_;
 };
 
 }  // namespace trim::transport

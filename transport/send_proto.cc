@@ -131,7 +131,7 @@ Status SendProto::prepare(Msg* m) {
   }
   if (ef_ && op.dtype == codec::DType::kF32) {
     m->src = ef_->source(op.data, op.bytes, op.seq, &m->ef_scratch);
-    counters_.ef_applied = ef_->counters().applied;
+    if (m->src != op.data) ++counters_.ef_applied;
   }
   const size_t need = static_cast<size_t>(m->npackets) * params_.codec.packet_bytes;
   if (params_.pool != nullptr) {
@@ -396,14 +396,14 @@ void SendProto::note_trims(const CtrlPacket& ack) {
 void SendProto::feed_back(Msg* m) {
   const CodecWork* w = m->work.get();
   const uint32_t* sizes = w ? w->sizes.data() : m->sizes.data();
-  Status st = ef_->record(m->op->data, m->op->bytes, m->op->seq, m->layout,
-                          codec::MessageId{params_.cookie, m->op->seq, m->op->trimmable}, m->src, m->packets(),
-                          params_.codec.packet_bytes, sizes, std::move(m->cuts));
-  if (!st.is_ok()) {
-    TRIM_WARN("NET/Trim: {}", st.message());  // the trims of this message are estimated once, as without feedback
+  Result<bool> kept = ef_->record(m->op->data, m->op->bytes, m->op->seq, m->layout,
+                                  codec::MessageId{params_.cookie, m->op->seq, m->op->trimmable}, m->src,
+                                  m->packets(), params_.codec.packet_bytes, sizes, std::move(m->cuts));
+  if (!kept) {
+    TRIM_WARN("NET/Trim: {}", kept.status().message());  // this message's trims are estimated once, as without feedback
     return;
   }
-  counters_.ef_recorded = ef_->counters().recorded;
+  if (*kept) ++counters_.ef_recorded;
 }
 
 void SendProto::rack_detect(uint64_t now_ns) {
