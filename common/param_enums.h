@@ -43,6 +43,10 @@ inline Tuner tuner(const Params& p) { return static_cast<Tuner>(p.tuner); }
 enum class Force : int { k0 = 0, k1 = 1 };
 inline Force force(const Params& p) { return static_cast<Force>(p.force); }
 
+// NCCL_TRIM_HOOK_PRECONDITION: auto|off
+enum class HookPrecondition : int { kAuto = 0, kOff = 1 };
+inline HookPrecondition hook_precondition(const Params& p) { return static_cast<HookPrecondition>(p.hook_precondition); }
+
 // NCCL_TRIM_UDP_OFFLOAD: off|on
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }

@@ -23,7 +23,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from . import rht
+from . import precondition, rht
 from .errors import HookConflictError, LibraryError, NcclTooOldError, PluginError, TrimError
 from .plugin import hook_traffic_class, loaded_plugin
 
@@ -57,7 +57,7 @@ class RhtState:
     """
 
     __slots__ = ("process_group", "hook_group", "world_size", "rank", "job_seed", "row_log2", "step", "lib",
-                 "_untouched", "fixed_rotation")
+                 "_untouched", "fixed_rotation", "preconditioner")
 
     def __init__(self, process_group, hook_group, job_seed: int, row_log2: int, lib: rht.RhtLibrary):
         self.job_seed = job_seed
@@ -65,6 +65,7 @@ class RhtState:
         self.step = 0
         self._untouched = set()
         self.fixed_rotation = False
+        self.preconditioner: Optional[precondition.Preconditioner] = None
         self._bind(process_group, hook_group, lib)
 
     def _bind(self, process_group, hook_group, lib: rht.RhtLibrary) -> None:
@@ -88,6 +89,7 @@ class RhtState:
         self.process_group = self.hook_group = self.lib = None
         self._untouched = set()
         self.fixed_rotation = False
+        self.preconditioner = None
 
     @property
     def bound(self) -> bool:
@@ -155,6 +157,9 @@ def rht_hook(state: RhtState, bucket: dist.GradBucket):
     # Under error feedback the plugin adds a bucket's residual, left in the rotated domain of its
     # previous step, to the next one: both steps must share the rotation.
     seed = state.lib.bucket_seed(state.job_seed, bucket.index(), 0 if state.fixed_rotation else step)
+    scales = _bucket_scales(state, bucket, buf)
+    if scales is not None:
+        precondition.apply(buf, scales, forward=True)
     _rotate(state, buf, seed, forward=True)
     fut = dist.all_reduce(buf, group=state.hook_group, async_op=True).get_future()
 
@@ -162,9 +167,24 @@ def rht_hook(state: RhtState, bucket: dist.GradBucket):
         # Runs with a stream of the callback pool current: _rotate asks for it again.
         summed = done.value()[0]
         _rotate(state, summed, seed, forward=False)
+        if scales is not None:
+            precondition.apply(summed, scales, forward=False)
         return summed
 
     return fut.then(unrotate)
+
+
+def _bucket_scales(state: RhtState, bucket: dist.GradBucket, buf: torch.Tensor):
+    """The bucket's flat divisors (precondition.py), or None when nothing scales it: no optimizer
+    bound, a dtype left alone, or a buffer that is not the parameters' gradients back to back
+    (then nothing is scaled on any rank: the layout is the same on all)."""
+    pre = state.preconditioner
+    if pre is None or pre.optimizer is None:
+        return None
+    params = bucket.parameters()
+    if sum(p.numel() for p in params) != buf.numel():
+        return None
+    return pre.scales(params, buf.dtype)
 
 
 def _chunk_seed(state: RhtState, call_seed: int, chunk: int) -> int:
@@ -389,8 +409,24 @@ def _error_feedback(backend: str) -> bool:
     return backend == "trim" and os.environ.get("NCCL_TRIM_ERROR_FEEDBACK", "0").strip() == "1"
 
 
+def _preconditioner(model, kind: str, optimizer, fixed_rotation: bool) -> Optional[precondition.Preconditioner]:
+    mode = precondition.mode_from_env()
+    if optimizer is not None and kind != "ddp":
+        raise ValueError("nccl_trim: register(optimizer=...) scales DDP buckets; FSDP shards the optimizer state")
+    # Error feedback keeps a residual in one fixed scaled domain: scales that move would break it.
+    if kind != "ddp" or fixed_rotation or (mode == "off" and optimizer is None):
+        return None
+    pre = precondition.Preconditioner([p for p in model.parameters() if p.requires_grad])
+    if optimizer is not None:
+        pre.bind(optimizer)
+    else:
+        precondition.watch(pre)
+    return pre
+
+
 def register(model, *, process_group=None, seed: Optional[int] = None, row_log2: Optional[int] = None,
-             require_plugin: Optional[bool] = None, state: Optional[RhtState] = None) -> RhtState:
+             require_plugin: Optional[bool] = None, state: Optional[RhtState] = None,
+             optimizer=None) -> RhtState:
     """Install the RHT hook on a DDP (or FSDP1) model; returns its state.
 
     NCCL backend (and the CPU backend "trim"): declares the hook's traffic class
@@ -407,6 +443,12 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
     (RowMismatchError otherwise, whatever require_plugin says). state: an RhtState restored from a
     checkpoint: the hook goes on from its seed, rows and step (checked equal on every rank), and
     that object is bound and returned.
+
+    optimizer: DDP only, an optimizer over every parameter of the model that keeps Adam's second
+    moments (exp_avg_sq): each bucket is divided by their roots (powers of two) before the rotation
+    and multiplied back after the sum, so a trim's error lands in proportion to each coordinate's
+    scale (precondition.py). Without it, NCCL_TRIM_HOOK_PRECONDITION=auto (the default) binds the
+    first such optimizer after its first step; off never scales.
     """
     kind = _model_kind(model)
     _check_no_hook(model, kind)
@@ -465,6 +507,7 @@ def register(model, *, process_group=None, seed: Optional[int] = None, row_log2:
     else:
         state._bind(base, hook_group, lib)
     state.fixed_rotation = _error_feedback(backend)
+    state.preconditioner = _preconditioner(model, kind, optimizer, state.fixed_rotation)
     try:
         model.register_comm_hook(state, rht_hook if kind == "ddp" else fsdp_rht_hook)
     except RuntimeError as e:  # a built-in hook (C++), invisible to _check_no_hook
