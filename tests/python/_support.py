@@ -71,3 +71,24 @@ def spawn_ranks(cls, worker_main, world: int, weights_only: bool = True) -> None
     cls.seconds = time.monotonic() - t0
     cls.ranks = [torch.load(os.path.join(cls.tmp.name, f"rank{r}.pt"), weights_only=weights_only)
                  for r in range(world)]
+
+
+class OneRankGloo(unittest.TestCase):
+    """A one-rank gloo default group in this process for the class's tests (torch needed)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+
+        import torch.distributed as dist
+
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        cls.tmp = tempfile.TemporaryDirectory()
+        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rdzv", rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        cls.tmp.cleanup()

@@ -12,11 +12,10 @@ Round-trip bounds (forward then inverse, x of RMS rms, eps = torch.finfo(dtype).
 
 import logging
 import os
-import tempfile
 import unittest
 from unittest import mock
 
-from _support import require_libs, require_torch
+from _support import OneRankGloo, require_libs, require_torch
 
 SIZES = (1, 3, 1000, 32768, 32769, 100003)
 FP32_BOUND = 1e-5
@@ -81,19 +80,8 @@ class RoundTripTest(unittest.TestCase):
         self.assertTrue(torch.equal(self.round_trip(x, seed=1)[0], self.round_trip(x, seed=1)[0]))
 
 
-class OneRankTest(unittest.TestCase):
+class OneRankTest(OneRankGloo):
     """register() on a one-rank gloo group in this process."""
-
-    @classmethod
-    def setUpClass(cls):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        cls.tmp = tempfile.TemporaryDirectory()
-        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rdzv", rank=0, world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
-        cls.tmp.cleanup()
 
     def model(self, dtype=None):
         torch.manual_seed(0)

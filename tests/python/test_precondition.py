@@ -4,11 +4,10 @@ proportion to each tensor's scale instead of spreading evenly over the row.
 """
 
 import os
-import tempfile
 import unittest
 from unittest import mock
 
-from _support import require_libs, require_torch
+from _support import OneRankGloo, require_libs, require_torch
 
 
 def setUpModule():
@@ -111,19 +110,8 @@ class ModeTest(unittest.TestCase):
             precondition.mode_from_env({"NCCL_TRIM_HOOK_PRECONDITION": "adam"})
 
 
-class BindingTest(unittest.TestCase):
+class BindingTest(OneRankGloo):
     """register() on a one-rank gloo group: which optimizer scales the buckets, and from when."""
-
-    @classmethod
-    def setUpClass(cls):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        cls.tmp = tempfile.TemporaryDirectory()
-        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rdzv", rank=0, world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
-        cls.tmp.cleanup()
 
     def model(self):
         torch.manual_seed(0)
