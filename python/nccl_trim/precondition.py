@@ -25,7 +25,7 @@ This module needs torch; the rest of the package does not.
 import logging
 import os
 import weakref
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -50,7 +50,17 @@ def mode_from_env(environ=None) -> str:
     return value
 
 
-def divisors(vs: Sequence[Optional[torch.Tensor]], numels: Sequence[int], device=None) -> torch.Tensor:
+def layout(numels: Sequence[int], device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each coordinate's tensor index, and each tensor's size, on `device`. Made once per bucket
+    and kept (Preconditioner): building them copies host data to the device, which from pageable
+    memory waits for the stream, and the hook must not wait for the backward pass."""
+    counts = torch.tensor(list(numels), device="cpu")
+    which = torch.repeat_interleave(torch.arange(len(numels)), counts)
+    return which.to(device), counts.to(device)
+
+
+def divisors(vs: Sequence[Optional[torch.Tensor]], numels: Sequence[int], device=None,
+             where: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
     """One flat divisor per coordinate of tensors of `numels` elements, from their exp_avg_sq `vs`
     (None: no history yet, divisor 1): sqrt(v) kept within [1/SPREAD, SPREAD] x the tensor's root
     mean v, rounded to a power of two; 1 for a tensor whose v is all zero. A fixed number of
@@ -58,8 +68,7 @@ def divisors(vs: Sequence[Optional[torch.Tensor]], numels: Sequence[int], device
     dev = device if device is not None else next((v.device for v in vs if v is not None), torch.device("cpu"))
     flat = torch.cat([v.detach().reshape(-1).float() if v is not None else torch.zeros(n, device=dev)
                       for v, n in zip(vs, numels)])
-    counts = torch.tensor(numels, device=dev)
-    which = torch.repeat_interleave(torch.arange(len(numels), device=dev), counts)
+    which, counts = where if where is not None else layout(numels, dev)
     mean = torch.zeros(len(numels), device=dev).index_add_(0, which, flat).div_(counts).sqrt_()[which]
     d = torch.minimum(torch.maximum(flat.sqrt(), mean / SPREAD), mean * SPREAD)
     d = torch.where(mean > 0, d, torch.ones_like(d))
@@ -95,6 +104,7 @@ class Preconditioner:
     def __init__(self, model_params: Sequence[torch.Tensor]):
         self._ids = {id(p) for p in model_params}
         self._opt = None  # weakref.ref to the bound optimizer
+        self._layouts: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}  # per bucket shape and device
         self.settled = False  # bound, or an optimizer without second moments was found
 
     @property
@@ -137,7 +147,12 @@ class Preconditioner:
             vs.append(v if isinstance(v, torch.Tensor) and v.shape == p.shape else None)
         if all(v is None for v in vs):
             return None
-        return divisors(vs, [p.numel() for p in params], params[0].device)
+        numels = tuple(p.numel() for p in params)
+        dev = params[0].device
+        key = (str(dev), numels)
+        if key not in self._layouts:
+            self._layouts[key] = layout(numels, dev)
+        return divisors(vs, numels, dev, self._layouts[key])
 
 
 _waiting: "weakref.WeakSet" = weakref.WeakSet()
