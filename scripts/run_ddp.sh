@@ -32,7 +32,8 @@
 #     charlm     the transformer: lossless, socket, random rht at 0.1 and 0.5
 #     trimacc    (--cpu; issue 25) accuracy under random trimming, on every machine: Gloo
 #                (exact), per-hop rht, the hook (rotated), rht and the hook with 16-bit heads,
-#                the hook with NCCL_TRIM_HEAD_SCALE=mse, per-hop rht and the hook with error
+#                the hook with NCCL_TRIM_HEAD_SCALE=mse (the hook scales buckets by Adam's
+#                second moments; hookmsenopc: with NCCL_TRIM_HOOK_PRECONDITION=off), per-hop rht and the hook with error
 #                feedback (NCCL_TRIM_ERROR_FEEDBACK=1), at each p of --trim-ps (default
 #                here 0.5,0.75), each over --seeds (default 0,1,2); then a table of the mean
 #                final accuracy per configuration against Gloo's
@@ -310,6 +311,7 @@ rank_env() {
     # Inherited anyway; named so that the printed command and run.json show it.
     [[ -n ${NCCL_TRIM_HEAD_SCALE:-} ]] && e+=(NCCL_TRIM_HEAD_SCALE="$NCCL_TRIM_HEAD_SCALE")
     [[ -n ${NCCL_TRIM_ERROR_FEEDBACK:-} ]] && e+=(NCCL_TRIM_ERROR_FEEDBACK="$NCCL_TRIM_ERROR_FEEDBACK")
+    [[ -n ${NCCL_TRIM_HOOK_PRECONDITION:-} ]] && e+=(NCCL_TRIM_HOOK_PRECONDITION="$NCCL_TRIM_HOOK_PRECONDITION")
     ((run_hook && !cpu)) && e+=(PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_TRIM_LIB_DIR="$build/lib")
   fi
   printf '%s\n' "${unset[@]}" "${e[@]}"
@@ -544,6 +546,7 @@ elif [[ -n $sweep ]]; then
           run train "rht16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 0
           run train "hook16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 1
           NCCL_TRIM_HEAD_SCALE=mse run train "hookmse_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
+          NCCL_TRIM_HEAD_SCALE=mse NCCL_TRIM_HOOK_PRECONDITION=off run train "hookmsenopc_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
           NCCL_TRIM_ERROR_FEEDBACK=1 run train "rhtef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 0
           NCCL_TRIM_ERROR_FEEDBACK=1 run train "hookef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
         done
