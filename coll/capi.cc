@@ -89,6 +89,7 @@ int trim_coll_create(const trim_coll_config* config, trim_coll_comm** comm, void
     c.nranks = config->nranks;
     c.comm_id = config->comm_id;
     c.traffic_class = config->traffic_class;
+    c.direct_recv = true;  // the PyTorch backend: allgather and broadcast receive into the tensor
     switch (config->net_api) {
       case 0:
       case 11: c.api = trim::coll::Api::kV11; break;

@@ -371,6 +371,7 @@ Status Comm::register_slots() {
   slots_.slot_bytes = kSliceBytes;
   empty_ = std::make_unique<HostBuffer>(0);
   work_regs_ = std::make_unique<RegCache>(net_.get());
+  recv_regs_ = std::make_unique<RegCache>(net_.get());
   if (link_.recv_comm != nullptr) {
     slot_mem_ = std::make_unique<HostBuffer>(kSliceBytes * kMaxInFlight);
     slot_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
@@ -399,6 +400,7 @@ Status Comm::close_comms() {
     if (*reg) keep((*reg)->release());
   }
   if (work_regs_ && link_.send_comm != nullptr) keep(work_regs_->clear(link_.send_comm));
+  if (recv_regs_ && link_.recv_comm != nullptr) keep(recv_regs_->clear(link_.recv_comm));
   auto close = [&](const char* call, void** comm, ncclResult_t (NetPlugin::*fn)(void*)) {
     if (*comm == nullptr) return;
     ncclResult_t r = (net_.get()->*fn)(*comm);
@@ -471,7 +473,7 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
     st = Status(Code::kUnavailable, "aborted before it started");
   } else if (cfg_.check_ops) {
     DescGate gate(link_, &prof_,
-                  WorkBuffers{desc_send_mem_->data(), desc_send_reg_->handle(), desc_recv_mem_->data(), 64,
+                  WorkBuffers{desc_send_mem_->data(), desc_send_reg_->handle(), nullptr, desc_recv_mem_->data(), 64,
                               desc_recv_reg_->handle()},
                   desc, &mismatch);
     st = gate.post(body.deadline_ns);
@@ -500,15 +502,26 @@ char* Comm::scratch(size_t bytes) {
   return scratch_->data();
 }
 
+Result<WorkBuffers> Comm::buffers_for(char* work, size_t bytes) {
+  WorkBuffers b = slots_;
+  b.work = work;
+  Result<void*> mh = work_regs_->get(link_.send_comm, work, std::max<size_t>(bytes, 1));
+  if (!mh) return mh.status();
+  b.work_mh = *mh;
+  if (cfg_.direct_recv && link_.recv_comm != nullptr && bytes > 0) {
+    Result<void*> rmh = recv_regs_->get(link_.recv_comm, work, bytes);
+    if (!rmh) return rmh.status();
+    b.work_recv_mh = *rmh;
+  }
+  return b;
+}
+
 Status Comm::ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work,
                      size_t work_bytes, int64_t deadline_ns, Gate* gate) {
   if (work_bytes == 0) work = empty_->data();  // a 0-byte op still registers an address
-  Result<void*> mh = work_regs_->get(link_.send_comm, work, std::max<size_t>(work_bytes, 1));
-  if (!mh) return mh.status();
-  WorkBuffers b = slots_;
-  b.work = work;
-  b.work_mh = *mh;
-  return ring_run(link_, &prof_, geo, dtype, op, proto, b, deadline_ns, gate);
+  Result<WorkBuffers> b = buffers_for(work, work_bytes);
+  if (!b) return b.status();
+  return ring_run(link_, &prof_, geo, dtype, op, proto, *b, deadline_ns, gate);
 }
 
 Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
@@ -567,12 +580,9 @@ Outcome Comm::broadcast(void* data, size_t bytes, int root, int64_t deadline_ns)
   if (cfg_.nranks == 1) return Outcome::good();
   return run_op(kBroadcastOp, bytes, DType::kU8, RedOp::kSum, root, body(deadline_ns, [&](Gate* gate) {
                   char* work = bytes == 0 ? empty_->data() : static_cast<char*>(data);
-                  Result<void*> mh = work_regs_->get(link_.send_comm, work, std::max<size_t>(bytes, 1));
-                  if (!mh) return mh.status();
-                  WorkBuffers b = slots_;
-                  b.work = work;
-                  b.work_mh = *mh;
-                  return ring_broadcast(link_, &prof_, bytes, root, b, deadline_ns, gate);
+                  Result<WorkBuffers> b = buffers_for(work, bytes);
+                  if (!b) return b.status();
+                  return ring_broadcast(link_, &prof_, bytes, root, *b, deadline_ns, gate);
                 }));
 }
 

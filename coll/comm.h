@@ -43,6 +43,10 @@ struct CommConfig {
   Api api = Api::kV11;
   bool profiler = true;   // load the profiler from the plugin's library, as NCCL does
   bool check_ops = false; // exchange an op descriptor with the ring neighbours per collective
+  // Receive what is only copied (allgather steps, broadcast) straight into the caller's buffer,
+  // registered with the recv comm too, instead of a staging slot and a copy. NCCL always uses
+  // its slots; the PyTorch backend turns this on (one pass less over the allgather half).
+  bool direct_recv = false;
   int log_level = 2;      // NCCL_LOG_WARN
   std::string name;       // of log lines and errors
 };
@@ -172,6 +176,9 @@ class Comm {
   template <typename Body>
   Outcome run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, Body&& body);
   // A ring op over `work`, registered on the send comm for the op's length.
+  // The WorkBuffers of an op on [work, work + bytes): the slots, and the caller's buffer registered
+  // with the send comm (and the recv comm under direct_recv), cached across ops.
+  Result<WorkBuffers> buffers_for(char* work, size_t bytes);
   Status ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work, size_t work_bytes,
                  int64_t deadline_ns, Gate* gate);
   // An in-place reduction of `count` elements (all_reduce, barrier, and reduce_scatter's float
@@ -196,6 +203,7 @@ class Comm {
   std::unique_ptr<HostBuffer> slot_mem_, desc_send_mem_, desc_recv_mem_, scratch_, empty_;
   std::unique_ptr<MemReg> slot_reg_, desc_send_reg_, desc_recv_reg_;
   std::unique_ptr<RegCache> work_regs_;  // callers' buffers on the send comm
+  std::unique_ptr<RegCache> recv_regs_;  // and on the recv comm (direct_recv)
   WorkBuffers slots_;
 };
 

@@ -105,12 +105,20 @@ class Pipeline {
         recv_op_.start_step(step(i));
         ++recv_started_;
       }
+      // Directly into the work buffer only after the op's descriptor check (a peer that
+      // disagrees must not write the caller's memory) and once nothing still reads that place.
+      char* direct = b_.work_recv_mh != nullptr && gate_done_ ? s_.recv_direct(i) : nullptr;
+      if (direct != nullptr && !s_.apply_ready(i, send_done_)) break;
       void* req = nullptr;
-      ncclResult_t r = l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
-                                     recv_op_.phandle(step(i)), &req);
+      ncclResult_t r = direct != nullptr
+                           ? l_.net->irecv(l_.recv_comm, direct, s_.recv_bytes(i), prev, b_.work_recv_mh,
+                                           recv_op_.phandle(step(i)), &req)
+                           : l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
+                                           recv_op_.phandle(step(i)), &req);
       if (r != ncclSuccess) return plugin_error(peer_call("irecv", false).c_str(), r);
       if (req == nullptr) break;
       recv_op_.record_step(step(i), kStepRecvWait, 0);
+      recv_direct_[i % kMaxInFlight] = direct != nullptr;
       recv_reqs_.push_back(req);
       ++recv_posted_;
       *moved = true;
@@ -161,7 +169,7 @@ class Pipeline {
                                            (got == SIZE_MAX ? std::string("no size") : std::to_string(got)) +
                                            " bytes, expected " + std::to_string(want));
       }
-      s_.apply(i, slot(i));
+      if (!recv_direct_[i % kMaxInFlight]) s_.apply(i, slot(i));
       recv_op_.stop_step(step(i));  // NCCL stops a receive step once the GPU consumed it
       ++applied_;
       if (applied_ == recvs_) recv_op_.stop();
@@ -183,6 +191,7 @@ class Pipeline {
   size_t send_started_ = 0, send_posted_ = 0, send_done_ = 0;
   size_t recv_started_ = 0, recv_posted_ = 0, recv_done_ = 0, applied_ = 0;
   size_t recv_sizes_[kMaxInFlight] = {};
+  bool recv_direct_[kMaxInFlight] = {};
   std::deque<void*> send_reqs_, recv_reqs_;
 };
 

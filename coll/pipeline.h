@@ -50,9 +50,12 @@ struct Link {
 };
 
 // The rank's data (registered with the send comm) and its receive slots (with the recv comm).
+// work_recv_mh: the data registered with the recv comm too, so that a receive that would only be
+// copied into it lands there directly (Schedule::recv_direct); null: every receive uses a slot.
 struct WorkBuffers {
   char* work = nullptr;
   void* work_mh = nullptr;
+  void* work_recv_mh = nullptr;
   char* staging = nullptr;  // kMaxInFlight slots of slot_bytes
   size_t slot_bytes = 0;
   void* staging_mh = nullptr;
@@ -77,6 +80,11 @@ class Schedule {
   // an earlier send reads).
   virtual bool apply_ready(size_t i, size_t sends_done) const = 0;
   virtual void apply(size_t i, const char* in) = 0;
+  // Where receive i belongs when applying it is a plain copy into the work buffer (nullptr: it
+  // combines, or has no fixed place): with WorkBuffers::work_recv_mh it is received there and
+  // apply() is skipped. Such a receive is posted only once apply_ready() holds, since its data
+  // lands when it arrives.
+  virtual char* recv_direct(size_t) const { return nullptr; }
 };
 
 // What must finish before the op's first receive is applied (the op descriptor check of

@@ -119,6 +119,14 @@ class RingSchedule : public Schedule {
     }
   }
 
+  char* recv_direct(size_t i) const override {
+    if (geo_.kind() == RingKind::kAllReduce && geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;
+    if (geo_.kind() == RingKind::kReduceScatter) return nullptr;
+    Segment s;
+    const size_t bytes = bytes_of(i, geo_.recv_seg(rank_, geo_.step_of(i)), &s);
+    return bytes == 0 ? nullptr : work_ + s.first * geo_.elem_bytes();  // an empty slice keeps its slot
+  }
+
  private:
   // Where transfer i's slice of segment `seg` lies, and the bytes it carries (tail included).
   size_t bytes_of(size_t i, int seg, Segment* s) const {
@@ -148,6 +156,7 @@ class BroadcastSchedule : public Schedule {
   size_t recv_bytes(size_t i) const override { return len(i); }
   bool apply_ready(size_t, size_t) const override { return true; }
   void apply(size_t i, const char* in) override { std::memcpy(work_ + i * slice_, in, len(i)); }
+  char* recv_direct(size_t i) const override { return len(i) == 0 ? nullptr : work_ + i * slice_; }
   size_t messages() const { return msgs_; }
 
  private:
