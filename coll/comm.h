@@ -175,10 +175,10 @@ class Comm {
   // connections first).
   template <typename Body>
   Outcome run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, Body&& body);
-  // A ring op over `work`, registered on the send comm for the op's length.
   // The WorkBuffers of an op on [work, work + bytes): the slots, and the caller's buffer registered
   // with the send comm (and the recv comm under direct_recv), cached across ops.
   Result<WorkBuffers> buffers_for(char* work, size_t bytes);
+  // A ring op over `work`, registered (buffers_for) for the op's length.
   Status ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char* proto, char* work, size_t work_bytes,
                  int64_t deadline_ns, Gate* gate);
   // An in-place reduction of `count` elements (all_reduce, barrier, and reduce_scatter's float

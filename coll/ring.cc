@@ -120,8 +120,7 @@ class RingSchedule : public Schedule {
   }
 
   char* recv_direct(size_t i) const override {
-    if (geo_.kind() == RingKind::kAllReduce && geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;
-    if (geo_.kind() == RingKind::kReduceScatter) return nullptr;
+    if (geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;  // combined on receipt (apply)
     Segment s;
     const size_t bytes = bytes_of(i, geo_.recv_seg(rank_, geo_.step_of(i)), &s);
     return bytes == 0 ? nullptr : work_ + s.first * geo_.elem_bytes();  // an empty slice keeps its slot

@@ -91,6 +91,11 @@ def apply(buf: torch.Tensor, d: torch.Tensor, forward: bool) -> None:
             d.record_stream(torch.cuda.current_stream(d.device))
 
 
+def _sharded(optimizer) -> bool:
+    """ZeRO keeps each rank's shard of the state: its second moments differ between ranks."""
+    return type(optimizer).__name__ == "ZeroRedundancyOptimizer"
+
+
 class Preconditioner:
     """The optimizer whose second moments scale one model's buckets, once one is bound.
 
@@ -116,7 +121,7 @@ class Preconditioner:
         return self._ids <= ids
 
     def bind(self, optimizer) -> None:
-        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+        if _sharded(optimizer):
             raise ValueError("nccl_trim: a ZeroRedundancyOptimizer keeps each rank's shard of the state: the "
                              "hook's scaling must be the same on every rank (pass no optimizer)")
         if not self.covers(optimizer):
@@ -127,7 +132,7 @@ class Preconditioner:
 
     def offer(self, optimizer) -> None:
         """Auto mode, after `optimizer` stepped: bind it if it covers the model and keeps exp_avg_sq."""
-        if self.settled or type(optimizer).__name__ == "ZeroRedundancyOptimizer" or not self.covers(optimizer):
+        if self.settled or _sharded(optimizer) or not self.covers(optimizer):
             return
         if any("exp_avg_sq" in s for s in optimizer.state.values()):
             self.bind(optimizer)

@@ -12,9 +12,8 @@ from _support import OneRankGloo, require_libs, require_torch
 
 def setUpModule():
     require_libs()
-    global torch, dist, DDP, nccl_trim, precondition, rht
+    global torch, DDP, nccl_trim, precondition, rht
     torch = require_torch()
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import nccl_trim
