@@ -46,25 +46,15 @@ check() {  # check NAME COMMAND...: run it quietly, show its output only when it
 py=("$here/ddp_train.py" "$here/allreduce_bench.py" "$here/plot_ddp.py" "$here/plot_congestion.py" "$here/jsonio.py"
   "$here/check_gpu_report.py")
 # py_compile writes __pycache__ next to the sources; compile into the temp dir instead.
-check "py_compile" env PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "${py[@]}"
+# trim_model_sim.py is compiled only: it imports torch at once (tests/python runs it).
+check "py_compile" env PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "${py[@]}" "$here/trim_model_sim.py"
 check "bash -n run_ddp.sh" bash -n "$here/run_ddp.sh"
 check "bash -n check_ddp_scripts.sh" bash -n "$here/check_ddp_scripts.sh"
 check "bash -n congestion_bench.sh" bash -n "$here/congestion_bench.sh"
 check "bash -n netns_bottleneck.sh" bash -n "$here/netns_bottleneck.sh"
 for f in check-gpu.sh pack-gpu.sh fetch-iproute2.sh; do check "bash -n $f" bash -n "$here/$f"; done
 check "run_ddp.sh --bench congestion --help" "$here/run_ddp.sh" --bench congestion --help
-# trim_model_sim.py imports torch at once (its tests need it): compiled here, run by tests/python.
-check "py_compile trim_model_sim.py" env PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "$here/trim_model_sim.py"
 check "bash -n alternate_rounds.sh" bash -n "$here/alternate_rounds.sh"
-alt_rounds_args() {  # a bad argument, no LABEL=ARGS, a bad count: exit 2 with a reason, before any run
-  local args
-  for args in "--bogus gloo=" "--rounds 3" "--rounds 0 gloo="; do
-    # shellcheck disable=SC2086
-    "$here/alternate_rounds.sh" $args >"$tmp/alt.txt" 2>&1 && { echo "exit 0 for: $args"; return 1; }
-    [[ $? == 2 ]] && grep -q "alternate_rounds.sh: " "$tmp/alt.txt" || { echo "no exit 2 and reason for: $args"; cat "$tmp/alt.txt"; return 1; }
-  done
-  help_has "$here/alternate_rounds.sh" --rounds --steps LABEL=ARGS
-}
 for f in "${py[@]}"; do
   check "$(basename "$f") --help" env PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$f" --help
 done
@@ -74,6 +64,15 @@ help_has() {  # help_has SCRIPT WORD...: SCRIPT --help names every WORD
   local f=$1 w; shift
   "$f" --help >"$tmp/help.txt" 2>&1 || return 1
   for w in "$@"; do grep -q -- "$w" "$tmp/help.txt" || { echo "no $w in $f --help"; return 1; }; done
+}
+alt_rounds_args() {  # a bad argument, no LABEL=ARGS, a bad count: exit 2 with a reason, before any run
+  local args
+  for args in "--bogus gloo=" "--rounds 3" "--rounds 0 gloo="; do
+    # shellcheck disable=SC2086
+    "$here/alternate_rounds.sh" $args >"$tmp/alt.txt" 2>&1 && { echo "exit 0 for: $args"; return 1; }
+    [[ $? == 2 ]] && grep -q "alternate_rounds.sh: " "$tmp/alt.txt" || { echo "no exit 2 and reason for: $args"; cat "$tmp/alt.txt"; return 1; }
+  done
+  help_has "$here/alternate_rounds.sh" --rounds --steps LABEL=ARGS
 }
 check "alternate_rounds.sh: --help, and exit 2 on bad arguments" alt_rounds_args
 check "ddp_train.py --help: test options" help_has "$here/ddp_train.py" --deterministic --die-after-iters --die-rank

@@ -173,8 +173,10 @@ def main(argv=None):
     sizes = [q.numel() for q in params]
     opt = torch.optim.Adam(params, lr=2e-3)
     trim_gen = torch.Generator().manual_seed(1000 + a.seed)
-    keep_exact = torch.cat([torch.full((q.numel(),), any(k and k in n for k in a.exact_params.split(",")))
-                            for n, q in named])
+    keep_exact = None  # --exact-params: which coordinates keep the exact sum
+    if a.exact_params:
+        keys = [k for k in a.exact_params.split(",") if k]
+        keep_exact = torch.cat([torch.full((q.numel(),), any(k in n for k in keys)) for n, q in named])
 
     def allreduce(grads, step):
         d = None
@@ -207,7 +209,9 @@ def main(argv=None):
                 torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)).backward()
                 grads.append(torch.cat([q.grad.reshape(-1) for q in params]) / 2)
             exact = grads[0] + grads[1]
-            g = exact if a.plain else torch.where(keep_exact, exact, allreduce(grads, step))
+            g = exact if a.plain else allreduce(grads, step)
+            if keep_exact is not None and not a.plain:
+                g = torch.where(keep_exact, exact, g)
             step += 1
             if a.clean_moment == "none":
                 for q, part in zip(params, g.split(sizes)):
