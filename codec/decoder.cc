@@ -45,6 +45,7 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
     // rht rows keep their heads for finish_row. Only bits inside what arrived are ever read:
     // no need to clear them.
     heads_.resize(static_cast<size_t>(layout.typed_rows()) * (layout.row_elems() / 8));
+    if (layout.head_bits() == 2) bins_.resize(heads_.size());
   }
   return Status::ok();
 }
@@ -61,36 +62,48 @@ void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
 }
 
 Decoder::Levels Decoder::levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const {
-  Levels l{n, 0, 0, 0};
+  Levels l{n, 0, 0, 0, 0};
   if (received <= 0) return l;
   const uint32_t c = static_cast<uint32_t>(received);
-  const PlaneBits bits = plane_bits(scheme, layout_.dtype(), tail);
+  const PlaneBits bits = plane_bits(scheme, layout_.dtype(), tail, layout_.head_bits());
   if (bits.b0 == 0) {  // raw: an element survives whole or not at all
     l.n0 = l.n1 = l.n2 = std::min(n, c / (bits.b2 / 8));
     return l;
   }
   const PlaneBytes pb = plane_bytes(bits, n);
   l.n0 = std::min<uint64_t>(n, static_cast<uint64_t>(c) * 8);
-  l.n1 = c > pb.p0 ? static_cast<uint32_t>(std::min<uint64_t>(n, (static_cast<uint64_t>(c - pb.p0) * 8) / bits.b1)) : 0;
+  if (bits.bq != 0) l.nq = c > pb.q_offset() ? std::min<uint64_t>(n, static_cast<uint64_t>(c - pb.q_offset()) * 8) : 0;
+  const uint32_t o1 = pb.p1_offset(), o2 = pb.p2_offset();
+  l.n1 = c > o1 ? static_cast<uint32_t>(std::min<uint64_t>(n, (static_cast<uint64_t>(c - o1) * 8) / bits.b1)) : 0;
   if (bits.b2 == 0) {
     l.n2 = l.n1;  // 16-bit dtypes: planes 0+1 are the whole value
   } else {
-    l.n2 = c > pb.p0 + pb.p1 ? std::min(n, (c - pb.p0 - pb.p1) / 2) : 0;
+    l.n2 = c > o2 ? std::min(n, (c - o2) / 2) : 0;
   }
   return l;
 }
 
 uint8_t* Decoder::row_heads(uint32_t r) { return heads_.data() + static_cast<size_t>(r) * (layout_.row_elems() / 8); }
+uint8_t* Decoder::row_bins(uint32_t r) { return bins_.data() + static_cast<size_t>(r) * (layout_.row_elems() / 8); }
+
+void Decoder::fill_estimates(Scheme scheme, const RowState& row, const uint8_t* p0, const uint8_t* pq,
+                             const Levels& l, uint32_t begin, uint32_t end, float* dst) const {
+  if (pq != nullptr) {
+    fill_heads2(p0, pq, begin, end, l.nq, bin_levels(row.scale, row.bin_ratio), dst);
+  } else {
+    fill_heads(p0, begin, end, head_estimate(scheme, 1, row.scale), head_estimate(scheme, 0, row.scale), dst);
+  }
+}
 
 void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
   const PacketHeader& h = p.hdr;
   const uint32_t n = h.elem_count;
   const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
-  const PlaneBits bits = plane_bits(scheme, DType::kF32, false);
+  const PlaneBits bits = plane_bits(scheme, DType::kF32, false, layout_.head_bits());
   const PlaneBytes pb = plane_bytes(bits, n);
   const uint8_t* p0 = p.payload;
-  const uint8_t* p1 = p0 + pb.p0;
-  const uint8_t* p2 = p1 + pb.p1;
+  const uint8_t* p1 = p0 + pb.p1_offset();
+  const uint8_t* p2 = p0 + pb.p2_offset();
   const bool value_layout = bits.b1 == 16;
   // [0, n2): whole values.
   assemble_f32(p0, p1, p2, value_layout, l.n2, dst);
@@ -109,8 +122,7 @@ void Decoder::decode_f32(const ParsedPacket& p, Scheme scheme, float* dst) {
   }
   if (scheme == Scheme::kRht) return;  // the rest is estimated by finish_row
   // [n1, n0): heads only.
-  const float if_set = head_estimate(scheme, 1, h.scale), if_clear = head_estimate(scheme, 0, h.scale);
-  fill_heads(p0, l.n1, l.n0, if_set, if_clear, dst + l.n1);
+  fill_estimates(scheme, rows_[h.row], p0, bits.bq != 0 ? p0 + pb.q_offset() : nullptr, l, l.n1, l.n0, dst + l.n1);
   if (scheme == Scheme::kSd && l.n0 > l.n1) {
     const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, h.row, RngStream::kDither);
     subtract_dither(key, h.first_elem + l.n1, l.n0 - l.n1, h.scale, dst + l.n1);
@@ -124,9 +136,11 @@ void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes
   const uint32_t n = h.elem_count;
   const bool bf16 = layout_.dtype() == DType::kBF16;
   const Levels l = levels(scheme, false, n, static_cast<int32_t>(p.payload_received));
-  const bool value_layout = plane_bits(scheme, layout_.dtype(), false).b1 == 16;
+  const PlaneBits bits = plane_bits(scheme, layout_.dtype(), false, layout_.head_bits());
+  const PlaneBytes pb = plane_bytes(bits, n);
+  const bool value_layout = bits.b1 == 16;
   const uint8_t* p0 = p.payload;
-  const uint8_t* p1 = p0 + (n + 7) / 8;
+  const uint8_t* p1 = p0 + pb.p1_offset();
   // Whole values [0, n1), head-only estimates [n1, n0) in fp32, nothing [n0, n).
   tmp15_.resize(n);
   tmpf_.resize(n);
@@ -135,7 +149,8 @@ void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes
     std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(l.n1));
     return;
   }
-  fill_heads(p0, l.n1, l.n0, head_estimate(scheme, 1, h.scale), head_estimate(scheme, 0, h.scale), tmpf_.data() + l.n1);
+  fill_estimates(scheme, rows_[h.row], p0, bits.bq != 0 ? p0 + pb.q_offset() : nullptr, l, l.n1, l.n0,
+                 tmpf_.data() + l.n1);
   if (scheme == Scheme::kSd && l.n0 > l.n1) {
     const uint64_t key = rng_key(cfg_.seed, id_.msg_seq, h.row, RngStream::kDither);
     subtract_dither(key, h.first_elem + l.n1, l.n0 - l.n1, h.scale, tmpf_.data() + l.n1);
@@ -159,6 +174,10 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
     // The heads wait for finish_row, which estimates the coordinates whose tails were cut.
     const uint32_t p0_bytes = (h.elem_count + 7) / 8;
     std::memcpy(row_heads(h.row) + h.first_elem / 8, p.payload, std::min(p0_bytes, p.payload_received));
+    if (layout_.head_bits() == 2 && p.payload_received > p0_bytes) {  // plane Q follows plane 0
+      std::memcpy(row_bins(h.row) + h.first_elem / 8, p.payload + p0_bytes,
+                  std::min(p0_bytes, p.payload_received - p0_bytes));
+    }
   }
   if (layout_.dtype() == DType::kF32) {
     decode_f32(p, scheme, reinterpret_cast<float*>(out_ + info.byte_offset) + h.first_elem);
@@ -172,7 +191,7 @@ PacketError Decoder::admit(const ParsedPacket& p, uint32_t* slot) {
   const PacketHeader& h = p.hdr;
   if (h.cookie != id_.cookie) return reject(PacketError::kWrongCookie, h);
   if (h.msg_seq != id_.msg_seq || h.msg_bytes != layout_.bytes() || h.dtype != layout_.dtype() ||
-      h.row_log2 != layout_.row_log2() || h.head_planes != layout_.head_planes() || h.row >= layout_.rows()) {
+      h.row_log2 != layout_.row_log2() || h.head_bits != layout_.head_bits() || h.row >= layout_.rows()) {
     return reject(PacketError::kInconsistent, h);
   }
   const RowInfo info = layout_.row(h.row);
@@ -185,7 +204,8 @@ PacketError Decoder::admit(const ParsedPacket& p, uint32_t* slot) {
     return reject(PacketError::kInconsistent, h);
   }
   RowState& row = rows_[h.row];
-  if (row.seen && (row.scheme != h.scheme || f32_bits(row.scale) != f32_bits(h.scale))) {
+  if (row.seen &&
+      (row.scheme != h.scheme || f32_bits(row.scale) != f32_bits(h.scale) || row.bin_ratio != h.bin_ratio)) {
     return reject(PacketError::kInconsistent, h);
   }
   stats_.packets++;
@@ -197,6 +217,7 @@ PacketError Decoder::admit(const ParsedPacket& p, uint32_t* slot) {
   row.seen = true;
   row.scheme = h.scheme;
   row.scale = h.scale;
+  row.bin_ratio = h.bin_ratio;
   const uint32_t s = row_first_slot_[h.row] + slot_in_row;
   int32_t& got = got_[s];
   if (static_cast<int32_t>(p.payload_received) <= got) {
@@ -232,7 +253,7 @@ void Decoder::finish_row(uint32_t r) {
   const Scheme scheme = row.seen ? row.scheme : info.scheme;
   const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
   if (scheme == Scheme::kRht) {
-    estimate_rht_row(info, row.scale);
+    estimate_rht_row(info, row);
   } else {
     // Packets that never arrived: 0.
     for (uint32_t k = 0; k < info.packets; ++k) {
@@ -245,7 +266,7 @@ void Decoder::finish_row(uint32_t r) {
   row.finished = true;
 }
 
-void Decoder::estimate_rht_row(const RowInfo& info, float scale) {
+void Decoder::estimate_rht_row(const RowInfo& info, const RowState& row) {
   const uint32_t epp = info.elems_per_packet;
   const int32_t* got = got_.data() + row_first_slot_[info.row];
   // Each slot's levels, once (levels() is not free next to a row's worth of work).
@@ -267,11 +288,12 @@ void Decoder::estimate_rht_row(const RowInfo& info, float scale) {
     zrow = tmpf_.data();
   }
   const uint8_t* heads = row_heads(info.row);
-  const float if_set = head_estimate(Scheme::kRht, 1, scale), if_clear = head_estimate(Scheme::kRht, 0, scale);
+  const uint8_t* bins = layout_.head_bits() == 2 ? row_bins(info.row) : nullptr;
   for (uint32_t k = 0; k < info.packets; ++k) {
     const Levels& l = row_levels_[k];
     float* z = zrow + k * epp;
-    fill_heads(heads + k * epp / 8, 0, l.n0, if_set, if_clear, z);
+    fill_estimates(Scheme::kRht, row, heads + k * epp / 8, bins != nullptr ? bins + k * epp / 8 : nullptr, l, 0,
+                   l.n0, z);
     std::fill(z + l.n0, z + l.n, 0.0f);
   }
   rht_sign_words(rng_key(cfg_.seed, id_.msg_seq, info.row, RngStream::kRhtSigns), info.elems, &signs_);

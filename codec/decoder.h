@@ -59,18 +59,26 @@ class Decoder {
     bool finished = false;
     Scheme scheme = Scheme::kNone;
     float scale = 0.0f;
+    uint16_t bin_ratio = 0;
   };
-  struct Levels {  // elements [0,n2) full, [n2,n1) 16-bit prefix, [n1,n0) head only, [n0,n) missing
-    uint32_t n, n0, n1, n2;
+  // Elements [0,n2) full, [n2,n1) 16-bit prefix, [n1,n0) head only (of which [0,nq) with their
+  // 2-bit heads' bins), [n0,n) missing.
+  struct Levels {
+    uint32_t n, n0, n1, n2, nq;
   };
   Levels levels(Scheme scheme, bool tail, uint32_t n, int32_t received) const;
   void decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme scheme);
   void decode_f32(const ParsedPacket& p, Scheme scheme, float* dst);
   void decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes);
   uint8_t* row_heads(uint32_t r);  // plane 0 of rht row r, as it arrived
+  uint8_t* row_bins(uint32_t r);   // plane Q of rht row r (2-bit heads), as it arrived
+  // The head-only estimates of elements [begin, end) of a packet (p0: its plane 0, pq: plane Q
+  // or null) into dst[0, end - begin).
+  void fill_estimates(Scheme scheme, const RowState& row, const uint8_t* p0, const uint8_t* pq, const Levels& l,
+                      uint32_t begin, uint32_t end, float* dst) const;
   // The coordinates of an rht row without their own bits (head only or missing), from R^-1 of
   // the scaled signs.
-  void estimate_rht_row(const RowInfo& info, float scale);
+  void estimate_rht_row(const RowInfo& info, const RowState& row);
 
   CodecConfig cfg_;
   Layout layout_;
@@ -82,6 +90,7 @@ class Decoder {
   uint64_t slots_filled_ = 0;
   std::vector<Levels> row_levels_;    // estimate_rht_row's per-slot levels
   std::vector<uint8_t> heads_;        // rht rows: plane 0 of every packet, row_elems / 8 bytes a row
+  std::vector<uint8_t> bins_;         // rht rows with 2-bit heads: plane Q likewise
   std::vector<uint16_t> tmp15_;
   std::vector<float> tmpf_;
   std::vector<uint64_t> signs_;

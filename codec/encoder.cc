@@ -43,19 +43,20 @@ void Encoder::log_unrotated(const RowCtx& c) {
 Encoder::Encoder(const CodecConfig& cfg) : cfg_(cfg) {}
 
 PacketHeader Encoder::row_header(const Layout& layout, const MessageId& id, const RowInfo& info, Scheme scheme,
-                                 float scale) {
+                                 float scale, uint16_t bin_ratio) {
   PacketHeader h;
   h.flags = static_cast<uint8_t>((info.tail ? kFlagTail : 0) |
                                  (id.trimmable && scheme != Scheme::kNone ? kFlagTrimmable : 0));
   h.scheme = scheme;
   h.dtype = layout.dtype();
-  h.head_planes = layout.head_planes();
+  h.head_bits = layout.head_bits();
   h.row_log2 = layout.row_log2();
   h.cookie = id.cookie;
   h.msg_seq = id.msg_seq;
   h.msg_bytes = static_cast<uint32_t>(layout.bytes());
   h.row = info.row;
   h.scale = scale;
+  h.bin_ratio = bin_ratio;
   return h;
 }
 
@@ -63,15 +64,15 @@ uint32_t Encoder::set_packet_range(PacketHeader* h, const PlaneBytes& planes, ui
   h->first_elem = static_cast<uint16_t>(first);
   h->elem_count = static_cast<uint16_t>(n);
   h->payload_bytes = static_cast<uint16_t>(planes.total());
-  h->trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, h->scheme, h->head_planes));
+  h->trim_bytes = static_cast<uint16_t>(trim_point_bytes(planes, h->scheme, h->head_bits));
   return planes.total();
 }
 
-void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale) {
+void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale, uint16_t bin_ratio) {
   // One template per row; per packet only the element range and the sizes change, and those
   // are the same for every packet but the last.
-  PacketHeader h = row_header(*c.layout, *c.id, c.info, scheme, scale);
-  const PlaneBits bits = plane_bits(scheme, h.dtype, c.info.tail);
+  PacketHeader h = row_header(*c.layout, *c.id, c.info, scheme, scale, bin_ratio);
+  const PlaneBits bits = plane_bits(scheme, h.dtype, c.info.tail, h.head_bits);
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   PlaneBytes planes = plane_bytes(bits, epp);
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
@@ -90,7 +91,7 @@ Result<Encoder::RawSlice> Encoder::raw_packet_header(const Layout& layout, const
     return Status(Code::kInvalidArgument, "raw_packet_header: the row is encoded, not raw");
   }
   if (k >= info.packets) return Status(Code::kInvalidArgument, "packet index past the row");
-  PacketHeader h = row_header(layout, id, info, Scheme::kNone, 0.0f);
+  PacketHeader h = row_header(layout, id, info, Scheme::kNone, 0.0f, 0);
   const uint32_t esize = info.tail ? 1 : dtype_bytes(layout.dtype());
   const uint32_t first = k * info.elems_per_packet;
   const uint32_t n = std::min(info.elems_per_packet, info.elems - first);
@@ -109,7 +110,7 @@ void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, 
 
 void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, bool heads_only, Norms* norms) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
-  const PlaneBits bits = plane_bits(Scheme::kSign, DType::kF32, false);
+  const PlaneBits bits = plane_bits(Scheme::kSign, DType::kF32, false, c.layout->head_bits());
   PlaneBytes planes = plane_bytes(bits, epp);
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
@@ -118,16 +119,44 @@ void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, bool heads_o
     if (heads_only) {
       pack_f32_sign_layout(src + first, n, p0, nullptr, nullptr, norms);
     } else {
-      pack_f32_sign_layout(src + first, n, p0, p0 + planes.p0, p0 + planes.p0 + planes.p1, norms);
+      pack_f32_sign_layout(src + first, n, p0, p0 + planes.p1_offset(), p0 + planes.p2_offset(), norms);
     }
   }
 }
 
-void Encoder::pack_value_tails(const RowCtx& c, const float* v) {
+float Encoder::pack_row_bins(const RowCtx& c, Scheme scheme, const float* src, double sum_sq, uint16_t* bin_ratio) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  const float threshold = kBinThresholdRms * rms(sum_sq, d);
+  const PlaneBits bits = plane_bits(scheme, c.layout->dtype(), false, c.layout->head_bits());
+  BinSums sums;
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
-    uint8_t* p1 = c.out + k * c.stride + kHeaderBytes + (n + 7) / 8;
+    uint8_t* pq = c.out + k * c.stride + kHeaderBytes + plane_bytes(bits, n).q_offset();
+    pack_bins(src + first, n, threshold, pq, &sums);
+  }
+  // Each bin's mean magnitude: the least-squares levels. A row with no outer element (or no
+  // finite one) has only one level.
+  double inner = sums.inner != 0 ? sums.inner_abs / static_cast<double>(sums.inner) : 0.0;
+  double outer = sums.outer != 0 ? sums.outer_abs / static_cast<double>(sums.outer) : inner;
+  if (scheme != Scheme::kSign && !cfg_.head_scale_mse) {
+    // unbiased: both levels scaled so that <estimate, x> = |x|^2, as f does for 1-bit heads.
+    const double dot = inner * sums.inner_abs + outer * sums.outer_abs;
+    if (dot > 0.0) {
+      const double k = sum_sq / dot;
+      inner *= k;
+      outer *= k;
+    }
+  }
+  *bin_ratio = outer > 0.0 ? static_cast<uint16_t>(std::lround(std::min(1.0, inner / outer) * 65535.0)) : 0;
+  return static_cast<float>(outer);
+}
+
+void Encoder::pack_value_tails(const RowCtx& c, const float* v) {
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  const PlaneBits bits = plane_bits(c.info.scheme, DType::kF32, false, c.layout->head_bits());
+  for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+    const uint32_t n = std::min(epp, d - first);
+    uint8_t* p1 = c.out + k * c.stride + kHeaderBytes + plane_bytes(bits, n).p1_offset();
     pack16_from32(v + first, n, 16, p1);
     pack16_from32(v + first, n, 0, p1 + 2 * n);
   }
@@ -137,6 +166,8 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   Scheme scheme = c.info.scheme;
   float scale = 0.0f;
+  uint16_t bin_ratio = 0;
+  const bool bins = c.layout->head_bits() == 2;  // never for sq/sd: CodecConfig::validate
   if (scheme == Scheme::kSq || scheme == Scheme::kSd) {
     // The heads depend on the clip, so the norm comes first here.
     bool finite = true;
@@ -165,22 +196,25 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
       // rotated block: such rows go per element, scaled by the RMS of their finite values.
       bool finite = true;
-      scale = rms(sum_squares(v, d, &finite), d);
+      const double sum_sq = sum_squares(v, d, &finite);
+      scale = rms(sum_sq, d);
       if (rht) {
         Norms unused;
         pack_sign_payloads(c, v, false, &unused);
         log_unrotated(c);
       }
       scheme = Scheme::kSign;
+      if (bins) scale = pack_row_bins(c, scheme, v, sum_sq, &bin_ratio);
     } else if (rht || scheme == Scheme::kRotated) {
       // A rotated row is R(V) itself.
-      scale = rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
+      scale = bins ? pack_row_bins(c, scheme, src, norms.sum_sq, &bin_ratio)
+                   : rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
       if (rht) pack_value_tails(c, v);
     } else {
-      scale = rms(norms.sum_sq, d);
+      scale = bins ? pack_row_bins(c, scheme, v, norms.sum_sq, &bin_ratio) : rms(norms.sum_sq, d);
     }
   }
-  write_row_headers(c, scheme, scale);
+  write_row_headers(c, scheme, scale, bin_ratio);
 }
 
 void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
@@ -207,6 +241,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
       scale = rotated_scale(sum_sq, l1, d, cfg_.head_scale_mse);
     } else {
       scheme = Scheme::kSign;
+      widen16(v, d, bf16, f32_.data());  // the heads (and bins) are the input's again
     }
   } else if (scheme == Scheme::kRht) {
     scheme = Scheme::kSign;
@@ -225,10 +260,11 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   // Planes 1 carry the input bits. sq/sd heads come from the widened values (f32_), rht heads
   // are the signs of the rotated ones (f32_ after the rotation).
   const uint32_t epp = c.info.elems_per_packet;
+  const PlaneBits bits = plane_bits(scheme, c.layout->dtype(), false, c.layout->head_bits());
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
-    uint8_t* p1 = p0 + (n + 7) / 8;
+    uint8_t* p1 = p0 + plane_bytes(bits, n).p1_offset();
     if (scheme == Scheme::kSign || scheme == Scheme::kRotated) {
       pack16_sign_layout(v + first, n, p0, p1);
       continue;
@@ -241,7 +277,10 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
     }
     pack16_from16(v + first, n, p1);
   }
-  write_row_headers(c, scheme, scale);
+  // 2-bit heads: the bins of the values whose signs are the heads (f32_: widened, or rotated).
+  uint16_t bin_ratio = 0;
+  if (bits.bq != 0) scale = pack_row_bins(c, scheme, f32_.data(), sum_sq, &bin_ratio);
+  write_row_headers(c, scheme, scale, bin_ratio);
 }
 
 void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
@@ -252,7 +291,7 @@ void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
     std::memcpy(c.out + k * c.stride + kHeaderBytes, bytes + static_cast<size_t>(first) * esize,
                 static_cast<size_t>(n) * esize);
   }
-  write_row_headers(c, Scheme::kNone, 0.0f);
+  write_row_headers(c, Scheme::kNone, 0.0f, 0);
 }
 
 Result<uint32_t> Encoder::encode_row(const Layout& layout, const MessageId& id, const void* msg, uint32_t r,

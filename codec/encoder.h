@@ -49,10 +49,14 @@ class Encoder {
   void encode_16_row(const RowCtx& c, const uint16_t* v);
   void encode_raw_row(const RowCtx& c, const uint8_t* bytes);
   // Headers of every packet of the row (sizes into c.sizes), once the row's scale is known.
-  void write_row_headers(const RowCtx& c, Scheme scheme, float scale);
+  void write_row_headers(const RowCtx& c, Scheme scheme, float scale, uint16_t bin_ratio);
   // The fields every packet of a row shares.
   static PacketHeader row_header(const Layout& layout, const MessageId& id, const RowInfo& info, Scheme scheme,
-                                 float scale);
+                                 float scale, uint16_t bin_ratio);
+  // 2-bit heads: plane Q of every packet of a sign-head row from `src` (the values whose signs
+  // are the heads; sum_sq: their finite squares), and the bins' levels: returns the scale (the
+  // outer level) and sets *bin_ratio.
+  float pack_row_bins(const RowCtx& c, Scheme scheme, const float* src, double sum_sq, uint16_t* bin_ratio);
   // Element range and sizes of one packet; returns its payload size.
   static uint32_t set_packet_range(PacketHeader* h, const PlaneBytes& planes, uint32_t first, uint32_t n);
   // Plane 0 of sq/sd for elements [first, first + n) of the row.

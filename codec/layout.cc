@@ -66,7 +66,11 @@ Result<CodecConfig> CodecConfig::from_params(const Params& p, uint32_t mtu_bytes
   CodecConfig c;
   c.scheme = static_cast<Scheme>(param::scheme(p));  // the knob lists the schemes in wire order
   c.row_elems = static_cast<uint32_t>(p.row_elems);
-  c.head_planes = param::head_bits(p) == param::HeadBits::k16 ? 2 : 1;
+  switch (param::head_bits(p)) {
+    case param::HeadBits::k1: c.head_bits = 1; break;
+    case param::HeadBits::k2: c.head_bits = 2; break;
+    case param::HeadBits::k16: c.head_bits = 16; break;
+  }
   // Below the IP/UDP headers the subtraction would wrap: leave 0 for validate() to refuse.
   c.packet_bytes = mtu_bytes > kIpv4UdpBytes ? packet_bytes_for_mtu(mtu_bytes) : 0;
   c.seed = p.seed;
@@ -81,8 +85,14 @@ Status CodecConfig::validate() const {
   if (row_elems < 8 || row_elems > 32768 || (row_elems & (row_elems - 1)) != 0) {
     return Status(Code::kInvalidArgument, fmt::format("row_elems {} is not a power of two in [8, 32768]", row_elems));
   }
-  if (head_planes != 1 && head_planes != 2) {
-    return Status(Code::kInvalidArgument, fmt::format("head_planes {} is not 1 or 2", head_planes));
+  if (!valid_head_bits(head_bits)) {
+    return Status(Code::kInvalidArgument, fmt::format("head_bits {} is not 1, 2 or 16", head_bits));
+  }
+  if (head_bits == 2 && !sign_head(scheme) && scheme != Scheme::kNone) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("NCCL_TRIM_HEAD_BITS=2 needs a scheme whose head is a sign (sign, rht); "
+                              "NCCL_TRIM_SCHEME={} has random heads: use NCCL_TRIM_HEAD_BITS=1 or 16",
+                              scheme_name(scheme)));
   }
   // Smallest useful packet: the header plus 8 elements of the widest layout (fp32 sq: 33 bits).
   const uint32_t min_packet = kHeaderBytes + 33;
@@ -95,18 +105,18 @@ Status CodecConfig::validate() const {
 }
 
 uint32_t Layout::elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
-                                  uint32_t row_elems, uint8_t head_planes, uint32_t fabric_keep_bytes) {
-  const PlaneBits bits = plane_bits(scheme, dtype, tail);
+                                  uint32_t row_elems, uint32_t head_bits, uint32_t fabric_keep_bytes) {
+  const PlaneBits bits = plane_bits(scheme, dtype, tail, head_bits);
   const uint64_t budget_bits = static_cast<uint64_t>(packet_bytes - kHeaderBytes) * 8;
-  const uint64_t per_elem = bits.b0 + bits.b1 + bits.b2;
+  const uint64_t per_elem = bits.b0 + bits.bq + bits.b1 + bits.b2;
   uint64_t n = budget_bits / per_elem;
   // Whole bytes per plane with no padding: lossy packets hold a multiple of 8 elements.
   if (bits.b0 != 0) n &= ~uint64_t{7};
   if (bits.b0 != 0 && fabric_keep_bytes != 0) {
     // Every head (the trim point) inside what a fabric trim keeps, unless that makes the packets
     // too small to be worth it (multiples of 8 elements: whole bytes per plane).
-    const uint64_t head_bits = head_planes >= 2 ? bits.b0 + bits.b1 : bits.b0;
-    const uint64_t fit = (static_cast<uint64_t>(fabric_keep_bytes) * 8 / head_bits) & ~uint64_t{7};
+    const uint64_t trim_bits = head_bits == 16 ? bits.b0 + bits.b1 : bits.b0 + bits.bq;
+    const uint64_t fit = (static_cast<uint64_t>(fabric_keep_bytes) * 8 / trim_bits) & ~uint64_t{7};
     if (fit >= kMinFabricElems) n = std::min(n, fit);
   }
   n = std::min<uint64_t>({n, 65535, row_elems});
@@ -127,12 +137,12 @@ Result<Layout> Layout::make(const CodecConfig& cfg, DType dtype, Scheme scheme, 
   l.bytes_ = bytes;
   l.row_elems_ = cfg.row_elems;
   l.row_log2_ = static_cast<uint8_t>(__builtin_ctz(cfg.row_elems));
-  l.head_planes_ = cfg.head_planes;
+  l.head_bits_ = cfg.head_bits;
   const uint32_t esize = dtype_bytes(dtype);
   l.typed_elems_ = bytes / esize;
   l.tail_bytes_ = static_cast<uint32_t>(bytes % esize);
   l.typed_rows_ = static_cast<uint32_t>((l.typed_elems_ + cfg.row_elems - 1) / cfg.row_elems);
-  l.epp_ = elems_per_packet(scheme, dtype, false, cfg.packet_bytes, cfg.row_elems, cfg.head_planes,
+  l.epp_ = elems_per_packet(scheme, dtype, false, cfg.packet_bytes, cfg.row_elems, cfg.head_bits,
                             cfg.fabric_keep_bytes);
   l.tail_epp_ = elems_per_packet(Scheme::kNone, DType::kRaw, true, cfg.packet_bytes, cfg.row_elems);
   for (uint32_t r = 0; r < l.rows(); ++r) l.packets_ += l.row(r).packets;
@@ -147,9 +157,9 @@ std::string fabric_trim_summary(const CodecConfig& cfg, uint32_t fabric_trim_byt
       fabric_trim_bytes, kFabricL2Bytes, kIpv4UdpBytes, kHeaderBytes, keep, mtu_bytes);
   if (keep == 0 && fabric_trim_bytes > 0) out += " the cut falls inside our header: every trim is a loss";
   for (DType d : {DType::kF32, DType::kBF16}) {
-    const uint32_t n = Layout::elems_per_packet(cfg.scheme, d, false, packet, cfg.row_elems, cfg.head_planes, keep);
-    const PlaneBytes planes = plane_bytes(plane_bits(cfg.scheme, d, false), n);
-    const uint32_t heads = trim_point_bytes(planes, cfg.scheme, cfg.head_planes);
+    const uint32_t n = Layout::elems_per_packet(cfg.scheme, d, false, packet, cfg.row_elems, cfg.head_bits, keep);
+    const PlaneBytes planes = plane_bytes(plane_bits(cfg.scheme, d, false, cfg.head_bits), n);
+    const uint32_t heads = trim_point_bytes(planes, cfg.scheme, cfg.head_bits);
     out += fmt::format("; {} {}: {} elements a packet ({} B), trim point at {} B: {}", dtype_name(d),
                        scheme_name(cfg.scheme), n, kHeaderBytes + planes.total(), heads,
                        heads <= keep ? std::string("every head survives")

@@ -25,7 +25,7 @@ constexpr uint32_t kNoInterfaceMtuBytes = 4096;
 struct CodecConfig {
   Scheme scheme = Scheme::kRht;
   uint32_t row_elems = 32768;     // power of two, 8..32768
-  uint8_t head_planes = 1;        // 1: 1-bit heads survive a trim; 2: 16-bit heads
+  uint8_t head_bits = 1;          // bits per element a trim keeps: 1 (sign), 2 (sign + bin), 16
   uint32_t packet_bytes = packet_bytes_for_mtu(kNoInterfaceMtuBytes);  // whole codec packet, header included
   uint64_t seed = 0x7472696d;
   float clip_sigmas = 2.5f;       // sq/sd clip at L = clip_sigmas * RMS
@@ -91,7 +91,7 @@ class Layout {
   uint64_t bytes() const { return bytes_; }
   uint32_t row_elems() const { return row_elems_; }
   uint8_t row_log2() const { return row_log2_; }
-  uint8_t head_planes() const { return head_planes_; }
+  uint8_t head_bits() const { return head_bits_; }
   uint32_t rows() const { return typed_rows_ + (tail_bytes_ != 0 ? 1u : 0u); }
   uint32_t typed_rows() const { return typed_rows_; }
   uint64_t packets() const { return packets_; }
@@ -100,9 +100,9 @@ class Layout {
   // Into *out (resized): the message-wide index of each row's first packet, then packets().
   void row_first_packets(std::vector<uint32_t>* out) const;
   // Elements per packet for rows of this scheme and dtype under `packet_bytes`; with
-  // `fabric_keep_bytes`, few enough for the trim point (of `head_planes`) to fit in it.
+  // `fabric_keep_bytes`, few enough for the trim point (of `head_bits`) to fit in it.
   static uint32_t elems_per_packet(Scheme scheme, DType dtype, bool tail, uint32_t packet_bytes,
-                                   uint32_t row_elems, uint8_t head_planes = 1, uint32_t fabric_keep_bytes = 0);
+                                   uint32_t row_elems, uint32_t head_bits = 1, uint32_t fabric_keep_bytes = 0);
 
  private:
   DType dtype_ = DType::kRaw;
@@ -111,7 +111,7 @@ class Layout {
   uint64_t typed_elems_ = 0;
   uint32_t row_elems_ = 0;
   uint8_t row_log2_ = 0;
-  uint8_t head_planes_ = 1;
+  uint8_t head_bits_ = 1;
   uint32_t typed_rows_ = 0;
   uint32_t tail_bytes_ = 0;
   uint32_t epp_ = 0;       // typed rows

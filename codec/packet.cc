@@ -230,7 +230,15 @@ uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t 
   return n;
 }
 
-PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail) {
+BinLevels bin_levels(float scale, uint16_t bin_ratio) {
+  BinLevels l;
+  l.outer = scale;
+  l.inner = scale * (static_cast<float>(bin_ratio) / 65535.0f);
+  l.unknown = kBinOuterFraction * l.outer + (1.0f - kBinOuterFraction) * l.inner;
+  return l;
+}
+
+PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail, uint32_t head_bits) {
   if (tail) return {0, 0, 8};
   if (scheme == Scheme::kNone) return {0, 0, 8 * dtype_bytes(dtype)};
   // sq and sd heads are not the sign bit, nor is rht's (the sign of the rotated value), so
@@ -239,17 +247,17 @@ PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail) {
   bool whole_value = scheme == Scheme::kSq || scheme == Scheme::kSd || scheme == Scheme::kRht;
   uint32_t b1 = whole_value ? 16 : 15;
   uint32_t b2 = dtype == DType::kF32 ? 16 : 0;
-  return {1, b1, b2};
+  return {1, b1, b2, head_bits == 2 && sign_head(scheme) ? 1u : 0u};
 }
 
 PlaneBytes plane_bytes(const PlaneBits& bits, uint32_t elems) {
   auto bytes = [elems](uint32_t b) { return static_cast<uint32_t>((static_cast<uint64_t>(elems) * b + 7) / 8); };
-  return {bytes(bits.b0), bytes(bits.b1), bytes(bits.b2)};
+  return {bytes(bits.b0), bytes(bits.b1), bytes(bits.b2), bytes(bits.bq)};
 }
 
-uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_planes) {
+uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint32_t head_bits) {
   if (scheme == Scheme::kNone) return 0;
-  return head_planes >= 2 ? planes.p0 + planes.p1 : planes.p0;
+  return head_bits == 16 ? planes.p0 + planes.p1 : planes.p0 + planes.pq;
 }
 
 void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
@@ -258,7 +266,7 @@ void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
   out[3] = h.flags;
   out[4] = static_cast<uint8_t>(h.scheme);
   out[5] = static_cast<uint8_t>(h.dtype);
-  out[6] = h.head_planes;
+  out[6] = h.head_bits;
   out[7] = h.row_log2;
   put64(out + 8, h.cookie);
   put32(out + 16, h.msg_seq);
@@ -272,7 +280,7 @@ void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
   put32(out + 40, h.psn);
   put32(out + 44, h.dst_ip4);
   put16(out + 48, h.dst_port);
-  put16(out + 50, 0);
+  put16(out + 50, h.bin_ratio);
   std::memset(out + kCheckOffset, 0, 4 * kCheckPoints);
   if (h.scheme != Scheme::kNone) {
     uint16_t ends[kCheckPoints];
@@ -313,7 +321,7 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
   PacketHeader h;
   h.flags = data[3];
   uint8_t scheme = data[4], dtype = data[5];
-  h.head_planes = data[6];
+  h.head_bits = data[6];
   h.row_log2 = data[7];
   h.cookie = get64(data + 8);
   h.msg_seq = get32(data + 16);
@@ -327,15 +335,21 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
   h.psn = get32(data + 40);
   h.dst_ip4 = get32(data + 44);
   h.dst_port = get16(data + 48);
+  h.bin_ratio = get16(data + 50);
 
   if ((h.flags & ~kFlagsKnown) != 0 || scheme >= kNumSchemes || dtype >= kNumDTypes ||
-      (h.head_planes != 1 && h.head_planes != 2) || h.row_log2 < 3 || h.row_log2 > 15 ||
-      get16(data + 50) != 0) {
+      !valid_head_bits(h.head_bits) || h.row_log2 < 3 || h.row_log2 > 15) {
     return fail(PacketError::kBadField);
   }
   h.scheme = static_cast<Scheme>(scheme);
   h.dtype = static_cast<DType>(dtype);
   bool lossy = h.scheme != Scheme::kNone;
+  // 2-bit heads are a sign and a bin: sq/sd (random heads) have none, and only a row with
+  // bins has a bin ratio.
+  const bool bins = h.head_bits == 2 && sign_head(h.scheme) && !h.tail();
+  if ((h.head_bits == 2 && (h.scheme == Scheme::kSq || h.scheme == Scheme::kSd)) || (!bins && h.bin_ratio != 0)) {
+    return fail(PacketError::kBadField);
+  }
   if (lossy && (h.dtype == DType::kRaw || h.tail() || !std::isfinite(h.scale) || h.scale < 0.0f)) {
     return fail(PacketError::kBadField);
   }
@@ -357,8 +371,8 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
       return fail(PacketError::kElemOverflow);
     }
   }
-  PlaneBytes planes = plane_bytes(plane_bits(h.scheme, h.dtype, h.tail()), h.elem_count);
-  if (h.payload_bytes != planes.total() || h.trim_bytes != trim_point_bytes(planes, h.scheme, h.head_planes)) {
+  PlaneBytes planes = plane_bytes(plane_bits(h.scheme, h.dtype, h.tail(), h.head_bits), h.elem_count);
+  if (h.payload_bytes != planes.total() || h.trim_bytes != trim_point_bytes(planes, h.scheme, h.head_bits)) {
     return fail(PacketError::kBadLength);
   }
   // The check points: ascending prefix lengths ending at the payload's end (lossy packets), the

@@ -25,9 +25,10 @@ constexpr uint16_t kCtrlMagic = 0x4354;  // 'T' 'C'
 inline bool is_ctrl_datagram(const uint8_t* data, size_t len) {
   return len >= 2 && data[0] == (kCtrlMagic & 0xff) && data[1] == (kCtrlMagic >> 8);
 }
-// 2: the header grew to 80 bytes with the payload's check points (version 1: 56 bytes, the
-// payload guarded by the UDP checksum alone).
-constexpr uint8_t kVersion = 2;
+// 3: byte 6 is head_bits (1, 2 or 16) and bytes 50-51 the 2-bit heads' bin ratio (version 2:
+// byte 6 counted head planes, 1 or 2). 2: the header grew to 80 bytes with the payload's check
+// points (version 1: 56 bytes, the payload guarded by the UDP checksum alone).
+constexpr uint8_t kVersion = 3;
 constexpr uint32_t kHeaderBytes = 80;
 // Check points of a lossy packet's payload: each a prefix length and the low 16 bits of the
 // CRC-32C of header bytes [4, 40) followed by the payload up to it.
@@ -48,7 +49,7 @@ struct PacketHeader {
   uint8_t flags = 0;
   Scheme scheme = Scheme::kNone;
   DType dtype = DType::kRaw;
-  uint8_t head_planes = 1;   // planes kept by a trim: 1 (1-bit heads) or 2 (16-bit heads)
+  uint8_t head_bits = 1;     // bits per element a trim keeps: 1, 2 (sign + magnitude bin) or 16
   uint8_t row_log2 = 15;     // rows hold up to 2^row_log2 elements
   uint64_t cookie = 0;       // per-connection random value, checked by the receiver
   uint32_t msg_seq = 0;      // message sequence on the connection (keys the shared randomness)
@@ -58,7 +59,9 @@ struct PacketHeader {
   uint16_t elem_count = 0;
   uint16_t payload_bytes = 0;  // untrimmed payload size
   uint16_t trim_bytes = 0;     // payload bytes a trim keeps (0: nothing useful survives)
-  float scale = 0.0f;          // rht: f = |V|^2/|R(V)|_1; sign: RMS; sq/sd: clip L; none: 0
+  float scale = 0.0f;          // rht: f = |V|^2/|R(V)|_1; sign: RMS; sq/sd: clip L; none: 0;
+                               // 2-bit heads: the outer bin's level
+  uint16_t bin_ratio = 0;      // 2-bit heads: inner level / outer level in 1/65535 units; else 0
   uint32_t psn = 0;            // transport packet sequence number
   uint32_t dst_ip4 = 0;        // destination (network byte order value), for a stateless switch
   uint16_t dst_port = 0;
@@ -97,17 +100,42 @@ class PacketErrorCounters {
 };
 PacketErrorCounters& packet_error_counters();
 
-// Plane geometry of `elems` elements of one scheme and dtype (docs/PROTOCOL.md).
+// NCCL_TRIM_HEAD_BITS's values, as byte 6 of the header carries them.
+constexpr bool valid_head_bits(uint32_t b) { return b == 1 || b == 2 || b == 16; }
+// Schemes whose head is a sign (of the value, or of its rotation): the ones 2-bit heads extend
+// with a magnitude bin. sq/sd heads are random and have no bins.
+constexpr bool sign_head(Scheme s) { return s == Scheme::kSign || s == Scheme::kRht || s == Scheme::kRotated; }
+
+// 2-bit heads: a sign and whether |x| exceeds kBinThresholdRms x the row's RMS, the 4-level
+// Lloyd-Max quantizer of a Gaussian (what rotated rows are, near enough). Each bin decodes to
+// its level: the header's scale (outer) and scale x bin_ratio / 65535 (inner). An element whose
+// bin bit was cut decodes to the mix of the two a Gaussian row has: kBinOuterFraction of its
+// elements are outer.
+constexpr float kBinThresholdRms = 0.9816f;
+constexpr float kBinOuterFraction = 0.3263f;  // P(|N(0,1)| > 0.9816)
+struct BinLevels {
+  float outer = 0.0f, inner = 0.0f, unknown = 0.0f;  // |estimate| by bin; bin bit missing
+};
+BinLevels bin_levels(float scale, uint16_t bin_ratio);
+
+// Plane geometry of `elems` elements of one scheme and dtype (docs/PROTOCOL.md). The payload is
+// plane 0, plane Q (the bins of 2-bit heads), plane 1, plane 2.
 struct PlaneBits {
   uint32_t b0, b1, b2;  // bits per element in planes 0, 1, 2; raw rows use b2 = 8 * element size
+  uint32_t bq = 0;      // plane Q: 1 for a sign-head scheme with 2-bit heads
 };
-PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail);
+PlaneBits plane_bits(Scheme scheme, DType dtype, bool tail, uint32_t head_bits = 1);
 struct PlaneBytes {
   uint32_t p0, p1, p2;
-  uint32_t total() const { return p0 + p1 + p2; }
+  uint32_t pq = 0;
+  uint32_t total() const { return p0 + pq + p1 + p2; }
+  uint32_t q_offset() const { return p0; }
+  uint32_t p1_offset() const { return p0 + pq; }
+  uint32_t p2_offset() const { return p0 + pq + p1; }
 };
 PlaneBytes plane_bytes(const PlaneBits& bits, uint32_t elems);
-uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint8_t head_planes);
+// Payload bytes up to the trim point: planes 0 and Q, or with 16-bit heads planes 0 and 1.
+uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint32_t head_bits);
 
 // CRC-32C (Castagnoli); SSE4.2 when the CPU has it.
 uint32_t crc32c(const uint8_t* data, size_t len);

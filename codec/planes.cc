@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "codec/packet.h"
 #include "codec/rng.h"
 #include "codec/types.h"
 
@@ -170,6 +172,39 @@ double sum_abs(const float* v, uint32_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums) {
+  double in_abs[8] = {0, 0, 0, 0, 0, 0, 0, 0}, out_abs[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t outer = 0, finite = 0;
+  for (uint32_t i = 0; i < n; i += 8) {
+    uint32_t byte = 0;
+    for (uint32_t k = 0; k < 8 && i + k < n; ++k) {
+      const float a = std::fabs(v[i + k]);
+      const bool out = a > threshold;                            // false for NaN
+      const bool fin = a <= std::numeric_limits<float>::max();  // false for NaN and inf
+      byte |= static_cast<uint32_t>(out) << k;
+      out_abs[k] += out && fin ? a : 0.0;
+      in_abs[k] += !out && fin ? a : 0.0;
+      outer += out && fin;
+      finite += fin;
+    }
+    pq[i >> 3] = static_cast<uint8_t>(byte);
+  }
+  sums->outer_abs += ((out_abs[0] + out_abs[1]) + (out_abs[2] + out_abs[3])) +
+                     ((out_abs[4] + out_abs[5]) + (out_abs[6] + out_abs[7]));
+  sums->inner_abs += ((in_abs[0] + in_abs[1]) + (in_abs[2] + in_abs[3])) +
+                     ((in_abs[4] + in_abs[5]) + (in_abs[6] + in_abs[7]));
+  sums->outer += outer;
+  sums->inner += finite - outer;
+}
+
+void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                 const BinLevels& levels, float* dst) {
+  for (uint32_t i = begin; i < end; ++i) {
+    const float level = i < nq ? (head_bit(pq, i) ? levels.outer : levels.inner) : levels.unknown;
+    dst[i - begin] = head_bit(p0, i) ? -level : level;
+  }
+}
+
 }  // namespace scalar
 
 const char* kernels_isa() { return vector_path() ? "avx512" : "scalar"; }
@@ -210,6 +245,14 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
 void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0) {
   vector_path() ? avx512::random_heads(key, first, v, n, clip, sd, p0)
                 : scalar::random_heads(key, first, v, n, clip, sd, p0);
+}
+void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums) {
+  vector_path() ? avx512::pack_bins(v, n, threshold, pq, sums) : scalar::pack_bins(v, n, threshold, pq, sums);
+}
+void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                 const BinLevels& levels, float* dst) {
+  vector_path() ? avx512::fill_heads2(p0, pq, begin, end, nq, levels, dst)
+                : scalar::fill_heads2(p0, pq, begin, end, nq, levels, dst);
 }
 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
   vector_path() ? avx512::subtract_dither(key, first, n, clip, dst) : scalar::subtract_dither(key, first, n, clip, dst);

@@ -57,6 +57,22 @@ void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1)
 // Whole 16-bit values [0, n) of a packet: sign layout (sign | 15-bit field) or value layout.
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
 
+// Plane Q of 2-bit heads for values v[0, n): bit i set when |v[i]| > threshold (NaN: clear),
+// adding each bin's finite |v| and count to *sums (for the bins' levels). The sums run in
+// double, element i into lane i mod 8, lanes combined as sum_abs does, so that every encoder
+// sends the same levels.
+struct BinSums {
+  double inner_abs = 0.0, outer_abs = 0.0;
+  uint64_t inner = 0, outer = 0;
+};
+void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums);
+// dst[i - begin] for elements i in [begin, end) of a sign-head packet with 2-bit heads: the
+// sign of head bit i (set: negative) times the level of bin bit i where i < nq, else
+// levels.unknown (the bin was cut).
+struct BinLevels;
+void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                 const BinLevels& levels, float* dst);
+
 // Row norms in double precision. sum_squares skips non-finite values and reports them.
 double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);
@@ -83,6 +99,9 @@ void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool 
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
 double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);
+void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums);
+void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                 const BinLevels& levels, float* dst);
 }  // namespace scalar
 
 namespace avx512 {
@@ -99,6 +118,9 @@ void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool 
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
 double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);
+void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums);
+void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                 const BinLevels& levels, float* dst);
 }  // namespace avx512
 
 }  // namespace trim::codec

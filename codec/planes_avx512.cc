@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "codec/packet.h"
 #include "codec/planes.h"
 #include "codec/rng.h"
 #include "codec/types.h"
@@ -367,6 +369,64 @@ TRIM_AVX512 double sum_abs(const float* v, uint32_t n) {
   double sum_ab;
   lanes8_finish(acc, v, i, n, nullptr, &sum_ab);
   return sum_ab;
+}
+
+// 16 values a step: plane Q straight from the compare mask, each bin's magnitudes widened to
+// double and added into the reference's lanes (element i and i + 8 into lane i mod 8, in order).
+TRIM_AVX512 void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums) {
+  const __m512 t = _mm512_set1_ps(threshold), fmax = _mm512_set1_ps(std::numeric_limits<float>::max());
+  __m512d in_acc = _mm512_setzero_pd(), out_acc = _mm512_setzero_pd();
+  uint64_t outer = 0, finite = 0;
+  for (uint32_t i = 0; i < n; i += 16) {
+    const uint32_t r = n - i < 16 ? n - i : 16;
+    const __mmask16 m = static_cast<__mmask16>(r == 16 ? 0xFFFFu : (1u << r) - 1);
+    const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, v + i));
+    const __mmask16 out = _mm512_cmp_ps_mask(a, t, _CMP_GT_OQ);
+    const __mmask16 fin = _mm512_cmp_ps_mask(a, fmax, _CMP_LE_OQ) & m;
+    const __mmask16 fo = out & fin, fi = static_cast<__mmask16>(~out & fin);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+    const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1));
+    out_acc = _mm512_mask_add_pd(out_acc, static_cast<__mmask8>(fo), out_acc, lo);
+    in_acc = _mm512_mask_add_pd(in_acc, static_cast<__mmask8>(fi), in_acc, lo);
+    out_acc = _mm512_mask_add_pd(out_acc, static_cast<__mmask8>(fo >> 8), out_acc, hi);
+    in_acc = _mm512_mask_add_pd(in_acc, static_cast<__mmask8>(fi >> 8), in_acc, hi);
+    outer += static_cast<uint64_t>(__builtin_popcount(fo));
+    finite += static_cast<uint64_t>(__builtin_popcount(fin));
+    const uint16_t bits = out;
+    std::memcpy(pq + i / 8, &bits, (r + 7) / 8);
+  }
+  alignas(64) double o[8], in[8];
+  _mm512_store_pd(o, out_acc);
+  _mm512_store_pd(in, in_acc);
+  sums->outer_abs += tree8(o);
+  sums->inner_abs += tree8(in);
+  sums->outer += outer;
+  sums->inner += finite - outer;
+}
+
+TRIM_AVX512 void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
+                             const BinLevels& levels, float* dst) {
+  uint32_t i = begin;
+  const uint32_t aligned = (begin + 15) & ~15u;
+  if (aligned > i) {
+    const uint32_t stop = aligned < end ? aligned : end;
+    scalar::fill_heads2(p0, pq, i, stop, nq, levels, dst);
+    i = stop;
+  }
+  const __m512 outer = _mm512_set1_ps(levels.outer), inner = _mm512_set1_ps(levels.inner);
+  const __m512 unknown = _mm512_set1_ps(levels.unknown), sign = _mm512_set1_ps(-0.0f);
+  for (; i + 16 <= end; i += 16) {
+    uint16_t s, q = 0;
+    std::memcpy(&s, p0 + i / 8, 2);
+    // Bins that arrived: [i, nq), read only as far as they did.
+    const uint32_t have = nq > i ? (nq - i < 16 ? nq - i : 16) : 0;
+    std::memcpy(&q, pq + i / 8, (have + 7) / 8);
+    const __mmask16 known = static_cast<__mmask16>(have == 16 ? 0xFFFFu : (1u << have) - 1);
+    __m512 level = _mm512_mask_blend_ps(static_cast<__mmask16>(q), inner, outer);
+    level = _mm512_mask_blend_ps(known, unknown, level);
+    _mm512_storeu_ps(dst + (i - begin), _mm512_mask_xor_ps(level, s, level, sign));
+  }
+  if (i < end) scalar::fill_heads2(p0, pq, i, end, nq, levels, dst + (i - begin));
 }
 
 }  // namespace trim::codec::avx512

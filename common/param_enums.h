@@ -11,8 +11,8 @@ namespace trim::param {
 enum class Scheme : int { kNone = 0, kSign = 1, kSq = 2, kSd = 3, kRht = 4 };
 inline Scheme scheme(const Params& p) { return static_cast<Scheme>(p.scheme); }
 
-// NCCL_TRIM_HEAD_BITS: 1|16
-enum class HeadBits : int { k1 = 0, k16 = 1 };
+// NCCL_TRIM_HEAD_BITS: 1|2|16
+enum class HeadBits : int { k1 = 0, k2 = 1, k16 = 2 };
 inline HeadBits head_bits(const Params& p) { return static_cast<HeadBits>(p.head_bits); }
 
 // NCCL_TRIM_HEAD_SCALE: unbiased|mse

@@ -495,9 +495,10 @@ cb_cpu() {
 check "congestion_bench.sh --cpu --dry-run: 28 runs vs gloo, bursts, the hook under --trim-cpu; socket refused" cb_cpu
 trimacc_dry() {
   "$here/run_ddp.sh" --cpu --sweep trimacc --task charlm --dry-run --out "$tmp/ta" >"$tmp/ta.txt" 2>&1 || { cat "$tmp/ta.txt"; return 1; }
-  # 3 seeds x (gloo + 2 p x (rht, hook, rht16, hook16, hookmse, hookmsenopc, rhtef, hookef)) = 51
-  # runs; random trimming through the switch
-  [[ $(grep -c '^# run ' "$tmp/ta.txt") -eq 51 ]] && grep -q -- '--random-p 0.75' "$tmp/ta.txt" &&
+  # 3 seeds x (gloo + 2 p x (rht, hook, rht16, hook16, hookmse, hookmsenopc, hook2mse, rhtef, hookef))
+  # = 57 runs; random trimming through the switch
+  [[ $(grep -c '^# run ' "$tmp/ta.txt") -eq 57 ]] && grep -q -- '--random-p 0.75' "$tmp/ta.txt" &&
+    grep -A4 '^# run hook2mse_p0.5_s1 ' "$tmp/ta.txt" | grep 'rank 0' | grep -q 'NCCL_TRIM_HEAD_BITS=2 .*NCCL_TRIM_HEAD_SCALE=mse .*_boot --trim-cpu' &&
     grep -A4 '^# run hookmsenopc_p0.5_s1 ' "$tmp/ta.txt" | grep 'rank 0' | grep -q 'NCCL_TRIM_HEAD_SCALE=mse NCCL_TRIM_HOOK_PRECONDITION=off .*_boot --trim-cpu' &&
     ! grep -A4 '^# run hookmse_p0.5_s1 ' "$tmp/ta.txt" | grep -q 'HOOK_PRECONDITION' &&
     grep -A4 '^# run hookef_p0.5_s1 ' "$tmp/ta.txt" | grep 'rank 0' | grep -q 'NCCL_TRIM_ERROR_FEEDBACK=1 .*_boot --trim-cpu' &&
@@ -510,7 +511,7 @@ trimacc_dry() {
     grep -A4 '^# run rht16_p0.5_s0 ' "$tmp/ta.txt" | grep 'rank 1' | grep -q 'NCCL_TRIM_HEAD_BITS=16 .*--backend trim' ||
     { cat "$tmp/ta.txt"; return 1; }
 }
-check "run_ddp.sh --cpu --sweep trimacc --dry-run: gloo, rht, hook, rht16, hook16, hook with the mse scale (scaled by Adam's second moments and not), rht and hook with error feedback at p 0.5/0.75 over 3 seeds" trimacc_dry
+check "run_ddp.sh --cpu --sweep trimacc --dry-run: gloo, rht, hook, rht16, hook16, hook with the mse scale (scaled by Adam's second moments and not; 2-bit heads), rht and hook with error feedback at p 0.5/0.75 over 3 seeds" trimacc_dry
 cpu_modes_dry() {  # --cpu alone is gloo; --cpu with a --mode (lossless too) goes through the plugin
   "$here/run_ddp.sh" --cpu --dry-run --out "$tmp/cm" 2>&1 | grep '# rank 0' | grep -q -- '--device cpu --backend gloo' &&
     ! "$here/run_ddp.sh" --cpu --dry-run --out "$tmp/cm" 2>&1 | grep -q NCCL_NET_PLUGIN &&

@@ -33,7 +33,8 @@
 #     trimacc    (--cpu; issue 25) accuracy under random trimming, on every machine: Gloo
 #                (exact), per-hop rht, the hook (rotated), rht and the hook with 16-bit heads,
 #                the hook with NCCL_TRIM_HEAD_SCALE=mse (the hook scales buckets by Adam's
-#                second moments; hookmsenopc: with NCCL_TRIM_HOOK_PRECONDITION=off), per-hop rht and the hook with error
+#                second moments; hookmsenopc: with NCCL_TRIM_HOOK_PRECONDITION=off; hook2mse:
+#                with 2-bit heads, NCCL_TRIM_HEAD_BITS=2), per-hop rht and the hook with error
 #                feedback (NCCL_TRIM_ERROR_FEEDBACK=1), at each p of --trim-ps (default
 #                here 0.5,0.75), each over --seeds (default 0,1,2); then a table of the mean
 #                final accuracy per configuration against Gloo's
@@ -44,7 +45,7 @@
 #   --ranks N [2]  --task digits|charlm|widemlp [digits]  --epochs E  --batch-size B  --lr LR
 #   --seed S [0]  --target-acc A  --max-steps K       passed to ddp_train.py (its defaults)
 #   --seeds LIST [0,1,2]             the trimacc sweep's seeds
-#   --scheme none|sign|sq|sd|rht [rht]  --head-bits 1|16 [1]  --phase reduce_scatter|all
+#   --scheme none|sign|sq|sd|rht [rht]  --head-bits 1|2|16 [1]  --phase reduce_scatter|all
 #                                    NCCL_TRIM_SCHEME / _HEAD_BITS / _PHASE of the plugin
 #   --trim-p P [0.1]                 random mode's trim probability
 #   --hook                           plugin modes: each rank runs under the nccl_trim comm hook
@@ -170,7 +171,7 @@ valid_mode "$mode"
 [[ $task =~ ^(digits|charlm|widemlp)$ ]] || die "unknown task '$task' (digits|charlm|widemlp)"
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || die "--ranks must be a positive integer"
 [[ $scheme =~ ^(none|sign|sq|sd|rht)$ ]] || die "unknown scheme '$scheme' (none|sign|sq|sd|rht)"
-[[ $head_bits =~ ^(1|16)$ ]] || die "--head-bits must be 1 or 16"
+[[ $head_bits =~ ^(1|2|16)$ ]] || die "--head-bits must be 1, 2 or 16"
 [[ $phase =~ ^(reduce_scatter|all)$ ]] || die "--phase must be reduce_scatter or all"
 [[ -z $bench || $bench == allreduce ]] || die "unknown benchmark '$bench' (allreduce)"
 [[ -z $sweep || $sweep =~ ^(accuracy|latency|charlm|trimacc|bench)$ ]] || die "unknown sweep '$sweep' (accuracy|latency|charlm|trimacc|bench)"
@@ -547,6 +548,7 @@ elif [[ -n $sweep ]]; then
           run train "hook16_p${p}_s$sd" random rht 16 reduce_scatter "$p" 1
           NCCL_TRIM_HEAD_SCALE=mse run train "hookmse_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
           NCCL_TRIM_HEAD_SCALE=mse NCCL_TRIM_HOOK_PRECONDITION=off run train "hookmsenopc_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
+          NCCL_TRIM_HEAD_SCALE=mse run train "hook2mse_p${p}_s$sd" random rht 2 reduce_scatter "$p" 1
           NCCL_TRIM_ERROR_FEEDBACK=1 run train "rhtef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 0
           NCCL_TRIM_ERROR_FEEDBACK=1 run train "hookef_p${p}_s$sd" random rht 1 reduce_scatter "$p" 1
         done

@@ -25,7 +25,7 @@ void put_special(std::vector<uint8_t>* msg, DType dt, size_t i, bool nan, bool n
 }
 
 // Every scheme carries every bit of every element when nothing is trimmed: the output bytes
-// equal the input bytes, for every dtype, 1-bit and 16-bit heads, odd sizes (with an odd raw
+// equal the input bytes, for every dtype, 1-, 2- (sign-head schemes) and 16-bit heads, odd sizes (with an odd raw
 // tail), several rows, and MTUs. The data mixes in 0, -0, denormals, the fp16 maximum and
 // values that overflow fp16 to inf; the "nonfinite" variant adds NaNs with payloads and infs
 // (rht sends such rows as sign, which is exact too).
@@ -35,7 +35,8 @@ TEST(CodecRoundTrip, UntrimmedIsBitExact) {
     for (DType dt : kFloatTypes) {
       for (size_t elems : sizes) {
         for (uint32_t mtu : kMtus) {
-          for (uint8_t heads : {uint8_t{1}, uint8_t{2}}) {
+          for (uint8_t heads : {uint8_t{1}, uint8_t{2}, uint8_t{16}}) {
+            if (heads == 2 && (scheme == Scheme::kSq || scheme == Scheme::kSd)) continue;  // random heads: no bins
             for (bool nonfinite : {false, true}) {
               if (nonfinite && elems < 1000) continue;
               CodecConfig cfg = config(scheme, mtu, 32768, heads);
@@ -161,8 +162,8 @@ TEST(CodecLayout, NoPaddingAndWithinBudget) {
 }
 
 TEST(CodecLayout, TrimPointAndClassInHeader) {
-  for (uint8_t planes : {uint8_t{1}, uint8_t{2}}) {
-    CodecConfig cfg = config(Scheme::kRht, 4096, 32768, planes);
+  for (uint8_t head_bits : {uint8_t{1}, uint8_t{2}, uint8_t{16}}) {
+    CodecConfig cfg = config(Scheme::kRht, 4096, 32768, head_bits);
     std::vector<uint8_t> msg = message_bytes(DType::kF32, 1000, 0, 2, false);
     Decoded d = round_trip(cfg, DType::kF32, msg, keep_all);
     ParsedPacket p;
@@ -170,8 +171,12 @@ TEST(CodecLayout, TrimPointAndClassInHeader) {
     EXPECT_TRUE(p.hdr.trimmable());
     // rht: plane 1 is the input's top 16 bits (960 elements in this first packet).
     const uint32_t n = p.hdr.elem_count;
-    EXPECT_EQ(n, 960u);
-    EXPECT_EQ(p.hdr.trim_bytes, planes == 1 ? n / 8 : n / 8 + n * 2);
+    // 2-bit heads: one more bit per element for the bins (plane Q), so fewer fit.
+    EXPECT_EQ(n, head_bits == 2 ? 936u : 960u);
+    EXPECT_EQ(p.hdr.head_bits, head_bits);
+    EXPECT_EQ(p.hdr.trim_bytes, head_bits == 1 ? n / 8 : head_bits == 2 ? 2 * (n / 8) : n / 8 + n * 2);
+    EXPECT_EQ(p.hdr.payload_bytes, n * 33 / 8 + (head_bits == 2 ? n / 8 : 0));
+    EXPECT_EQ(p.hdr.bin_ratio != 0, head_bits == 2);
   }
   Decoded exact = round_trip(config(Scheme::kNone), DType::kF32, message_bytes(DType::kF32, 10, 0, 3, false), keep_all);
   ParsedPacket p;
@@ -196,17 +201,18 @@ TEST(CodecLayout, FabricTrimSizeFitsEveryHead) {
   EXPECT_EQ(fabric_keep_bytes(64), 0u) << "a cut inside our header keeps nothing";
   EXPECT_EQ(fabric_keep_bytes(0), 0u);
   for (uint32_t mtu : {1500u, 4096u, 9000u}) {
-    for (uint8_t planes : {uint8_t{1}, uint8_t{2}}) {
+    for (uint8_t planes : {uint8_t{1}, uint8_t{2}, uint8_t{16}}) {  // head bits
       for (Scheme s : {Scheme::kSign, Scheme::kRht, Scheme::kSq}) {
+        if (planes == 2 && s == Scheme::kSq) continue;
         for (DType d : {DType::kF32, DType::kBF16}) {
           CodecConfig cfg = config(s, mtu, 32768, planes);
           const uint32_t plain = Layout::elems_per_packet(s, d, false, cfg.packet_bytes, 32768, planes, 0);
           for (uint32_t size : {64u, 128u, 206u, 256u, 392u, 1024u}) {
             const uint32_t keep = fabric_keep_bytes(size);
             const uint32_t n = Layout::elems_per_packet(s, d, false, cfg.packet_bytes, 32768, planes, keep);
-            const uint32_t trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false), n), s, planes);
-            const uint32_t plain_trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false), plain), s, planes);
-            const std::string what = fmt::format("mtu {} planes {} {} {} size {}", mtu, planes, scheme_name(s),
+            const uint32_t trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false, planes), n), s, planes);
+            const uint32_t plain_trim = trim_point_bytes(plane_bytes(plane_bits(s, d, false, planes), plain), s, planes);
+            const std::string what = fmt::format("mtu {} head bits {} {} {} size {}", mtu, planes, scheme_name(s),
                                                  dtype_name(d), size);
             EXPECT_LE(n, plain) << what;
             EXPECT_EQ(n % 8, 0u) << what;
@@ -215,7 +221,7 @@ TEST(CodecLayout, FabricTrimSizeFitsEveryHead) {
             } else if (n >= kMinFabricElems && n < plain) {
               EXPECT_LE(trim, keep) << what;
               // The largest such count: 8 more elements would not fit.
-              EXPECT_GT(trim_point_bytes(plane_bytes(plane_bits(s, d, false), n + 8), s, planes), keep) << what;
+              EXPECT_GT(trim_point_bytes(plane_bytes(plane_bits(s, d, false, planes), n + 8), s, planes), keep) << what;
             } else {
               EXPECT_EQ(n, plain) << what << ": too few elements would fit; MTU-sized packets";
             }

@@ -234,7 +234,7 @@ TEST(CodecTrim, Plane1OfFp32HasRelativeErrorAtMost2ToMinus8) {
     std::vector<float> x = gaussian(20000, 24);
     x[5] = 1e-30f;
     x[6] = -3e20f;
-    CodecConfig cfg = config(scheme, 9000, 32768, 2);
+    CodecConfig cfg = config(scheme, 9000, 32768, 16);
     Decoded dec = round_trip(cfg, DType::kF32, to_bytes(x), trim_all);
     EXPECT_EQ(dec.stats.plane1, x.size());
     std::vector<float> y = as_floats(dec.bytes);
@@ -247,48 +247,53 @@ TEST(CodecTrim, Plane1OfFp32HasRelativeErrorAtMost2ToMinus8) {
 }
 
 // Cut one packet at every byte offset (the decoder's view of a prefix the check points vouch
-// for: CheckPoints.* test those). Cuts inside plane 0 keep a prefix of heads; from the end of
-// plane 0 on, each element uses the best level whose bits survived, so the error never grows as
-// more bytes survive, and the whole packet is exact.
+// for: CheckPoints.* test those). Cuts inside plane 0 (and plane Q of 2-bit heads) keep a
+// prefix of heads; from the trim point on, each element uses the best level whose bits
+// survived, so the error never grows as more bytes survive, and the whole packet is exact.
 TEST(CodecTrim, EveryCutOffsetDecodesAndErrorNeverGrows) {
   for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
-      const size_t elems = 61;  // one packet, a partial byte in every plane
-      std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 26, false);
-      CodecConfig cfg = config(scheme);
-      Decoded whole = round_trip(cfg, dt, msg, keep_all);
-      ASSERT_EQ(whole.packets.size(), 1u);
-      ParsedPacket p;
-      ASSERT_EQ(parse_packet(whole.packets[0].data(), whole.packets[0].size(), &p), PacketError::kOk);
-      const int64_t p0 = (elems + 7) / 8;
-      double prev = INFINITY;
-      for (int64_t cut = 0; cut <= p.hdr.payload_bytes; ++cut) {
-        Decoded d = round_trip(cfg, dt, msg, [cut](size_t, const ParsedPacket&) { return cut; }, test_id(), true);
-        double err = 0;
-        for (size_t i = 0; i < elems; ++i) {
-          double a, b;
-          if (dt == DType::kF32) {
-            float fa, fb;
-            std::memcpy(&fa, &msg[4 * i], 4);
-            std::memcpy(&fb, &d.bytes[4 * i], 4);
-            a = fa, b = fb;
-          } else {
-            uint16_t ha, hb;
-            std::memcpy(&ha, &msg[2 * i], 2);
-            std::memcpy(&hb, &d.bytes[2 * i], 2);
-            a = bf16_to_f32(ha), b = bf16_to_f32(hb);
+      for (uint8_t head_bits : {uint8_t{1}, uint8_t{2}}) {
+        if (head_bits == 2 && !sign_head(scheme)) continue;
+        const size_t elems = 61;  // one packet, a partial byte in every plane
+        std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 26, false);
+        CodecConfig cfg = config(scheme, 4096, 32768, head_bits);
+        Decoded whole = round_trip(cfg, dt, msg, keep_all);
+        ASSERT_EQ(whole.packets.size(), 1u);
+        ParsedPacket p;
+        ASSERT_EQ(parse_packet(whole.packets[0].data(), whole.packets[0].size(), &p), PacketError::kOk);
+        const int64_t trim_point = p.hdr.trim_bytes;
+        EXPECT_EQ(trim_point, static_cast<int64_t>(head_bits * ((elems + 7) / 8)));
+        double prev = INFINITY;
+        for (int64_t cut = 0; cut <= p.hdr.payload_bytes; ++cut) {
+          Decoded d = round_trip(cfg, dt, msg, [cut](size_t, const ParsedPacket&) { return cut; }, test_id(), true);
+          double err = 0;
+          for (size_t i = 0; i < elems; ++i) {
+            double a, b;
+            if (dt == DType::kF32) {
+              float fa, fb;
+              std::memcpy(&fa, &msg[4 * i], 4);
+              std::memcpy(&fb, &d.bytes[4 * i], 4);
+              a = fa, b = fb;
+            } else {
+              uint16_t ha, hb;
+              std::memcpy(&ha, &msg[2 * i], 2);
+              std::memcpy(&hb, &d.bytes[2 * i], 2);
+              a = bf16_to_f32(ha), b = bf16_to_f32(hb);
+            }
+            ASSERT_TRUE(std::isfinite(b));
+            err += (a - b) * (a - b);
           }
-          ASSERT_TRUE(std::isfinite(b));
-          err += (a - b) * (a - b);
-        }
-        EXPECT_EQ(d.stats.missing, static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(elems) - 8 * cut)));
-        if (cut >= p0) {
-          EXPECT_LE(err, prev * (1 + 1e-6) + 1e-12)
-              << scheme_name(scheme) << " " << dtype_name(dt) << " cut=" << cut;
-          prev = err;
-        }
-        if (cut == p.hdr.payload_bytes) {
-          EXPECT_EQ(d.bytes, msg) << scheme_name(scheme) << " " << dtype_name(dt);
+          EXPECT_EQ(d.stats.missing,
+                    static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(elems) - 8 * cut)));
+          if (cut >= trim_point) {
+            EXPECT_LE(err, prev * (1 + 1e-6) + 1e-12)
+                << scheme_name(scheme) << " " << dtype_name(dt) << " head bits " << int{head_bits} << " cut=" << cut;
+            prev = err;
+          }
+          if (cut == p.hdr.payload_bytes) {
+            EXPECT_EQ(d.bytes, msg) << scheme_name(scheme) << " " << dtype_name(dt) << " head bits " << int{head_bits};
+          }
         }
       }
     }

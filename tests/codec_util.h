@@ -15,12 +15,12 @@
 
 namespace trim::codec::testing {
 
-inline CodecConfig config(Scheme scheme, uint32_t mtu = 4096, uint32_t row_elems = 32768, uint8_t head_planes = 1) {
+inline CodecConfig config(Scheme scheme, uint32_t mtu = 4096, uint32_t row_elems = 32768, uint8_t head_bits = 1) {
   CodecConfig c;
   c.scheme = scheme;
   c.packet_bytes = mtu - kIpv4UdpBytes;
   c.row_elems = row_elems;
-  c.head_planes = head_planes;
+  c.head_bits = head_bits;
   return c;
 }
 

@@ -77,7 +77,8 @@ TEST(Packet, ImpossibleFieldsAreRejected) {
   check(PacketError::kBadField, [](PacketHeader& h) { h.flags |= 0x80; });
   check(PacketError::kBadField, [](PacketHeader& h) { h.scheme = static_cast<Scheme>(9); });
   check(PacketError::kBadField, [](PacketHeader& h) { h.dtype = static_cast<DType>(7); });
-  check(PacketError::kBadField, [](PacketHeader& h) { h.head_planes = 3; });
+  check(PacketError::kBadField, [](PacketHeader& h) { h.head_bits = 3; });
+  check(PacketError::kBadField, [](PacketHeader& h) { h.bin_ratio = 1; });  // 1-bit heads have no bins
   check(PacketError::kBadField, [](PacketHeader& h) { h.row_log2 = 16; });
   check(PacketError::kBadField, [](PacketHeader& h) { h.scale = NAN; });
   check(PacketError::kBadField, [](PacketHeader& h) { h.scale = -1.0f; });
@@ -88,7 +89,12 @@ TEST(Packet, ImpossibleFieldsAreRejected) {
   check(PacketError::kBadLength, [](PacketHeader& h) { h.payload_bytes = static_cast<uint16_t>(h.payload_bytes + 1); });
   check(PacketError::kBadLength, [](PacketHeader& h) { h.trim_bytes = 0; });
   check(PacketError::kBadLength, [](PacketHeader& h) { h.elem_count = 0; });
-  check(PacketError::kBadLength, [](PacketHeader& h) { h.head_planes = 2; });  // trim point disagrees
+  check(PacketError::kBadLength, [](PacketHeader& h) { h.head_bits = 16; });  // trim point disagrees
+  check(PacketError::kBadLength, [](PacketHeader& h) { h.head_bits = 2; });   // no room for plane Q
+  check(PacketError::kBadField, [](PacketHeader& h) {  // sq heads are random: no bins
+    h.scheme = Scheme::kSq;
+    h.head_bits = 2;
+  });
 }
 
 uint32_t le32(const uint8_t* p) {

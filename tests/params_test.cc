@@ -139,7 +139,7 @@ TEST(ParamsTest, BadValuesNameVariableValueAndRule) {
       {"NCCL_TRIM_ROW_ELEMS", "4", "power of two in [8, 32768]"},
       {"NCCL_TRIM_ROW_ELEMS", "65536", "power of two in [8, 32768]"},
       {"NCCL_TRIM_SCHEME", "foo", "one of none|sign|sq|sd|rht"},
-      {"NCCL_TRIM_HEAD_BITS", "8", "one of 1|16"},
+      {"NCCL_TRIM_HEAD_BITS", "8", "one of 1|2|16"},
       {"NCCL_TRIM_MTU", "99999", "an integer in [256, 65535]"},
       {"NCCL_TRIM_MTU", "1500x", "an integer in [256, 65535]"},
       {"NCCL_TRIM_MTU", "12", "an integer in [256, 65535]"},

@@ -111,6 +111,51 @@ TEST_F(PlanesKernel, AssembleAndHeadsMatchReference) {
   }
 }
 
+// 2-bit heads: plane Q and the bins' sums (to the bit: every encoder sends the same levels),
+// on every bit pattern (NaN and inf: a bin bit, never a sum) and on Gaussian rows; the decode of
+// signs and bins, with the bins cut anywhere (nq) and rows starting anywhere (begin).
+TEST_F(PlanesKernel, TwoBitHeadsMatchReference) {
+  for (uint32_t n : kSizes) {
+    std::mt19937 rng(n + 300);
+    std::normal_distribution<float> dist;
+    std::vector<float> g(n);
+    for (float& x : g) x = dist(rng);
+    for (const std::vector<float>& v : {values(n, n + 9), g}) {
+      for (float threshold : {0.0f, 0.9816f, 1e30f}) {
+        std::vector<uint8_t> qa((n + 7) / 8 + 2, 0xEE), qb = qa;
+        BinSums a, b;
+        a.inner_abs = b.inner_abs = 1.0;  // they add to what is there
+        scalar::pack_bins(v.data(), n, threshold, qa.data(), &a);
+        avx512::pack_bins(v.data(), n, threshold, qb.data(), &b);
+        ASSERT_EQ(qa, qb) << "n=" << n << " t=" << threshold;
+        EXPECT_EQ(a.inner, b.inner);
+        EXPECT_EQ(a.outer, b.outer);
+        EXPECT_EQ(f32_bits(static_cast<float>(a.inner_abs)), f32_bits(static_cast<float>(b.inner_abs)));
+        EXPECT_TRUE(a.inner_abs == b.inner_abs && a.outer_abs == b.outer_abs)
+            << "n=" << n << " t=" << threshold << ": " << a.inner_abs << "/" << a.outer_abs << " vs " << b.inner_abs
+            << "/" << b.outer_abs;
+        EXPECT_EQ(qa[(n + 7) / 8], 0xEE) << "wrote past plane Q";
+      }
+    }
+    std::vector<uint8_t> p0(n / 8 + 2), pq(n / 8 + 2);
+    for (uint8_t& x : p0) x = static_cast<uint8_t>(rng());
+    for (uint8_t& x : pq) x = static_cast<uint8_t>(rng());
+    BinLevels levels;
+    levels.outer = 1.5f, levels.inner = 0.0f, levels.unknown = 0.8f;  // inner 0: the sign of zero too
+    for (uint32_t begin : {0u, 1u, 5u, 16u}) {
+      for (uint32_t nq : {0u, 8u, 17u, n / 2, n}) {
+        if (begin > n) continue;
+        std::vector<float> a(n - begin), b(n - begin);
+        scalar::fill_heads2(p0.data(), pq.data(), begin, n, nq, levels, a.data());
+        avx512::fill_heads2(p0.data(), pq.data(), begin, n, nq, levels, b.data());
+        for (uint32_t i = 0; i < n - begin; ++i) {
+          ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << "n=" << n << " begin=" << begin << " nq=" << nq << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(PlanesKernel, RandomHeadsAndDitherMatchReference) {
   for (uint32_t n : kSizes) {
     std::vector<float> v(n);
@@ -200,61 +245,65 @@ TEST(PlanesPaths, ScalarAndVectorCodecsAgree) {
   std::mt19937 rng(11);
   std::normal_distribution<float> g;
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd}) {
-      const uint32_t elems = 3001;
-      std::vector<uint8_t> msg(elems * dtype_bytes(dt));
-      for (uint32_t i = 0; i < elems; ++i) {
-        const float x = g(rng);
-        if (dt == DType::kF32) {
-          std::memcpy(&msg[4 * i], &x, 4);
-        } else {
-          const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
-          std::memcpy(&msg[2 * i], &h, 2);
+    for (uint8_t head_bits : {uint8_t{1}, uint8_t{2}}) {
+      for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd, Scheme::kRotated}) {
+        if (head_bits == 2 && !sign_head(scheme)) continue;
+        const uint32_t elems = 3001;
+        std::vector<uint8_t> msg(elems * dtype_bytes(dt));
+        for (uint32_t i = 0; i < elems; ++i) {
+          const float x = g(rng);
+          if (dt == DType::kF32) {
+            std::memcpy(&msg[4 * i], &x, 4);
+          } else {
+            const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
+            std::memcpy(&msg[2 * i], &h, 2);
+          }
         }
-      }
-      CodecConfig cfg;
-      cfg.scheme = scheme;
-      cfg.row_elems = 2048;
-      Layout layout = Layout::make(cfg, dt, scheme, msg.size()).value();
-      std::vector<std::vector<uint8_t>> packets[2];
-      for (int path = 0; path < 2; ++path) {
-        kernels_force_scalar(path == 1);
-        Encoder enc(cfg);
-        packets[path] = enc.encode_message(layout, MessageId{5, 6, true}, msg.data()).value();
-      }
-      kernels_force_scalar(false);
-      ASSERT_EQ(packets[0].size(), packets[1].size());
-      const bool random_heads_may_differ = scheme == Scheme::kSq || scheme == Scheme::kSd;
-      for (size_t k = 0; k < packets[0].size(); ++k) {
-        ASSERT_EQ(packets[0][k].size(), packets[1][k].size());
-        // Headers (scale, CRC) always; payloads where no random head is compared in fp32.
-        EXPECT_TRUE(std::equal(packets[0][k].begin(), packets[0][k].begin() + kHeaderBytes, packets[1][k].begin()))
-            << scheme_name(scheme) << " " << dtype_name(dt) << " header of packet " << k;
-        if (!random_heads_may_differ) {
-          EXPECT_TRUE(std::equal(packets[0][k].begin() + kHeaderBytes, packets[0][k].end(),
-                                 packets[1][k].begin() + kHeaderBytes))
-              << scheme_name(scheme) << " " << dtype_name(dt) << " packet " << k;
+        CodecConfig cfg;
+        cfg.scheme = scheme;
+        cfg.row_elems = 2048;
+        cfg.head_bits = head_bits;
+        Layout layout = Layout::make(cfg, dt, scheme, msg.size()).value();
+        std::vector<std::vector<uint8_t>> packets[2];
+        for (int path = 0; path < 2; ++path) {
+          kernels_force_scalar(path == 1);
+          Encoder enc(cfg);
+          packets[path] = enc.encode_message(layout, MessageId{5, 6, true}, msg.data()).value();
         }
-      }
-      // Decode the vector path's packets, half of them trimmed, on both paths.
-      std::vector<uint8_t> out[2];
-      for (int path = 0; path < 2; ++path) {
-        kernels_force_scalar(path == 1);
-        Decoder dec(cfg);
-        out[path].assign(msg.size(), 0);
-        ASSERT_TRUE(dec.begin(layout, MessageId{5, 6, true}, out[path].data()).is_ok());
+        kernels_force_scalar(false);
+        ASSERT_EQ(packets[0].size(), packets[1].size());
+        const bool random_heads_may_differ = scheme == Scheme::kSq || scheme == Scheme::kSd;
         for (size_t k = 0; k < packets[0].size(); ++k) {
-          ParsedPacket p;
-          size_t len = packets[0][k].size();
-          ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
-          if (k % 2 == 1) len = kHeaderBytes + p.hdr.trim_bytes + (k % 4 == 1 ? 7 : 0);
-          ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
-          ASSERT_EQ(dec.add(p), PacketError::kOk);
+          ASSERT_EQ(packets[0][k].size(), packets[1][k].size());
+          // Headers (scale, CRC) always; payloads where no random head is compared in fp32.
+          EXPECT_TRUE(std::equal(packets[0][k].begin(), packets[0][k].begin() + kHeaderBytes, packets[1][k].begin()))
+              << scheme_name(scheme) << " " << dtype_name(dt) << " header of packet " << k;
+          if (!random_heads_may_differ) {
+            EXPECT_TRUE(std::equal(packets[0][k].begin() + kHeaderBytes, packets[0][k].end(),
+                                   packets[1][k].begin() + kHeaderBytes))
+                << scheme_name(scheme) << " " << dtype_name(dt) << " packet " << k;
+          }
         }
-        dec.finish();
+        // Decode the vector path's packets, half of them trimmed, on both paths.
+        std::vector<uint8_t> out[2];
+        for (int path = 0; path < 2; ++path) {
+          kernels_force_scalar(path == 1);
+          Decoder dec(cfg);
+          out[path].assign(msg.size(), 0);
+          ASSERT_TRUE(dec.begin(layout, MessageId{5, 6, true}, out[path].data()).is_ok());
+          for (size_t k = 0; k < packets[0].size(); ++k) {
+            ParsedPacket p;
+            size_t len = packets[0][k].size();
+            ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
+            if (k % 2 == 1) len = kHeaderBytes + p.hdr.trim_bytes + (k % 4 == 1 ? 7 : 0);
+            ASSERT_EQ(parse_packet(packets[0][k].data(), len, &p), PacketError::kOk);
+            ASSERT_EQ(dec.add(p), PacketError::kOk);
+          }
+          dec.finish();
+        }
+        kernels_force_scalar(false);
+        EXPECT_EQ(out[0], out[1]) << scheme_name(scheme) << " " << dtype_name(dt) << " head bits " << int{head_bits};
       }
-      kernels_force_scalar(false);
-      EXPECT_EQ(out[0], out[1]) << scheme_name(scheme) << " " << dtype_name(dt);
     }
   }
 }

@@ -101,11 +101,12 @@ int main(int argc, char** argv) {
   struct Variant {
     const char* name;
     Scheme scheme;
-    uint8_t head_planes;
+    uint8_t head_bits;
   };
   // "drop": raw packets through a switch that drops instead of trimming, before any resend.
   const Variant variants[] = {{"sign", Scheme::kSign, 1}, {"sq", Scheme::kSq, 1},    {"sd", Scheme::kSd, 1},
-                              {"rht", Scheme::kRht, 1},   {"rht16", Scheme::kRht, 2}, {"drop", Scheme::kNone, 1}};
+                              {"rht", Scheme::kRht, 1},   {"rht2", Scheme::kRht, 2},
+                              {"rht16", Scheme::kRht, 16}, {"drop", Scheme::kNone, 1}};
   // One gradient shared by all workers plus per-worker noise, as in data-parallel training.
   const std::vector<float> common = gradient(elems, 1);
   std::vector<std::vector<float>> grads(workers);
@@ -139,13 +140,13 @@ int main(int argc, char** argv) {
     for (const Variant& v : variants) {
       CodecConfig cfg = base;
       cfg.scheme = v.scheme;
-      cfg.head_planes = v.head_planes;
+      cfg.head_bits = v.head_bits;
       std::vector<double> avg(elems, 0.0);
       double one = 0;
       for (int w = 0; w < workers; ++w) {
         Outcome o = transmit(cfg, grads[w], t, static_cast<uint32_t>(w), &decoded);
         if (w == 0) one = o.nmse;
-        if (v.scheme == Scheme::kRht && v.head_planes == 1) wire = o.wire_fraction;
+        if (v.scheme == Scheme::kRht && v.head_bits == 1) wire = o.wire_fraction;
         for (size_t i = 0; i < elems; ++i) avg[i] += static_cast<double>(decoded[i]) / workers;
       }
       double err = 0, norm = 0;

@@ -161,7 +161,7 @@ transport::Hello make_hello(const Context& ctx, codec::Scheme scheme, uint64_t n
   h.udp_port = e.udp_port();
   h.mtu = static_cast<uint16_t>(mtu_bytes);
   h.scheme = static_cast<uint8_t>(scheme);
-  h.head_bits = ctx.codec.head_planes == 1 ? 1 : 16;
+  h.head_bits = ctx.codec.head_bits;
   h.row_elems = ctx.codec.row_elems;
   h.seed = ctx.codec.seed;
   h.clip_sigmas = ctx.codec.clip_sigmas;

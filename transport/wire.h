@@ -69,13 +69,14 @@ inline bool is_ctrl(const uint8_t* data, size_t len) { return codec::is_ctrl_dat
 
 constexpr uint32_t kFrameMagic = 0x434d5254;  // "TRMC"
 // The handshake version: in the listen handle and the Hello, and the listener's in every
-// HelloAck. 4: ACKs of control version 2 (508 bytes, with trim reports). 3: data packets of wire version 2 (80-byte header with check points; DSCP per class)
+// HelloAck. 5: data packets of wire version 3 (byte 6 = head bits 1, 2 or 16, and the 2-bit
+// heads' bin ratio). 4: ACKs of control version 2 (508 bytes, with trim reports). 3: data packets of wire version 2 (80-byte header with check points; DSCP per class)
 // and the fabric's trim size in the Hello. 2: the connection's MTU is agreed (the smaller of both
 // ends' offers), where 1 required equal MTUs (a mix would send packets the other end cannot
 // decode). Every version keeps the
 // handle's bytes [0, 28), the Hello's first 6 bytes and its size, and the HelloAck's layout, so
 // that builds of different versions tell each other so (docs/PROTOCOL.md).
-constexpr uint16_t kFrameVersion = 4;
+constexpr uint16_t kFrameVersion = 5;
 constexpr size_t kHelloBytes = 96;
 constexpr size_t kFrameBytes = 32;
 

@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CodecConfig cfg;
   cfg.scheme = p.hdr.scheme;
   cfg.row_elems = 1u << p.hdr.row_log2;
-  cfg.head_planes = p.hdr.head_planes;
+  cfg.head_bits = p.hdr.head_bits;
   cfg.packet_bytes = kHeaderBytes + p.hdr.payload_bytes;
   if (cfg.packet_bytes < kHeaderBytes + 33) cfg.packet_bytes = kHeaderBytes + 33;
   trim::Result<Layout> layout = Layout::make(cfg, p.hdr.dtype, p.hdr.scheme, p.hdr.msg_bytes);

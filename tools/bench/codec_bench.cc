@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -25,6 +26,7 @@ struct Setup {
   uint64_t msg_bytes = 1 << 20;
   int reps = 3;
   bool json = false;
+  uint8_t head_bits = 1;  // --head-bits 1|2|16 (2: sign-head schemes only)
 };
 
 std::vector<uint8_t> gaussian_bytes(DType dt, uint64_t bytes) {
@@ -64,6 +66,7 @@ int bench_one(const Setup& s, Scheme scheme, DType dt, const std::vector<uint8_t
               std::vector<uint8_t>& output) {
   CodecConfig cfg;
   cfg.scheme = scheme;
+  cfg.head_bits = s.head_bits;
   auto layout = Layout::make(cfg, dt, scheme, s.msg_bytes);
   if (!layout) {
     std::fprintf(stderr, "%s\n", layout.status().to_string().c_str());
@@ -149,10 +152,11 @@ int bench_one(const Setup& s, Scheme scheme, DType dt, const std::vector<uint8_t
       const double gbps = bytes / row.seconds / 1e9;
       if (s.json) {
         std::printf(
-            "{\"bench\":\"codec\",\"scheme\":\"%s\",\"dtype\":\"%s\",\"op\":\"%s\",\"trim_fraction\":%.2f,"
-            "\"bytes\":%.0f,\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f,\"nmse\":%.6g,\"isa\":\"%s\"}\n",
-            scheme_name(scheme), dtype_name(dt), row.op, fraction, bytes, gbps, row.memcpy_gbps, gbps / row.memcpy_gbps,
-            nmse, fwht_isa());
+            "{\"bench\":\"codec\",\"scheme\":\"%s\",\"dtype\":\"%s\",\"head_bits\":%u,\"op\":\"%s\","
+            "\"trim_fraction\":%.2f,\"bytes\":%.0f,\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f,\"nmse\":%.6g,"
+            "\"isa\":\"%s\"}\n",
+            scheme_name(scheme), dtype_name(dt), unsigned{s.head_bits}, row.op, fraction, bytes, gbps, row.memcpy_gbps,
+            gbps / row.memcpy_gbps, nmse, fwht_isa());
       } else {
         std::printf("%-5s %-5s %-7s trim=%.2f  %8.3f GB/s  memcpy %8.3f GB/s  ratio %.3f  nmse %.3g\n",
                     scheme_name(scheme), dtype_name(dt), row.op, fraction, gbps, row.memcpy_gbps, gbps / row.memcpy_gbps,
@@ -175,14 +179,20 @@ int run_codec_bench(int argc, char** argv) {
   const char* only = nullptr;  // --scheme NAME runs one scheme
   for (int i = 0; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--scheme") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--head-bits") == 0) s.head_bits = static_cast<uint8_t>(std::atoi(argv[i + 1]));
+  }
+  if (!valid_head_bits(s.head_bits)) {
+    std::fprintf(stderr, "trim-bench codec: --head-bits must be 1, 2 or 16\n");
+    return 2;
   }
   std::vector<DType> dtypes = {DType::kF32};
   if (!quick) dtypes.push_back(DType::kBF16);
   for (DType dt : dtypes) {
     const std::vector<uint8_t> input = gaussian_bytes(dt, s.total_bytes);
     std::vector<uint8_t> output(s.total_bytes), wire;
-    for (Scheme scheme : {Scheme::kNone, Scheme::kSign, Scheme::kSq, Scheme::kSd, Scheme::kRht}) {
+    for (Scheme scheme : {Scheme::kNone, Scheme::kSign, Scheme::kSq, Scheme::kSd, Scheme::kRht, Scheme::kRotated}) {
       if (only != nullptr && std::strcmp(only, scheme_name(scheme)) != 0) continue;
+      if (s.head_bits == 2 && (scheme == Scheme::kSq || scheme == Scheme::kSd)) continue;  // random heads: no bins
       if (bench_one(s, scheme, dt, input, wire, output) != 0) return 1;
     }
   }
