@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   std::fclose(f);
   std::printf("\nWith every packet trimmed, rht keeps a worker's gradient near NMSE pi/2-1 = 0.57 while\n"
               "sending ~5%% of the bytes, and its errors average out across workers; sign's bias does not.\n"
+              "rht2 (2-bit heads: a sign and a magnitude bin) keeps 0.13 for one more bit per element.\n"
               "data: %s\n",
               dat.c_str());
   return 0;
