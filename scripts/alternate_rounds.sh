@@ -23,7 +23,6 @@ while (($#)); do
 done
 (($#)) || { echo "alternate_rounds.sh: name at least one LABEL=ARGS" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || { echo "alternate_rounds.sh: --rounds and --steps take positive integers" >&2; exit 2; }
-[[ -x /usr/bin/time ]] || { echo "alternate_rounds.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 out=${out:-$(mktemp -d /tmp/alternate_rounds.XXXXXX)}
 mkdir -p "$out"
 results="$out/rounds.jsonl"
@@ -33,9 +32,15 @@ for r in $(seq 1 "$rounds"); do
   for spec in "$@"; do
     label=${spec%%=*} args=${spec#*=}
     dir="$out/${label}_$r"
+    # CPU of the run and every process it waited for (the ranks), as /usr/bin/time counts it, which
+    # the GPU machine lacks: "user system" seconds into $dir.time.
     # shellcheck disable=SC2086  # ARGS are words for run_ddp.sh
-    /usr/bin/time -o "$dir.time" -f "%U %S" "$repo/scripts/run_ddp.sh" --cpu $args --task widemlp --epochs 100 \
-      --max-steps "$steps" --out "$dir" >/dev/null 2>&1 || true
+    python3 -c '
+import resource, subprocess, sys
+subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{r.ru_utime:.2f} {r.ru_stime:.2f}\n")' "$dir.time" \
+      "$repo/scripts/run_ddp.sh" --cpu $args --task widemlp --epochs 100 --max-steps "$steps" --out "$dir" || true
     python3 - "$label" "$r" "$dir" >> "$results" <<'EOF'
 import json, sys
 label, r, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]

@@ -26,6 +26,8 @@
 #     allreduce_4r, ddp_random_trim (4 ranks); socket_sweep_2r, socket_sweep_4r (Socket tuned:
 #     NTHREADS x NSOCKS_PERTHREAD, then the 2 best at 4 ranks); hook_accuracy_more (seeds 2, 3);
 #     kernels_ncu (ncu --set full); codec_threads_2r, harness_scaling (codec threads);
+#     cpu_uncongested (no GPU: widemlp on CPU tensors, the trim backend vs Gloo, 3 alternated
+#     rounds, with cores to spare: goal iteration p50 <= 1.05x Gloo);
 #     congestion_grid (congestion_bench.sh's preset, 28 runs; resumed where a budget stopped it)
 #
 # Results: every part runs under `timeout` with its own limit and is started only when its whole
@@ -83,7 +85,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^
 die() { echo "check-gpu: $*" >&2; exit 2; }
 part1=(ddp_lossless allreduce_2r congestion_c60 kernels hook_overhead hook_accuracy rank_killed)
 part2=(allreduce_4r ddp_random_trim socket_sweep_2r socket_sweep_4r hook_accuracy_more kernels_ncu
-  codec_threads_2r harness_scaling congestion_grid)
+  codec_threads_2r harness_scaling cpu_uncongested congestion_grid)
 
 cont=0 budget="" bundle="" from="" out="" build="" only="" skip="" plan="" iproute2="" dry=0 no_gpu=0 extra=()
 while (($#)); do
@@ -552,6 +554,11 @@ s_codec_threads_2r() {  # TeE: T codec threads, E progress engines (NCCL_TRIM_EN
 s_harness_scaling() {  # no GPU: trim-harness over codec threads, CPU per GB
   part harness_scaling "" 120 50 harness_scaling -- "$PYTHON" "$here/bench_codec.py" --build "$build" \
     --threads 0,2,4,8 --rounds 1 --bytes 64M --iters 5 --out "$out/harness_scaling.jsonl"
+}
+s_cpu_uncongested() {  # no GPU: the trim backend vs Gloo on CPU tensors, where cores are to spare
+  needs cpu_uncongested lib/libtrim-coll.so || return
+  part cpu_uncongested "" 200 110 cpu_uncongested -- "$here/alternate_rounds.sh" --rounds 3 \
+    --out "$out/cpu_uncongested" gloo= trim="--build $build --mode lossless"
 }
 s_congestion_grid() {  # congestion_bench.sh's preset (or --plan), within what the budget leaves
   netns_ok congestion_grid || return

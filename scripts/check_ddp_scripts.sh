@@ -128,7 +128,7 @@ check "dry-run sweep accuracy (26 runs, per-run settings)" sweep_has
 
 # ---- the GPU machine's one command, here without a GPU
 part1="ddp_lossless allreduce_2r congestion_c60 kernels hook_overhead hook_accuracy rank_killed"
-part2="allreduce_4r ddp_random_trim socket_sweep_2r socket_sweep_4r hook_accuracy_more kernels_ncu codec_threads_2r harness_scaling congestion_grid"
+part2="allreduce_4r ddp_random_trim socket_sweep_2r socket_sweep_4r hook_accuracy_more kernels_ncu codec_threads_2r harness_scaling cpu_uncongested congestion_grid"
 # cg_steps FILE: a dry run's steps ("= STEP: limit Ls, estimate Es"), as "STEP LIMIT ESTIMATE" lines.
 cg_steps() { sed -n 's/^= \([a-z0-9_]*\): limit \([0-9]*\)s, estimate \([0-9]*\)s$/\1 \2 \3/p' "$1"; }
 cg_dry() {
@@ -192,7 +192,7 @@ assert "no GPU" in why and "repack" in why and "trim-switch" in why, why
 p1, p2 = sys.argv[2].split(), sys.argv[3].split()
 assert all(d["steps"][s]["result"] == "not run" and d["steps"][s]["why"] == "preflight failed" for s in p1), d["steps"]
 assert all(d["steps"][s]["result"] == "not planned" for s in p2), d["steps"]
-assert len(d["steps"]) == 17 and all(g["state"] == "unknown" for g in d["goals"]), d' "$tmp/cg-b" "$part1" "$part2"
+assert len(d["steps"]) == 18 and all(g["state"] == "unknown" for g in d["goals"]), d' "$tmp/cg-b" "$part1" "$part2"
 }
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check-gpu.sh without a GPU: skipped (this machine has one: run scripts/check-gpu.sh itself)"
@@ -273,6 +273,11 @@ if variant != "part1":
         steps.append({"invocation": 2, "step": "hook_accuracy_more", "part": "s3", "not_run": "time budget: 40 s left"})
     else:
         hookacc("hook_accuracy_more", 3, (0.59, 0.575, 0.58))
+    # alternate_rounds.sh's rounds: trim 1.08x, 1.08x, 1.07x Gloo's step; CPU 1.07x
+    w("cpu_uncongested/rounds.jsonl", "".join(json.dumps(x) + "\n" for r, (g, t) in enumerate(((50, 54), (52, 56.16), (48, 51.36)), 1)
+                                              for x in ({"label": "gloo", "round": r, "cpu_s": 30.0, "step_p50_ms": g},
+                                                        {"label": "trim", "round": r, "cpu_s": 32.1, "step_p50_ms": t})))
+    rec("cpu_uncongested", "")
     # ddp_random_trim, kernels_ncu, codec_threads_2r, harness_scaling, congestion_grid: not reached
     # (budget) in this made-up second invocation
     for s in ("ddp_random_trim", "kernels_ncu", "codec_threads_2r", "harness_scaling", "congestion_grid"):
@@ -303,11 +308,13 @@ check "check_gpu_report.py: the first invocation passed; a step it could not run
    d["steps"]["kernels"]["tests"]["passed"] == 3 and d["steps"]["kernels"]["ratios"]["fp32 forward"] == 0.7 and
    d["steps"]["hook_overhead"]["p50_hook_over_plain"] == 1.025 and d["steps"]["allreduce_4r"]["result"] == "not planned" and
    d["next"][0] == "congestion_c60" and "allreduce_4r" in d["next"] and [i["invocation"] for i in d["invocations"]] == [1]'
-check "check_gpu_report.py: both invocations; Socket best 2x1 beats the plugin, goal missed; steps left not run (exit 4)" \
+check "check_gpu_report.py: both invocations; Socket best 2x1 beats the plugin, goal missed; the CPU step 1.08x Gloo, missed; steps left not run (exit 4)" \
   report_says good 4 \
   'd["steps"]["allreduce_2r"]["socket_best"] == "2x1" and d["steps"]["allreduce_2r"]["plugin_over_socket_best"][0] == 0.95 and
    d["steps"]["allreduce_4r"]["socket_best"] == "default" and d["steps"]["hook_accuracy_more"]["result"] == "pass" and
-   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met", "unknown", "met", "met", "met", "unknown"] and
+   [g["state"] for g in d["goals"]] == ["met", "missed", "met", "met", "met", "unknown", "met", "met", "met", "unknown", "missed"] and
+   d["steps"]["cpu_uncongested"]["step_ratio"] == 1.08 and d["steps"]["cpu_uncongested"]["cpu_ratio"] == 1.07 and
+   d["steps"]["cpu_uncongested"]["result"] == "pass" and d["goals"][10]["detail"].startswith("1.08x over 3 rounds") and
    "seeds 1,2,3" in d["goals"][8]["detail"] and d["steps"]["harness_scaling"]["result"] == "not run" and
    len(d["invocations"]) == 2 and d["next"][0] == "congestion_c60"'
 check "check_gpu_report.py: a survivor that never ended is a failure (exit 1)" report_says hang 1 \

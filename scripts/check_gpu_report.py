@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -47,6 +48,7 @@ STEPS = [  # (name, what it checks): the table's order; the first invocation run
     ("kernels_ncu", "ncu --set full on the rotation kernels"),
     ("codec_threads_2r", "plugin busbw at NCCL_TRIM_CODEC_THREADS values, 2 ranks"),
     ("harness_scaling", "trim-harness rht/none and sendrecv over codec threads, CPU per GB"),
+    ("cpu_uncongested", "widemlp on CPU tensors, trim backend vs Gloo, 3 alternated rounds"),
     ("congestion_grid", "the congestion head-to-head: congestion_bench.sh's preset"),
 ]
 AR_GOAL = 1.0     # plugin busbw >= this x Socket at every size
@@ -55,6 +57,7 @@ KERNEL_GOAL, KERNEL_AIM = 0.5, 0.85  # fp32 rotation throughput / device-to-devi
 HOOK_GOAL = 1.05  # iteration p50 with the hook <= this x without
 HOOK_AIM_POINTS = 0.3  # hook's final accuracy within this many points of Socket's
 HARNESS_GOAL = 0.95
+CPU_GOAL = 1.05   # uncongested widemlp on CPU tensors: trim backend iteration p50 <= this x Gloo
 # rank_killed: the survivor must end within this many seconds of the kill. check-gpu.sh sets
 # NCCL_TRIM_TIMEOUT_MS=10000 and PyTorch's collective timeout to 25 s, beyond this bound.
 KILL_BOUND_S = 20
@@ -72,6 +75,7 @@ GOALS = {  # key: the goal's words; the order of the "goals" list
     "hook": f"char-LM iteration p50 with the hook <= {HOOK_GOAL}x without",
     "hook_acc": f"char-LM accuracy under trim: hook >= per-hop rht (aim: within {HOOK_AIM_POINTS} points of Socket)",
     "harness": f"trim-harness allreduce rht / none >= {HARNESS_GOAL} (best codec threads)",
+    "cpu": f"uncongested widemlp on CPU tensors: trim backend iteration p50 <= {CPU_GOAL}x Gloo (paired median)",
 }
 # The plugin's INFO line when NCCL initialised the hook's communicator through it.
 HOOK_SEEN = "comm hook's (traffic class"
@@ -413,6 +417,26 @@ class Report:
             return self.fail(d, "bench_codec.py failed (see harness_scaling.log)")
         return self.done(d)
 
+    def cpu_uncongested(self):
+        """alternate_rounds.sh's rounds: the median over rounds of trim's step and CPU over Gloo's."""
+        d = self.base("cpu_uncongested")
+        if d["result"]:
+            return d
+        rows = [r for r in read_jsonl(self.out / "cpu_uncongested" / "rounds.jsonl") if "error" not in r]
+        by = {(r["label"], r["round"]): r for r in rows}
+        pairs = [(r, by[("gloo", r["round"])]) for r in rows if r["label"] == "trim" and ("gloo", r["round"]) in by]
+        if not pairs:
+            return self.fail(d, "no round with both Gloo and trim (see cpu_uncongested.log)")
+        d["rounds"] = len(pairs)
+        d["step_ratio"] = r3(statistics.median(t["step_p50_ms"] / g["step_p50_ms"] for t, g in pairs))
+        d["cpu_ratio"] = r3(statistics.median(t["cpu_s"] / g["cpu_s"] for t, g in pairs))
+        d["step_p50_ms"] = {"trim": [t["step_p50_ms"] for t, _ in pairs], "gloo": [g["step_p50_ms"] for _, g in pairs]}
+        self.goal("cpu", d["step_ratio"] <= CPU_GOAL,
+                  f"{d['step_ratio']}x over {len(pairs)} rounds (CPU {d['cpu_ratio']}x)")
+        if any(r.get("rc") for r in self.parts["cpu_uncongested"].values()):
+            return self.fail(d, "alternate_rounds.sh failed (see cpu_uncongested.log)")
+        return self.done(d)
+
     def congestion(self, name, root):
         """Its runs (a grid a budget stopped keeps those that ran) and plot_congestion.py's goal."""
         d = self.base(name)
@@ -539,7 +563,8 @@ class Report:
                "socket_sweep_2r": lambda: self.sweep("socket_sweep_2r", "sweep2", "socket"),
                "socket_sweep_4r": lambda: self.sweep("socket_sweep_4r", "sweep4", "socket"),
                "codec_threads_2r": lambda: self.sweep("codec_threads_2r", "codec2", "lossless"),
-               "harness_scaling": self.harness_scaling, "ddp_lossless": self.ddp_lossless,
+               "harness_scaling": self.harness_scaling, "cpu_uncongested": self.cpu_uncongested,
+               "ddp_lossless": self.ddp_lossless,
                "ddp_random_trim": self.ddp_random, "rank_killed": self.rank_killed,
                "congestion_c60": lambda: self.congestion("congestion_c60", "congestion_c60"),
                "congestion_grid": lambda: self.congestion("congestion_grid", "congestion"),
@@ -643,6 +668,8 @@ class Report:
             return f"rank 0 failed {s.get('seconds_to_error')} s after the kill ({s.get('cause')}): {s.get('message')}"
         if name == "harness_scaling":
             return " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in s.get("threads", {}).items())
+        if name == "cpu_uncongested":
+            return f"trim / Gloo: step {s.get('step_ratio')}x, CPU {s.get('cpu_ratio')}x over {s.get('rounds')} rounds"
         if name.startswith("congestion"):
             return " ".join(f"{k}: p50 {v['iter_p50_ms']} ms" for k, v in s.get("runs", {}).items()) + \
                 f"; goal {s.get('goal', {}).get('state')}"
