@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "codec/planes.h"
 #include "codec/rht.h"
@@ -140,9 +141,11 @@ float Encoder::pack_row_bins(const RowCtx& c, Scheme scheme, const float* src, d
   double outer = sums.outer != 0 ? sums.outer_abs / static_cast<double>(sums.outer) : inner;
   if (scheme != Scheme::kSign && !cfg_.head_scale_mse) {
     // unbiased: both levels scaled so that <estimate, x> = |x|^2, as f does for 1-bit heads.
+    // k can exceed 1, so a row whose values come near the largest float keeps its unscaled
+    // levels rather than send an infinite scale (which every receiver would reject).
     const double dot = inner * sums.inner_abs + outer * sums.outer_abs;
-    if (dot > 0.0) {
-      const double k = sum_sq / dot;
+    const double k = dot > 0.0 ? sum_sq / dot : 1.0;
+    if (outer * k <= static_cast<double>(std::numeric_limits<float>::max())) {
       inner *= k;
       outer *= k;
     }

@@ -122,6 +122,26 @@ TEST(CodecTwoBit, FullyTrimmedErrorIsAThirdOfOneBits) {
   }
 }
 
+// Near the top of fp32's range the unbiased scaling (k > 1) would take the outer level past the
+// largest float: the row keeps its unscaled levels, every packet parses, and untrimmed it stays
+// exact (found by a review's fuzzing: 3.2e38 and 1.18e38 in a row of 8 gave scale = inf).
+TEST(CodecTwoBit, HugeRowsKeepAFiniteScale) {
+  std::vector<float> x = {3.2e38f, 1.18e38f, 0, 0, 0, 0, 0, 0, -3.4e38f, 2e38f, 0, 0, 0, 0, 0, 1e30f};
+  for (Scheme scheme : {Scheme::kRotated, Scheme::kSign}) {
+    CodecConfig cfg = two_bit(scheme, false);
+    cfg.row_elems = 8;
+    Decoded whole = round_trip(cfg, DType::kF32, to_bytes(x), keep_all);
+    EXPECT_EQ(whole.bytes, to_bytes(x)) << scheme_name(scheme);
+    Decoded cut = round_trip(cfg, DType::kF32, to_bytes(x), trim_all);
+    for (float y : as_floats(cut.bytes)) EXPECT_TRUE(std::isfinite(y)) << scheme_name(scheme);
+    for (const std::vector<uint8_t>& pkt : whole.packets) {
+      ParsedPacket p;
+      ASSERT_EQ(parse_packet(pkt.data(), pkt.size(), &p), PacketError::kOk);
+      EXPECT_TRUE(std::isfinite(p.hdr.scale));
+    }
+  }
+}
+
 // A cut inside the heads (a fabric trim to a fixed size that falls there): elements with a sign
 // and no bin decode to the Gaussian mix of the two levels (BinLevels::unknown), those with both
 // to their bin's level; the check point at the end of plane 0 vouches for such a cut.
