@@ -199,23 +199,24 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
       // rotated block: such rows go per element, scaled by the RMS of their finite values.
       bool finite = true;
-      const double sum_sq = sum_squares(v, d, &finite);
-      scale = rms(sum_sq, d);
+      norms.sum_sq = sum_squares(v, d, &finite);
+      scale = rms(norms.sum_sq, d);
       if (rht) {
         Norms unused;
         pack_sign_payloads(c, v, false, &unused);
         log_unrotated(c);
       }
       scheme = Scheme::kSign;
-      if (bins) scale = pack_row_bins(c, scheme, v, sum_sq, &bin_ratio);
+      src = v;
     } else if (rht || scheme == Scheme::kRotated) {
       // A rotated row is R(V) itself.
-      scale = bins ? pack_row_bins(c, scheme, src, norms.sum_sq, &bin_ratio)
-                   : rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
+      scale = rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
       if (rht) pack_value_tails(c, v);
     } else {
-      scale = bins ? pack_row_bins(c, scheme, v, norms.sum_sq, &bin_ratio) : rms(norms.sum_sq, d);
+      scale = rms(norms.sum_sq, d);
     }
+    // 2-bit heads: the bins of the values whose signs are the heads (src), and their levels.
+    if (bins) scale = pack_row_bins(c, scheme, src, norms.sum_sq, &bin_ratio);
   }
   write_row_headers(c, scheme, scale, bin_ratio);
 }

@@ -163,13 +163,13 @@ double sum_squares(const float* v, uint32_t n, bool* all_finite) {
     acc[i & 7] += ok ? static_cast<double>(v[i]) * v[i] : 0.0;
   }
   *all_finite = finite;
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return lanes_total(acc);
 }
 
 double sum_abs(const float* v, uint32_t n) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (uint32_t i = 0; i < n; ++i) acc[i & 7] += std::fabs(static_cast<double>(v[i]));
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return lanes_total(acc);
 }
 
 void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums) {
@@ -189,10 +189,8 @@ void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums
     }
     pq[i >> 3] = static_cast<uint8_t>(byte);
   }
-  sums->outer_abs += ((out_abs[0] + out_abs[1]) + (out_abs[2] + out_abs[3])) +
-                     ((out_abs[4] + out_abs[5]) + (out_abs[6] + out_abs[7]));
-  sums->inner_abs += ((in_abs[0] + in_abs[1]) + (in_abs[2] + in_abs[3])) +
-                     ((in_abs[4] + in_abs[5]) + (in_abs[6] + in_abs[7]));
+  sums->outer_abs += lanes_total(out_abs);
+  sums->inner_abs += lanes_total(in_abs);
   sums->outer += outer;
   sums->inner += finite - outer;
 }

@@ -73,6 +73,12 @@ struct BinLevels;
 void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
                  const BinLevels& levels, float* dst);
 
+// The total of eight double lanes (element i summed into lane i mod 8), combined in the one order
+// every encoder uses, so that the header's scale and levels are the same bytes on every ISA.
+inline double lanes_total(const double l[8]) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 // Row norms in double precision. sum_squares skips non-finite values and reports them.
 double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);

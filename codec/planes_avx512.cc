@@ -93,8 +93,6 @@ TRIM_AVX512 inline void lanes8_add16(__m512 x, Lanes8* a) {
   a->ab = _mm512_add_pd(a->ab, _mm512_andnot_pd(sign, hi));
 }
 
-inline double tree8(const double* l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
-
 // The lanes' totals after the scalar elements [i, n) of the same run (i a multiple of 8).
 TRIM_AVX512 inline void lanes8_finish(const Lanes8& a, const float* v, uint32_t i, uint32_t n, double* sum_sq,
                                       double* sum_ab) {
@@ -106,8 +104,8 @@ TRIM_AVX512 inline void lanes8_finish(const Lanes8& a, const float* v, uint32_t 
     sq[i & 7] += x * x;
     ab[i & 7] += std::fabs(x);
   }
-  if (sum_sq != nullptr) *sum_sq = tree8(sq);
-  if (sum_ab != nullptr) *sum_ab = tree8(ab);
+  if (sum_sq != nullptr) *sum_sq = lanes_total(sq);
+  if (sum_ab != nullptr) *sum_ab = lanes_total(ab);
 }
 
 TRIM_AVX512 inline __mmask16 non_finite16(__m512 x) {
@@ -398,8 +396,8 @@ TRIM_AVX512 void pack_bins(const float* v, uint32_t n, float threshold, uint8_t*
   alignas(64) double o[8], in[8];
   _mm512_store_pd(o, out_acc);
   _mm512_store_pd(in, in_acc);
-  sums->outer_abs += tree8(o);
-  sums->inner_abs += tree8(in);
+  sums->outer_abs += lanes_total(o);
+  sums->inner_abs += lanes_total(in);
   sums->outer += outer;
   sums->inner += finite - outer;
 }

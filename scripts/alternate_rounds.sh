@@ -4,7 +4,7 @@
 # round, alternating, so that the machine's swings land on every configuration alike; prints a line
 # a round (CPU seconds of all ranks, user + system, and the median step) and then one JSON line:
 # for each LABEL its median step and CPU, and the median over rounds of its ratio to the first
-# LABEL in the same round (the paired median).
+# LABEL in the same round (the paired median), also kept in DIR/summary.json.
 #
 #   scripts/alternate_rounds.sh --rounds 10 gloo= trim="--mode lossless"
 #   scripts/alternate_rounds.sh before="--build /tmp/old --mode lossless" after="--mode lossless"
@@ -55,7 +55,7 @@ EOF
   done
   echo "$line"
 done
-python3 - "$results" "${@%%=*}" <<'EOF'
+python3 - "$results" "${@%%=*}" <<'EOF' | tee "$out/summary.json"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 labels = sys.argv[2:]

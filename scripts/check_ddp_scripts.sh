@@ -273,10 +273,10 @@ if variant != "part1":
         steps.append({"invocation": 2, "step": "hook_accuracy_more", "part": "s3", "not_run": "time budget: 40 s left"})
     else:
         hookacc("hook_accuracy_more", 3, (0.59, 0.575, 0.58))
-    # alternate_rounds.sh's rounds: trim 1.08x, 1.08x, 1.07x Gloo's step; CPU 1.07x
-    w("cpu_uncongested/rounds.jsonl", "".join(json.dumps(x) + "\n" for r, (g, t) in enumerate(((50, 54), (52, 56.16), (48, 51.36)), 1)
-                                              for x in ({"label": "gloo", "round": r, "cpu_s": 30.0, "step_p50_ms": g},
-                                                        {"label": "trim", "round": r, "cpu_s": 32.1, "step_p50_ms": t})))
+    # alternate_rounds.sh's summary: trim 1.08x Gloo's step (paired median of 3 rounds), CPU 1.07x
+    w("cpu_uncongested/summary.json", {"rounds": 3, "baseline": "gloo",
+        "gloo": {"ok_rounds": 3, "step_p50_ms_median": 50.0, "cpu_s_median": 30.0, "step_paired_ratio": 1.0, "cpu_paired_ratio": 1.0},
+        "trim": {"ok_rounds": 3, "step_p50_ms_median": 54.0, "cpu_s_median": 32.1, "step_paired_ratio": 1.08, "cpu_paired_ratio": 1.07}})
     rec("cpu_uncongested", "")
     # ddp_random_trim, kernels_ncu, codec_threads_2r, harness_scaling, congestion_grid: not reached
     # (budget) in this made-up second invocation

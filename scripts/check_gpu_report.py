@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -418,21 +417,19 @@ class Report:
         return self.done(d)
 
     def cpu_uncongested(self):
-        """alternate_rounds.sh's rounds: the median over rounds of trim's step and CPU over Gloo's."""
+        """alternate_rounds.sh's summary: trim's paired median step and CPU over Gloo's."""
         d = self.base("cpu_uncongested")
         if d["result"]:
             return d
-        rows = [r for r in read_jsonl(self.out / "cpu_uncongested" / "rounds.jsonl") if "error" not in r]
-        by = {(r["label"], r["round"]): r for r in rows}
-        pairs = [(r, by[("gloo", r["round"])]) for r in rows if r["label"] == "trim" and ("gloo", r["round"]) in by]
-        if not pairs:
+        summary = load_json(self.out / "cpu_uncongested" / "summary.json") or {}
+        trim = summary.get("trim") or {}
+        if trim.get("step_paired_ratio") is None:
             return self.fail(d, "no round with both Gloo and trim (see cpu_uncongested.log)")
-        d["rounds"] = len(pairs)
-        d["step_ratio"] = r3(statistics.median(t["step_p50_ms"] / g["step_p50_ms"] for t, g in pairs))
-        d["cpu_ratio"] = r3(statistics.median(t["cpu_s"] / g["cpu_s"] for t, g in pairs))
-        d["step_p50_ms"] = {"trim": [t["step_p50_ms"] for t, _ in pairs], "gloo": [g["step_p50_ms"] for _, g in pairs]}
+        d["rounds"] = trim["ok_rounds"]
+        d["step_ratio"], d["cpu_ratio"] = trim["step_paired_ratio"], trim["cpu_paired_ratio"]
+        d["step_p50_ms_median"] = {k: (summary.get(k) or {}).get("step_p50_ms_median") for k in ("trim", "gloo")}
         self.goal("cpu", d["step_ratio"] <= CPU_GOAL,
-                  f"{d['step_ratio']}x over {len(pairs)} rounds (CPU {d['cpu_ratio']}x)")
+                  f"{d['step_ratio']}x over {d['rounds']} rounds (CPU {d['cpu_ratio']}x)")
         if any(r.get("rc") for r in self.parts["cpu_uncongested"].values()):
             return self.fail(d, "alternate_rounds.sh failed (see cpu_uncongested.log)")
         return self.done(d)
