@@ -57,7 +57,8 @@
 #   --iproute2 DIR    scripts/fetch-iproute2.sh's folder, used when `ip` is missing [.gpu/iproute2]
 #   --dry-run         print each step's parts, limits and estimates, and the totals; run nothing
 #   --no-gpu          test only: the congestion steps on CPU tensors (congestion_bench.sh --cpu,
-#                     Gloo the baseline), for a smoke run of the flow where there is no GPU
+#                     Gloo the baseline), for a smoke run of the flow where there is no GPU; the
+#                     report's result is then "pass (no GPU step ran)", never "pass"
 # Environment: PYTHON [python3] (with torch). NCCL_* variables that change what is measured
 # (NCCL_TRIM_*, NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD, NCCL_ALGO, NCCL_PROTO,
 # NCCL_*NCHANNELS, NCCL_NET_GDR_*, NCCL_BUFFSIZE, NCCL_NET, NCCL_NET_PLUGIN) are unset first.
@@ -149,7 +150,9 @@ fi
 
 # ---------------------------------------------------------------- the results so far
 # steps.jsonl, one record a line: an invocation's plan; a part that ran (rc, seconds, limit); a
-# part not run (not_run: why); a step complete (every part ran). The latest record of a part wins.
+# part not run (not_run: why); a step complete (every part ran). The latest run of a part wins; a
+# not_run after it (the grid's runs the budget left) marks it unfinished (--continue resumes it)
+# but never hides its failure (check_gpu_report.py).
 if ((!dry && !cont)); then
   if [[ -d $out && -n $(ls -A "$out" 2>/dev/null) && ! -f $steps ]]; then
     die "--out $out holds something else than an earlier check-gpu.sh run: not wiping it"
@@ -576,6 +579,7 @@ s_congestion_grid() {  # congestion_bench.sh's preset (or --plan), within what t
   ((lim >= 150)) || { not_run congestion_grid "" "time budget: ${lim} s left, it needs at least 150 s"; return; }
   a+=(--budget-s $((lim - 40)))
   ((dry)) && cb_dry "${a[@]}"
+  # The runs the budget left: a not_run after the part's run (a failed run stays a failure).
   part congestion_grid "" "$lim" "${est:-0}" congestion -- "${a[@]}"
   ((dry)) || [[ ! -s $d/skipped.jsonl ]] ||
     not_run congestion_grid "" "$(wc -l <"$d/skipped.jsonl") run(s) left for lack of time: --continue resumes it"

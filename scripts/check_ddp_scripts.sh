@@ -10,7 +10,8 @@
 #      2 in seconds, the reasons, the commit from BUILD_INFO, the bundle); check_gpu_report.py's
 #      verdicts on made-up results (passes, goal missed, a survivor that hung, a part that timed
 #      out or was running when the check was stopped = failed, every RotateCuda test skipped =
-#      failed, parts the budget left = not run); --continue appending to an earlier bundle
+#      failed, parts the budget left = not run, a grid that timed out with runs the budget left =
+#      failed, not "not run"); --continue appending to an earlier bundle
 #   4. the congestion head-to-head (issue 20) without a GPU: ddp_train.py --describe (widemlp
 #      moves >= 10 MB a step); congestion_bench.sh --dry-run of the default and --quick presets
 #      (run count and order, one switch setting per point for every transport, the mode by
@@ -200,7 +201,7 @@ else
   check "check-gpu.sh without a GPU: exit 2 in seconds, the reasons, the commit from BUILD_INFO, the bundle" cg_no_gpu
 fi
 # check_gpu_report.py on made-up results: OUT as check-gpu.sh leaves it after both invocations.
-make_results() {  # make_results DIR VARIANT: good | hang | timeout | exit | skipped | budget | killed | part1
+make_results() {  # make_results DIR VARIANT: good | hang | timeout | exit | skipped | budget | killed | grid | part1
   "$PYTHON" - "$@" "$part1" "$part2" <<'PY'
 import json, sys
 from pathlib import Path
@@ -281,7 +282,10 @@ if variant != "part1":
     # ddp_random_trim, kernels_ncu, codec_threads_2r, harness_scaling, congestion_grid: not reached
     # (budget) in this made-up second invocation
     for s in ("ddp_random_trim", "kernels_ncu", "codec_threads_2r", "harness_scaling", "congestion_grid"):
-        if variant != "budget" or s != "congestion_grid":
+        if variant == "grid" and s == "congestion_grid":  # as check-gpu.sh: the part, then the runs it left
+            rec(s, "", 124, dir="congestion", log="congestion_grid.log")
+            steps.append({"invocation": 2, "step": s, "part": "", "not_run": "3 run(s) left for lack of time"})
+        elif variant != "budget" or s != "congestion_grid":
             steps.append({"invocation": 2, "step": s, "part": "", "not_run": "time budget: 12 s left"})
 by = {}
 for r in steps:  # as check-gpu.sh: a step is complete when every part of it ran
@@ -331,6 +335,11 @@ check "check_gpu_report.py: every RotateCuda test skipped is a failure (exit 1)"
 check "check_gpu_report.py: parts the budget left, and a step never reached, are not run, never pass (exit 4)" report_says budget 4 \
   'd["steps"]["hook_accuracy_more"]["result"] == "not run" and "1 part(s) not run: time budget" in d["steps"]["hook_accuracy_more"]["why"] and
    d["steps"]["congestion_grid"]["result"] == "not run" and "stopped before it" in d["steps"]["congestion_grid"]["why"]'
+check "check_gpu_report.py: a grid that timed out, then runs it left for lack of time: failed, both reasons kept (exit 1)" \
+  report_says grid 1 \
+  'd["steps"]["congestion_grid"]["result"] == "fail" and d["failed"] == ["congestion_grid"] and
+   d["steps"]["congestion_grid"]["why"].startswith("timed out: congestion_grid after its 60 s limit") and
+   "3 run(s) left for lack of time" in d["steps"]["congestion_grid"]["why"] and d["gpu_steps_run"] > 0'
 best_socket() { [[ $("$PYTHON" "$here/check_gpu_report.py" --best-socket "$tmp/res/sweep2" --top 2 | tr '\n' ' ') == "2x1 1x1 " ]]; }
 check "check_gpu_report.py --best-socket: configs by geometric-mean busbw" best_socket
 # The second invocation appends: from the first one's bundle (another machine), then in place.
@@ -698,6 +707,7 @@ d = json.loads(sys.stdin.read())
 g = d["steps"]["congestion_grid"]
 assert g["result"] == "pass" and len(g["runs"]) == 2 and all(r["status"] == "ok" for r in g["runs"].values()), g
 assert d["invocations"][0]["no_gpu"] == 1 and d["steps"]["ddp_lossless"]["result"] == "not planned", d
+assert d["result"] == "pass (no GPU step ran)" and d["gpu_steps_run"] == 0, d  # never "pass"
 b = json.load(open(os.path.join(sys.argv[1], "../cg-cpu/congestion/bench.json")))
 assert b["rate_gbps"] == 0.5 and b["plan"] == ["digits:c60"], b  # the CPU preset rate, with --plan
 for f in ("check-gpu.json", "check-gpu.txt", "check-gpu-logs.tgz", "congestion.md"):

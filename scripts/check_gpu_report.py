@@ -8,17 +8,22 @@
   check_gpu_report.py --state OUT            for check-gpu.sh --continue: "ran STEP/PART" and
                                              "complete STEP" lines, then "invocation N" (the last)
 
-OUT holds steps.jsonl (per invocation its plan; per part the latest record wins: rc, seconds,
-limit, or not_run with the reason; a step's "complete"), preflight.json (the latest invocation's,
+OUT holds steps.jsonl (per invocation its plan; per part its runs (rc, seconds, limit) and not_run
+records (the reason); a step's "complete"), preflight.json (the latest invocation's,
 preflight_<N>.json invocation N's), the run directories of scripts/run_ddp.sh (summary.json,
 rank<R>.jsonl, rank<R>.log, rank<R>.exit) and of scripts/congestion_bench.sh, and the logs.
 
 Each step is pass, fail, "not run" (planned, never started or not finished: the reason) or "not
-planned" (no invocation asked for it yet: check-gpu.sh --continue does). A part that ran out of
-its limit, or was running when check-gpu.sh was stopped, fails the step; every RotateCuda test
-skipped fails the kernels. Goals (speed and accuracy targets) are reported apart: met, missed or
-unknown. Exit status: 2 the latest preflight failed; 1 a step failed; 4 a planned step was not
-run; 3 a goal was missed; else 0. Standard library only.
+planned" (no invocation asked for it yet: check-gpu.sh --continue does). Per part the latest run
+wins; a not_run record after it (the grid's runs a budget left) leaves the part unfinished, but
+never hides that run's failure: fail wins over not run, and the step keeps both (its why, and
+not_run_parts). A part that ran out of its limit, or was running when check-gpu.sh was stopped,
+fails the step; every RotateCuda test skipped fails the kernels. Goals (speed and accuracy
+targets) are reported apart: met, missed or unknown. Exit status: 2 the latest preflight failed;
+1 a step failed; 4 a planned step was not run; 3 a goal was missed; else 0. The JSON line's
+"gpu_steps_run" counts the steps that ran in an invocation that checked the GPU; when it is 0
+(only check-gpu.sh --no-gpu ran: a CPU smoke run of the flow, not a result) its result is "pass
+(no GPU step ran)", never "pass" (the exit status is the same). Standard library only.
 """
 import argparse
 import json
@@ -176,7 +181,14 @@ class Report:
             elif r.get("complete"):
                 self.complete.add(r["step"])
             elif "step" in r:
-                self.parts.setdefault(r["step"], {})[r.get("part", "")] = r  # the latest record wins
+                parts = self.parts.setdefault(r["step"], {})
+                key, prev = r.get("part", ""), parts.get(r.get("part", ""))
+                if "not_run" in r and prev is not None and "rc" in prev:
+                    # A part that ran, then not run (the grid's runs the budget left): it stays a run
+                    # (its rc decides a failure) and is not finished (not_run).
+                    parts[key] = dict(prev, not_run=r["not_run"])
+                else:
+                    parts[key] = r  # a run replaces what came before; so does a first not_run
         self.pre = load_json(self.out / "preflight.json") or {}
         self.steps, self.tables = {}, []
         self.goals = {k: {"goal": g, "state": "unknown", "detail": "not measured"} for k, g in GOALS.items()}
@@ -201,10 +213,10 @@ class Report:
             return dict(d, result="not run", why="; ".join(sorted(set(missing.values()))))
         out = [f"{p or name} after its {r.get('limit')} s limit" for p, r in ran.items() if r.get("rc") in TIMED_OUT]
         if out:
-            return dict(d, result="fail", why="timed out: " + ", ".join(out))
+            return self.fail(d, "timed out: " + ", ".join(out))
         stopped = [p or name for p, r in ran.items() if r.get("rc") == STOPPED]
         if stopped:
-            return dict(d, result="fail", why="check-gpu.sh was stopped during " + ", ".join(stopped))
+            return self.fail(d, "check-gpu.sh was stopped during " + ", ".join(stopped))
         if name != "rank_killed":  # (there the launcher's exit is the killed rank's)
             bad = {r.get("log") or p or name: r["rc"] for p, r in ran.items() if r.get("rc")}
             if bad:
@@ -215,18 +227,22 @@ class Report:
         self.goals[key].update(state="unknown" if met is None else ("met" if met else "missed"), detail=detail)
 
     @staticmethod
-    def fail(d, why):
-        d.update(result="fail", why=why)
+    def not_run_why(d):
+        return f"{len(d['not_run_parts'])} part(s) not run: " + "; ".join(sorted(set(d["not_run_parts"].values())))
+
+    @classmethod
+    def fail(cls, d, why):
+        """fail, with why; the parts also not run (a failed grid's runs the budget left) stay in it."""
+        d.update(result="fail", why=why + (f"; also {cls.not_run_why(d)}" if d.get("not_run_parts") else ""))
         return d
 
-    @staticmethod
-    def done(d):
+    @classmethod
+    def done(cls, d):
         """pass, unless a part exited non-zero (fail) or never ran (the step is not complete)."""
         if d.get("exit_codes"):
-            d.update(result="fail", why="exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items()))
+            cls.fail(d, "exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items()))
         elif d.get("not_run_parts"):
-            d.update(result="not run", why=f"{len(d['not_run_parts'])} part(s) not run: " +
-                     "; ".join(sorted(set(d["not_run_parts"].values()))))
+            d.update(result="not run", why=cls.not_run_why(d))
         else:
             d["result"] = "pass"
         return d
@@ -583,6 +599,19 @@ class Report:
             return 4
         return 3 if any(g["state"] == "missed" for g in self.goals.values()) else 0
 
+    def gpu_steps(self):
+        """(the steps that ran in an invocation that checked the GPU, those that ran in a --no-gpu one):
+        by the runs their verdicts rest on (preflight aside)."""
+        no_gpu = {i.get("invocation"): bool(i.get("no_gpu")) for i in self.invocations}
+        gpu, cpu = [], []
+        for name, _ in STEPS[1:]:
+            ran = [r for r in self.parts.get(name, {}).values() if "rc" in r]
+            if any(not no_gpu.get(r.get("invocation"), False) for r in ran):
+                gpu.append(name)
+            if any(no_gpu.get(r.get("invocation"), False) for r in ran):
+                cpu.append(name)
+        return gpu, cpu
+
     def versions(self):
         v = {k: self.pre.get(k) for k in ("gpu", "driver", "torch", "torch_cuda", "nccl", "commit", "plugin_sha256", "cores")}
         commits = {}
@@ -624,13 +653,21 @@ class Report:
         by = {r: [n for n in names if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
         left = by["not run"] + by["not planned"]
         verdict = {0: "pass", 1: "fail", 2: "fail (preflight)", 3: "pass (goal missed)", 4: "incomplete"}[rc]
+        result = {0: "pass", 3: "pass", 4: "incomplete"}.get(rc, "fail")
+        gpu_steps, no_gpu_steps = self.gpu_steps()
+        if result == "pass" and not gpu_steps:  # only --no-gpu ran: the flow on the CPU, not a result
+            result = "pass (no GPU step ran)"
+            verdict += " (no GPU step ran: check-gpu.sh --no-gpu, a CPU smoke run of the flow, not a result)"
         print(f"\ncheck-gpu: {verdict}" + (f"; failed: {', '.join(by['fail'])}" if by["fail"] else "") +
               (f"; not run: {', '.join(by['not run'])}" if by["not run"] else "") +
               (f"; left for scripts/check-gpu.sh --continue: {', '.join(left)}" if left else "; every step ran"))
         versions = self.versions()
         if versions.get("mixed_builds"):
             print(f"check-gpu: WARNING: the invocations ran different builds: {versions['mixed_builds']}")
-        res = {"check": "check-gpu", "result": {0: "pass", 3: "pass", 4: "incomplete"}.get(rc, "fail"), "exit": rc,
+        if gpu_steps and no_gpu_steps:
+            print(f"check-gpu: WARNING: these steps ran without a GPU (--no-gpu): {', '.join(no_gpu_steps)}")
+        res = {"check": "check-gpu", "result": result, "exit": rc,
+               "gpu_steps_run": len(gpu_steps), "no_gpu_steps": no_gpu_steps,
                "failed": by["fail"], "not_run": by["not run"], "next": left,
                "goals_met": all(g["state"] == "met" for g in self.goals.values()),
                "elapsed_s": elapsed, "versions": versions,
@@ -693,7 +730,10 @@ def main():
     a = ap.parse_args()
     if a.state:
         r = Report(a.state)
-        print("\n".join([f"ran {s}/{p}" for s, ps in r.parts.items() for p, x in ps.items() if "rc" in x] +
+        # "ran": the part's latest record is a run (a not_run after it: --continue runs it again,
+        # the grid resuming where the budget stopped it)
+        print("\n".join([f"ran {s}/{p}" for s, ps in r.parts.items() for p, x in ps.items()
+                         if "rc" in x and "not_run" not in x] +
                         [f"complete {s}" for s in sorted(r.complete)] +
                         [f"invocation {max((i['invocation'] for i in r.invocations), default=0)}"]))
         return 0
