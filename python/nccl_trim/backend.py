@@ -35,9 +35,20 @@ from . import coll
 from .errors import CollectiveError, TrimError, UnsupportedError
 
 NAME = "trim"
-# The store key under which rank 0 publishes the communicator's id, and each rank its handle.
-_ID_KEY = "nccl_trim/comm_id"
-_HANDLE_KEY = "nccl_trim/handle/{}"
+# The store keys of a group (torch hands each group's backend its own PrefixStore, "<group name>/cpu/").
+# Rank 0 publishes the communicator's id, each rank its handle, under the group's generation: a
+# store can outlive its groups (init_process_group(store=...), an elastic agent's TCPStore) and
+# torch gives a group made after destroy_process_group() the same name again, so unscoped keys
+# would hand a new group the id and handles of a dead one (and connect it to closed listeners).
+# The generation is counted in the store itself, per group rank and size (store.add is atomic):
+# the number of times this rank of such a group has made its trim backend on this store. Every
+# rank makes one per init, so all ranks agree on it without another message, whichever comes
+# first, and a restarted process continues its rank's count. (A rank that died before it made
+# its backend leaves its count behind the others': after such a failure, re-initialise on a new
+# store or prefix, as torchelastic does for each round.)
+_GENERATION_KEY = "nccl_trim/generation/{size}/{rank}"
+_ID_KEY = "nccl_trim/{size}/{generation}/comm_id"
+_HANDLE_KEY = "nccl_trim/{size}/{generation}/handle/{rank}"
 _SUPPORTED = "all_reduce, broadcast, all_gather (and all_gather_into_tensor), reduce_scatter (and " \
              "reduce_scatter_tensor) and barrier"
 
@@ -64,7 +75,7 @@ class Options:
     packs its already rotated buckets as such; a group of that class nobody declared is rotated
     per hop like any other. -1: unset. check_ops: each collective first tells the next rank what
     it is (one exact 48-byte message), so ranks that disagree on a collective, size, dtype or op
-    fail with an error naming both instead of hanging or summing garbage. net_api: 8..11 (0: the
+    fail with an error naming both instead of hanging or summing garbage. net_api: 8..12 (0: the
     newest); profiler: load the plugin's profiler as NCCL does (without it nothing is trimmed)."""
 
     def __init__(self, traffic_class: int = -1, check_ops: bool = True, net_api: int = 0, profiler: bool = True):
@@ -205,16 +216,19 @@ class TrimBackend(_C10dBackend):
         self._name = f"trim pg {group_name or '?'} rank {rank}/{size}"
         self.trim_options = options
         lib = coll.load()
+        generation = store.add(_GENERATION_KEY.format(size=size, rank=rank), 1)
+        self._generation = generation
+        keys = {"size": size, "generation": generation}
         # One id per communicator, the same on every rank (NCCL's commId), from rank 0.
         if rank == 0:
-            store.set(_ID_KEY, os.urandom(8).hex())
-        comm_id = int(store.get(_ID_KEY).decode(), 16)
+            store.set(_ID_KEY.format(**keys), os.urandom(8).hex())
+        comm_id = int(store.get(_ID_KEY.format(**keys)).decode(), 16)
         self._comm = coll.Communicator(lib, rank=rank, nranks=size, comm_id=comm_id,
                                        traffic_class=options.traffic_class, net_api=options.net_api,
                                        profiler=options.profiler, check_ops=options.check_ops, name=self._name)
         try:
-            store.set(_HANDLE_KEY.format(rank), self._comm.handle)
-            nxt = store.get(_HANDLE_KEY.format((rank + 1) % size)) if size > 1 else None
+            store.set(_HANDLE_KEY.format(rank=rank, **keys), self._comm.handle)
+            nxt = store.get(_HANDLE_KEY.format(rank=(rank + 1) % size, **keys)) if size > 1 else None
             self._comm.connect(nxt if nxt is not None else bytes(coll.HANDLE_BYTES), _timeout_ms(None, timeout))
         except BaseException:
             self._comm.close()

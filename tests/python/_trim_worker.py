@@ -5,6 +5,7 @@ it saw to rank<R>.pt; the parent asserts on all ranks' files."""
 import hashlib
 import os
 import signal
+import threading
 import time
 import warnings
 
@@ -20,6 +21,43 @@ from nccl_trim import plugin  # noqa: E402
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
           torch.int64, torch.bool)
 OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX)
+HOLD_S = float(os.environ.get("TRIM_TEST_HOLD_S", "60"))  # the longest a rank waits for a signal: only a failure reaches it
+
+
+def wait_key(store, key, seconds) -> bool:
+    """Waits until `key` is in the store; False if it is not there within `seconds`."""
+    import datetime
+    try:
+        store.wait([key], datetime.timedelta(seconds=seconds))
+        return True
+    except Exception:  # noqa: BLE001 - torch raises DistStoreError (a RuntimeError) on timeout
+        return False
+
+
+class InFlight:
+    """Stands in for a trim group's communicator (TrimBackend._comm) and tells when each
+    all_reduce has entered the library (entered[i]: it runs, on the worker or the caller's thread,
+    blocked on a peer that has not joined) and when it has returned (left[i])."""
+
+    def __init__(self, comm, calls):
+        self._comm = comm
+        self.entered = [threading.Event() for _ in range(calls)]
+        self.left = [threading.Event() for _ in range(calls)]
+        self._next = 0
+
+    def all_reduce(self, *args):
+        i, self._next = self._next, self._next + 1
+        self.entered[i].set()
+        try:
+            return self._comm.all_reduce(*args)
+        finally:
+            self.left[i].set()
+
+    def running(self, i) -> bool:
+        return self.entered[i].is_set() and not self.left[i].is_set()
+
+    def __getattr__(self, name):  # abort, close, ...: the communicator's own
+        return getattr(self._comm, name)
 
 
 def params_hash(model) -> str:
@@ -220,18 +258,24 @@ def compare(rank, world, gloo):
     dist.barrier()
     out["same_as_gloo"] = same
 
-    # Async: rank 1 starts a second late; rank 0's call returns at once and completes after.
+    # Async: rank 1 is held back (a store key) until rank 0's async call has returned and rank 0
+    # has looked at its Work; so that call cannot have completed by then, and had it blocked until
+    # the collective ran, rank 1 would never be released (it gives up after HOLD_S and joins anyway).
+    store = dist.distributed_c10d._get_default_store()
     t = torch.ones(1 << 16)
+    released = None
     if rank == 1:
-        time.sleep(1.0)
-    t0 = time.monotonic()
+        released = wait_key(store, "test/async_go", HOLD_S)
     work = dist.all_reduce(t, async_op=True)
-    returned = time.monotonic() - t0
-    completed_at_return = work.is_completed()
+    # The future's state, not work.is_completed(): the Work torch hands out wraps the backend's and
+    # says False whatever happened.
+    completed_at_return = work.get_future().done()
+    if rank == 0:
+        store.set("test/async_go", "1")
     chained = work.get_future().then(lambda f: f.value()[0].sum().item())
     work.wait()
-    out["async"] = {"returned_s": returned, "completed_at_return": completed_at_return, "waited_s":
-                    time.monotonic() - t0, "then": chained.wait(), "value_ok": bool(torch.all(t == world))}
+    out["async"] = {"released": released, "completed_at_return": completed_at_return, "then": chained.wait(),
+                    "value_ok": bool(torch.all(t == world))}
 
     # Bad calls are refused before anything is sent; the group stays usable.
     refusals = {}
@@ -379,7 +423,6 @@ def killed(rank, world, gloo):
 def aborted(rank, world, gloo):
     """Rank 0 blocks in an all_reduce that rank 1 never joins; another thread aborts the group.
     Then an async all_reduce queued behind a blocked one is failed by shutdown, not left hanging."""
-    import threading
     out = {}
     if rank == 0:
         backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
@@ -399,18 +442,32 @@ def aborted(rank, world, gloo):
 
     # A new trim group: rank 0 queues two async all_reduces; rank 1 joins none, and rank 0 shuts the
     # group down with abort: both Works must complete with an error, none may hang.
+    # w1 is known to run (its all_reduce entered the communicator on the worker thread; rank 1 joins no
+    # collective of g2) before w2 is submitted; w2's submit must return while w1 still runs. Had it
+    # waited for w1, only the watchdog's abort (after HOLD_S) would end the wait, and w1 would no
+    # longer be running when it returned.
     g2 = dist.new_group(backend="trim")
     if rank == 0:
+        b2 = g2._get_backend(torch.device("cpu"))
+        probe = b2._comm = InFlight(b2._comm, 2)
+        watchdog = threading.Timer(HOLD_S, b2.abort)
+        watchdog.start()
         w1 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
-        time.sleep(0.2)  # w1 is running on the worker now, blocked on rank 1
-        t0 = time.monotonic()
-        w2 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
-        out["second_submit_s"] = time.monotonic() - t0  # must not wait for w1
-        time.sleep(0.1)
-        g2._get_backend(torch.device("cpu")).abort()
+        out["first_running"] = probe.entered[0].wait(HOLD_S) and probe.running(0)
+        try:
+            w2 = dist.all_reduce(torch.ones(1000), group=g2, async_op=True)
+            second_submit_error = None
+        except Exception as e:  # noqa: BLE001 - the watchdog's abort came first
+            w2, second_submit_error = None, str(e)
+        out["first_running_after_second_submit"] = probe.running(0)
+        out["second_completed_at_submit"] = w2 is not None and w2.get_future().done()
+        watchdog.cancel()
+        b2.abort()
         results = []
         for w in (w1, w2):
             try:
+                if w is None:
+                    raise RuntimeError(second_submit_error)
                 w.wait()
                 results.append(None)
             except Exception as e:  # noqa: BLE001
@@ -456,3 +513,98 @@ def main(rank, world, scenario, rdzv, out_dir, extra_env):
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     if dist.is_initialized() and scenario != "killed":
         dist.destroy_process_group()
+
+
+# ---- destroy and re-init on a store that outlives the groups (test_backend.BackendReinitTest)
+
+
+class WatchedStore(dist.Store):
+    """A rank's view of the shared TCPStore: records every read of a trim backend's key (and
+    whether it was already there), and, once armed, tells the other rank (key test/first_read)
+    whether the first such read found a value waiting or had to wait for one."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.reads = []
+        self.armed = False
+
+    def get(self, key):
+        if "nccl_trim/" not in key:
+            return self.inner.get(key)
+        there = self.inner.check([key])
+        self.reads.append((key, there))
+        if not self.armed:
+            return self.inner.get(key)
+        self.armed = False
+        if there:  # read it first: nobody may write the key before this read is done
+            value = self.inner.get(key)
+            self.inner.set("test/first_read", "found")
+            return value
+        self.inner.set("test/first_read", "waited")
+        return self.inner.get(key)
+
+    def set(self, key, value):
+        self.inner.set(key, value)
+
+    def add(self, key, amount):
+        return self.inner.add(key, amount)
+
+    def check(self, keys):
+        return self.inner.check(keys)
+
+    def wait(self, keys, timeout=None):
+        return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
+
+    def compare_set(self, key, expected, desired):
+        return self.inner.compare_set(key, expected, desired)
+
+    def delete_key(self, key):
+        return self.inner.delete_key(key)
+
+    def num_keys(self):
+        return self.inner.num_keys()
+
+    def set_timeout(self, timeout):
+        return self.inner.set_timeout(timeout)
+
+
+REINIT_TIMEOUT_S = 10.0  # the groups' timeout (connect): a group that connects to a dead one fails in time
+
+
+def reinit_main(rank, world, port, out_dir):
+    """Two trim default groups, one after the other, on the same TCPStore (its server in the
+    parent): init, all_reduce, destroy, then again. In the second, rank 1 starts first and rank 0
+    only once rank 1 has made its first read of the new group's keys; so whatever rank 1 finds
+    there then was left by the first group (the keys of a dead communicator, whose listeners are
+    closed). Saves, per generation, whether its all_reduce summed right (or the error) and the trim
+    keys read."""
+    import datetime
+    os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
+    torch.set_num_threads(1)
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=HOLD_S))
+    store = WatchedStore(client)
+    out = {"generations": [], "first_read": None}
+    for gen in range(2):
+        if gen == 1:
+            if rank == 1:
+                store.armed = True
+            else:
+                out["first_read"] = client.get("test/first_read").decode() if wait_key(
+                    client, "test/first_read", HOLD_S) else None
+        start = len(store.reads)
+        result = {"ok": False, "error": None}
+        try:
+            dist.init_process_group("trim", store=store, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=REINIT_TIMEOUT_S))
+            t = torch.full((1000,), float(rank + 1))
+            dist.all_reduce(t)
+            result["ok"] = bool(torch.all(t == world * (world + 1) / 2))
+        except Exception as e:  # noqa: BLE001 - the test asserts on it
+            result["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        result["reads"] = store.reads[start:]
+        out["generations"].append(result)
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))

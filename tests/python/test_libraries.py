@@ -8,6 +8,7 @@ import ctypes.util
 import os
 import shutil
 import tempfile
+import threading
 import unittest
 from unittest import mock
 
@@ -144,10 +145,57 @@ class PluginProbeTest(unittest.TestCase):
             self.assertTrue(hasattr(lib, name), f"{path} does not export {name}")
         found = plugin.loaded_plugin({"NCCL_NET_PLUGIN": path})
         self.assertEqual(found.traffic_class(), plugin.hook_traffic_class({}))
-        # Process-wide counters (other tests of this process may have moved them).
-        for count in (found.hook_comms(), found.hook_send_conns(), found.undeclared_conns(), found.rotated_messages()):
-            self.assertIsInstance(count, int)
-            self.assertGreaterEqual(count, 0)
+
+    def counters(self, found):
+        return {"hook_comms": found.hook_comms(), "hook_send_conns": found.hook_send_conns(),
+                "undeclared_conns": found.undeclared_conns(), "rotated_messages": found.rotated_messages()}
+
+    def run_pair(self, traffic_class):
+        """A 2-rank communicator in this process (a thread per rank) through the loaded plugin,
+        one all_reduce of 1 MiB of float32 (rows above NCCL_TRIM_MIN_BYTES) and close."""
+        lib = coll.load()
+        comms = [coll.Communicator(lib, rank=r, nranks=2, comm_id=0x7e57 + traffic_class, traffic_class=traffic_class,
+                                   name=f"counted {r}") for r in range(2)]
+        bufs = [array.array("f", [float(r + 1)]) * (1 << 18) for r in range(2)]
+        errors = []
+
+        def rank(r):
+            try:
+                comms[r].connect(comms[1 - r].handle, 20000)
+                ptr, n = bufs[r].buffer_info()
+                comms[r].all_reduce(ptr, n, coll.FLOAT32, coll.SUM, 20000)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        try:
+            self.assertFalse(any(t.is_alive() for t in threads), "the pair did not finish within 60 s")
+            self.assertEqual(errors, [])
+            self.assertEqual((bufs[0][0], bufs[1][-1]), (3.0, 3.0))
+        finally:
+            for c in comms:
+                c.close()
+
+    def test_the_hook_counters_count_the_hooks_class_and_nothing_else(self):
+        # Process-wide counters (other tests of this process move them too): what one pair adds.
+        path = nccl_trim.plugin_path()
+        self.held = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)  # the object the pair's communicators load
+        found = plugin.loaded_plugin({"NCCL_NET_PLUGIN": path})
+        found.declare(found.traffic_class(), 15)  # as register() does (the default rows: 2^15)
+        before = self.counters(found)
+        self.run_pair(traffic_class=-1)
+        self.assertEqual(self.counters(found), before, "an untagged communicator moved the hook's counters")
+        self.run_pair(traffic_class=found.traffic_class())
+        after = self.counters(found)
+        delta = {k: after[k] - before[k] for k in after}
+        rotated = delta.pop("rotated_messages")
+        # Both ranks' communicators have the hook's class, and each sends over one connection, as
+        # rotated (declared): none is counted as undeclared.
+        self.assertEqual(delta, {"hook_comms": 2, "hook_send_conns": 2, "undeclared_conns": 0})
+        self.assertGreater(rotated, 0, "nothing was sent as rotated")
 
     def test_the_declaration_checks_the_class_and_the_rows(self):
         found = plugin.loaded_plugin({"NCCL_NET_PLUGIN": nccl_trim.plugin_path()})
