@@ -92,15 +92,17 @@ int trim_coll_create(const trim_coll_config* config, trim_coll_comm** comm, void
     c.direct_recv = true;  // the PyTorch backend: allgather and broadcast receive into the tensor
     switch (config->net_api) {
       case 0:
+      case 12: c.api = trim::coll::Api::kV12; break;
       case 11: c.api = trim::coll::Api::kV11; break;
       case 10: c.api = trim::coll::Api::kV10; break;
       case 9: c.api = trim::coll::Api::kV9; break;
       case 8: c.api = trim::coll::Api::kV8; break;
       default: return fail(TRIM_COLL_EINVAL, "trim_coll_create: net_api " + std::to_string(config->net_api) +
-                                                 " (allowed: 0 = newest, 8, 9, 10, 11)");
+                                                 " (allowed: 0 = newest, 8, 9, 10, 11, 12)");
     }
-    if (c.traffic_class >= 0 && c.api != trim::coll::Api::kV11) {
-      return fail(TRIM_COLL_EINVAL, "trim_coll_create: a traffic class needs net API v11 (per-communicator init)");
+    if (c.traffic_class >= 0 && c.api != trim::coll::Api::kV11 && c.api != trim::coll::Api::kV12) {
+      return fail(TRIM_COLL_EINVAL,
+                  "trim_coll_create: a traffic class needs net API v11 or v12 (per-communicator init)");
     }
     c.profiler = config->profiler != 0;
     c.check_ops = config->check_ops != 0;

@@ -40,7 +40,7 @@ struct CommConfig {
   int nranks = 1;
   uint64_t comm_id = 0;
   int traffic_class = -1;
-  Api api = Api::kV11;
+  Api api = Api::kV12;
   bool profiler = true;   // load the profiler from the plugin's library, as NCCL does
   bool check_ops = false; // exchange an op descriptor with the ring neighbours per collective
   // Receive what is only copied (allgather steps, broadcast) straight into the caller's buffer,

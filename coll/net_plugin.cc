@@ -40,6 +40,7 @@ const char* api_name(Api api) {
     case Api::kV9: return "v9";
     case Api::kV10: return "v10";
     case Api::kV11: return "v11";
+    case Api::kV12: return "v12";
   }
   return "?";
 }
@@ -97,6 +98,7 @@ NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) 
     case Api::kV9: v9_ = static_cast<const ncclNet_v9_t*>(table); break;
     case Api::kV10: v10_ = static_cast<const ncclNet_v10_t*>(table); break;
     case Api::kV11: v11_ = static_cast<const ncclNet_v11_t*>(table); break;
+    case Api::kV12: v12_ = static_cast<const ncclNet_v12_t*>(table); break;
   }
   // Optional statistics hook; a plugin without it simply reports zeros.
   stats_fn_ = reinterpret_cast<int (*)(char*, int)>(dlsym(dl_, "ncclTrimStatsJson"));
@@ -129,7 +131,8 @@ const char* NetPlugin::name() const {
   if (v8_ != nullptr) return v8_->name;
   if (v9_ != nullptr) return v9_->name;
   if (v10_ != nullptr) return v10_->name;
-  return v11_->name;
+  if (v11_ != nullptr) return v11_->name;
+  return v12_->name;
 }
 
 // Makes `call` on whichever table is loaded, for the slots whose signature every version shares.
@@ -138,20 +141,24 @@ const char* NetPlugin::name() const {
     if (v8_ != nullptr) return v8_->call;           \
     if (v9_ != nullptr) return v9_->call;           \
     if (v10_ != nullptr) return v10_->call;         \
-    return v11_->call;                              \
+    if (v11_ != nullptr) return v11_->call;         \
+    return v12_->call;                              \
   } while (0)
 
 ncclResult_t NetPlugin::init(uint64_t comm_id, ncclProfilerCallback_t profiler, int traffic_class) {
   if (v8_ != nullptr) return v8_->init(plugin_logger);
   if (v9_ != nullptr) return v9_->init(plugin_logger);
   if (v10_ != nullptr) return v10_->init(plugin_logger, profiler);
-  ncclNetCommConfig_v11_t config{traffic_class >= 0 ? traffic_class : NCCL_NET_TRAFFIC_CLASS_UNDEF};
-  return v11_->init(&ctx_, comm_id, &config, plugin_logger, profiler);
+  // v12's config is v11's (one member, the traffic class).
+  ncclNetCommConfig_v12_t config{traffic_class >= 0 ? traffic_class : NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  if (v11_ != nullptr) return v11_->init(&ctx_, comm_id, &config, plugin_logger, profiler);
+  return v12_->init(&ctx_, comm_id, &config, plugin_logger, profiler);
 }
 
 ncclResult_t NetPlugin::finalize() {
-  if (v11_ == nullptr || ctx_ == nullptr) return ncclSuccess;
-  ncclResult_t r = v11_->finalize(ctx_);
+  ncclResult_t (*fn)(void*) = v11_ != nullptr ? v11_->finalize : v12_ != nullptr ? v12_->finalize : nullptr;
+  if (fn == nullptr || ctx_ == nullptr) return ncclSuccess;
+  ncclResult_t r = fn(ctx_);
   ctx_ = nullptr;
   return r;
 }
@@ -178,12 +185,21 @@ ncclResult_t NetPlugin::properties(int dev, DeviceInfo* out) {
       fill(p);
       out->max_p2p_bytes = p.maxP2pBytes;
     }
-  } else {
+  } else if (v11_ != nullptr) {
     ncclNetProperties_v11_t p{};
     r = v11_->getProperties(dev, &p);
     if (r == ncclSuccess) {
       fill(p);
       out->max_p2p_bytes = p.maxP2pBytes;
+    }
+  } else {
+    ncclNetProperties_v12_t p{};
+    r = v12_->getProperties(dev, &p);
+    if (r == ncclSuccess) {
+      fill(p);
+      out->max_p2p_bytes = p.maxP2pBytes;
+      out->rail_id = p.railId;
+      out->plane_id = p.planeId;
     }
   }
   return r;
@@ -191,6 +207,7 @@ ncclResult_t NetPlugin::properties(int dev, DeviceInfo* out) {
 
 ncclResult_t NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   if (v11_ != nullptr) return v11_->listen(ctx_, dev, handle, listen_comm);
+  if (v12_ != nullptr) return v12_->listen(ctx_, dev, handle, listen_comm);
   if (v8_ != nullptr) return v8_->listen(dev, handle, listen_comm);
   if (v9_ != nullptr) return v9_->listen(dev, handle, listen_comm);
   return v10_->listen(dev, handle, listen_comm);
@@ -198,6 +215,7 @@ ncclResult_t NetPlugin::listen(int dev, void* handle, void** listen_comm) {
 
 ncclResult_t NetPlugin::connect(int dev, void* handle, void** send_comm) {
   if (v11_ != nullptr) return v11_->connect(ctx_, dev, handle, send_comm, nullptr);
+  if (v12_ != nullptr) return v12_->connect(ctx_, dev, handle, send_comm, nullptr);
   if (v10_ != nullptr) return v10_->connect(dev, &config_, handle, send_comm, nullptr);
   if (v8_ != nullptr) return v8_->connect(dev, handle, send_comm, nullptr);
   return v9_->connect(dev, handle, send_comm, nullptr);
@@ -219,7 +237,8 @@ ncclResult_t NetPlugin::isend(void* send_comm, void* data, size_t bytes, int tag
   if (v8_ != nullptr) return v8_->isend(send_comm, data, static_cast<int>(bytes), tag, mhandle, request);
   if (v9_ != nullptr) return v9_->isend(send_comm, data, bytes, tag, mhandle, request);
   if (v10_ != nullptr) return v10_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
-  return v11_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
+  if (v11_ != nullptr) return v11_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
+  return v12_->isend(send_comm, data, bytes, tag, mhandle, phandle, request);
 }
 
 ncclResult_t NetPlugin::irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
@@ -236,7 +255,8 @@ ncclResult_t NetPlugin::irecv(void* recv_comm, void* data, size_t capacity_bytes
   if (v9_ != nullptr) return v9_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, request);
   void* phandles[1] = {phandle};
   if (v10_ != nullptr) return v10_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
-  return v11_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
+  if (v11_ != nullptr) return v11_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
+  return v12_->irecv(recv_comm, 1, datas, sizes, tags, mhandles, phandles, request);
 }
 
 ncclResult_t NetPlugin::test(void* request, int* done, size_t* bytes) {
@@ -246,21 +266,25 @@ ncclResult_t NetPlugin::test(void* request, int* done, size_t* bytes) {
   if (v8_ != nullptr) r = v8_->test(request, done, sizes);
   else if (v9_ != nullptr) r = v9_->test(request, done, sizes);
   else if (v10_ != nullptr) r = v10_->test(request, done, sizes);
-  else r = v11_->test(request, done, sizes);
+  else if (v11_ != nullptr) r = v11_->test(request, done, sizes);
+  else r = v12_->test(request, done, sizes);
   *bytes = sizes[0] < 0 ? SIZE_MAX : static_cast<size_t>(sizes[0]);
   return r;
 }
 
 ncclResult_t NetPlugin::set_net_attr(uint32_t op_mask, uint32_t algo_mask, uint32_t proto_mask) {
-  if (v11_ == nullptr) return ncclSuccess;
-  ncclNetAttr_v11_t attr{};
+  // v12's attributes are v11's.
+  ncclResult_t (*fn)(void*, ncclNetAttr_v12_t*) =
+      v11_ != nullptr ? v11_->setNetAttr : v12_ != nullptr ? v12_->setNetAttr : nullptr;
+  if (fn == nullptr) return ncclSuccess;
+  ncclNetAttr_v12_t attr{};
   // No peer/flow hints (-1): the harness has no opinion and the plugin must not need them.
   attr.sendCommAttr = {-1, -1, -1, -1};
   attr.recvCommAttr = {-1, -1, -1, -1};
   attr.op = op_mask;
   attr.algo = algo_mask;
   attr.proto = proto_mask;
-  return v11_->setNetAttr(ctx_, &attr);
+  return fn(ctx_, &attr);
 }
 
 ncclResult_t NetPlugin::close_send(void* send_comm) { NET_DISPATCH(closeSend(send_comm)); }

@@ -1,5 +1,5 @@
 // The plugin as NCCL sees it: dlopen, one ncclNetPlugin_vN table, and one call surface over
-// v8..v11 so the modes are written once. Every call returns the plugin's ncclResult_t as is;
+// v8..v12 so the modes are written once. Every call returns the plugin's ncclResult_t as is;
 // the only translation is of argument shapes (int vs size_t sizes, ctx, profiler handles, which
 // v8/v9 do not take).
 #pragma once
@@ -13,8 +13,9 @@
 
 namespace trim::coll {
 
-// Which ncclNetPlugin_vN table to drive (NCCL 2.19-2.21: v8; 2.22-2.26: v9; 2.27: v10; 2.28+: v11).
-enum class Api { kV8, kV9, kV10, kV11 };
+// Which ncclNetPlugin_vN table to drive (NCCL 2.19-2.21: v8; 2.22-2.26: v9; 2.27: v10;
+// 2.28-2.29: v11; 2.30+: v12, which it probes first).
+enum class Api { kV8, kV9, kV10, kV11, kV12 };
 const char* api_name(Api api);
 
 // What the harness needs from getProperties, whatever the version.
@@ -25,6 +26,8 @@ struct DeviceInfo {
   int max_recvs = 0;
   int max_comms = 0;
   size_t max_p2p_bytes = 0;  // 0 for v8 (absent)
+  int rail_id = -1;          // v12 only (NCCL_NET_ID_UNDEF before, as NCCL 2.30 fills it)
+  int plane_id = -1;         // v12 only
 };
 
 // The logger every init gets (NCCL's role): the plugin's lines go to stderr, one fprintf each,
@@ -55,11 +58,11 @@ class NetPlugin {
   // The dlopen handle: NCCL looks for the profiler plugin in the net plugin's library too.
   void* library() const { return dl_; }
 
-  // v11: per-communicator init returning the ctx every later call gets; v8-v10: global init.
-  // `profiler` is NCCL's profiler callback, given to v10 and v11 (v8/v9 have no such argument).
-  // traffic_class < 0: unset (v11 only: older tables have no per-communicator config).
+  // v11, v12: per-communicator init returning the ctx every later call gets; v8-v10: global
+  // init. `profiler` is NCCL's profiler callback, given to v10+ (v8/v9 have no such argument).
+  // traffic_class < 0: unset (v11+ only: older tables have no per-communicator config).
   ncclResult_t init(uint64_t comm_id, ncclProfilerCallback_t profiler, int traffic_class = -1);
-  // v11 only (no-op before); call after every comm is closed.
+  // v11+ only (no-op before); call after every comm is closed.
   ncclResult_t finalize();
   ncclResult_t devices(int* ndev);
   ncclResult_t properties(int dev, DeviceInfo* out);
@@ -77,7 +80,7 @@ class NetPlugin {
   ncclResult_t irecv(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle, void* phandle,
                      void** request);
   ncclResult_t test(void* request, int* done, size_t* bytes);
-  // v11: announces the op for the isends/irecvs that follow (no-op before v11).
+  // v11+: announces the op for the isends/irecvs that follow (no-op before v11).
   ncclResult_t set_net_attr(uint32_t op_mask, uint32_t algo_mask, uint32_t proto_mask);
   ncclResult_t close_send(void* send_comm);
   ncclResult_t close_recv(void* recv_comm);
@@ -95,7 +98,8 @@ class NetPlugin {
   const ncclNet_v9_t* v9_ = nullptr;
   const ncclNet_v10_t* v10_ = nullptr;
   const ncclNet_v11_t* v11_ = nullptr;
-  void* ctx_ = nullptr;  // v11 context from init
+  const ncclNet_v12_t* v12_ = nullptr;
+  void* ctx_ = nullptr;  // v11/v12 context from init
   ncclNetCommConfig_v10_t config_{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int (*stats_fn_)(char*, int) = nullptr;
 };

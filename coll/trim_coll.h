@@ -90,9 +90,9 @@ typedef struct {
   const char* plugin_path; /* the net plugin to dlopen (libnccl-net-trim.so) */
   int rank;                /* 0 .. nranks-1 */
   int nranks;              /* >= 1; 1 makes every collective a local copy */
-  uint64_t comm_id;        /* equal on every rank, like NCCL's commId (the plugin's v11 init gets it) */
-  int traffic_class;       /* NCCL's per-communicator net config (v11 init); -1 = unset */
-  int net_api;             /* 8..11: which ncclNetPlugin_vN to use; 0 = the newest (11) */
+  uint64_t comm_id;        /* equal on every rank, like NCCL's commId (the plugin's v11/v12 init gets it) */
+  int traffic_class;       /* NCCL's per-communicator net config (v11/v12 init); -1 = unset */
+  int net_api;             /* 8..12: which ncclNetPlugin_vN to use; 0 = the newest (12) */
   int profiler;            /* 1: load the profiler from the plugin's library as NCCL does; 0: none
                               (NCCL_PROFILER_PLUGIN=none: then nothing is trimmable) */
   int check_ops;           /* 1: before each collective, tell rank+1 what it is (one exact 48-byte

@@ -1,4 +1,4 @@
-// The NCCL net plugin: the one file that exports ncclNetPlugin_v8..v11 and adapts each
+// The NCCL net plugin: the one file that exports ncclNetPlugin_v8..v12 and adapts each
 // version's calling convention onto trim::net. Everything NCCL-specific (structs, numbering,
 // result codes, log levels) stops here.
 //
@@ -15,6 +15,7 @@
 //   kInternal        -> ncclInternalError    our invariant broke: a bug.
 //   kSystem          -> ncclSystemError      a syscall failed.
 // Every failure is also logged at WARN with our message, since NCCL prints only the code.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstring>
@@ -242,6 +243,44 @@ ncclResult_t get_properties_v11(int dev, ncclNetProperties_v11_t* props) {
   return ncclSuccess;
 }
 
+// v12's railId. NCCL 2.30 reads rails within one host only: with NCCL_CROSS_NIC=0 a ring must
+// leave a node on the rail it entered by (graph/search.cc), and NCCL_NET_MERGE_POLICY=RAIL
+// merges only one rail's NICs into a virtual NIC (we offer no makeVDevice). A NIC without a
+// rail is compared by guid and port instead (ours: port 0 on every device). One rail per
+// physical port, i.e. per distinct guid (aliases of one interface share their port's guid, hence
+// its rail), numbered in device order, so gives NCCL the answers it computed from the guids for
+// v11, and its topology dump shows which devices are one port. We cannot know more: which
+// switch a port is cabled to is the fabric's business.
+trim::Result<int16_t> rail_of(int dev, uint64_t guid) {
+  std::vector<uint64_t> ports;  // distinct guids of devices 0..dev-1, first seen first
+  for (int d = 0; d < dev; ++d) {
+    trim::Result<net::DeviceProps> p = net::device_props(d);
+    if (!p) return p.status();
+    if (std::find(ports.begin(), ports.end(), p->guid) == ports.end()) ports.push_back(p->guid);
+  }
+  // ports.size() when dev is the first device on its port: the next rail.
+  const size_t rail = static_cast<size_t>(std::find(ports.begin(), ports.end(), guid) - ports.begin());
+  if (rail > static_cast<size_t>(INT16_MAX)) return static_cast<int16_t>(NCCL_NET_ID_UNDEF);
+  return static_cast<int16_t>(rail);
+}
+
+// planeId stays NCCL_NET_ID_UNDEF: a plane is a separate fabric (its own switches) that a UDP
+// socket cannot see, and NCCL 2.30 never joins NICs of two different defined planes, whatever
+// NCCL_CROSS_NIC says, so a guessed plane could only forbid rings that v11 allows.
+ncclResult_t get_properties_v12(int dev, ncclNetProperties_v12_t* props) {
+  if (props == nullptr) return null_arg("getProperties", "props");
+  trim::Result<net::DeviceProps> p = net::device_props(dev);
+  if (!p) return report("getProperties", p.status());
+  Status st = fill_v9(dev, p.value(), props);
+  if (!st.is_ok()) return report("getProperties", st);
+  props->maxMultiRequestSize = p->max_multi_request_size;
+  trim::Result<int16_t> rail = rail_of(dev, p->guid);
+  if (!rail) return report("getProperties", rail.status());
+  props->railId = *rail;
+  props->planeId = NCCL_NET_ID_UNDEF;
+  return ncclSuccess;
+}
+
 // ---- Connection setup ----
 
 // Arguments are checked first (a null from NCCL is ncclInvalidArgument whatever our state) and
@@ -262,6 +301,7 @@ ncclResult_t listen_legacy(int dev, void* handle, void** listen_comm) {
   return listen_in(legacy_ctx(), legacy_not_initialized(), dev, handle, listen_comm);
 }
 
+// v11 and v12 (same signature).
 ncclResult_t listen_v11(void* ctx, int dev, void* handle, void** listen_comm) {
   return listen_in(static_cast<net::Context*>(ctx), null_ctx(), dev, handle, listen_comm);
 }
@@ -292,6 +332,7 @@ ncclResult_t connect_v10(int dev, ncclNetCommConfig_v10_t* config, void* handle,
   return connect_in(legacy_ctx(), legacy_not_initialized(), dev, tc, handle, send_comm);
 }
 
+// v11 and v12 (same signature).
 ncclResult_t connect_v11(void* ctx, int dev, void* handle, void** send_comm,
                          ncclNetDeviceHandle_v11_t** /*dev_comm*/) {
   return connect_in(static_cast<net::Context*>(ctx), null_ctx(), dev, net::kTrafficClassUnset, handle,
@@ -514,6 +555,7 @@ ncclResult_t init_v8(ncclDebugLogger_t logger) { return init_legacy(logger, null
 
 ncclResult_t init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) { return init_legacy(logger, prof); }
 
+// v11 and v12: per communicator (v12 changes no argument).
 ncclResult_t init_v11(void** ctx, uint64_t comm_id, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
                       ncclProfilerCallback_t prof) {
   if (ctx == nullptr) return null_arg("init", "ctx");
@@ -561,7 +603,8 @@ net::OpAttr decode_attr(const ncclNetAttr_v11_t& a) {
   return out;
 }
 
-// The peers/flows hints are dropped: the transport has no use for them yet.
+// v11 and v12 (same attributes). The peers/flows hints are dropped: the transport has no use
+// for them yet.
 ncclResult_t set_net_attr_v11(void* ctx, ncclNetAttr_v11_t* attr) {
   if (ctx == nullptr) return null_arg("setNetAttr", "ctx");
   if (attr == nullptr) return null_arg("setNetAttr", "netAttr");
@@ -571,7 +614,8 @@ ncclResult_t set_net_attr_v11(void* ctx, ncclNetAttr_v11_t* attr) {
 // ---- Tables, filled by field name so the slot order lives only in nccl_net.h (several slots
 // share a signature: positional initializers could swap them silently). getDeviceMr,
 // irecvConsumed and makeVDevice stay null: NCCL checks for null and then skips device offload
-// and virtual NICs, which we do not offer. ----
+// and virtual NICs, which we do not offer (each physical device is its own one-member vNIC in
+// vProps; NCCL 2.30 then lists physical devices only). ----
 
 template <typename Table>
 constexpr void fill_shared(Table* t) {
@@ -646,11 +690,30 @@ constexpr ncclNet_v11_t make_v11() {
   return t;
 }
 
+// v12: v11's calls; only the properties differ (railId, planeId, the wider vProps). Config and
+// attributes have v11's layout, so v11's init and setNetAttr serve as they are.
+constexpr ncclNet_v12_t make_v12() {
+  ncclNet_v12_t t{};
+  fill_shared(&t);
+  t.init = init_v11;
+  t.getProperties = get_properties_v12;
+  t.listen = listen_v11;
+  t.connect = connect_v11;
+  t.accept = accept_any;
+  t.isend = isend_v10;
+  t.irecv = irecv_v10;
+  t.makeVDevice = nullptr;
+  t.finalize = finalize_v11;
+  t.setNetAttr = set_net_attr_v11;
+  return t;
+}
+
 // constexpr copies: the exported tables are constant-initialized, ready before any dlsym.
 constexpr ncclNet_v8_t kTableV8 = make_v8();
 constexpr ncclNet_v9_t kTableV9 = make_v9();
 constexpr ncclNet_v10_t kTableV10 = make_v10();
 constexpr ncclNet_v11_t kTableV11 = make_v11();
+constexpr ncclNet_v12_t kTableV12 = make_v12();
 
 }  // namespace
 
@@ -661,6 +724,8 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = kTableV8;
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = kTableV9;
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = kTableV10;
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = kTableV11;
+// NCCL 2.30+ probes v12 first; 2.28/2.29 know v11 at most and never look it up.
+__attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = kTableV12;
 
 // Not part of NCCL's ABI: our harness reads the transport's counters through it. Writes one
 // JSON object (NUL-terminated) and returns its length, or -1 when it does not fit.

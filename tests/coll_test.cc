@@ -33,6 +33,7 @@ struct RingOpts {
   int check_ops = 1;
   int profiler = 1;
   uint64_t comm_id = 7;
+  int net_api = 0;  // 0: the newest table
 };
 
 // n communicators connected in a ring; `each` runs a function per rank on its own thread.
@@ -51,6 +52,7 @@ class Ring {
       cfg.traffic_class = -1;
       cfg.profiler = o.profiler;
       cfg.check_ops = o.check_ops;
+      cfg.net_api = o.net_api;
       cfg.log_level = 2;
       char h[TRIM_COLL_HANDLE_BYTES];
       const int rc = trim_coll_create(&cfg, &comms_[static_cast<size_t>(r)], h);
@@ -360,6 +362,37 @@ TEST(Coll, AbortEndsAWaitingCollectiveAndTheDeadlineAnother) {
     EXPECT_GT(s, 0.25);
     EXPECT_LT(s, 3.0);
     EXPECT_NE(std::string(trim_coll_last_error()).find("deadline"), std::string::npos) << trim_coll_last_error();
+  }
+}
+
+// Every ncclNetPlugin_vN an NCCL may load, from 2.19's v8 to 2.30's v12 (which 2.30 probes
+// first; 0 picks it too): a float SUM that spans several slices and an odd integer MAX, each bit
+// exact, and a table the library does not export is refused by name.
+TEST(Coll, EveryNetApiVersionIsBitExact) {
+  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+  for (int api : {8, 9, 10, 11, 12, 0}) {
+    SCOPED_TRACE("net_api " + std::to_string(api));
+    RingOpts o;
+    o.net_api = api;
+    o.comm_id = 100 + static_cast<uint64_t>(api);
+    Ring ring(3, o);
+    check_all_reduce(ring, DType::kF32, RedOp::kSum, 300001, 40 + static_cast<uint64_t>(api));
+    check_all_reduce(ring, DType::kI32, RedOp::kMax, 1001, 60 + static_cast<uint64_t>(api));
+  }
+  for (int api : {7, 13}) {
+    trim_coll_config cfg{};
+    cfg.abi_version = TRIM_COLL_ABI_VERSION;
+    const std::string plugin = trim::testing::plugin_path();
+    cfg.plugin_path = plugin.c_str();
+    cfg.nranks = 2;
+    cfg.traffic_class = -1;
+    cfg.net_api = api;
+    trim_coll_comm* c = nullptr;
+    char h[TRIM_COLL_HANDLE_BYTES];
+    EXPECT_EQ(trim_coll_create(&cfg, &c, h), TRIM_COLL_EINVAL) << api;
+    EXPECT_NE(std::string(trim_coll_last_error()).find("net_api " + std::to_string(api)), std::string::npos)
+        << trim_coll_last_error();
+    EXPECT_EQ(c, nullptr);
   }
 }
 

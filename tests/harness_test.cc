@@ -106,7 +106,7 @@ void expect_encoded_exact(const HarnessRun& r) {
 // ---- Exact collectives over every API version the tests name ----
 
 TEST(HarnessAllReduce, TwoRanksV11Exact) {
-  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 3M --iters 2 --profiler none");
+  HarnessRun r = run_harness("--mode allreduce --ranks 2 --bytes 3M --iters 2 --profiler none --api v11");
   expect_exact(r);
   EXPECT_EQ(r.str("api"), "v11");
   EXPECT_EQ(r.str("profiler"), "none") << r.context();
@@ -116,7 +116,18 @@ TEST(HarnessAllReduce, TwoRanksV11Exact) {
 
 TEST(HarnessAllReduce, FourRanksV11Exact) {
   // 3 MiB over 4 ranks: one loop of 4 segments of 2 slices each; the last slices are uneven.
-  expect_exact(run_harness("--mode allreduce --ranks 4 --bytes 3M --iters 2 --profiler none"));
+  expect_exact(run_harness("--mode allreduce --ranks 4 --bytes 3M --iters 2 --profiler none --api v11"));
+}
+
+// NCCL 2.30+ loads ncclNetPlugin_v12 first, so it is the harness's default: the same ring with
+// the profiler chain (reduce-scatter half encoded) and without it.
+TEST(HarnessAllReduce, V12IsTheDefaultAndExact) {
+  HarnessRun r = run_harness("--mode allreduce --ranks 3 --bytes 3M --iters 2");
+  expect_encoded_exact(r);
+  EXPECT_EQ(r.str("api"), "v12") << r.context();
+  HarnessRun four = run_harness("--mode allreduce --ranks 4 --bytes 3M --iters 1 --profiler none --api v12");
+  expect_exact(four);
+  EXPECT_EQ(four.str("api"), "v12") << four.context();
 }
 
 TEST(HarnessAllReduce, ProfilerChainEncodesOnlyTheReduceScatterHalf) {
@@ -425,6 +436,8 @@ TEST(HarnessCli, BadUsageExitsTwo) {
   EXPECT_EQ(run_harness("--mode sendrecv --ranks 3").exit_code, 2);
   EXPECT_EQ(run_harness("--bytes 12Q").exit_code, 2);
   EXPECT_EQ(run_harness("--mode allreduce --declare-rotated").exit_code, 2);  // no --traffic-class
+  EXPECT_EQ(run_harness("--api v13").exit_code, 2);
+  EXPECT_EQ(run_harness("--mode allreduce --api v10 --traffic-class 5").exit_code, 2);  // no per-comm init
   EXPECT_EQ(run_harness("--mode allreduce --kill-peer").exit_code, 2);
   EXPECT_EQ(run_harness("--mode mixed --op allreduce").exit_code, 2);
   EXPECT_EQ(run_harness("--profiler some").exit_code, 2);

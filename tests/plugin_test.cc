@@ -123,10 +123,12 @@ class PluginTest : public ::testing::Test {
     v9_ = static_cast<ncclNet_v9_t*>(dlsym(handle_, "ncclNetPlugin_v9"));
     v10_ = static_cast<ncclNet_v10_t*>(dlsym(handle_, "ncclNetPlugin_v10"));
     v11_ = static_cast<ncclNet_v11_t*>(dlsym(handle_, "ncclNetPlugin_v11"));
+    v12_ = static_cast<ncclNet_v12_t*>(dlsym(handle_, "ncclNetPlugin_v12"));
     ASSERT_NE(v8_, nullptr);
     ASSERT_NE(v9_, nullptr);
     ASSERT_NE(v10_, nullptr);
     ASSERT_NE(v11_, nullptr);
+    ASSERT_NE(v12_, nullptr) << "NCCL 2.30+ looks for ncclNetPlugin_v12 first";
     take_lines();
   }
 
@@ -136,6 +138,7 @@ class PluginTest : public ::testing::Test {
   ncclNet_v9_t* v9_ = nullptr;
   ncclNet_v10_t* v10_ = nullptr;
   ncclNet_v11_t* v11_ = nullptr;
+  ncclNet_v12_t* v12_ = nullptr;
 };
 
 void* PluginTest::handle_ = nullptr;
@@ -165,13 +168,21 @@ void expect_required_calls(const Table* t) {
   EXPECT_EQ(t->irecvConsumed, nullptr);
 }
 
-TEST_F(PluginTest, ExportsFourVersionsNamedTrim) {
+TEST_F(PluginTest, ExportsFiveVersionsNamedTrim) {
   expect_required_calls(v8_);
   expect_required_calls(v9_);
   expect_required_calls(v10_);
   expect_required_calls(v11_);
+  expect_required_calls(v12_);
   EXPECT_NE(v11_->finalize, nullptr);
   EXPECT_NE(v11_->setNetAttr, nullptr);
+  EXPECT_NE(v12_->finalize, nullptr);
+  EXPECT_NE(v12_->setNetAttr, nullptr);
+  // No virtual NICs: a null makeVDevice makes NCCL use the physical devices as they are.
+  EXPECT_EQ(v9_->makeVDevice, nullptr);
+  EXPECT_EQ(v10_->makeVDevice, nullptr);
+  EXPECT_EQ(v11_->makeVDevice, nullptr);
+  EXPECT_EQ(v12_->makeVDevice, nullptr);
 }
 
 TEST_F(PluginTest, ExportsNothingButPluginTables) {
@@ -188,9 +199,9 @@ TEST_F(PluginTest, ExportsNothingButPluginTables) {
   }
   // NCCL finds the profiler and tuner in the net plugin's library when none is configured.
   std::sort(tables.begin(), tables.end());
-  EXPECT_EQ(tables, (std::vector<std::string>{"ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v8",
-                                              "ncclNetPlugin_v9", "ncclProfiler_v5", "ncclProfiler_v6",
-                                              "ncclTunerPlugin_v5", "ncclTunerPlugin_v6"}));
+  EXPECT_EQ(tables, (std::vector<std::string>{"ncclNetPlugin_v10", "ncclNetPlugin_v11", "ncclNetPlugin_v12",
+                                              "ncclNetPlugin_v8", "ncclNetPlugin_v9", "ncclProfiler_v5",
+                                              "ncclProfiler_v6", "ncclTunerPlugin_v5", "ncclTunerPlugin_v6"}));
 
   // Internal code is in the library (full symbol table) but not reachable by dlsym.
   std::vector<std::string> all = nm_names("--defined-only");
@@ -404,6 +415,54 @@ TEST_F(PluginTest, PropertiesOfTheLoopbackDevice) {
   take_lines();
 }
 
+// v12 (NCCL 2.30+) is v11 with wider vProps and a rail and plane per device. Every byte of the
+// struct is written (poisoned first), the fields v11 has match v11's, loopback is rail 0 (one
+// physical port) and its plane is unknown.
+TEST_F(PluginTest, V12PropertiesAddRailAndPlane) {
+  ncclNetCommConfig_v12_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  void* ctx = reinterpret_cast<void*>(0x1);  // must be overwritten
+  ASSERT_EQ(v12_->init(&ctx, 11, &config, capture_logger, nullptr), ncclSuccess);
+  ASSERT_NE(ctx, reinterpret_cast<void*>(0x1));
+  ASSERT_NE(ctx, nullptr);
+  int ndev = 0;
+  ASSERT_EQ(v12_->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 1);
+  ncclNetProperties_v12_t p;
+  std::memset(&p, 0xab, sizeof(p));
+  ASSERT_EQ(v12_->getProperties(0, &p), ncclSuccess);
+  ncclNetProperties_v11_t q{};
+  ASSERT_EQ(v11_->getProperties(0, &q), ncclSuccess);
+  EXPECT_STREQ(p.name, "lo");
+  EXPECT_EQ(p.pciPath, nullptr);
+  EXPECT_EQ(p.guid, q.guid);
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_EQ(p.regIsGlobal, q.regIsGlobal);
+  EXPECT_EQ(p.forceFlush, 0);
+  EXPECT_EQ(p.speed, q.speed);
+  EXPECT_EQ(p.port, q.port);
+  EXPECT_EQ(p.latency, q.latency);
+  EXPECT_EQ(p.maxComms, q.maxComms);
+  EXPECT_EQ(p.maxRecvs, 1);
+  EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST);
+  EXPECT_EQ(p.netDeviceVersion, NCCL_NET_DEVICE_INVALID_VERSION);
+  EXPECT_EQ(p.vProps.ndevs, 1);
+  EXPECT_EQ(p.vProps.devs[0], 0);
+  for (int i = 1; i < NCCL_NET_MAX_DEVS_PER_NIC_V12; ++i) EXPECT_EQ(p.vProps.devs[i], 0) << i;
+  EXPECT_EQ(p.maxP2pBytes, q.maxP2pBytes);
+  EXPECT_GT(p.maxP2pBytes, 0u);
+  EXPECT_LE(p.maxP2pBytes, static_cast<size_t>(NCCL_MAX_NET_SIZE_BYTES));
+  EXPECT_EQ(p.maxCollBytes, q.maxCollBytes);
+  EXPECT_EQ(p.maxMultiRequestSize, q.maxMultiRequestSize);
+  EXPECT_EQ(p.railId, 0) << "one physical port, one rail";
+  EXPECT_EQ(p.planeId, NCCL_NET_ID_UNDEF) << "a UDP socket cannot know the fabric's plane";
+  EXPECT_EQ(v12_->getProperties(1, &p), ncclInvalidArgument);
+  EXPECT_EQ(v12_->getProperties(-1, &p), ncclInvalidArgument);
+  ncclNetAttr_v12_t attr{{-1, -1, -1, -1}, {-1, -1, -1, -1}, 1u << 4, 1u << 1, 1u << 2};  // AllReduce ring SIMPLE
+  EXPECT_EQ(v12_->setNetAttr(ctx, &attr), ncclSuccess);
+  EXPECT_EQ(v12_->finalize(ctx), ncclSuccess);
+  take_lines();
+}
+
 TEST_F(PluginTest, NullArgumentsAreInvalidArguments) {
   const ncclResult_t kBad = ncclInvalidArgument;
   void* out = nullptr;
@@ -414,11 +473,14 @@ TEST_F(PluginTest, NullArgumentsAreInvalidArguments) {
   EXPECT_EQ(v10_->init(nullptr, nullptr), kBad);
   EXPECT_EQ(v11_->init(nullptr, 1, nullptr, capture_logger, nullptr), kBad);
   EXPECT_EQ(v11_->init(&out, 1, nullptr, nullptr, nullptr), kBad);
+  EXPECT_EQ(v12_->init(nullptr, 1, nullptr, capture_logger, nullptr), kBad);
+  EXPECT_EQ(v12_->init(&out, 1, nullptr, nullptr, nullptr), kBad);
 
   EXPECT_EQ(v8_->devices(nullptr), kBad);
   EXPECT_EQ(v8_->getProperties(0, nullptr), kBad);
   EXPECT_EQ(v9_->getProperties(0, nullptr), kBad);
   EXPECT_EQ(v11_->getProperties(0, nullptr), kBad);
+  EXPECT_EQ(v12_->getProperties(0, nullptr), kBad);
 
   // Out-parameters are cleared even when the call is refused.
   void* const kStale = reinterpret_cast<void*>(0x1);
@@ -428,6 +490,12 @@ TEST_F(PluginTest, NullArgumentsAreInvalidArguments) {
   EXPECT_EQ(v8_->listen(0, nullptr, nullptr), kBad);
   out = kStale;
   EXPECT_EQ(v11_->connect(nullptr, 0, handle, &out, nullptr), kBad);
+  EXPECT_EQ(out, nullptr);
+  out = kStale;
+  EXPECT_EQ(v12_->listen(nullptr, 0, handle, &out), kBad);
+  EXPECT_EQ(out, nullptr);
+  out = kStale;
+  EXPECT_EQ(v12_->connect(nullptr, 0, handle, &out, nullptr), kBad);
   EXPECT_EQ(out, nullptr);
   out = kStale;
   EXPECT_EQ(v8_->accept(nullptr, &out, nullptr), kBad);
@@ -477,6 +545,8 @@ TEST_F(PluginTest, NullArgumentsAreInvalidArguments) {
   EXPECT_EQ(v8_->closeListen(nullptr), kBad);
   EXPECT_EQ(v11_->finalize(nullptr), kBad);
   EXPECT_EQ(v11_->setNetAttr(nullptr, nullptr), kBad);
+  EXPECT_EQ(v12_->finalize(nullptr), kBad);
+  EXPECT_EQ(v12_->setNetAttr(nullptr, nullptr), kBad);
 }
 
 }  // namespace

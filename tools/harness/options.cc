@@ -48,7 +48,9 @@ Status check_combination(const Options& o) {
   if (!o.netns.empty() && o.netns.size() != static_cast<size_t>(o.ranks)) {
     return bad("--netns names " + std::to_string(o.netns.size()) + " namespaces for " + std::to_string(o.ranks) + " ranks");
   }
-  if (o.traffic_class >= 0 && o.api != Api::kV11) return bad("--traffic-class needs --api v11 (per-communicator init)");
+  if (o.traffic_class >= 0 && o.api != Api::kV11 && o.api != Api::kV12) {
+    return bad("--traffic-class needs --api v11 or v12 (per-communicator init)");
+  }
   if (o.prerotate && o.mode != Mode::kAllReduce) return bad("--prerotate applies to --mode allreduce");
   if (o.declare_rotated && o.traffic_class < 0) return bad("--declare-rotated needs --traffic-class");
   if (o.mode != Mode::kSendRecv && o.op != SendRecvOp::kP2p) {
@@ -106,10 +108,11 @@ std::string usage_text() {
 rank on loopback, plays NCCL's side of the profiler plugin API too, and checks what arrives.
 
   --plugin PATH        plugin .so (default: ../lib/libnccl-net-trim.so next to this binary)
-  --api v8|v9|v10|v11  table to use: ncclNetPlugin_vN (default v11). v10 and v11 get NCCL's
-                       profiler callback and a per-step profiler handle with every isend/irecv;
-                       only v11 has setNetAttr. v8/v9 traffic is never trimmable (unless
-                       NCCL_TRIM_FORCE=1).
+  --api v8|v9|v10|v11|v12
+                       table to use: ncclNetPlugin_vN (default v12, which NCCL 2.30+ loads
+                       first). v10+ get NCCL's profiler callback and a per-step profiler handle
+                       with every isend/irecv; v11+ have setNetAttr. v8/v9 traffic is never
+                       trimmable (unless NCCL_TRIM_FORCE=1).
   --profiler auto|none auto (default): like NCCL with NCCL_PROFILER_PLUGIN unset, load
                        ncclProfiler_v6 (else _v5) from the plugin's own library, init it per
                        rank, and emit NCCL's event chain (GroupApi/CollApi, Group, Coll or P2p,
@@ -154,7 +157,7 @@ NCCL_TRIM_PHASE=all to trim the allgather half too):
                        (with the default phase rule nothing is trimmable then: the ring phase
                        of a send is unknown)
   --mtu BYTES          NCCL_TRIM_MTU        --timeout-ms MS   NCCL_TRIM_TIMEOUT_MS
-  --traffic-class N    v11 init's per-communicator traffic class (what a ProcessGroupNCCL's
+  --traffic-class N    v11/v12 init's per-communicator traffic class (what a ProcessGroupNCCL's
                        config.traffic_class sets; NCCL_TRIM_HOOK_TRAFFIC_CLASS marks the comm hook's)
   --prerotate          allreduce: rotate each rank's input with libtrim-rht's host twin before
                        the allreduce and undo it after, as the nccl_trim comm hook does (the
@@ -225,7 +228,8 @@ Result<Options> parse_options(int argc, char** argv, bool* help_printed) {
       else if (v == "v9") o.api = Api::kV9;
       else if (v == "v10") o.api = Api::kV10;
       else if (v == "v11") o.api = Api::kV11;
-      else return bad("--api " + v + ": expected v8, v9, v10 or v11");
+      else if (v == "v12") o.api = Api::kV12;
+      else return bad("--api " + v + ": expected v8, v9, v10, v11 or v12");
     } else if (flag == "--mode") {
       if (v == "sendrecv") o.mode = Mode::kSendRecv;
       else if (v == "allreduce") o.mode = Mode::kAllReduce;

@@ -31,7 +31,7 @@ enum class Fault { kNone, kKillPeer, kFreezePeer, kCloseInFlight, kAbortInFlight
 
 struct Options {
   Mode mode = Mode::kSendRecv;
-  Api api = Api::kV11;
+  Api api = Api::kV12;
   SendRecvOp op = SendRecvOp::kP2p;
   ProfilerChoice profiler = ProfilerChoice::kAuto;
   Fault fault = Fault::kNone;
