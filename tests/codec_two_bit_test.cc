@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "codec/rht.h"
+#include "codec/rng.h"
 #include "tests/codec_util.h"
 
 namespace trim::codec::testing {
@@ -168,6 +169,102 @@ TEST(CodecTwoBit, CutBetweenSignsAndBinsUsesTheMixedLevel) {
       const float level = i < with_bins ? (outer ? levels.outer : levels.inner) : levels.unknown;
       ASSERT_EQ(y[i], x[i] < 0 ? -level : level) << "cut " << cut << " i=" << i;
     }
+  }
+}
+
+// The rht row path (Decoder::row_bins, estimate_rht_row) with every packet cut inside plane Q:
+// each packet's first elements have their bin, the rest only their sign. In the rotated domain
+// (R(y), y the decoded row) an element with its bin decodes to sign(R(x)) times its bin's level,
+// one without to sign(R(x)) times the Gaussian mix of the two levels (BinLevels::unknown), and
+// the NMSE falls between that of fully trimmed 2-bit and 1-bit heads, where the fraction of
+// elements with a bin puts it. Plane Q ignored, every element would decode to the mixed level
+// (the 1-bit error); misread, the bins of the wrong elements would be used. Cuts: at the check
+// point 3/4 of the way to the trim point (half of plane Q, what parse_packet verifies), and at a
+// different byte of plane Q in each packet (trusted cuts: the decoder's own any-prefix property).
+TEST(CodecTwoBit, RhtCutInsidePlaneQUsesBinsWhereTheyArrived) {
+  constexpr uint32_t kRow = 32768;
+  const size_t rows = 4, elems = rows * kRow;
+  const std::vector<float> x = gaussian(elems, 46);
+  const CodecConfig cfg2 = two_bit(Scheme::kRht, true);
+  CodecConfig cfg1 = config(Scheme::kRht, 4096, kRow, 1);
+  cfg1.head_scale_mse = true;
+  const double norm = sq_norm(x);
+  const double nmse1 = sq_err(x, as_floats(round_trip(cfg1, DType::kF32, to_bytes(x), trim_all).bytes)) / norm;
+  const double nmse2 = sq_err(x, as_floats(round_trip(cfg2, DType::kF32, to_bytes(x), trim_all).bytes)) / norm;
+  ASSERT_LT(nmse2 + 0.2, nmse1) << "0.1175 against 0.363";
+  // The plane-0 bytes of packet p, and where its cut falls inside plane Q (bytes past plane 0).
+  auto p0_of = [](const ParsedPacket& p) { return static_cast<int64_t>((p.hdr.elem_count + 7) / 8); };
+  struct Cut {
+    const char* what;
+    bool trusted;
+    CutFn fn;
+  };
+  const std::vector<Cut> cuts = {
+      {"the check point at 3/4 of the trim point", false,
+       [](size_t, const ParsedPacket& p) { return static_cast<int64_t>(p.hdr.trim_bytes - p.hdr.trim_bytes / 4); }},
+      {"a different byte of plane Q per packet", true,
+       [p0_of](size_t k, const ParsedPacket& p) {
+         const int64_t p0 = p0_of(p);  // a row's last packet may hold 8 elements: one byte of bins
+         return p0 < 2 ? p0 + static_cast<int64_t>(k % 2) : p0 + 1 + static_cast<int64_t>(k * 37) % (p0 - 1);
+       }},
+  };
+  for (const Cut& c : cuts) {
+    SCOPED_TRACE(c.what);
+    // Elements of each packet whose bin arrived, by the message's element index.
+    std::vector<uint8_t> has_bin(elems, 0);
+    size_t inside = 0;  // packets cut strictly inside plane Q
+    const CutFn record = [&](size_t k, const ParsedPacket& p) {
+      const int64_t keep = c.fn(k, p);
+      const int64_t p0 = p0_of(p);
+      EXPECT_GE(keep, p0);
+      EXPECT_LE(keep, 2 * p0);
+      inside += keep > p0 && keep < 2 * p0 ? 1 : 0;
+      const size_t first = static_cast<size_t>(p.hdr.row) * kRow + p.hdr.first_elem;
+      std::fill_n(has_bin.begin() + static_cast<ptrdiff_t>(first), std::min<int64_t>((keep - p0) * 8, p.hdr.elem_count), 1);
+      return keep;
+    };
+    Decoded d = round_trip(cfg2, DType::kF32, to_bytes(x), record, test_id(), c.trusted);
+    ASSERT_EQ(d.stats.head_only, elems) << "every element estimated from its heads";
+    EXPECT_GE(inside, d.packets.size() - rows) << "all but each row's last (8 elements) cut inside plane Q";
+    const std::vector<float> y = as_floats(d.bytes);
+    size_t with_bin = 0;
+    for (uint8_t b : has_bin) with_bin += b;
+    ASSERT_GT(with_bin, elems / 10);
+    ASSERT_LT(with_bin, elems - elems / 10);
+    size_t checked[3] = {0, 0, 0};  // inner, outer, unknown
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t r0 = r * kRow;
+      ParsedPacket first;
+      const size_t first_packet = r * d.packets.size() / rows;
+      ASSERT_EQ(parse_packet(d.packets[first_packet].data(), codec::kHeaderBytes, &first), PacketError::kOk);
+      ASSERT_EQ(first.hdr.row, r);
+      const BinLevels levels = bin_levels(first.hdr.scale, first.hdr.bin_ratio);
+      ASSERT_GT(levels.outer, 2.5f * levels.inner);
+      std::vector<uint64_t> signs;
+      rht_sign_words(rng_key(cfg2.seed, test_id().msg_seq, static_cast<uint32_t>(r), RngStream::kRhtSigns), kRow, &signs);
+      std::vector<float> rx(x.begin() + r0, x.begin() + r0 + kRow), ry(y.begin() + r0, y.begin() + r0 + kRow);
+      rht_row_forward(rx.data(), rx.data(), kRow, signs);
+      rht_row_forward(ry.data(), ry.data(), kRow, signs);
+      const float threshold = kBinThresholdRms * static_cast<float>(std::sqrt(sq_norm(rx) / kRow));
+      for (size_t i = 0; i < kRow; ++i) {
+        const float a = std::fabs(rx[i]);
+        const bool bin = has_bin[r0 + i] != 0;
+        if (bin && std::fabs(a - threshold) < 1e-4f * threshold) continue;  // either side of it
+        const float level = !bin ? levels.unknown : a > threshold ? levels.outer : levels.inner;
+        ++checked[!bin ? 2 : a > threshold ? 1 : 0];
+        ASSERT_EQ(std::signbit(ry[i]), std::signbit(rx[i])) << "row " << r << " i=" << i;
+        ASSERT_NEAR(std::fabs(ry[i]), level, 1e-3f * levels.outer)
+            << "row " << r << " i=" << i << (bin ? " with its bin" : " without its bin") << " R(x)=" << rx[i];
+      }
+    }
+    EXPECT_GT(checked[0], 1000u);
+    EXPECT_GT(checked[1], 1000u);
+    EXPECT_GT(checked[2], 1000u);
+    // Between the two fully trimmed errors, where the fraction with a bin puts it.
+    const double nmse = sq_err(x, y) / norm, f = static_cast<double>(with_bin) / elems;
+    EXPECT_GT(nmse, nmse2 + 0.02) << "f=" << f;
+    EXPECT_LT(nmse, nmse1 - 0.02) << "f=" << f;
+    EXPECT_NEAR(nmse, f * nmse2 + (1 - f) * nmse1, 0.01) << "nmse2=" << nmse2 << " nmse1=" << nmse1 << " f=" << f;
   }
 }
 

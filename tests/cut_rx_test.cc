@@ -16,18 +16,28 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "codec/encoder.h"
 #include "common/params.h"
+#include "tests/live_util.h"
 #include "transport/cut_rx.h"
 #include "transport/engine.h"
 
 namespace trim::transport {
+
+// gtest names them in a failure (found by argument-dependent lookup, so outside the unnamed namespace).
+void PrintTo(CutCheck c, std::ostream* os) { *os << cut_check_name(c); }
+
 namespace {
 
 constexpr uint16_t kPort = 47001;
@@ -198,6 +208,103 @@ TEST(CutRxParse, GarbageNeverCrashes) {
   EXPECT_GT(ok, 0u) << "some mutations stay cut datagrams of ours";
 }
 
+// ---- what a codec packet read from the packet socket must prove (verify_cut_packet) ----
+
+// Whole encoded packets of one message: fp32 sign rows (lossy: check points), or raw bytes (exact
+// traffic: none). With `udp_checksummed`, flagged as a sender that left the UDP checksum to its
+// kernel flags them, which makes parse_packet trust a whole one without its check points.
+std::vector<std::vector<uint8_t>> codec_packets(bool raw, bool udp_checksummed) {
+  codec::CodecConfig cfg;
+  cfg.scheme = codec::Scheme::kSign;
+  cfg.packet_bytes = 1500 - codec::kIpv4UdpBytes;
+  cfg.row_elems = 1024;
+  std::vector<float> x(700);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + 0.01f * static_cast<float>(i));
+  Result<codec::Layout> layout = codec::Layout::make(cfg, raw ? codec::DType::kRaw : codec::DType::kF32,
+                                                     raw ? codec::Scheme::kNone : codec::Scheme::kSign, 4 * x.size());
+  EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
+  if (!layout) return {};
+  codec::Encoder enc(cfg);
+  Result<std::vector<std::vector<uint8_t>>> pkts =
+      enc.encode_message(layout.value(), codec::MessageId{0x5eedf00dcafe1234ull, 3, !raw}, x.data());
+  EXPECT_TRUE(pkts.is_ok()) << pkts.status().to_string();
+  if (!pkts) return {};
+  std::vector<std::vector<uint8_t>> out = std::move(pkts).value();
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (udp_checksummed) codec::mark_udp_checksummed(out[k].data());
+    codec::stamp_transport(out[k].data(), static_cast<uint32_t>(100 + k), kDst, kPort);  // the CRC again
+  }
+  return out;
+}
+
+struct Checked {
+  codec::PacketError parsed = codec::PacketError::kBadMagic;
+  CutCheck check = CutCheck::kOk;
+  bool newly_failed = false;
+  codec::ParsedPacket p;
+};
+Checked check_cut(const std::vector<uint8_t>& pkt, size_t len) {
+  Checked c;
+  c.parsed = codec::parse_packet(pkt.data(), len, &c.p);
+  if (c.parsed == codec::PacketError::kOk) c.check = verify_cut_packet(pkt.data(), len, &c.p, &c.newly_failed);
+  return c;
+}
+
+TEST(CutRxCheck, CheckPointsVouchForEveryPacketFromTheTap) {
+  for (bool flagged : {false, true}) {
+    SCOPED_TRACE(flagged ? "flagged UDP_CHECKSUMMED" : "checksum 0");
+    const std::vector<std::vector<uint8_t>> pkts = codec_packets(false, flagged);
+    ASSERT_FALSE(pkts.empty());
+    const std::vector<uint8_t>& pkt = pkts[0];
+    codec::ParsedPacket whole;
+    ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &whole), codec::PacketError::kOk);
+    const uint32_t trim = whole.hdr.trim_bytes, all = whole.hdr.payload_bytes;
+    // Untrimmed: all of it, still exact (the decoder gets every byte).
+    Checked c = check_cut(pkt, pkt.size());
+    EXPECT_EQ(c.check, CutCheck::kOk);
+    EXPECT_EQ(c.p.payload_received, all);
+    EXPECT_FALSE(c.p.trimmed);
+    // Cut at the trim point (a check point) and between two points: what the points verified.
+    c = check_cut(pkt, codec::kHeaderBytes + trim);
+    EXPECT_EQ(c.check, CutCheck::kOk);
+    EXPECT_EQ(c.p.payload_received, trim);
+    EXPECT_TRUE(c.p.trimmed);
+    c = check_cut(pkt, codec::kHeaderBytes + trim + 3);
+    EXPECT_EQ(c.check, CutCheck::kOk);
+    EXPECT_EQ(c.p.payload_received, trim);
+    // A forged payload byte inside what arrived: refused, whole or cut. A whole flagged packet
+    // is one parse_packet trusts to the kernel's checksum, which a tap's packet never had: the
+    // failure is ours to count (newly_failed); in a cut one parse_packet counted it already.
+    std::vector<uint8_t> forged = pkt;
+    forged[codec::kHeaderBytes + 2] ^= 0x40;
+    c = check_cut(forged, forged.size());
+    ASSERT_EQ(c.parsed, codec::PacketError::kOk);
+    if (flagged) {
+      EXPECT_EQ(c.p.payload_received, all) << "parse_packet alone trusts a whole flagged packet";
+    }
+    EXPECT_EQ(c.check, CutCheck::kBadCheckPoint);
+    EXPECT_EQ(c.newly_failed, flagged);
+    c = check_cut(forged, codec::kHeaderBytes + trim);
+    EXPECT_EQ(c.check, CutCheck::kBadCheckPoint);
+    EXPECT_FALSE(c.newly_failed) << "parse_packet verified this one itself";
+    // Past the first points: a forged byte in the tails fails the payload's last point.
+    forged = pkt;
+    forged[pkt.size() - 1] ^= 1;
+    EXPECT_EQ(check_cut(forged, forged.size()).check, CutCheck::kBadCheckPoint);
+    EXPECT_EQ(check_cut(forged, codec::kHeaderBytes + trim).check, CutCheck::kOk) << "the forged byte was cut off";
+  }
+  // Raw packets (exact traffic) carry no check points: nothing vouches for them.
+  for (bool flagged : {false, true}) {
+    const std::vector<std::vector<uint8_t>> raw = codec_packets(true, flagged);
+    ASSERT_FALSE(raw.empty());
+    for (size_t len : {raw[0].size(), raw[0].size() - 100, size_t{codec::kHeaderBytes}}) {
+      const Checked c = check_cut(raw[0], len);
+      ASSERT_EQ(c.parsed, codec::PacketError::kOk);
+      EXPECT_EQ(c.check, CutCheck::kNoCheckPoints) << len << " bytes";
+    }
+  }
+}
+
 // The kernel runs the filter: on an AF_UNIX datagram socket it sees each message as a frame
 // (its length is what arrived), and a message it rejects is dropped silently.
 class Filtered {
@@ -365,19 +472,37 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
     to.sll_protocol = htons(ETH_P_ARP);  // a cut IPv4 datagram of ours, but the link says ARP
     send_frame(plain, true, false);
     to.sll_protocol = htons(ETH_P_IP);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Last, one of each kind of another size: once both have arrived, the kernel has handled the
+    // frames sent before them (the loopback delivers in order), so nothing is waited on by time.
+    Spec marker;
+    marker.payload = 300;
+    send_frame(marker, false, false);  // whole: 300 bytes on the UDP socket
+    send_frame(marker, true, false);   // cut, the IP length kept: 328, where the others say 428
     std::vector<size_t> got_cut, got_udp;
     std::vector<uint8_t> buf(65536);
-    for (ssize_t n; (n = recv(cut.value().fd(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
-      CutFrame c;
-      ASSERT_EQ(parse_cut_frame(buf.data(), static_cast<size_t>(n), ours, port, &c), CutError::kOk);
-      got_cut.push_back(c.payload_bytes);
+    auto has = [](const std::vector<size_t>& v, size_t n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool seen_cut_marker = false;
+    for (;;) {
+      for (ssize_t n; (n = recv(cut.value().fd(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
+        CutFrame c;
+        ASSERT_EQ(parse_cut_frame(buf.data(), static_cast<size_t>(n), ours, port, &c), CutError::kOk);
+        // The marker's cut is told from the others by the IP total length it kept, not its size.
+        const bool is_marker = (buf[2] << 8 | buf[3]) == 20 + 8 + 300;
+        seen_cut_marker = seen_cut_marker || is_marker;
+        if (!is_marker) got_cut.push_back(c.payload_bytes);
+      }
+      for (ssize_t n; (n = recv(udp.value().get(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
+        got_udp.push_back(static_cast<size_t>(n));
+      }
+      if ((seen_cut_marker && has(got_udp, 300)) || std::chrono::steady_clock::now() > deadline) break;
+      pollfd fds[2] = {{cut.value().fd(), POLLIN, 0}, {udp.value().get(), POLLIN, 0}};
+      (void)poll(fds, 2, 100);  // wakes as soon as either has a frame
     }
-    for (ssize_t n; (n = recv(udp.value().get(), buf.data(), buf.size(), MSG_DONTWAIT)) >= 0;) {
-      got_udp.push_back(static_cast<size_t>(n));
-    }
+    ASSERT_TRUE(seen_cut_marker) << "the marker's cut never reached the packet socket (10 s)";
+    ASSERT_TRUE(has(got_udp, 300)) << "the whole marker never reached the UDP socket (10 s)";
     EXPECT_EQ(got_cut, (std::vector<size_t>{210, 210, 210})) << "the three cuts, once each";
-    EXPECT_EQ(got_udp, (std::vector<size_t>{400})) << "the whole one only: the kernel dropped the cuts";
+    EXPECT_EQ(got_udp, (std::vector<size_t>{400, 300})) << "the whole ones only: the kernel dropped the cuts";
     EXPECT_EQ(cut.value().take_drops(), 0u);
   });
   if (!made) GTEST_SKIP() << "cannot make a network namespace here: " << std::strerror(errno);
@@ -450,6 +575,117 @@ TEST(CutRxEngine, WithoutCapNetRawAutoIsOffAndPacketIsAClearError) {
   Engine on("lo", lo, config_of("packet", nullptr));
   ASSERT_TRUE(on.start().is_ok());
   EXPECT_TRUE(on.receives_cuts());
+}
+
+// The engine itself, live: packets forged onto the loopback of a namespace of its own, each an
+// IPv4/UDP frame whose IP total length still claims the bytes a switch cut (so the kernel drops
+// it and only the packet socket reads it). Every one must prove itself by its check points: a
+// packet whose points fail (a whole one flagged UDP_CHECKSUMMED included, which parse_packet
+// alone would take on the kernel's word) and one without points (raw) are counted as
+// cut_rejected in the stats JSON and dropped before any connection sees them; a valid cut one
+// goes on to the connection lookup (no connection has its cookie here: unknown_conn).
+TEST(CutRxLive, EngineRefusesTapPacketsTheirCheckPointsDoNotVouchFor) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root: a namespace of our own and a packet socket need CAP_SYS_ADMIN and CAP_NET_RAW";
+  const std::vector<std::vector<uint8_t>> lossy = codec_packets(false, true), raw = codec_packets(true, false);
+  ASSERT_FALSE(lossy.empty());
+  ASSERT_FALSE(raw.empty());
+  const bool made = in_new_netns([&] {
+    EngineConfig cfg = config_of("packet", nullptr);
+    Engine engine("lo", kDst, cfg);
+    const Status st = engine.start();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_TRUE(engine.receives_cuts());
+    Fd out(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(out.valid()) << std::strerror(errno);
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_protocol = htons(ETH_P_IP);
+    to.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
+    to.sll_halen = ETH_ALEN;
+    // `pkt` as a UDP payload of which `arrived` bytes came, under IP and UDP lengths that claim
+    // more (the whole packet's, or 4 bytes more when it all arrived).
+    auto send_cut = [&](const std::vector<uint8_t>& pkt, size_t arrived) {
+      const size_t claimed = std::max(pkt.size(), arrived + 4);
+      std::vector<uint8_t> f(28 + pkt.size(), 0);
+      f[0] = 0x45;
+      put16(&f[2], static_cast<uint32_t>(28 + claimed));
+      put16(&f[6], 0x4000);
+      f[8] = 64;
+      f[9] = 17;
+      std::memcpy(&f[12], &kSrc, 4);
+      std::memcpy(&f[16], &kDst, 4);
+      put16(&f[20], 40000);
+      put16(&f[22], engine.udp_port());
+      put16(&f[24], static_cast<uint32_t>(8 + claimed));
+      std::memcpy(&f[28], pkt.data(), pkt.size());
+      f.resize(28 + arrived);
+      ASSERT_EQ(sendto(out.get(), f.data(), f.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
+                static_cast<ssize_t>(f.size()))
+          << std::strerror(errno);
+    };
+    struct Counts {
+      long long cut_received, cut_rejected, unknown_conn, malformed, bad_payload_check;
+    };
+    auto counts = [] {
+      const std::map<std::string, std::string> j = live::flat_json(global_stats().to_json());
+      auto n = [&j](const char* k) {
+        auto it = j.find(k);
+        return it == j.end() ? -1ll : std::strtoll(it->second.c_str(), nullptr, 10);
+      };
+      return Counts{n("cut_received"), n("cut_rejected"), n("unknown_conn"), n("malformed"), n("bad_payload_check")};
+    };
+    // Sends one packet and waits until the engine has judged it: one of the counters that end
+    // its way (refused, no such connection, malformed) has moved. Returns the counters' deltas.
+    auto judge = [&](const std::vector<uint8_t>& pkt, size_t arrived) {
+      const Counts before = counts();
+      send_cut(pkt, arrived);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      Counts now = before;
+      while (std::chrono::steady_clock::now() < deadline) {
+        now = counts();
+        if (now.cut_rejected + now.unknown_conn + now.malformed !=
+            before.cut_rejected + before.unknown_conn + before.malformed) {
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // a poll of the condition, not a wait by time
+      }
+      return Counts{now.cut_received - before.cut_received, now.cut_rejected - before.cut_rejected,
+                    now.unknown_conn - before.unknown_conn, now.malformed - before.malformed,
+                    now.bad_payload_check - before.bad_payload_check};
+    };
+    const std::vector<uint8_t>& pkt = lossy[0];
+    codec::ParsedPacket whole;
+    ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &whole), codec::PacketError::kOk);
+    const size_t trim = whole.hdr.trim_bytes;
+    // A valid cut: read, verified, on to the connection lookup.
+    Counts d = judge(pkt, codec::kHeaderBytes + trim);
+    EXPECT_EQ(d.cut_received, 1);
+    EXPECT_EQ(d.unknown_conn, 1) << "a verified cut goes on";
+    EXPECT_EQ(d.cut_rejected, 0);
+    // Whole and flagged UDP_CHECKSUMMED, a payload byte forged: no kernel checked that checksum.
+    std::vector<uint8_t> forged = pkt;
+    forged[pkt.size() - 5] ^= 0x10;
+    d = judge(forged, forged.size());
+    EXPECT_EQ(d.cut_rejected, 1) << "a whole tap packet whose last check point fails";
+    EXPECT_EQ(d.bad_payload_check, 1);
+    EXPECT_EQ(d.unknown_conn, 0) << "dropped before the connection lookup";
+    // Cut, a byte forged inside what arrived.
+    forged = pkt;
+    forged[codec::kHeaderBytes + 1] ^= 0x01;
+    d = judge(forged, codec::kHeaderBytes + trim);
+    EXPECT_EQ(d.cut_rejected, 1) << "a cut tap packet whose check point fails";
+    EXPECT_EQ(d.bad_payload_check, 1);
+    EXPECT_EQ(d.unknown_conn, 0);
+    // Raw (no check points), cut and whole.
+    for (size_t arrived : {raw[0].size() - 40, raw[0].size()}) {
+      d = judge(raw[0], arrived);
+      EXPECT_EQ(d.cut_rejected, 1) << "a raw tap packet of " << arrived << " bytes";
+      EXPECT_EQ(d.unknown_conn, 0);
+      EXPECT_EQ(d.bad_payload_check, 0);
+    }
+    engine.stop();
+  });
+  if (!made) GTEST_SKIP() << "cannot make a network namespace here: " << std::strerror(errno);
 }
 
 }  // namespace

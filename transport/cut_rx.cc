@@ -61,6 +61,51 @@ const char* cut_error_name(CutError e) {
   return "?";
 }
 
+const char* cut_check_name(CutCheck c) {
+  switch (c) {
+    case CutCheck::kOk: return "ok";
+    case CutCheck::kNoCheckPoints: return "no check points (a raw packet)";
+    case CutCheck::kBadCheckPoint: return "a check point that does not match";
+  }
+  return "?";
+}
+
+namespace {
+// The header's check points (docs/PROTOCOL.md, "Check points"): kCheckPoints entries of
+// {u16 end, u16 check} ending where the header's CRC starts, each check the low 16 bits of
+// CRC-32C(header bytes [4, 40) || payload[0, end)).
+constexpr size_t kCheckTableOffset = codec::kHeaderBytes - 4 - 4 * codec::kCheckPoints;
+constexpr size_t kCheckSeedOffset = 4, kCheckSeedBytes = 36;
+static_assert(kCheckTableOffset == 52, "wire version 3: the check points at bytes 52..75");
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+}  // namespace
+
+CutCheck verify_cut_packet(const uint8_t* data, size_t len, codec::ParsedPacket* p, bool* newly_failed) {
+  *newly_failed = false;
+  if (p->hdr.scheme == codec::Scheme::kNone || len < codec::kHeaderBytes) return CutCheck::kNoCheckPoints;
+  const uint8_t* payload = data + codec::kHeaderBytes;
+  const size_t received = std::min<size_t>(len - codec::kHeaderBytes, p->hdr.payload_bytes);
+  uint32_t crc = codec::crc32c(data + kCheckSeedOffset, kCheckSeedBytes);
+  uint32_t verified = 0, points = 0;
+  for (uint32_t i = 0; i < codec::kCheckPoints; ++i) {
+    const uint8_t* e = data + kCheckTableOffset + 4 * i;
+    const uint32_t end = le16(e);
+    if (end == 0) break;  // parse_packet checked the table: ascending, then zeros
+    ++points;
+    if (end > received) break;
+    crc = codec::crc32c_extend(crc, payload + verified, end - verified);
+    if ((crc & 0xFFFFu) != le16(e + 2)) {
+      *newly_failed = !p->check_failed;  // parse_packet counts what it verified itself
+      return CutCheck::kBadCheckPoint;
+    }
+    verified = end;
+  }
+  if (points == 0) return CutCheck::kNoCheckPoints;
+  p->payload_received = verified;
+  p->trimmed = verified < p->hdr.payload_bytes;
+  return CutCheck::kOk;
+}
+
 CutError parse_cut_frame(const uint8_t* f, size_t bytes, uint32_t ip4_be, uint16_t port, CutFrame* out) {
   if (bytes < kIpv4MinBytes) return CutError::kShort;
   if ((f[0] >> 4) != 4) return CutError::kNotIpv4;

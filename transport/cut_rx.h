@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/packet.h"
 #include "common/status.h"
 #include "transport/socket.h"
 
@@ -50,6 +51,24 @@ struct CutFrame {
 // what arrived. The IPv4 header checksum is not checked: a switch that leaves the length may
 // leave the checksum too (SONiC names both), and our header's check points vouch for the payload.
 CutError parse_cut_frame(const uint8_t* frame, size_t bytes, uint32_t ip4_be, uint16_t port, CutFrame* out);
+
+// Whether a codec packet read from the packet socket may be used, and how much of it. Such a
+// datagram came in before netfilter and the kernel's UDP checks, and no UDP checksum vouches for
+// it (the kernel verifies none on a datagram it drops for its lengths), so only the packet's own
+// check points may: they are verified whatever its flags say (parse_packet skips them on a whole
+// packet flagged UDP_CHECKSUMMED, which a packet from the tap may be), and a packet without them
+// (raw, exact traffic: scheme none) has nothing to vouch for its bytes and is refused.
+enum class CutCheck {
+  kOk = 0,         // p->payload_received is now the prefix the check points verified
+  kNoCheckPoints,  // refused: nothing vouches for its payload
+  kBadCheckPoint,  // refused: a check point that arrived does not match (forged or corrupted)
+};
+const char* cut_check_name(CutCheck c);
+// `data`, `len`: the datagram parse_packet accepted into `p` (header checks passed). Walks every
+// check point that arrived and, when all match, sets p->payload_received and p->trimmed to what
+// they verified; on kBadCheckPoint, `*newly_failed` says whether parse_packet had not already
+// counted the failure (as bad_payload_check). Never reads past `len`.
+CutCheck verify_cut_packet(const uint8_t* data, size_t len, codec::ParsedPacket* p, bool* newly_failed);
 
 // The classic BPF program that passes the frames parse_cut_frame accepts (but for the length
 // sanity checks it leaves to the parser) and drops everything else in the kernel. It first

@@ -23,7 +23,7 @@ namespace {
 constexpr int kMaxBatchesPerTurn = 8;  // then timers and transmissions get their turn
 
 // Said once per process, not once per engine.
-std::atomic<bool> g_cut_off_said{false}, g_cut_reject_said{false};
+std::atomic<bool> g_cut_off_said{false}, g_cut_reject_said{false}, g_cut_unverified_said{false};
 }  // namespace
 
 Status Engine::open_cut_socket() {
@@ -280,6 +280,25 @@ void Engine::on_data(Datagram d, uint64_t now, Tx* tx) {
       ++global_stats().malformed;
     }
     return;
+  }
+  // A packet from the packet socket came in before netfilter, with no UDP checksum the kernel
+  // verified: its check points alone vouch for it (whatever its flags claim), and one without
+  // them is refused. Either refusal is counted as cut_rejected (and a failed point as
+  // bad_payload_check), before the packet can reach a connection.
+  if (d.cut) {
+    bool newly_failed = false;
+    const CutCheck check = verify_cut_packet(d.data, d.len, &p, &newly_failed);
+    if (check != CutCheck::kOk) {
+      if (newly_failed) codec::packet_error_counters().add(codec::PacketError::kBadPayloadCheck);
+      ++cut_rejected_;
+      global_stats().cut_rejected.fetch_add(1, std::memory_order_relaxed);
+      if (!g_cut_unverified_said.exchange(true)) {
+        TRIM_WARN("NET/Trim: a packet read from the packet socket (NCCL_TRIM_RX_CUT) has {} ({} bytes, psn {}): "
+                  "nothing else vouches for a cut datagram, so it is dropped, counted as cut_rejected, warned once",
+                  cut_check_name(check), d.len, p.hdr.psn);
+      }
+      return;
+    }
   }
   p.marked_trimmed = marked;
   auto it = recv_by_cookie_.find(p.hdr.cookie);
