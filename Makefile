@@ -220,18 +220,20 @@ run-tests: all $(TESTS)
 	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD))
 	scripts/check_ddp_scripts.sh
 
+# allocator_may_return_null=1: an allocation that cannot succeed returns null as it does without
+# a sanitizer, so the tests that check it becomes an error (CollMemory.*) run here too.
 asan:
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-asan SAN=1 all build-asan/bin/trim-tests
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(MAKE) --no-print-directory BUILD=build-asan SAN=1 run-tests
 
 # The threaded code under ThreadSanitizer: the transport (engines, codec pool, close and
 # deregMr), the plugin, the harness's multi-process runs (their ranks load build-tsan's .so) and
 # coll/'s communicators, several to a process on their own threads (Coll.*).
-TSAN_TESTS ?= CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:ErrorFeedback.*:QuietConnection.*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*:Coll.*:FabricTransport.*:CutRx*
+TSAN_TESTS ?= ErrorFeedbackScope.*:CollLog.*:CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:ErrorFeedback.*:QuietConnection.*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*:Coll.*:FabricTransport.*:CutRx*
 tsan:
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-tsan TSAN=1 all build-tsan/bin/trim-tests
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 allocator_may_return_null=1" \
 	  scripts/run_tests.sh build-tsan/bin/trim-tests --gtest_filter='$(TSAN_TESTS)'
 
 FUZZ_SECONDS ?= 60

@@ -118,6 +118,9 @@ class DescGate : public Gate {
         if (r != ncclSuccess) return plugin_error("irecv (op descriptor)", r);
       }
       if (send_req_ != nullptr && recv_req_ != nullptr) break;
+      if (l_.abort != nullptr && l_.abort->load(std::memory_order_relaxed)) {
+        return Status(Code::kUnavailable, "aborted while posting the op descriptor");
+      }
       if (mono_ns() > deadline_ns) return Status(Code::kUnavailable, "deadline while posting the op descriptor");
       backoff.idle();
     }
@@ -185,15 +188,21 @@ class DescGate : public Gate {
 
 // ---- buffers
 
-HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
-  size_t alloc = ((bytes + 4095) / 4096 + 1) * 4096;
-  void* p = std::aligned_alloc(4096, alloc);
+Status HostBuffer::make(size_t bytes, const char* what, std::unique_ptr<HostBuffer>* out) {
+  constexpr size_t kPage = 4096;
+  void* p = nullptr;
+  size_t alloc = 0;
+  if (bytes <= SIZE_MAX - 2 * kPage) {
+    alloc = ((bytes + kPage - 1) / kPage + 1) * kPage;
+    p = std::aligned_alloc(kPage, alloc);
+  }
   if (p == nullptr) {
-    std::fprintf(stderr, "trim-coll: out of memory allocating %zu bytes\n", alloc);
-    std::abort();
+    return Status(Code::kUnavailable, "out of memory: " + std::to_string(bytes) + " bytes for " + what +
+                                          " could not be allocated");
   }
   std::memset(p, 0, alloc);  // touch every page now, not inside a timed collective
-  data_ = static_cast<char*>(p);
+  out->reset(new HostBuffer(static_cast<char*>(p), bytes));
+  return Status::ok();
 }
 
 HostBuffer::~HostBuffer() { std::free(data_); }
@@ -246,9 +255,15 @@ Status RegCache::clear(void* comm) {
 
 // ---- setup and teardown
 
-Comm::Comm(const CommConfig& cfg) : cfg_(cfg), handle_(NCCL_NET_HANDLE_MAXSIZE, '\0') {
-  if (cfg_.name.empty()) cfg_.name = "rank " + std::to_string(cfg_.rank);
+namespace {
+CommConfig named(CommConfig cfg) {
+  if (cfg.name.empty()) cfg.name = "rank " + std::to_string(cfg.rank);
+  return cfg;
 }
+}  // namespace
+
+Comm::Comm(const CommConfig& cfg)
+    : cfg_(named(cfg)), log_(cfg_.name, cfg_.log_level), handle_(NCCL_NET_HANDLE_MAXSIZE, '\0') {}
 
 Comm::~Comm() { (void)close(); }
 
@@ -258,6 +273,7 @@ Outcome Comm::create(const CommConfig& cfg, std::unique_ptr<Comm>* out) {
                                                                            std::to_string(cfg.nranks) + " ranks"));
   }
   std::unique_ptr<Comm> c(new Comm(cfg));
+  LogScope scope(&c->log_);
   Outcome o = c->init();
   if (!o.ok()) return o;
   *out = std::move(c);
@@ -265,7 +281,6 @@ Outcome Comm::create(const CommConfig& cfg, std::unique_ptr<Comm>* out) {
 }
 
 Outcome Comm::init() {
-  set_log_context(cfg_.name, cfg_.log_level);
   Result<NetPlugin*> opened = NetPlugin::open(cfg_.plugin_path, cfg_.api);
   if (!opened) return Outcome::bad(Fail::kPlugin, opened.status());
   net_.reset(opened.value());
@@ -305,6 +320,7 @@ Outcome Comm::init() {
 
 Outcome Comm::connect(const std::string& next_handle, int64_t deadline_ns, bool send, bool recv) {
   if (cfg_.nranks == 1) return Outcome::good();
+  LogScope scope(&log_);
   if (listen_ == nullptr) return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, "connect: called twice"));
   if (next_handle.size() != NCCL_NET_HANDLE_MAXSIZE) {
     return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, "connect: a handle of " +
@@ -321,6 +337,9 @@ Outcome Comm::connect(const std::string& next_handle, int64_t deadline_ns, bool 
     return o;
   }
   Status st = register_slots();
+  // Our sends come from the caller's buffers, which keep their meaning between calls: error
+  // feedback may apply to this communicator's send comm (and to no other user's of the plugin).
+  if (st.is_ok() && link_.send_comm != nullptr) st = net_->declare_send_buffers(link_.send_comm);
   if (!st.is_ok()) {
     (void)close_comms();
     failed_ = Outcome::bad(Fail::kPlugin, st);
@@ -369,19 +388,19 @@ Status Comm::register_slots() {
   // NCCL registers its receive FIFO once per connection (regMr at connect) and posts every irecv
   // at the largest slice; the descriptor buffers likewise.
   slots_.slot_bytes = kSliceBytes;
-  empty_ = std::make_unique<HostBuffer>(0);
+  TRIM_RETURN_IF_ERROR(HostBuffer::make(0, "the address of 0-byte ops", &empty_));
   work_regs_ = std::make_unique<RegCache>(net_.get());
   recv_regs_ = std::make_unique<RegCache>(net_.get());
   if (link_.recv_comm != nullptr) {
-    slot_mem_ = std::make_unique<HostBuffer>(kSliceBytes * kMaxInFlight);
+    TRIM_RETURN_IF_ERROR(HostBuffer::make(kSliceBytes * kMaxInFlight, "the receive slots", &slot_mem_));
     slot_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
     TRIM_RETURN_IF_ERROR(slot_reg_->reg(slot_mem_->data(), slot_mem_->bytes()));
     slots_.staging = slot_mem_->data();
     slots_.staging_mh = slot_reg_->handle();
   }
   if (cfg_.check_ops && link_.recv_comm != nullptr && link_.send_comm != nullptr) {
-    desc_send_mem_ = std::make_unique<HostBuffer>(kDescBytes);
-    desc_recv_mem_ = std::make_unique<HostBuffer>(64);
+    TRIM_RETURN_IF_ERROR(HostBuffer::make(kDescBytes, "the op descriptor", &desc_send_mem_));
+    TRIM_RETURN_IF_ERROR(HostBuffer::make(64, "the op descriptor", &desc_recv_mem_));
     desc_send_reg_ = std::make_unique<MemReg>(net_.get(), link_.send_comm);
     desc_recv_reg_ = std::make_unique<MemReg>(net_.get(), link_.recv_comm);
     TRIM_RETURN_IF_ERROR(desc_send_reg_->reg(desc_send_mem_->data(), kDescBytes));
@@ -416,6 +435,7 @@ Status Comm::close_comms() {
 }
 
 Status Comm::close() {
+  LogScope scope(&log_);
   Status first = close_comms();
   prof_.finalize();
   if (net_inited_) {
@@ -466,20 +486,29 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
     return Outcome::bad(Fail::kInvalid, Status(Code::kInvalidArgument, name + ": not connected"));
   }
   ++seq_;
-  const uint64_t warnings_before = plugin_warnings();
+  LogScope scope(&log_);
+  const uint64_t warnings_before = log_.warnings();
   Status st;
   std::string mismatch;
-  if (abort_.load(std::memory_order_relaxed)) {
-    st = Status(Code::kUnavailable, "aborted before it started");
-  } else if (cfg_.check_ops) {
-    DescGate gate(link_, &prof_,
-                  WorkBuffers{desc_send_mem_->data(), desc_send_reg_->handle(), nullptr, desc_recv_mem_->data(), 64,
-                              desc_recv_reg_->handle()},
-                  desc, &mismatch);
-    st = gate.post(body.deadline_ns);
-    if (st.is_ok()) st = body(&gate);
-  } else {
-    st = body(nullptr);
+  // Whatever the body throws (an allocation deep in the library) fails the communicator like any
+  // other error once requests may be in flight: the connections are closed below before return.
+  try {
+    if (abort_.load(std::memory_order_relaxed)) {
+      st = Status(Code::kUnavailable, "aborted before it started");
+    } else if (cfg_.check_ops) {
+      DescGate gate(link_, &prof_,
+                    WorkBuffers{desc_send_mem_->data(), desc_send_reg_->handle(), nullptr, desc_recv_mem_->data(), 64,
+                                desc_recv_reg_->handle()},
+                    desc, &mismatch);
+      st = gate.post(body.deadline_ns);
+      if (st.is_ok()) st = body(&gate);
+    } else {
+      st = body(nullptr);
+    }
+  } catch (const std::bad_alloc&) {
+    st = Status(Code::kUnavailable, "out of memory");
+  } catch (const std::exception& e) {
+    st = Status(Code::kInternal, std::string("unexpected exception: ") + e.what());
   }
   if (st.is_ok()) return Outcome::good();
   Fail f = Fail::kRemote;
@@ -487,7 +516,7 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
   else if (abort_.load(std::memory_order_relaxed)) f = Fail::kAborted;
   else if (mono_ns() > body.deadline_ns) f = Fail::kTimeout;
   // What the plugin warned of during the op, before the teardown adds warnings of its own.
-  const std::string said = plugin_warning_since(warnings_before);
+  const std::string said = log_.warning_since(warnings_before);
   // Connections first: once this returns, the plugin must not touch the caller's memory.
   Status closed = close_comms();
   std::string text = name + " failed: " + (f == Fail::kMismatch ? mismatch : st.message());
@@ -497,8 +526,17 @@ Outcome Comm::run_op(int kind, uint64_t count, DType dtype, RedOp op, int root, 
   return failed_;
 }
 
-char* Comm::scratch(size_t bytes) {
-  if (!scratch_ || scratch_->bytes() < bytes) scratch_ = std::make_unique<HostBuffer>(bytes);
+Result<char*> Comm::scratch(size_t bytes) {
+  scratch_peak_ = std::max(scratch_peak_, bytes);
+  if (++scratch_uses_ >= kScratchWindow) {
+    if (scratch_ && scratch_->bytes() / 2 > scratch_peak_) scratch_.reset();
+    scratch_uses_ = 0;
+    scratch_peak_ = bytes;
+  }
+  if (!scratch_ || scratch_->bytes() < bytes) {
+    scratch_.reset();  // the old one first: both at once may not fit
+    TRIM_RETURN_IF_ERROR(HostBuffer::make(bytes, "the collective's scratch", &scratch_));
+  }
   return scratch_->data();
 }
 
@@ -524,28 +562,50 @@ Status Comm::ring_op(const RingGeometry& geo, DType dtype, RedOp op, const char*
   return ring_run(link_, &prof_, geo, dtype, op, proto, *b, deadline_ns, gate);
 }
 
+Status Comm::gather_reduce(const char* in, char* out, size_t count, DType dtype, RedOp op, char* all,
+                           int64_t deadline_ns, Gate* gate) {
+  const size_t bytes = count * dtype_bytes(dtype);
+  const size_t n = static_cast<size_t>(cfg_.nranks);
+  if (bytes > 0) std::memcpy(all + static_cast<size_t>(cfg_.rank) * bytes, in, bytes);
+  RingGeometry geo(RingKind::kAllGather, bytes * n, 1, cfg_.nranks, kSliceBytes, kSimpleSlicesPerStep);
+  TRIM_RETURN_IF_ERROR(ring_op(geo, DType::kU8, RedOp::kSum, "SIMPLE", all, bytes * n, deadline_ns, gate));
+  if (out != nullptr && bytes > 0) {
+    // Rank n-1's values, each lower rank's combined in as a received value would be:
+    // ((x_0 op x_1) op ...) with the same operand order on every rank.
+    std::memcpy(out, all + (n - 1) * bytes, bytes);
+    for (size_t k = n - 1; k-- > 0;) reduce_into(out, all + k * bytes, count, dtype, op);
+  }
+  return Status::ok();
+}
+
+namespace {
+// a * b, or false when it does not fit a size_t (a count no buffer can hold).
+bool mul_fits(size_t a, size_t b, size_t* out) {
+  if (b != 0 && a > SIZE_MAX / b) return false;
+  *out = a * b;
+  return true;
+}
+}  // namespace
+
 Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
                               int64_t deadline_ns, const RingExtras& extras) {
   const size_t eb = dtype_bytes(dtype);
-  const size_t n = static_cast<size_t>(cfg_.nranks);
   Outcome o = Outcome::good();
+  size_t bytes = 0, all_bytes = 0;
+  if (!mul_fits(count, eb, &bytes) || !mul_fits(bytes, static_cast<size_t>(cfg_.nranks), &all_bytes)) {
+    return refused(kind, std::to_string(count) + " elements do not fit in memory");
+  }
   if (cfg_.nranks > 1 && is_float(dtype) && op != RedOp::kSum && op != RedOp::kAvg) {
     // NCCL gives a net plugin no reduction op, so the plugin would take a float MAX, MIN or PROD
     // for a sum and trim its reduce-scatter half: gather every rank's input exactly (an AllGather
-    // is never trimmed) and reduce it here, in rank order, identically on every rank.
-    const size_t bytes = count * eb;
-    char* all = scratch(bytes * n);
+    // is never trimmed) and reduce it here, in rank order, identically on every rank. n blocks
+    // of scratch, allocated inside the op: a failure then fails it on every rank alike.
     o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
-                 if (bytes > 0) std::memcpy(all + static_cast<size_t>(cfg_.rank) * bytes, data, bytes);
-                 RingGeometry geo(RingKind::kAllGather, bytes * n, 1, cfg_.nranks, kSliceBytes, kSimpleSlicesPerStep);
-                 return ring_op(geo, DType::kU8, RedOp::kSum, "SIMPLE", all, bytes * n, deadline_ns, gate);
+                 Result<char*> all = scratch(all_bytes);
+                 if (!all) return all.status();
+                 char* d = static_cast<char*>(data);
+                 return gather_reduce(d, d, count, dtype, op, *all, deadline_ns, gate);
                }));
-    if (o.ok() && bytes > 0) {
-      // Rank n-1's values, each lower rank's combined in as a received value would be:
-      // ((x_0 op x_1) op ...) with the same operand order on every rank.
-      std::memcpy(data, all + (n - 1) * bytes, bytes);
-      for (size_t k = n - 1; k-- > 0;) reduce_into(data, all + k * bytes, count, dtype, op);
-    }
   } else if (cfg_.nranks > 1) {
     o = run_op(kind, desc_count, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
                  // Here, not before run_op: a refused collective leaves the caller's data alone.
@@ -553,7 +613,7 @@ Outcome Comm::reduce_in_place(int kind, uint64_t desc_count, void* data, size_t 
                  RingGeometry geo(RingKind::kAllReduce, count, eb, cfg_.nranks, kSliceBytes,
                                   std::strcmp(extras.proto, "LL") == 0 ? kLlSlicesPerStep : kSimpleSlicesPerStep,
                                   extras.tail_bytes);
-                 return ring_op(geo, dtype, op, extras.proto, static_cast<char*>(data), count * eb + extras.tail_bytes,
+                 return ring_op(geo, dtype, op, extras.proto, static_cast<char*>(data), bytes + extras.tail_bytes,
                                 deadline_ns, gate);
                }));
   }
@@ -603,35 +663,53 @@ Outcome Comm::reduce_scatter(const void* in, void* out, size_t count_per_rank, D
                              int64_t deadline_ns) {
   if ((in == nullptr || out == nullptr) && count_per_rank > 0) return refused(kReduceScatterOp, "a buffer is null");
   const size_t n = static_cast<size_t>(cfg_.nranks);
-  const size_t block = count_per_rank * dtype_bytes(dtype);
-  const size_t total = block * n;
+  size_t block = 0, total = 0;
+  if (!mul_fits(count_per_rank, dtype_bytes(dtype), &block) || !mul_fits(block, n, &total)) {
+    return refused(kReduceScatterOp, std::to_string(count_per_rank) + " elements per rank do not fit in memory");
+  }
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   if (block > 0 && dst < src + total && src < dst + block) {
     return refused(kReduceScatterOp, "the output overlaps the input");
   }
+  const char* mine = src + static_cast<size_t>(cfg_.rank) * block;
+  if (cfg_.nranks == 1) {
+    if (block > 0) std::memcpy(dst, mine, block);
+    if (op == RedOp::kAvg) {
+      scale_for_avg(dst, count_per_rank, dtype, 1);
+      finish_avg(dst, count_per_rank, dtype, 1);
+    }
+    return Outcome::good();
+  }
   if (is_float(dtype) && op != RedOp::kSum && op != RedOp::kAvg) {
-    // Exact, as in all_reduce: each rank reduces every rank's input itself (rare: NCCL's own
-    // ReduceScatter of a float MAX would be trimmed). The gather uses the scratch.
-    std::vector<char> copy(src, src + total);
-    Outcome o = reduce_in_place(kReduceScatterOp, count_per_rank, copy.data(), count_per_rank * n, dtype, op,
-                                deadline_ns, RingExtras());
-    if (o.ok() && block > 0) std::memcpy(dst, copy.data() + static_cast<size_t>(cfg_.rank) * block, block);
-    return o;
+    // Exact, as in all_reduce (rare: NCCL's own ReduceScatter of a float MAX would be trimmed):
+    // block k of every rank's input is gathered in turn, and rank k reduces it in rank order.
+    // n blocks of scratch whatever n: the input is never copied whole.
+    return run_op(kReduceScatterOp, count_per_rank, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                    Result<char*> all = scratch(total);
+                    if (!all) return all.status();
+                    for (size_t k = 0; k < n; ++k) {
+                      TRIM_RETURN_IF_ERROR(gather_reduce(src + k * block,
+                                                         k == static_cast<size_t>(cfg_.rank) ? dst : nullptr,
+                                                         count_per_rank, dtype, op, *all, deadline_ns,
+                                                         k == 0 ? gate : nullptr));
+                    }
+                    return Status::ok();
+                  }));
   }
-  // The input is never written: the ring works on a copy (NCCL's kernel reads the user's buffer
-  // and writes its FIFOs; the scratch plays both).
-  char* work = scratch(total);
-  if (total > 0) std::memcpy(work, src, total);
-  Outcome o = Outcome::good();
-  if (op == RedOp::kAvg) scale_for_avg(work, count_per_rank * n, dtype, cfg_.nranks);
-  if (cfg_.nranks > 1) {
-    o = run_op(kReduceScatterOp, count_per_rank, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
-                 RingGeometry geo(RingKind::kReduceScatter, count_per_rank * n, dtype_bytes(dtype), cfg_.nranks,
-                                  kSliceBytes, kSimpleSlicesPerStep);
-                 return ring_op(geo, dtype, op, "SIMPLE", work, total, deadline_ns, gate);
-               }));
-  }
+  // The input is never written: the ring works on a copy in the scratch (NCCL's kernel reads
+  // the user's buffer and writes its FIFOs; the scratch plays both).
+  char* work = nullptr;
+  Outcome o = run_op(kReduceScatterOp, count_per_rank, dtype, op, -1, body(deadline_ns, [&](Gate* gate) {
+                       Result<char*> scr = scratch(total);
+                       if (!scr) return scr.status();
+                       work = *scr;
+                       if (total > 0) std::memcpy(work, src, total);
+                       if (op == RedOp::kAvg) scale_for_avg(work, count_per_rank * n, dtype, cfg_.nranks);
+                       RingGeometry geo(RingKind::kReduceScatter, count_per_rank * n, dtype_bytes(dtype), cfg_.nranks,
+                                        kSliceBytes, kSimpleSlicesPerStep);
+                       return ring_op(geo, dtype, op, "SIMPLE", work, total, deadline_ns, gate);
+                     }));
   if (!o.ok()) return o;
   if (block > 0) std::memcpy(dst, work + static_cast<size_t>(cfg_.rank) * block, block);
   if (op == RedOp::kAvg) finish_avg(dst, count_per_rank, dtype, cfg_.nranks);

@@ -64,7 +64,9 @@ struct Outcome {
 // can mimic), at least one page so a 0-byte buffer still has an address to register.
 class HostBuffer {
  public:
-  explicit HostBuffer(size_t bytes);
+  // Fails with kUnavailable, naming the size and `what`, when the memory cannot be had: an
+  // allocation failure is an error of the call that needed it, never an abort.
+  static Status make(size_t bytes, const char* what, std::unique_ptr<HostBuffer>* out);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -72,7 +74,8 @@ class HostBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
-  char* data_ = nullptr;
+  HostBuffer(char* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  char* data_;
   size_t bytes_;
 };
 
@@ -160,8 +163,13 @@ class Comm {
   ProfilerHost* profiler() { return &prof_; }
   const Link& link() const { return link_; }
   const std::string& device_name() const { return device_name_; }
+  // For callers that drive the plugin through link() themselves (trim-harness's modes): a LogScope
+  // on it labels their lines as this communicator's.
+  LogContext* log_context() { return &log_; }
   // The plugin's ncclTrimStatsJson, if it exports it.
   bool stats_json(std::string* out) const { return net_ != nullptr && net_->stats_json(out); }
+  // The bytes the collectives' scratch holds now (tests: the exact fallback's memory).
+  size_t scratch_bytes() const { return scratch_ ? scratch_->bytes() : 0; }
 
  private:
   explicit Comm(const CommConfig& cfg);
@@ -185,9 +193,17 @@ class Comm {
   // MAX/MIN/PROD); the descriptor says `kind` and `desc_count`.
   Outcome reduce_in_place(int kind, uint64_t desc_count, void* data, size_t count, DType dtype, RedOp op,
                           int64_t deadline_ns, const RingExtras& extras);
-  char* scratch(size_t bytes);
+  // Exact float MAX/MIN/PROD: every rank's `count` elements at `in` gathered into `all` (n of
+  // them) by an AllGather (never trimmed), and, when `out` is not null, reduced into it in rank
+  // order, identically on every rank.
+  Status gather_reduce(const char* in, char* out, size_t count, DType dtype, RedOp op, char* all, int64_t deadline_ns,
+                       Gate* gate);
+  // The scratch of at least `bytes`, grown on demand and shrunk when a window of kScratchWindow
+  // uses needed less than half of it (a one-off large op must not pin its memory for good).
+  Result<char*> scratch(size_t bytes);
 
   CommConfig cfg_;
+  LogContext log_;  // this communicator's plugin log lines and warnings (LogScope in every call)
   std::unique_ptr<NetPlugin> net_;
   ProfilerHost prof_;
   bool net_inited_ = false;
@@ -204,6 +220,9 @@ class Comm {
   std::unique_ptr<MemReg> slot_reg_, desc_send_reg_, desc_recv_reg_;
   std::unique_ptr<RegCache> work_regs_;  // callers' buffers on the send comm
   std::unique_ptr<RegCache> recv_regs_;  // and on the recv comm (direct_recv)
+  static constexpr int kScratchWindow = 16;
+  int scratch_uses_ = 0;       // in the current window
+  size_t scratch_peak_ = 0;    // the most one use of the current window asked for
   WorkBuffers slots_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdarg>
@@ -14,13 +15,24 @@ namespace trim::coll {
 
 namespace {
 
-// The plugin logs from its own threads at any time: the prefix is read under a lock (log lines
-// are rare), the level atomically.
-std::mutex g_log_mu;
-std::string g_log_name = "trim-coll";
-std::atomic<int> g_log_level{NCCL_LOG_WARN};
-std::atomic<uint64_t> g_warnings{0};
-std::string g_last_warning;  // under g_log_mu
+// A plugin line logged on a thread inside a LogScope is that scope's communicator's: NCCL's
+// logger takes no context, but the plugin logs a call's failure on the calling thread, and every
+// communicator makes its calls on its own thread. Lines from the plugin's own threads (its
+// engines) belong to no communicator: they are labelled kProcessName and shown up to the most
+// verbose level any live context asks for.
+constexpr const char* kProcessName = "trim-coll";
+thread_local LogContext* t_scope = nullptr;
+
+// The live contexts' levels (a multiset: equal levels are common), for unscoped lines.
+std::mutex g_levels_mu;
+std::vector<int> g_levels;  // under g_levels_mu
+std::atomic<int> g_process_level{NCCL_LOG_WARN};
+
+void update_process_level() {  // under g_levels_mu
+  int most = NCCL_LOG_WARN;
+  for (int l : g_levels) most = std::max(most, l);
+  g_process_level.store(most, std::memory_order_relaxed);
+}
 
 const char* level_name(ncclDebugLogLevel level) {
   switch (level) {
@@ -45,43 +57,56 @@ const char* api_name(Api api) {
   return "?";
 }
 
-void set_log_context(const std::string& name, int max_level) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  g_log_name = name;
-  g_log_level.store(max_level, std::memory_order_relaxed);
+LogContext::LogContext(std::string name, int max_level) : name_(std::move(name)), max_level_(max_level) {
+  std::lock_guard<std::mutex> lock(g_levels_mu);
+  g_levels.push_back(max_level_);
+  update_process_level();
 }
 
-uint64_t plugin_warnings() { return g_warnings.load(std::memory_order_acquire); }
-
-std::string plugin_warning_since(uint64_t since) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  return g_warnings.load(std::memory_order_relaxed) > since ? g_last_warning : std::string();
+LogContext::~LogContext() {
+  std::lock_guard<std::mutex> lock(g_levels_mu);
+  auto it = std::find(g_levels.begin(), g_levels.end(), max_level_);
+  if (it != g_levels.end()) g_levels.erase(it);
+  update_process_level();
 }
+
+uint64_t LogContext::warnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warnings_;
+}
+
+std::string LogContext::warning_since(uint64_t since) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warnings_ > since ? last_warning_ : std::string();
+}
+
+void LogContext::note_warning(const char* msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_warning_ = msg;
+  ++warnings_;
+}
+
+LogScope::LogScope(LogContext* context) : prev_(t_scope) { t_scope = context; }
+LogScope::~LogScope() { t_scope = prev_; }
 
 void plugin_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
                    const char* fmt, ...) {
+  LogContext* scope = t_scope;
+  const int max_level = scope != nullptr ? scope->max_level() : g_process_level.load(std::memory_order_relaxed);
   // ABORT (4) sorts above INFO in NCCL's numbering but is always shown, like WARN.
   const int shown = level == NCCL_LOG_ABORT ? NCCL_LOG_WARN : static_cast<int>(level);
   const bool warning = shown == NCCL_LOG_WARN;
-  if (level == NCCL_LOG_NONE || (!warning && shown > g_log_level.load(std::memory_order_relaxed))) return;
+  if (level == NCCL_LOG_NONE || (!warning && shown > max_level)) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(g_log_mu);
-    name = g_log_name;
-    if (warning) {
-      g_last_warning = msg;
-      g_warnings.fetch_add(1, std::memory_order_release);
-    }
-  }
-  if (shown > g_log_level.load(std::memory_order_relaxed)) return;
+  if (warning && scope != nullptr) scope->note_warning(msg);
+  if (shown > max_level) return;
   // One fprintf per line so ranks' lines do not interleave mid-line.
-  std::fprintf(stderr, "[%s] NCCL %s %s:%d %s\n", name.c_str(), level_name(level), file == nullptr ? "?" : file,
-               line, msg);
+  std::fprintf(stderr, "[%s] NCCL %s %s:%d %s\n", scope != nullptr ? scope->name().c_str() : kProcessName,
+               level_name(level), file == nullptr ? "?" : file, line, msg);
 }
 
 std::string result_name(int result) {
@@ -102,9 +127,8 @@ NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) 
   }
   // Optional statistics hook; a plugin without it simply reports zeros.
   stats_fn_ = reinterpret_cast<int (*)(char*, int)>(dlsym(dl_, "ncclTrimStatsJson"));
-  // Our collectives send from buffers that keep their meaning (NCCL_TRIM_ERROR_FEEDBACK needs
-  // that); NCCL never says so. Optional: another plugin has no such call.
-  if (auto declare = reinterpret_cast<void (*)()>(dlsym(dl_, "ncclTrimDeclareOwnBuffers"))) declare();
+  // Optional too: another plugin has no such call.
+  declare_fn_ = reinterpret_cast<int (*)(void*)>(dlsym(dl_, "ncclTrimDeclareSendBuffers"));
 }
 
 NetPlugin::~NetPlugin() {
@@ -292,6 +316,13 @@ ncclResult_t NetPlugin::close_recv(void* recv_comm) { NET_DISPATCH(closeRecv(rec
 ncclResult_t NetPlugin::close_listen(void* listen_comm) { NET_DISPATCH(closeListen(listen_comm)); }
 
 #undef NET_DISPATCH
+
+Status NetPlugin::declare_send_buffers(void* send_comm) {
+  if (declare_fn_ == nullptr) return Status::ok();
+  const int r = declare_fn_(send_comm);
+  if (r != ncclSuccess) return Status(Code::kUnavailable, "ncclTrimDeclareSendBuffers returned " + result_name(r));
+  return Status::ok();
+}
 
 bool NetPlugin::stats_json(std::string* out) const {
   if (stats_fn_ == nullptr) return false;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "common/status.h"
@@ -30,17 +31,50 @@ struct DeviceInfo {
   int plane_id = -1;         // v12 only
 };
 
+// Who the plugin's log lines belong to: one per communicator (NCCL's logger takes no context).
+// The plugin's WARN lines are its only account of why a request failed (ncclResult_t says
+// little): the context counts those logged in its scopes and keeps the last one, printed or not,
+// so an error can quote what the plugin warned of since `since` (a count taken before the call),
+// and never another communicator's.
+class LogContext {
+ public:
+  // `max_level`: NCCL_LOG_WARN, NCCL_LOG_INFO, ...; NCCL_LOG_NONE: warnings are still counted.
+  LogContext(std::string name, int max_level);
+  ~LogContext();
+  LogContext(const LogContext&) = delete;
+  LogContext& operator=(const LogContext&) = delete;
+  const std::string& name() const { return name_; }
+  int max_level() const { return max_level_; }
+  uint64_t warnings() const;
+  std::string warning_since(uint64_t since) const;
+  void note_warning(const char* msg);  // the logger's
+
+ private:
+  const std::string name_;
+  const int max_level_;
+  mutable std::mutex mu_;  // the logger and the communicator's thread
+  uint64_t warnings_ = 0;
+  std::string last_warning_;
+};
+
+// While it lives, the plugin's lines logged on this thread are `context`'s (nestable). A line
+// logged outside every scope (the plugin's own threads) is prefixed "trim-coll" and shown up to
+// the most verbose level of any live context.
+class LogScope {
+ public:
+  explicit LogScope(LogContext* context);
+  ~LogScope();
+  LogScope(const LogScope&) = delete;
+  LogScope& operator=(const LogScope&) = delete;
+
+ private:
+  LogContext* prev_;
+};
+
 // The logger every init gets (NCCL's role): the plugin's lines go to stderr, one fprintf each,
-// prefixed with `name`, up to `max_level` (NCCL_LOG_WARN, NCCL_LOG_INFO, ...; NONE: nothing).
-// Process-wide, like NCCL's: the last call wins (the harness runs one communicator per process).
-void set_log_context(const std::string& name, int max_level);
+// prefixed with the scope's name.
 void plugin_logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                    const char* fmt, ...) __attribute__((format(printf, 5, 6)));
-// The plugin's WARN lines are its only account of why a request failed (ncclResult_t says
-// little): the logger counts them and keeps the last one, printed or not, so an error can quote
-// what the plugin warned since `since` (a count taken before the call). Empty: nothing since.
-uint64_t plugin_warnings();
-std::string plugin_warning_since(uint64_t since);
 
 // "ncclRemoteError (6)" for messages.
 std::string result_name(int result);
@@ -86,6 +120,11 @@ class NetPlugin {
   ncclResult_t close_recv(void* recv_comm);
   ncclResult_t close_listen(void* listen_comm);
 
+  // Says that `send_comm` sends from buffers that keep their meaning between calls (ours do,
+  // NCCL's staging slots do not), which NCCL_TRIM_ERROR_FEEDBACK needs: the plugin's
+  // ncclTrimDeclareSendBuffers, before the comm's first isend. Only this comm is affected, so a
+  // process that also runs NCCL over the same library keeps it off there. Ok when absent.
+  Status declare_send_buffers(void* send_comm);
   // ncclTrimStatsJson if the library exports it; false (and nothing written) when absent.
   bool stats_json(std::string* out) const;
 
@@ -102,6 +141,7 @@ class NetPlugin {
   void* ctx_ = nullptr;  // v11/v12 context from init
   ncclNetCommConfig_v10_t config_{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int (*stats_fn_)(char*, int) = nullptr;
+  int (*declare_fn_)(void*) = nullptr;
 };
 
 }  // namespace trim::coll

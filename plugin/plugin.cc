@@ -737,7 +737,15 @@ __attribute__((visibility("default"))) int ncclTrimStatsJson(char* buf, int cap)
   return static_cast<int>(json.size());
 }
 
-// Not part of NCCL's ABI: the nccl_trim collectives (coll/) call it after dlopen to say that
-// their send buffers keep their meaning between calls, which NCCL_TRIM_ERROR_FEEDBACK needs.
-__attribute__((visibility("default"))) void ncclTrimDeclareOwnBuffers(void) { trim::net::declare_own_buffers(); }
+// Not part of NCCL's ABI: the nccl_trim collectives (coll/) call it on each send comm they
+// connect, before its first isend, to say that its send buffers keep their meaning between calls,
+// which NCCL_TRIM_ERROR_FEEDBACK needs. Per comm: NCCL's comms in the same process never get it.
+__attribute__((visibility("default"))) int ncclTrimDeclareSendBuffers(void* send_comm) {
+  if (send_comm == nullptr) return null_arg("ncclTrimDeclareSendBuffers", "sendComm");
+  net::SendComm* comm = net::as_send(static_cast<net::Comm*>(send_comm));
+  if (comm == nullptr) {
+    return report("ncclTrimDeclareSendBuffers", Status(Code::kInvalidArgument, "comm is not a send comm"));
+  }
+  return report("ncclTrimDeclareSendBuffers", net::declare_send_buffers(comm));
+}
 }

@@ -190,7 +190,7 @@ TEST_F(PluginTest, ExportsNothingButPluginTables) {
   ASSERT_FALSE(exported.empty()) << "nm -D printed nothing for " << trim::testing::plugin_path();
   std::vector<std::string> tables;
   for (const std::string& name : exported) {
-    const bool ours = name == "ncclTrimStatsJson" || name == "ncclTrimDeclareOwnBuffers" ||
+    const bool ours = name == "ncclTrimStatsJson" || name == "ncclTrimDeclareSendBuffers" ||
                       starts_with(name, "nccl_trim_");  // harness, collectives, comm hook
     bool allowed = starts_with(name, "ncclNetPlugin_v") || starts_with(name, "ncclProfiler_v") ||
                    starts_with(name, "ncclTunerPlugin_v") || ours;

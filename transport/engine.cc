@@ -470,7 +470,7 @@ std::string GlobalStats::to_json() const {
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
-      "\"ef_recorded\":{},\"unrotated_messages\":{}}}",
+      "\"ef_recorded\":{},\"ef_conns\":{},\"unrotated_messages\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -480,7 +480,7 @@ std::string GlobalStats::to_json() const {
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
-      unrotated_messages.load());
+      ef_conns.load(), unrotated_messages.load());
 }
 
 GlobalStats& global_stats() {

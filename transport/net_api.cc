@@ -209,7 +209,7 @@ transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engi
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
   cp.udp_checksummed = !transport::trimmable_no_check(ctx.params);
-  cp.error_feedback = ctx.params.error_feedback != 0 && own_buffers_declared();
+  cp.error_feedback = false;  // only a send comm whose owner declares its buffers (declare_send_buffers)
   cp.quiet_ns = static_cast<uint64_t>(ctx.params.quiet_ms) * 1'000'000;
   cp.pool = ctx.pool;
   cp.waker = engine;
@@ -265,13 +265,6 @@ void set_stage(const void* handle, ConnectStage* s) {
 
 // ---- Lifetime ----
 
-namespace {
-std::atomic<bool> g_own_buffers{false};
-}  // namespace
-
-void declare_own_buffers() { g_own_buffers.store(true, std::memory_order_release); }
-bool own_buffers_declared() { return g_own_buffers.load(std::memory_order_acquire); }
-
 Result<Context*> init(const InitOptions& options) {
   std::vector<std::string> warnings;
   Result<Params> p = options.params != nullptr ? Result<Params>(*options.params) : process_params(&warnings);
@@ -318,13 +311,10 @@ Result<Context*> init(const InitOptions& options) {
                          : "no hook declared it rotated (yet): its data is rotated per hop (rht) like any other");
   }
   if (ctx->params.error_feedback != 0) {
-    if (own_buffers_declared()) {
-      TRIM_INFO("NET/Trim: error feedback on (NCCL_TRIM_ERROR_FEEDBACK=1): what trims take from an fp32 message is "
-                "added to the next one sent from its buffer");
-    } else {
-      TRIM_WARN("NET/Trim: NCCL_TRIM_ERROR_FEEDBACK=1 ignored: it needs send buffers that keep their meaning "
-                "between calls (the nccl_trim CPU backend's), and NCCL's staging buffers do not");
-    }
+    TRIM_INFO("NET/Trim: NCCL_TRIM_ERROR_FEEDBACK=1 applies to the send connections whose owner declares buffers "
+              "that keep their meaning between calls (the nccl_trim CPU backend's): what trims take from an fp32 "
+              "message is added to the next one sent from its buffer. NCCL's own connections (staging buffers that "
+              "hold different data every step) send without it");
   }
   if (ctx->params.test_codec_stall_ms > 0) {
     transport::testing::set_stall_ms(static_cast<uint32_t>(ctx->params.test_codec_stall_ms));
@@ -584,6 +574,24 @@ Result<RecvComm*> accept(ListenComm* l) {
     return comm.release();
   }
   return static_cast<RecvComm*>(nullptr);
+}
+
+Status declare_send_buffers(SendComm* comm) {
+  if (comm == nullptr) return null_argument("declare_send_buffers", "send comm");
+  if (comm->ctx()->params.error_feedback == 0) return Status::ok();
+  transport::Conn* c = comm->core.conn.get();
+  // Before the first isend, so the engine has never looked at the connection's sends: from
+  // then on, the mutex of posted_sends orders this before every read of the feedback state.
+  if (comm->core.next_seq != 0) {
+    return Status(Code::kInvalidArgument, fmt::format("declare_send_buffers: connection {:#018x} has sent already: "
+                                                      "declare before the first isend",
+                                                      c->cookie));
+  }
+  if (c->send->enable_error_feedback()) {
+    transport::global_stats().ef_conns.fetch_add(1, std::memory_order_relaxed);
+    TRIM_INFO("NET/Trim: send connection {:#018x}: error feedback on (its owner declared its buffers)", c->cookie);
+  }
+  return Status::ok();
 }
 
 CommCore* detail::core_of(Comm* comm) {

@@ -228,12 +228,13 @@ HookCounters hook_counters();
 // (kBadConfig). Process-wide and idempotent.
 Status declare_rotated(int traffic_class, int row_log2);
 
-// The nccl_trim collectives (coll/, under the CPU backend and the harness) declare that the
-// buffers they send from keep their meaning between calls: a bucket's gradients stay at one
-// address. Only then does NCCL_TRIM_ERROR_FEEDBACK=1 apply (transport/feedback.h); NCCL's staging
-// buffers carry different data every time. Process-wide.
-void declare_own_buffers();
-bool own_buffers_declared();
+// The nccl_trim collectives (coll/, under the CPU backend and the harness) declare, per send
+// comm, that the buffers they send from keep their meaning between calls: a bucket's gradients
+// stay at one address. Only then does NCCL_TRIM_ERROR_FEEDBACK=1 apply to that comm
+// (transport/feedback.h); NCCL's staging buffers carry different data every time, so NCCL's comms
+// in the same process (a `cpu:trim,cuda:nccl` job loads this library once) never get it. Must
+// come before the comm's first isend; a no-op when the knob is off.
+Status declare_send_buffers(SendComm* comm);
 
 // Tests only: forget every declaration (each test starts with none).
 void forget_rotated_declarations_for_tests();

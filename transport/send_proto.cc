@@ -57,6 +57,12 @@ SendProto::SendProto(const ConnParams& params)
 
 SendProto::~SendProto() = default;
 
+bool SendProto::enable_error_feedback() {
+  if (ef_) return false;
+  ef_ = std::make_unique<ErrorFeedback>(params_.codec);
+  return true;
+}
+
 Status SendProto::post(SendOp* op) {
   if (op->seq != next_seq_) {
     return Status(Code::kInternal, fmt::format("send posted with seq {}, expected {}", op->seq, next_seq_));

@@ -62,6 +62,9 @@ class SendProto {
   uint32_t tasks_in_flight() const { return in_flight_->load(std::memory_order_acquire); }
   const TrimCc& cc() const { return cc_; }
   const ErrorFeedback* feedback() const { return ef_.get(); }
+  // Turns error feedback on (ConnParams::error_feedback at construction is the other way); true
+  // when it was off. Only before the first post: the engine reads ef_ only for posted messages.
+  bool enable_error_feedback();
   uint64_t srtt_ns() const { return rec_.srtt_ns(); }
   uint32_t in_flight() const { return outstanding_; }
 

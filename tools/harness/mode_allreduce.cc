@@ -59,7 +59,9 @@ Status run_allreduce(RankCtx& c) {
   const Options& o = c.opt;
   const int n = o.ranks;
   const RingGeometry geo = RingGeometry::fp32_bytes(o.bytes, n, kSliceBytes, coll::kSimpleSlicesPerStep);
-  char* const work = c.buffers->make(o.bytes).data();
+  HostBuffer* buf = nullptr;
+  TRIM_RETURN_IF_ERROR(c.buffers->make(o.bytes, "the work buffer", &buf));
+  char* const work = buf->data();
   const int64_t deadline = mono_ns() + static_cast<int64_t>(o.deadline_s) * kNsPerSec;
 
   std::vector<uint64_t> keys(static_cast<size_t>(n));

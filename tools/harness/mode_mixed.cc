@@ -108,7 +108,9 @@ Status run_mixed(RankCtx& c) {
   const RingGeometry simple = RingGeometry::fp32_bytes(o.bytes, o.ranks, kSliceBytes, coll::kSimpleSlicesPerStep);
   const RingGeometry ll = RingGeometry::fp32_bytes(o.bytes, o.ranks, kSliceBytes, coll::kLlSlicesPerStep);
   // One work buffer serves all four collectives, which run one at a time.
-  Mixed mixed(c, c.buffers->make(o.bytes).data(), simple, ll);
+  HostBuffer* work = nullptr;
+  TRIM_RETURN_IF_ERROR(c.buffers->make(o.bytes, "the work buffer", &work));
+  Mixed mixed(c, work->data(), simple, ll);
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     Result<int64_t> ns = mixed.iteration(it);
     if (!ns) return ns.status();

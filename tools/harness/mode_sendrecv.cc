@@ -290,7 +290,9 @@ Status fault_sender(RankCtx& c, SendPump& pump, OpEvents& ev) {
 
 Status run_sender(RankCtx& c) {
   const Options& o = c.opt;
-  HostBuffer& buf = c.buffers->make(o.bytes);
+  HostBuffer* bufp = nullptr;
+  TRIM_RETURN_IF_ERROR(c.buffers->make(o.bytes, "the message", &bufp));
+  HostBuffer& buf = *bufp;
   MemReg reg(c.net, c.send_comm);
   Status st = reg.reg(buf.data(), std::max<size_t>(o.bytes, 1));
   if (!st.is_ok()) return st;
@@ -326,8 +328,12 @@ Status run_sender(RankCtx& c) {
 
 Status run_receiver(RankCtx& c) {
   const Options& o = c.opt;
-  HostBuffer& out = c.buffers->make(o.bytes);
-  HostBuffer& slots = c.buffers->make(kSliceBytes * kMaxInFlight);
+  HostBuffer* outp = nullptr;
+  HostBuffer* slotsp = nullptr;
+  TRIM_RETURN_IF_ERROR(c.buffers->make(o.bytes, "the message", &outp));
+  TRIM_RETURN_IF_ERROR(c.buffers->make(kSliceBytes * kMaxInFlight, "the receive slots", &slotsp));
+  HostBuffer& out = *outp;
+  HostBuffer& slots = *slotsp;
   MemReg reg(c.net, c.recv_comm);
   TRIM_RETURN_IF_ERROR(reg.reg(slots.data(), slots.bytes()));
   OpEvents ev(c.prof);

@@ -155,6 +155,7 @@ Status run_rank(const Options& opt, int rank, RankChannel* chan, RankReport* rep
   if (st.is_ok()) {
     const coll::Link& l = comm->link();
     RankCtx c{opt, rank, comm.get(), l.net, comm->profiler(), chan, &buffers, l.send_comm, l.recv_comm, report, shared};
+    coll::LogScope scope(comm->log_context());  // the modes that drive the plugin directly log as this rank too
     st = run_mode(c);
   }
   Status closed = comm->close();

@@ -46,9 +46,13 @@ using coll::kProtoSimple;
 // (--abort-in-flight reproduces NCCL's abort order: deregMr, free, close).
 class BufferArena {
  public:
-  HostBuffer& make(size_t bytes) {
-    buffers_.push_back(std::make_unique<HostBuffer>(bytes));
-    return *buffers_.back();
+  // `*out` lives until free_all(); an allocation failure is the returned error.
+  Status make(size_t bytes, const char* what, HostBuffer** out) {
+    std::unique_ptr<HostBuffer> b;
+    TRIM_RETURN_IF_ERROR(HostBuffer::make(bytes, what, &b));
+    *out = b.get();
+    buffers_.push_back(std::move(b));
+    return Status::ok();
   }
   void free_all() { buffers_.clear(); }
 
