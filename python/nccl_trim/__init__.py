@@ -19,14 +19,14 @@ the "trim" backend once torch is imported (at once if it already is); only regis
 
 from ._autoregister import register_backend_with_torch
 from .environment import NET_NAME, apply_env, env
-from .errors import (CollectiveError, HookConflictError, LibraryError, NcclTooOldError, PluginError,
-                     RowMismatchError, TrimError, UnsupportedError)
+from .errors import (CollectiveError, HookConflictError, HookOverrideWarning, LibraryError, NcclTooOldError,
+                     PluginError, RowMismatchError, TrimError, UnsupportedError)
 from .libs import coll_library_path, lib_dir, plugin_path, rht_library_path
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CollectiveError", "HookConflictError", "LibraryError", "NET_NAME", "NcclTooOldError", "PluginError", "RhtState",
+    "CollectiveError", "HookConflictError", "HookOverrideWarning", "LibraryError", "NET_NAME", "NcclTooOldError", "PluginError", "RhtState",
     "RowMismatchError", "TrimError", "UnsupportedError", "apply_env", "coll_library_path", "env", "fsdp_rht_hook", "lib_dir",
     "plugin_path", "register", "rht_hook", "rht_library_path",
 ]

@@ -6,8 +6,9 @@
 Installs the RHT hook on every DistributedDataParallel built in this process (DDP.__init__ is
 patched to call nccl_trim.register after construction; not with --no-hook), then runs TARGET (a
 script, or a module with --module) as __main__ with sys.argv and sys.path[0] as `python TARGET ARGS`
-would have them. A script that registers its own DDP comm hook fails with a clear error: DDP takes
-one hook per model, and ours is already there (launch with --no-hook to keep the script's).
+would have them. A script that registers its own DDP comm hook (torch's PowerSGD, say) gets it: ours
+goes in through a switch, and the script's hook takes its place on that model, with a
+HookOverrideWarning naming both (DDP takes one hook per model; --no-hook silences it).
 
 --trim-cpu: every process group the script asks of gloo (by name, in a device map such as
 "cpu:gloo,cuda:nccl", or by naming no backend) is made with the "trim" backend instead, so its CPU
@@ -54,10 +55,13 @@ def install(**register_kwargs) -> Callable[[], None]:
     The class itself is patched (its __init__), not a module's name for it: a library that
     imported DistributedDataParallel before this ran, and its subclasses, get the hook too
     (tests/python/test_launcher_ddp.py)."""
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     # Absolute imports: torchrun --run-path runs this file by path, outside the package.
-    from nccl_trim.errors import HookConflictError
+    import warnings
+
+    from nccl_trim.errors import HookOverrideWarning
     from nccl_trim.hook import register, rht_hook
 
     init, add_hook, add_builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
@@ -67,22 +71,53 @@ def install(**register_kwargs) -> Callable[[], None]:
         init(self, *args, **kwargs)
         register(self, **register_kwargs)
 
-    def refuse(self, what: str) -> None:
-        if getattr(self, "_nccl_trim_state", None) is not None:
-            raise HookConflictError(
-                f"the script registers its own DDP comm hook ({what}), but nccl_trim.run already installed "
-                "the RHT hook on this model (DDP takes one per model): launch with --no-hook to use the "
-                "script's hook (the plugin still carries the traffic), or drop the script's hook")
+    def take_over(self, state, hook, what: str) -> bool:
+        """The script's own hook replaces ours on this model (True), if ours is what it has."""
+        switch = getattr(self, "_nccl_trim_switch", None)
+        if switch is None or switch[1] is not rht_hook:
+            return False
+        warnings.warn(
+            f"nccl_trim.run: the script registers its own DDP comm hook ({what}) on a model that had the "
+            "launcher's RHT hook (nccl_trim.hook.rht_hook); DDP takes one hook per model, so the script's runs "
+            "and the RHT hook is skipped for this model (the plugin still carries its traffic). To keep the RHT "
+            "hook, drop the script's register_comm_hook call; launch with --no-hook to silence this.",
+            HookOverrideWarning, stacklevel=3)
+        switch[:] = [state, hook]
+        self._comm_hooks = [(hook, state)]  # what DDP's compiled-autograd path calls
+        if self.logger is not None:
+            self.logger._set_comm_hook_name(what)
+        self._nccl_trim_state = None
+        return True
 
     @functools.wraps(add_hook)
     def register_comm_hook(self, state, hook):
+        if hook is rht_hook and getattr(self, "_nccl_trim_switch", None) is None:
+            # Ours (register() above), through a switch: DDP's reducer takes one hook, for good.
+            switch = [state, hook]
+
+            @functools.wraps(rht_hook)
+            def nccl_trim_switch(_state, bucket):
+                return switch[1](switch[0], bucket)
+
+            add_hook(self, state, nccl_trim_switch)
+            self._comm_hooks[-1] = (hook, state)
+            self._nccl_trim_switch = switch
+            return None
         if hook is not rht_hook:
-            refuse(self, getattr(hook, "__qualname__", repr(hook)))
+            self._check_comm_hook(hook)
+            if take_over(self, state, hook, getattr(hook, "__qualname__", repr(hook))):
+                return None
         return add_hook(self, state, hook)
 
     @functools.wraps(add_builtin)
     def _register_builtin_comm_hook(self, comm_hook_type):
-        refuse(self, str(comm_hook_type))
+        # A built-in (C++) hook cannot go through the switch: its Python twin does.
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        twin = {dist.BuiltinCommHookType.ALLREDUCE: default_hooks.allreduce_hook,
+                dist.BuiltinCommHookType.FP16_COMPRESS: default_hooks.fp16_compress_hook}.get(comm_hook_type)
+        if twin is not None and take_over(self, self.process_group, twin,
+                                          f"{comm_hook_type}, run as its Python twin {twin.__qualname__}"):
+            return None
         return add_builtin(self, comm_hook_type)
 
     DDP.__init__, DDP.register_comm_hook = __init__, register_comm_hook

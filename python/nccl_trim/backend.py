@@ -12,14 +12,19 @@ through torch's Store: ranks on different machines work as under gloo.
 
 Operations run on one worker thread per group, in the order they were issued (every rank must
 issue the same collectives in the same order, as with NCCL), so an async all_reduce returns at once
-and DDP overlaps its buckets with the backward pass; the Work's future completes on that thread. A
-blocking call with nothing queued runs on the caller's thread instead (no handoff). A failed
+and DDP overlaps its buckets with the backward pass. A blocking call with nothing queued runs on the
+caller's thread instead (no handoff). The worker never runs a future's callbacks: it hands each
+finished Work to the group's completion threads (_Completions), which complete the futures in the
+order the collectives finished, so a callback that issues a collective and waits for it (torch's
+PowerSGD hook), on this group or another, cannot stop the collective it waits for. A failed
 collective fails the group for good, with a clear error, on every rank (a dead peer is noticed
 within NCCL_TRIM_TIMEOUT_MS, at once when its process is gone); every later call raises it.
 """
 
 import atexit
+import collections
 import datetime
+import functools
 import os
 import queue
 import threading
@@ -97,7 +102,13 @@ def _deliver(done: torch.futures.Future):
 
 class _Work(_C10dWork):
     """A collective handed to the worker: wait() blocks until it ran (and raises its error),
-    get_future() completes with the output tensors when it did."""
+    get_future() completes with the output tensors when it did.
+
+    Gloo's order: the future completes first (its callbacks run), then the Work (is_completed(),
+    wait()); so once wait() returns or is_completed() says True, the future is complete too.
+    (torch wraps the Work a Python backend returns in a C++ holder whose is_completed() is the
+    base class's, always False in torch 2.15: through dist.*, the future's done() is the state;
+    this class's own is_completed() is Gloo's.)"""
 
     def __init__(self, outputs: List[torch.Tensor]):
         super().__init__()
@@ -110,16 +121,24 @@ class _Work(_C10dWork):
         self._future = self._raw.then(_deliver)
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
+        self._completing: Optional[int] = None  # the thread running the future's callbacks
 
     def _finish(self, error: Optional[BaseException]) -> None:
+        """Completes the future (its callbacks run here: on a completion thread, or on the
+        caller's thread for an inline call, whose future has none yet), then the Work."""
         self._error = error
-        self._done.set()
-        # Callbacks (DDP's, a comm hook's .then) run here, on the thread that ran the collective.
-        self._raw.set_result((error, None if error is not None else self._outputs))
+        self._completing = threading.get_ident()
+        try:
+            self._raw.set_result((error, None if error is not None else self._outputs))
+        finally:
+            self._completing = None
+            self._done.set()
 
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         seconds = timeout.total_seconds() if timeout else 0
-        if not self._done.wait(seconds if seconds > 0 else None):
+        # A callback of this Work's own future that waits for it: the future is complete (its
+        # callbacks are what runs), so waiting for them to end would never end.
+        if self._completing != threading.get_ident() and not self._done.wait(seconds if seconds > 0 else None):
             raise TrimBackendError(f"trim: Work.wait timed out after {seconds:g} s; the collective is still running",
                                    code=coll.ETIMEOUT)
         if self._error is not None:
@@ -141,6 +160,73 @@ class _Work(_C10dWork):
 
     def get_future(self) -> torch.futures.Future:
         return self._future
+
+
+class _Completions:
+    """Completes a group's finished Works off its worker thread, in the order the worker
+    finished them: each Work's future completes, and its callbacks run, on one of these threads.
+
+    A callback may issue a collective and wait for it (torch's PowerSGD hook does, on its own
+    group or another): the worker runs that collective, since it never runs callbacks, and the
+    collective's own completion is taken by another of these threads, since the one that takes
+    a Work first hands that role on (to a free thread, or a new one when every thread is inside
+    a callback) whenever more Works are waiting. So no callback can hold up the worker, or any
+    later Work's completion; callbacks start in completion order and run one after another
+    unless one is still running when the next Work finishes (as on gloo's worker threads). One
+    thread stays for the group; others end when idle for IDLE_S."""
+
+    IDLE_S = 5.0
+
+    def __init__(self, name: str):
+        self._name = name
+        self._cv = threading.Condition(threading.Lock())
+        self._items: "collections.deque" = collections.deque()
+        self._threads = 0  # alive
+        self._busy = 0  # inside a completion
+        self._stopped = False
+
+    def put(self, finish: Callable[[], None]) -> None:
+        with self._cv:
+            self._items.append(finish)
+            if self._threads > self._busy:
+                self._cv.notify()  # a free thread takes it (one waiting, or about to look)
+                return
+            self._threads += 1
+        self._start()
+
+    def stop(self) -> None:
+        """Threads end once every Work put so far is complete."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def _start(self) -> None:
+        threading.Thread(target=self._loop, name=f"nccl_trim {self._name} completion", daemon=True).start()
+
+    def _loop(self) -> None:
+        cv = self._cv
+        with cv:
+            while True:
+                while not self._items:
+                    if self._stopped or (not cv.wait(self.IDLE_S) and not self._items
+                                         and self._threads - self._busy > 1):
+                        self._threads -= 1
+                        return
+                finish = self._items.popleft()
+                self._busy += 1
+                spawn = bool(self._items) and self._threads == self._busy
+                if spawn:  # the rest must not wait for this one's callbacks
+                    self._threads += 1
+                cv.release()
+                try:
+                    if spawn:
+                        self._start()
+                    finish()
+                except BaseException:  # noqa: BLE001 - _finish raises nothing of its own; never lose the thread
+                    pass
+                finally:
+                    cv.acquire()
+                    self._busy -= 1  # free again: it looks for the next at once
 
 
 _STOP = object()
@@ -234,14 +320,15 @@ class TrimBackend(_C10dBackend):
             self._comm.close()
             raise
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        # _run is held while a collective runs (the worker's or an inline one) and by close.
-        # Reentrant: a future's callback runs under it, on the thread that ran the collective, and
-        # may issue another collective or destroy the group. _state guards the two fields below
-        # and is never held for long, so an async call never waits for a running collective.
+        # _run is held while a collective runs (the worker's or an inline one) and by close; no
+        # future's callbacks run under it (they run on _completions' threads; an inline call's
+        # future has none while it runs). _state guards the two fields below and is never held
+        # for long, so an async call never waits for a running collective.
         self._run = threading.RLock()
         self._state = threading.Lock()
         self._pending = 0  # queued and not yet finished
         self._closed = False
+        self._completions = _Completions(self._name)
         self._worker = threading.Thread(target=self._serve, name=f"nccl_trim {self._name}", daemon=True)
         self._worker.start()
         _LIVE.add(self)
@@ -431,26 +518,38 @@ class TrimBackend(_C10dBackend):
             self._queue.put((work, run, ms))
         return work
 
-    def _execute(self, work: _Work, run, ms: int) -> None:
+    @staticmethod
+    def _run_one(run, ms: int) -> Optional[BaseException]:
+        """Runs one collective; its error (None: it succeeded)."""
         try:
             run(ms)
         except CollectiveError as e:
-            work._finish(TrimBackendError(str(e), code=e.code))
+            text = str(e)
+            if e.code == coll.ETIMEOUT:  # in gloo's words, which torch's tests look for
+                text += f": Timed out waiting {ms} ms (the call's timeout, else its group's)"
+            return TrimBackendError(text, code=e.code)
         except BaseException as e:  # noqa: BLE001 - handed to the waiter, never lost on this thread
-            work._finish(e)
-        else:
-            work._finish(None)
+            return e
+        return None
+
+    def _execute(self, work: _Work, run, ms: int) -> None:
+        """An inline call: runs and completes on the caller's thread (its future has no callbacks
+        yet: the Work is returned only after this)."""
+        work._finish(self._run_one(run, ms))
 
     def _serve(self) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
+                self._completions.stop()
                 return
             work, run, ms = item
             with self._run:
-                self._execute(work, run, ms)
+                error = self._run_one(run, ms)
             with self._state:
                 self._pending -= 1
+            # Never here: a callback may wait for a collective that only this thread can run.
+            self._completions.put(functools.partial(work._finish, error))
 
     def _close(self, abort: bool) -> None:
         """Shut down: with `abort`, the running collective fails at once; queued ones run first

@@ -31,8 +31,12 @@ class NcclTooOldError(PluginError):
 
 
 class HookConflictError(TrimError):
-    """A model already has a communication hook (one per model), so the RHT hook cannot be added,
-    or the script tries to add its own after nccl_trim.run installed ours."""
+    """A model already has a communication hook (one per model), so the RHT hook cannot be added."""
+
+
+class HookOverrideWarning(UserWarning):
+    """Under python -m nccl_trim.run, the script registered its own DDP comm hook on a model that
+    had the launcher's RHT hook: the script's hook runs, ours is skipped on that model."""
 
 
 class UnsupportedError(TrimError):

@@ -185,16 +185,34 @@ class OneRankTest(OneRankGloo):
         self.step(again)
         self.assertEqual((restored.step, restored.job_seed), (2, 5))
 
-    def test_bootstrap_installs_the_hook_and_refuses_a_second_one(self):
+    def test_bootstrap_installs_the_hook_and_lets_the_scripts_own_win(self):
+        import warnings
+
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         uninstall = _boot.install()
         try:
             model = self.model()
             self.assertIsInstance(model._nccl_trim_state, hook.RhtState)
-            with self.assertRaisesRegex(nccl_trim.HookConflictError, r"allreduce_hook.*--no-hook"):
+            self.assertEqual([h for h, _ in model._comm_hooks], [hook.rht_hook])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 model.register_comm_hook(None, default_hooks.allreduce_hook)
-            with self.assertRaisesRegex(nccl_trim.HookConflictError, "--no-hook"):
-                model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+            texts = [str(w.message) for w in caught if issubclass(w.category, nccl_trim.HookOverrideWarning)]
+            self.assertEqual(len(texts), 1, [str(w.message) for w in caught])
+            # Names both hooks, says how to keep ours and how to silence it.
+            self.assertRegex(texts[0], r"allreduce_hook.*rht_hook.*drop the script's register_comm_hook.*--no-hook")
+            self.assertIsNone(model._nccl_trim_state)
+            self.assertEqual(model._comm_hooks, [(default_hooks.allreduce_hook, None)])
+            self.step(model)  # the script's hook runs (a one-rank group: the gradient is its own)
+            with self.assertRaisesRegex(RuntimeError, "only be called once"):  # torch's own rule, from here on
+                model.register_comm_hook(None, default_hooks.allreduce_hook)
+            builtin = self.model()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                builtin._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+            self.assertTrue(any("ALLREDUCE" in str(w.message) for w in caught), [str(w.message) for w in caught])
+            self.assertIsNone(builtin._nccl_trim_state)
+            self.step(builtin)
         finally:
             uninstall()
         model = self.model()
