@@ -497,15 +497,18 @@ TEST(HarnessCodecPool, TrimmedMixedTrafficKeepsReplicasIdentical) {
 
 // NCCL's abort order (deregMr, free, close) while codec tasks still run: deregMr and close wait
 // for the connection's tasks, so nothing reads or writes freed memory (ASan and TSan run this
-// too). Slow workers (NCCL_TRIM_TEST_CODEC_STALL_MS: each task waits 250 ms first, unless its
-// message is abandoned) make sure the tasks are there: close and deregMr found some in flight and
-// waited for them (codec_waited_tasks), and the tasks of the abandoned messages stopped
-// (codec_cancelled), while requests were still in flight. (At 50 ms a machine loaded tenfold once
-// reached the close after the stalls had ended: nothing left to wait for.)
+// too). Held workers make sure the tasks are there, by an event rather than by time: with
+// NCCL_TRIM_TEST_CODEC_STALL_MS at its largest (60 s, a bound the test never reaches) each task
+// waits until its message is abandoned, so none can end before the deregMr that cancels it,
+// however loaded the machine (stalls of 250 ms, and 50 ms before them, relied on the deregMr
+// coming first). Nothing completes, so each rank deregisters with every request in flight once
+// its wait for a first completion (2 s) gives up, and both have deregistered before either closes
+// (a peer's FIN would abandon the messages first): deregMr found tasks in flight and waited for
+// them (codec_waited_tasks), and the abandoned tasks stopped (codec_cancelled).
 TEST(HarnessCodecPool, AbortAndCloseWithTasksInFlight) {
   trim::testing::EnvGuard pool{"NCCL_TRIM_CODEC_THREADS", "2"};
   trim::testing::EnvGuard phase{"NCCL_TRIM_PHASE", "all"};  // every transfer trimmable: all on the pool
-  trim::testing::EnvGuard slow{"NCCL_TRIM_TEST_CODEC_STALL_MS", "250"};
+  trim::testing::EnvGuard held{"NCCL_TRIM_TEST_CODEC_STALL_MS", "60000"};  // until cancelled
   for (int i = 0; i < 2; ++i) {
     for (const char* fault : {"--abort-in-flight", "--close-in-flight"}) {
       HarnessRun r = run_harness(std::string("--mode sendrecv --bytes 8M --op allreduce ") + fault);

@@ -100,7 +100,10 @@ CommCore* core_of(Comm* comm);
 // NCCL's buffers. NCCL frees them as soon as we return, so this waits as long as it takes:
 // the caller cancels the tasks of abandoned messages first, and those end within a row. Past
 // NCCL_TRIM_TIMEOUT_MS (a stalled worker) it warns, naming `what`, and keeps waiting.
-void wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what);
+// `found`: the tasks in flight when the caller began, counted before it cancelled any (a
+// cancelled task may end at once), for codec_waited_tasks.
+uint32_t codec_tasks_in_flight(const transport::Conn& c);
+void wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what, uint32_t found);
 
 // The comm hook's declarations (hook_trust.cc): the rows' log2 declared for `traffic_class`,
 // -1 when the class was not declared rotated in this process.

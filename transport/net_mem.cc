@@ -32,10 +32,11 @@ Status dereg_mr(Comm* comm, MemHandle* mem) {
   CommCore* core = core_of(comm);
   if (core == nullptr || mem->region.bytes == 0) return Status::ok();
   const uintptr_t lo = reinterpret_cast<uintptr_t>(mem->region.data);
+  const uint32_t found = detail::codec_tasks_in_flight(*core->conn);
   core->engine->release_memory(core->conn.get(), lo, lo + mem->region.bytes);
   // A codec task of an operation on the region may still be running (release_memory failed
   // such operations, cancelling their tasks): NCCL frees the region next.
-  detail::wait_for_codec(*comm->ctx(), *core->conn, "dereg_mr");
+  detail::wait_for_codec(*comm->ctx(), *core->conn, "dereg_mr", found);
   return Status::ok();
 }
 

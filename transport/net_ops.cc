@@ -139,9 +139,10 @@ Status close_comm(CommT* comm) {
   comm->core.engine->remove(c);  // from here on only this thread (and its codec tasks) touch it
   // Codec tasks of its operations may still read or write NCCL's buffers, which NCCL frees
   // after close: stop them, and let those that run end.
+  const uint32_t found = detail::codec_tasks_in_flight(*c);
   if (c->send) c->send->cancel_codec();
   if (c->recv) c->recv->cancel_codec();
-  detail::wait_for_codec(*comm->ctx(), *c, "close");
+  detail::wait_for_codec(*comm->ctx(), *c, "close", found);
   if (c->tcp_open) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
     // still completes those sends instead of failing them.
@@ -159,9 +160,13 @@ Status close_comm(CommT* comm) {
 
 }  // namespace
 
-void detail::wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what) {
-  const auto in_flight = [&c] { return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight(); };
-  if (const uint32_t n = in_flight()) transport::global_stats().codec_waited_tasks.fetch_add(n, std::memory_order_relaxed);
+uint32_t detail::codec_tasks_in_flight(const transport::Conn& c) {
+  return c.send ? c.send->tasks_in_flight() : c.recv->tasks_in_flight();
+}
+
+void detail::wait_for_codec(const Context& ctx, const transport::Conn& c, const char* what, uint32_t found) {
+  const auto in_flight = [&c] { return codec_tasks_in_flight(c); };
+  if (found != 0) transport::global_stats().codec_waited_tasks.fetch_add(found, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   auto next_warn = start + std::chrono::milliseconds(ctx.params.timeout_ms);
   auto nap = std::chrono::microseconds(20);

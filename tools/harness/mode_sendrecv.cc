@@ -223,7 +223,9 @@ Status leave_in_flight(RankCtx& c, Pump& pump, MemReg& reg) {
   }
   TRIM_RETURN_IF_ERROR(reg.release());
   if (c.opt.fault == Fault::kAbortInFlight) c.buffers->free_all();
-  return Status::ok();
+  // Both sides deregister before either closes: a peer's close (its FIN) abandons this side's
+  // messages too, and would otherwise decide whether this deregMr still finds their codec tasks.
+  return c.chan->barrier();
 }
 
 template <typename Pump>
