@@ -138,8 +138,8 @@ uint32_t header_crc(const uint8_t* h) {
   return crc32c_sw(0, copy, kCrcOffset);
 }
 
-// The payload prefix [0, received) of a lossy packet whose check points are in header `h`:
-// how much of it the check points vouch for (each point that arrived, in order, until one fails).
+}  // namespace
+
 uint32_t verified_prefix(const uint8_t* h, const uint8_t* payload, uint32_t received, bool* failed) {
   uint32_t crc = crc32c(h + kCheckSeedOffset, kCheckSeedBytes);
   uint32_t verified = 0;
@@ -156,6 +156,8 @@ uint32_t verified_prefix(const uint8_t* h, const uint8_t* payload, uint32_t rece
   }
   return verified;
 }
+
+namespace {
 
 PacketError fail(PacketError e) {
   packet_error_counters().add(e);

@@ -139,6 +139,11 @@ uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint32_t head
 
 // CRC-32C (Castagnoli); SSE4.2 when the CPU has it.
 uint32_t crc32c(const uint8_t* data, size_t len);
+// The payload prefix [0, received) of a lossy packet whose check points are in header `h`
+// (the packet's first bytes): how much of it the check points vouch for, each point that
+// arrived, in order, until one fails (*failed then true). parse_packet's own walk, for a caller
+// that must verify what parse_packet may skip (a packet no kernel checksum vouches for).
+uint32_t verified_prefix(const uint8_t* h, const uint8_t* payload, uint32_t received, bool* failed);
 
 // CRC-32C of `crc`'s data followed by [data, data + len): crc32c_extend(0, d, n) = crc32c(d, n).
 uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len);

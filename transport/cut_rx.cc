@@ -70,37 +70,18 @@ const char* cut_check_name(CutCheck c) {
   return "?";
 }
 
-namespace {
-// The header's check points (docs/PROTOCOL.md, "Check points"): kCheckPoints entries of
-// {u16 end, u16 check} ending where the header's CRC starts, each check the low 16 bits of
-// CRC-32C(header bytes [4, 40) || payload[0, end)).
-constexpr size_t kCheckTableOffset = codec::kHeaderBytes - 4 - 4 * codec::kCheckPoints;
-constexpr size_t kCheckSeedOffset = 4, kCheckSeedBytes = 36;
-static_assert(kCheckTableOffset == 52, "wire version 3: the check points at bytes 52..75");
-uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-}  // namespace
-
 CutCheck verify_cut_packet(const uint8_t* data, size_t len, codec::ParsedPacket* p, bool* newly_failed) {
   *newly_failed = false;
+  // parse_packet accepted the packet: a lossy scheme's has check points, scheme none's has none.
   if (p->hdr.scheme == codec::Scheme::kNone || len < codec::kHeaderBytes) return CutCheck::kNoCheckPoints;
-  const uint8_t* payload = data + codec::kHeaderBytes;
-  const size_t received = std::min<size_t>(len - codec::kHeaderBytes, p->hdr.payload_bytes);
-  uint32_t crc = codec::crc32c(data + kCheckSeedOffset, kCheckSeedBytes);
-  uint32_t verified = 0, points = 0;
-  for (uint32_t i = 0; i < codec::kCheckPoints; ++i) {
-    const uint8_t* e = data + kCheckTableOffset + 4 * i;
-    const uint32_t end = le16(e);
-    if (end == 0) break;  // parse_packet checked the table: ascending, then zeros
-    ++points;
-    if (end > received) break;
-    crc = codec::crc32c_extend(crc, payload + verified, end - verified);
-    if ((crc & 0xFFFFu) != le16(e + 2)) {
-      *newly_failed = !p->check_failed;  // parse_packet counts what it verified itself
-      return CutCheck::kBadCheckPoint;
-    }
-    verified = end;
+  const uint32_t received =
+      static_cast<uint32_t>(std::min<size_t>(len - codec::kHeaderBytes, p->hdr.payload_bytes));
+  bool failed = false;
+  const uint32_t verified = codec::verified_prefix(data, data + codec::kHeaderBytes, received, &failed);
+  if (failed) {
+    *newly_failed = !p->check_failed;  // parse_packet counts what it verified itself
+    return CutCheck::kBadCheckPoint;
   }
-  if (points == 0) return CutCheck::kNoCheckPoints;
   p->payload_received = verified;
   p->trimmed = verified < p->hdr.payload_bytes;
   return CutCheck::kOk;
