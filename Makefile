@@ -1,4 +1,4 @@
-# nccl-trim. Targets: all (default), test, asan, tsan, fuzz, demo, bench, docs, python-libs, clean.
+# nccl-trim. Targets: all (default), test, asan, tsan, fuzz, demo, bench, conformance, docs, python-libs, clean.
 # Everything lands in $(BUILD)/ (default build/); `make asan` uses build-asan/, `make tsan` build-tsan/.
 
 BUILD   ?= build
@@ -110,7 +110,7 @@ ifneq ($(SIM_SRCS),)
 endif
 TESTS   := $(BUILD)/bin/trim-tests
 
-.PHONY: all setup test run-tests python-libs asan tsan fuzz demo bench docs clean
+.PHONY: all setup test run-tests python-libs asan tsan fuzz demo bench conformance docs clean
 .DEFAULT_GOAL := all
 # Keep object files of the pattern-built tools (make would delete them as intermediates).
 .SECONDARY:
@@ -247,6 +247,13 @@ demo: setup
 
 bench: all
 	$(BUILD)/bin/trim-bench codec --json
+
+# PyTorch's own distributed suite on trim against gloo, 2 and 3 ranks (about an hour on 2 cores):
+# every test that passes on gloo passes on trim or is in tests/conformance/exclusions.txt with
+# its reason. make test runs a subset (tests/python/test_conformance.py).
+conformance: setup python-libs
+	PYTHONPATH=$(CURDIR)/python NCCL_TRIM_LIB_DIR=$(CURDIR)/$(BUILD)/lib python3 tests/conformance/run.py \
+	  --out $(BUILD)/conformance
 
 # docs/CONFIG.md and common/param_enums.h are generated from the params list; a test fails when
 # either is stale.

@@ -18,13 +18,20 @@ Status plugin_error(const char* call, ncclResult_t r) {
   return Status(Code::kUnavailable, std::string(call) + " returned " + result_name(r));
 }
 
+int64_t Backoff::sleep_ns(int64_t idle_ns) {
+  const int64_t ns = idle_ns / 20;
+  return ns < kMinSleepNs ? kMinSleepNs : (ns > kMaxSleepNs ? kMaxSleepNs : ns);
+}
+
 void Backoff::idle() {
-  ++idle_passes_;
+  if (idle_passes_++ == 0) idle_since_ns_ = mono_ns();
   if (idle_passes_ < 4) {
     sched_yield();
     return;
   }
-  timespec ts{0, 20000};  // 20 us: far below one 1 MiB slice's time on the wire
+  // 20 us at first: far below one 1 MiB slice's time on the wire.
+  const int64_t ns = sleep_ns(mono_ns() - idle_since_ns_);
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
   nanosleep(&ts, nullptr);
 }
 

@@ -17,16 +17,16 @@ PYTHON=${PYTHON:-python3}
 # (about 2.7 GB to download with its nvidia-* wheels, 5 GB installed, ~1.5 min here). Installed
 # into the Python that runs the tests ($PYTHON), only when `import torch` fails.
 install_torch() {
-  if "$PYTHON" -c "import torch, numpy, sklearn, matplotlib" >/dev/null 2>&1; then
+  if "$PYTHON" -c "import torch, numpy, sklearn, matplotlib, expecttest" >/dev/null 2>&1; then
     return 0
   fi
-  echo "setup: installing torch, numpy, scikit-learn and matplotlib from PyPI for the PyTorch tests (about 2.8 GB to download, 5 GB on disk;" \
+  echo "setup: installing torch, numpy, scikit-learn, matplotlib and expecttest (torch's test utilities) from PyPI for the PyTorch tests (about 2.8 GB to download, 5 GB on disk;" \
        "TRIM_SKIP_TORCH=1 skips them)"
   if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     echo "setup: $PYTHON has no pip; install python3-pip (or use a virtualenv), then run make test again" >&2
     return 1
   fi
-  if ! PIP_DISABLE_PIP_VERSION_CHECK=1 "$PYTHON" -m pip install -q --progress-bar off "torch>=2.11" numpy scikit-learn matplotlib; then
+  if ! PIP_DISABLE_PIP_VERSION_CHECK=1 "$PYTHON" -m pip install -q --progress-bar off "torch>=2.11" numpy scikit-learn matplotlib expecttest; then
     echo "setup: pip could not install torch into $PYTHON (an externally managed Python? use a virtualenv and" \
          "PYTHON=/path/to/venv/bin/python make test)" >&2
     return 1

@@ -40,9 +40,9 @@ class HookOverrideWarning(UserWarning):
 
 
 class UnsupportedError(TrimError):
-    """The trim torch.distributed backend was asked for something it does not carry: an operation
-    other than all_reduce, broadcast, all_gather, reduce_scatter and barrier, a dtype or reduction
-    NCCL has no type for, a non-CPU tensor, or arguments that cannot be right (a bad root)."""
+    """The trim torch.distributed backend was asked for something it does not carry: a dtype or
+    reduction NCCL has no type for, a non-CPU or sparse tensor, or arguments that cannot be right
+    (a bad root, split sizes that do not add up, uneven all_gather sizes)."""
 
 
 class CollectiveError(TrimError):

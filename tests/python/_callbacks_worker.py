@@ -13,6 +13,8 @@ warnings.simplefilter("ignore")  # torch without numpy warns at import
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+
+from _spawn import error_of  # noqa: E402,F401 - the scenarios report errors with it
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import nccl_trim  # noqa: E402,F401 - registers "trim"
@@ -27,17 +29,6 @@ def wait_key(store, key, seconds=HOLD_S) -> bool:
         return True
     except Exception:  # noqa: BLE001 - torch raises DistStoreError on timeout
         return False
-
-
-def error_of(call):
-    """(type name, text, seconds) of what call() raised; None if it returned."""
-    t0 = time.monotonic()
-    try:
-        call()
-    except Exception as e:  # noqa: BLE001 - the test asserts on it
-        return {"type": type(e).__name__, "text": str(e), "seconds": time.monotonic() - t0,
-                "dist_error": isinstance(e, dist.DistError)}
-    return None
 
 
 # ---- item 1: a callback that issues a collective and waits for it
@@ -218,14 +209,3 @@ def init_timeout(rank, world, backend):
 
 SCENARIOS = {"callbacks": callbacks, "powersgd": powersgd, "semantics": semantics, "timeouts": timeouts,
              "init_timeout": init_timeout}
-
-
-def main(rank, world, scenario, backend, rdzv, out_dir, timeout_s=None):
-    os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(1)
-    kwargs = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
-    dist.init_process_group(backend, init_method=f"file://{rdzv}", rank=rank, world_size=world, **kwargs)
-    result = SCENARIOS[scenario](rank, world, backend)
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()

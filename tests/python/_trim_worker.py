@@ -279,11 +279,12 @@ def compare(rank, world, gloo):
 
     # Bad calls are refused before anything is sent; the group stays usable.
     refusals = {}
-    for name, call in (("reduce", lambda: dist.reduce(torch.ones(3), dst=0)),
+    for name, call in (("reduce_band", lambda: dist.reduce(torch.ones(3, dtype=torch.int32), dst=0,
+                                                           op=dist.ReduceOp.BAND)),
                        ("int16", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16))),
                        ("float8", lambda: dist.all_reduce(torch.ones(3).to(torch.float8_e5m2))),
                        ("band", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)),
-                       ("send", lambda: dist.send(torch.ones(3), dst=1 - rank)),
+                       ("bad_splits", lambda: dist.all_to_all_single(torch.empty(4), torch.ones(4), [1, 1], [3, 3])),
                        ("uneven_all_gather", lambda: dist.all_gather([torch.empty(3), torch.empty(4)],
                                                                      torch.ones(3 + rank)))):
         try:

@@ -150,8 +150,8 @@ class BackendTwoRanksTest(unittest.TestCase):
     def test_unsupported_calls_fail_clearly_and_leave_the_group_usable(self):
         for r, res in enumerate(self.ranks):
             refusals = res["refusals"]
-            for name, needle in (("reduce", "reduce is not supported"), ("int16", "torch.int16"),
-                                 ("float8", "torch.float8_e5m2"), ("band", "BAND"), ("send", "send is not supported"),
+            for name, needle in (("reduce_band", "ReduceOp.BAND"), ("int16", "torch.int16"),
+                                 ("float8", "torch.float8_e5m2"), ("band", "BAND"), ("bad_splits", "split sizes [3, 3]"),
                                  ("uneven_all_gather", "uneven sizes")):
                 self.assertIsNotNone(refusals[name], f"rank {r}: {name} was accepted")
                 _, is_ours, text = refusals[name]

@@ -22,85 +22,18 @@ What is asserted, and why it must hold:
 Every scenario runs under a deadline: a deadlock fails the test instead of hanging it.
 """
 
-import os
-import shutil
-import sys
-import tempfile
-import time
+import functools
 import unittest
 
+from _spawn import run_both
 from _support import require_libs, require_torch
 
-DEADLINE_S = 90  # per scenario, both ranks: spawn, import torch, init, the scenario (~10 s alone)
 TIMEOUT_RE = r" (Timed out|closed|timeout) "  # torch's distributed_test._test_barrier_timeout
 LATE_BOUND_S = 5.0  # a timed-out collective fails within this after the group's timeout
 
 
-class _Run:
-    """`scenario` on `world` ranks of `backend`, started; result() waits for it. A rank still
-    running DEADLINE_S after the start is killed and fails the test (a deadlock)."""
-
-    def __init__(self, scenario, backend, world=2, timeout_s=None):
-        require_torch()
-        import torch.multiprocessing as mp
-
-        import _callbacks_worker
-        self.scenario, self.backend, self.world = scenario, backend, world
-        self.tmp = tempfile.mkdtemp(prefix="trim-callbacks-")
-        self.t0 = time.monotonic()
-        ctx = mp.get_context("spawn")
-        self.procs = [ctx.Process(target=_callbacks_worker.main,
-                                  args=(r, world, scenario, backend, os.path.join(self.tmp, "rdzv"), self.tmp,
-                                        timeout_s))
-                      for r in range(world)]
-        for p in self.procs:
-            p.start()
-
-    def result(self):
-        """(the ranks' results, the wall time)."""
-        torch = require_torch()
-        try:
-            deadline = self.t0 + DEADLINE_S
-            for p in self.procs:
-                p.join(timeout=max(0.0, deadline - time.monotonic()))
-            hung = [r for r, p in enumerate(self.procs) if p.is_alive()]
-            for r in hung:
-                self.procs[r].kill()
-            for p in self.procs:
-                p.join()
-            if hung:
-                raise AssertionError(f"{self.scenario} on {self.backend}: ranks {hung} still running after "
-                                     f"{DEADLINE_S} s (a deadlock)")
-            codes = [p.exitcode for p in self.procs]
-            if codes != [0] * self.world:
-                raise AssertionError(f"{self.scenario} on {self.backend}: exit codes {codes}")
-            return [torch.load(os.path.join(self.tmp, f"rank{r}.pt"), weights_only=False)
-                    for r in range(self.world)], time.monotonic() - self.t0
-        finally:
-            for p in self.procs:
-                if p.is_alive():
-                    p.kill()
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 class Reported(unittest.TestCase):
-    @staticmethod
-    def run_both(scenario, **kwargs):
-        """(trim's ranks, gloo's ranks), both backends run at the same time (the scenarios wait
-        on peers and timeouts far more than they compute, so this halves the suite's time without
-        crowding either); the times are printed."""
-        runs = {backend: _Run(scenario, backend, **kwargs) for backend in ("trim", "gloo")}
-        got = {}
-        try:
-            for backend, run in runs.items():
-                got[backend], seconds = run.result()
-                print(f"\n    ({scenario} on {backend}: {seconds:.1f} s)", file=sys.stderr, end="")
-        finally:
-            for run in runs.values():
-                for p in run.procs:
-                    if p.is_alive():
-                        p.kill()
-        return got["trim"], got["gloo"]
+    run_both = staticmethod(functools.partial(run_both, "_callbacks_worker"))
 
 
 class CallbackTest(Reported):
