@@ -248,7 +248,7 @@ demo: setup
 bench: all
 	$(BUILD)/bin/trim-bench codec --json
 
-# PyTorch's own distributed suite on trim against gloo, 2 and 3 ranks (about an hour on 2 cores):
+# PyTorch's own distributed suite on trim against gloo, 2 and 3 ranks (~1.5 hours on 2 cores):
 # every test that passes on gloo passes on trim or is in tests/conformance/exclusions.txt with
 # its reason. make test runs a subset (tests/python/test_conformance.py).
 conformance: setup python-libs
