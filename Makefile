@@ -217,8 +217,7 @@ test: setup
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
-	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD))
-	$(if $(SAN),@echo "check_ddp_scripts: skipped under SAN=1 (it checks the scripts, which use no sanitized binary; make test runs it)",scripts/check_ddp_scripts.sh)
+	$(if $(SAN),@echo "python tests and check_ddp_scripts: skipped under SAN=1 (python cannot load ASan-built libraries; the scripts use no sanitized binary: make test runs them)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD) --with-script-checks)
 
 # allocator_may_return_null=1: an allocation that cannot succeed returns null as it does without
 # a sanitizer, so the tests that check it becomes an error (CollMemory.*) run here too.
