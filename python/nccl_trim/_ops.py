@@ -24,9 +24,7 @@ from .errors import UnsupportedError
 class _P2PWork(_Work):
     """A send's or receive's Work; a receive knows the rank its message came from."""
 
-    def __init__(self, outputs):
-        super().__init__(outputs)
-        self._source = -1
+    _source = -1  # set when the receive finishes
 
     def _source_rank(self) -> int:  # noqa: D401 - torch's name
         self.wait()
@@ -260,7 +258,7 @@ class MoreOps:
                 return
             parts = [src if r == root else torch.empty_like(src) for r in range(self._size)]
             self._exchange(tag, [], [(r, _bytes(parts[r])) for r in range(self._size) if r != root], ms)
-            acc = parts[0].clone()
+            acc = parts[0]  # private: received here, or the clone of this rank's tensor
             for part in parts[1:]:  # rank order: the same result whichever rank is the root
                 _reduce_into(acc, part, op)
             if op == coll.AVG:
@@ -364,12 +362,10 @@ class MoreOps:
             raise UnsupportedError(f"trim: {what} needs as many outputs as inputs (at least one), got "
                                    f"{len(outputs)} and {len(inputs)}")
         works = [one(o, i, opts) for o, i in zip(outputs, inputs)]
-        last = works[-1]  # the worker runs them in order: the last one done means all are
 
-        def run(ms):
-            for w in works[:-1]:
+        def run(ms):  # queued after them: they have run; this reports their errors
+            for w in works:
                 w.wait()
-            last.wait()
         return self._submit(run, list(outputs), opts)
 
     # ---- monitored_barrier: gloo's, on the p2p connections
