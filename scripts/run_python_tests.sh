@@ -11,7 +11,7 @@ script_checks=0
 [[ ${2:-} == --with-script-checks ]] && script_checks=1
 [[ $build = /* ]] || build=$root/$build
 PYTHON=${PYTHON:-python3}
-export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$root/python:$root${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_TRIM_LIB_DIR=$build/lib
 # The build made them: a missing library is a failure here, not a skip (tests/python/_support.py).
 export TRIM_REQUIRE_LIBS=${TRIM_REQUIRE_LIBS:-1}
