@@ -325,10 +325,10 @@ run_one() {
   local kind=$1 lbl=$2 m=$3 dir=$run_dir
   local script args=()
   if [[ $kind == bench ]]; then
-    script="$here/allreduce_bench.py"
+    script="$here/../bench/workloads/allreduce_bench.py"
     args=(--label "$m")
   else
-    script="$here/ddp_train.py"
+    script="$here/../bench/workloads/ddp_train.py"
     args=(--task "$task" --seed "$seed")
     [[ -n $epochs ]] && args+=(--epochs "$epochs")
     [[ -n $batch_size ]] && args+=(--batch-size "$batch_size")
@@ -445,7 +445,7 @@ PY
     done
   fi
   stop_switch
-  "$PYTHON" "$here/plot_ddp.py" --summarize "$dir" --status "$rc" --wall-s "$((SECONDS - t0))" >/dev/null || ((rc)) || rc=1
+  PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m bench ddp-report --summarize "$dir" --status "$rc" --wall-s "$((SECONDS - t0))" >/dev/null || ((rc)) || rc=1
   return "$rc"
 }
 
@@ -571,6 +571,6 @@ else
   plot_args=()
   ((no_plots)) || ! "$PYTHON" -c 'import matplotlib' 2>/dev/null && plot_args+=(--no-plots)
   # (plot_ddp.py exits 1 when a run failed too: those are already counted)
-  "$PYTHON" "$here/plot_ddp.py" "$root" "${plot_args[@]}" --summary-line || ((failures)) || failures=1
+  PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m bench ddp-report "$root" "${plot_args[@]}" --summary-line || ((failures)) || failures=1
 fi
 ((failures == 0)) || { echo "run_ddp: $failures run(s) failed" >&2; exit 1; }

@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from jsonio import read_jsonl
+from bench.jsonio import read_jsonl
 
 
 # The plugin logs each connection's counters when NCCL closes it; summed over ranks they give
@@ -383,7 +383,7 @@ def seed_table(runs):
     return lines, out
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", help="results root (or one run dir)")
     p.add_argument("--summarize", metavar="RUNDIR", help="summarize one run and print its summary line")
@@ -392,7 +392,7 @@ def main():
     p.add_argument("--out", help="where the PNGs go (default: DIR)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--summary-line", action="store_true", help="end with one JSON line over all runs")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.summarize:
         print(json.dumps(summarize(a.summarize, a.status, a.wall_s)))
         return 0
@@ -434,4 +434,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
