@@ -24,7 +24,8 @@ COMMANDS = {
 }
 
 
-def usage(out=sys.stdout):
+def usage(out=None):
+    out = out or sys.stdout
     print("usage: python -m bench <command> [options]\n\ncommands:", file=out)
     for name, (_, what) in COMMANDS.items():
         print(f"  {name:<18} {what}", file=out)
