@@ -7,40 +7,28 @@
 # and UDP".
 #
 # usage: scripts/netns_bottleneck.sh [OPTIONS] -- CMD [ARGS...]
-#   --build DIR        where bin/trim-switch is (default build)
-#   --ranks N          namespaces/ranks, 2..16 (default 2)
-#   --rate-gbps G      bottleneck rate of every rank's egress port (default 1)
-#   --buffer-bytes B   data queue per port (default 262144)
-#   --cross PCT        cross traffic into every port at PCT % of the rate on average (default 0)
-#   --cross-period-ms P  0 (default): constant cross traffic; else bursts at the port's full
-#                      rate, PCT % of every P ms (whole ms, at least 1), silent the rest: the same
-#                      average, arriving as another tenant's collectives do (trim-switch's onoff)
-#   --loss PCT         random loss of every packet, in % (default 0)
-#   --mode trim|drop   the switch's mode (default trim; trim cuts our exact packets to headers)
-#   --seed N           the switch's seed (cross phases, loss) (default 1)
-#   --prop-delay-us US link propagation delay (default 5)
-#   --mtu BYTES        TUN MTU (default 9000)
-#   --switch-arg ARG   one more trim-switch argument (repeatable, e.g. --switch-arg --trim-exact
-#                      --switch-arg 0)
-#   --log FILE         the switch's JSON lines (default: a temp file, removed on exit)
-#   --per-rank         run CMD once per rank inside its namespace (ip netns exec), all at once;
-#                      else CMD runs once in the caller's namespace (trim-harness --netns {netns})
-#   --dry-run          set everything up, print the command(s) with placeholders filled in,
-#                      tear down; runs nothing
-#   --print-only       print the switch's and the command(s)' lines as --dry-run does, but set
-#                      nothing up: needs no root, no `ip`, no /dev/net/tun and no build
-# Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0} (rank 0's address); with
-# --per-rank also {rank} and {addr}. The command gets NCCL_TRIM_IFNAME and NCCL_SOCKET_IFNAME =
-# the TUN's name (always: nothing else leads out of a namespace), TRIM_BN_NETNS, TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK).
-# Prints {"event":"bottleneck_ready",...} once the namespaces are up, and the switch's final
-# stats line ({"event":"final",...}) at the end. Exit status: the command's (the largest of the
-# ranks'), 1 when the bottleneck could not be set up, 2 for bad options, 77 when this machine
-# cannot make namespaces or TUN devices (not root, no /dev/net/tun, no `ip`): the reason is
-# printed. Everything is torn down on exit, error, SIGINT and SIGTERM.
+#   --build DIR [build]  --ranks N [2, 2..16]  --rate-gbps G [1]  --buffer-bytes B [262144]
+#   --cross PCT [0]      cross traffic into every port, PCT % of the rate on average
+#   --cross-period-ms P  0 [default]: constant; else line-rate bursts, PCT % of every P ms
+#   --loss PCT [0]  --mode trim|drop [trim]  --seed N [1]  --prop-delay-us US [5]  --mtu BYTES [9000]
+#   --switch-arg ARG     one more trim-switch argument (repeatable)
+#   --log FILE           the switch's JSON lines (default: a temp file, removed on exit)
+#   --per-rank           CMD once per rank inside its namespace (ip netns exec), all at once; else
+#                        once in the caller's namespace (trim-harness --netns {netns})
+#   --rank-output PREFIX with --per-rank: rank K's stdout/stderr into PREFIX<K>.out/.log
+#   --print-only         print the switch's and the command(s)' lines; set nothing up (no root)
+# Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0}; with --per-rank {rank}, {addr}.
+# The command gets NCCL_TRIM_IFNAME = NCCL_SOCKET_IFNAME = the TUN's name, TRIM_BN_NETNS,
+# TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK). Prints {"event":"bottleneck_ready",...} once
+# the namespaces are up, {"event":"tcp","rank":K,"tcp_retrans_segs":N} per namespace after the
+# command (RetransSegs of its /proc/net/snmp) and the switch's {"event":"final",...} at the end.
+# Exit status: the command's (the largest of the ranks'), 1 when the bottleneck could not be set
+# up, 2 for bad options, 77 when this machine cannot make namespaces or TUN devices (the reason is
+# printed). Everything is torn down on exit, error, SIGINT and SIGTERM.
 set -euo pipefail
 
 BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 PERIOD_MS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
-LOG="" PER_RANK=0 DRY=0 PRINT_ONLY=0 TUN_NAME=trimbn
+LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -59,8 +47,8 @@ while [[ $# -gt 0 ]]; do
     --switch-arg) SW_EXTRA+=("$2"); shift 2 ;;
     --log) LOG=$2; shift 2 ;;
     --per-rank) PER_RANK=1; shift ;;
-    --dry-run) DRY=1; shift ;;
-    --print-only) PRINT_ONLY=1; DRY=1; shift ;;
+    --rank-output) RANK_OUT=$2; shift 2 ;;
+    --print-only) PRINT_ONLY=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     --) shift; break ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -192,25 +180,29 @@ rc=0
 if [[ $PER_RANK -eq 0 ]]; then
   fill -1 "$@"
   echo "+ ${FILLED[*]}" >&2
-  if [[ $DRY -eq 0 ]]; then
-    setsid "${FILLED[@]}" &
-    CMD_PIDS+=($!)
-    wait "${CMD_PIDS[0]}" || rc=$?
-    CMD_PIDS=()
-  fi
+  setsid "${FILLED[@]}" &
+  CMD_PIDS+=($!)
 else
   for ((k = 0; k < RANKS; k++)); do
     fill "$k" "$@"
     echo "+ [rank $k] TRIM_BN_RANK=$k ip netns exec ${NS[$k]} ${FILLED[*]}" >&2
-    [[ $DRY -eq 1 ]] && continue
-    TRIM_BN_RANK=$k setsid ip netns exec "${NS[$k]}" "${FILLED[@]}" &
+    if [[ -n $RANK_OUT ]]; then
+      TRIM_BN_RANK=$k setsid ip netns exec "${NS[$k]}" "${FILLED[@]}" >"$RANK_OUT$k.out" 2>"$RANK_OUT$k.log" &
+    else
+      TRIM_BN_RANK=$k setsid ip netns exec "${NS[$k]}" "${FILLED[@]}" &
+    fi
     CMD_PIDS+=($!)
   done
-  for p in "${CMD_PIDS[@]}"; do
-    r=0
-    wait "$p" || r=$?
-    [[ $r -gt $rc ]] && rc=$r
-  done
-  CMD_PIDS=()
 fi
+for p in "${CMD_PIDS[@]}"; do
+  r=0
+  wait "$p" || r=$?
+  ((r > rc)) && rc=$r
+done
+CMD_PIDS=()
+# TCP's retransmissions per namespace (its own /proc/net/snmp), read before the namespaces go.
+for ((k = 0; k < RANKS; k++)); do
+  ip netns exec "${NS[$k]}" awk -v k="$k" '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 }
+    else printf "{\"event\":\"tcp\",\"rank\":%d,\"tcp_retrans_segs\":%d}\n", k, $c["RetransSegs"] }' /proc/net/snmp || true
+done
 exit "$rc"

@@ -1,0 +1,327 @@
+"""The congestion head-to-head (issues 20, 25): DDP training (bench/workloads/ddp_train.py) through
+ONE emulated bottleneck that TCP and the plugin's UDP cross by the same rule
+(scripts/netns_bottleneck.sh: a namespace per rank, trim-switch routing over TUN devices). Every
+run of a point gets the same port, cross traffic, loss and switch seed; only the transport
+changes (TRANSPORTS). Points are TASK:cN (N % cross load, line-rate bursts) or TASK:lN (N %
+random loss); the plan's order is the priority (--budget-s cuts a point's transports together).
+
+Estimate per run: startup + steps x (compute + comm) x 1.05, comm = grad_bytes x 8 / (rate x 0.7)
+/ (1 - cross) x (1 + 0.5 x loss%) (0.7: TCP's goodput share through this port); compute is
+assumed until --calibrate measures it. Calibration (on in the GPU presets): the first run (c0,
+the baseline) times compute without gradient sync; when communication is under half of its
+iteration the rate becomes rate x comm / (1.5 x compute) and that run is redone.
+
+Output: DIR/<task>_<transport>_c<cross>_l<loss>/ (run.json, rank<R>.{jsonl,out,log}, switch.jsonl,
+bottleneck.out, summary.json), DIR/bench.json, skipped.jsonl, calibration.json; then
+`congestion-report DIR`. Exit 0 when every run that started was ok, 1 when one failed, 2 bad options."""
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import REPO, SCRIPTS, build_dir
+from . import congestion_report as report
+from .jsonio import load_json, write_json
+from .workloads import ddp_train
+
+PRESETS = {  # name -> plan; --cpu has its own port rate (0.5 Gbit/s) and no calibration
+    "default": "widemlp:c0,widemlp:c60,widemlp:c90,widemlp:l1,digits:c60,widemlp:c30,widemlp:l0.1",
+    "quick": "widemlp:c0,widemlp:c60,widemlp:l1,digits:c60",
+    "cpu": "widemlp:c0,widemlp:c60,widemlp:c30,widemlp:c90,widemlp:l1,widemlp:l0.1,digits:c60",
+}
+# transport -> its switch mode, the device it needs, its rank environment and launch: `plugin` is
+# the head bits of the plugin's rht; `hook` adds the launcher's bootstrap (the RHT comm hook).
+TRANSPORTS = {
+    "socket": {"switch": "drop", "device": "cuda", "env": {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}},
+    "gloo": {"switch": "drop", "device": "cpu"},
+    "drop": {"switch": "drop", "plugin": 1},
+    "trim": {"switch": "trim", "plugin": 1},
+    "trim16": {"switch": "trim", "plugin": 16, "mode": "trim"},
+    "hook": {"switch": "trim", "plugin": 1, "mode": "trim", "hook": True},
+}
+TARGET = {"digits": 0.95, "widemlp": 0.95, "charlm": 0.45}
+COMPUTE_MS = {"digits": 8, "widemlp": 5, "charlm": 15}  # assumed until measured
+TASK_ARGS = {"digits": ["--eval-every", "10"], "widemlp": ["--measure-compute", "10"], "charlm": []}
+TRAIN = REPO / "bench" / "workloads" / "ddp_train.py"
+ITEM = re.compile(r"^(digits|widemlp|charlm):([cl])(\d+(?:\.\d+)?)$")
+
+
+def parse(argv):
+    argv, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(prog="python -m bench congestion", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="presets: " + "; ".join(f"{k}: {v}" for k, v in PRESETS.items()))
+    p.add_argument("--quick", action="store_true", help="the short GPU preset")
+    p.add_argument("--cpu", action="store_true", help="CPU tensors: gloo the baseline, the plugin through the trim backend")
+    p.add_argument("--plan", help="TASK:POINT,... in run order, e.g. widemlp:c60,digits:l1")
+    p.add_argument("--tasks", help="instead of a plan, with --cross/--loss [widemlp,digits]")
+    p.add_argument("--cross", help="cross loads, %% [0,60,90,30]")
+    p.add_argument("--loss", help="random losses, %% [1,0.1]")
+    p.add_argument("--transports", help="in this order within every point [socket,drop,trim,trim16; --cpu gloo,drop,trim,hook]")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--rate-gbps", type=float, help="[2.5; --cpu 0.5]")
+    p.add_argument("--buffer-bytes", type=int, default=131072)
+    p.add_argument("--cross-period-ms", type=int, default=10, help="bursts' period (0: constant cross traffic)")
+    p.add_argument("--prop-delay-us", type=float, default=20)
+    p.add_argument("--seed", type=int, default=7, help="the switch's seed (cross phases, loss)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, help="[on in the GPU presets]")
+    p.add_argument("--budget-s", type=int, default=0, help="wall clock of the whole sweep (0: none)")
+    p.add_argument("--startup-s", type=float, default=10, help="the estimate's start-up cost per run")
+    p.add_argument("--timeout-s", type=int, default=1800, help="per run")
+    p.add_argument("--out", help="[BUILD/congestion]")
+    p.add_argument("--build", default="build")
+    p.add_argument("--resume", action="store_true", help="keep runs whose summary.json says ok")
+    p.add_argument("--dry-run", action="store_true", help="print the runs' commands and estimates; run nothing")
+    a = p.parse_args(argv)
+    a.extra, a.build = extra, build_dir(a.build)
+    a.out = Path(a.out).resolve() if a.out else a.build / "congestion"
+    custom = a.plan or a.tasks or a.cross or a.loss
+    if a.quick and (custom or a.cpu):
+        p.error("--quick is a GPU preset: not with --cpu, --plan, --tasks, --cross or --loss")
+    a.preset = None if custom else "cpu" if a.cpu else "quick" if a.quick else "default"
+    if not a.plan and custom:  # every task at every cross load (no loss), then every loss (no cross load)
+        a.plan = ",".join(it for t in (a.tasks or "widemlp,digits").split(",") for it in
+                          [f"{t}:c{c}" for c in (a.cross or "0,60,90,30").split(",")] +
+                          [f"{t}:l{x}" for x in (a.loss or "1,0.1").split(",") if x != "0"])
+    a.plan = (a.plan or PRESETS[a.preset]).split(",")
+    if a.calibrate is None:
+        a.calibrate = a.preset in ("default", "quick")
+    a.rate_gbps = a.rate_gbps or (0.5 if a.cpu else 2.5)
+    a.base = "gloo" if a.cpu else "socket"
+    a.transports = (a.transports or ("gloo,drop,trim,hook" if a.cpu else "socket,drop,trim,trim16")).split(",")
+    for t in a.transports:
+        if t not in TRANSPORTS:
+            p.error(f"--transports: unknown transport '{t}' (one of {', '.join(TRANSPORTS)})")
+        if TRANSPORTS[t].get("device", "cpu" if a.cpu else "cuda") != ("cpu" if a.cpu else "cuda"):
+            p.error(f"--transports: '{t}' needs {'--cpu' if t == 'gloo' else 'CUDA tensors (the CPU baseline is gloo)'}")
+    for it in a.plan:
+        if not ITEM.match(it):
+            p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
+    if a.calibrate and not (a.plan[0].endswith(":c0") and a.transports[0] == a.base):
+        p.error(f"--calibrate: the plan must start with a cross-0 point and the transports with {a.base} (it is that run)")
+    if min(a.ranks, a.buffer_bytes, a.cross_period_ms, a.budget_s, a.timeout_s) < 0 or a.rate_gbps <= 0:
+        p.error("--ranks, --buffer-bytes, --cross-period-ms, --budget-s, --timeout-s: >= 0; --rate-gbps: > 0")
+    if not a.dry_run and not (a.build / "lib/libnccl-net-trim.so").exists():
+        p.error(f"no {a.build}/lib/libnccl-net-trim.so: run 'make -j2 all' first (or pass --build)")
+    a.compute_ms = dict(COMPUTE_MS)
+    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) if m[2] == "c" else 0.0,
+               "loss": float(m[3]) if m[2] == "l" else 0.0} for it in a.plan for m in [ITEM.match(it)] for tr in a.transports]
+    for r in a.runs:
+        r["label"] = f"{r['task']}_{r['transport']}_c{r['cross']:g}_l{r['loss']:g}"
+    a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {r["task"] for r in a.runs}}
+    return a
+
+
+def task_args(a, task):
+    """ddp_train.py's arguments for TASK (before the caller's extra ones)."""
+    args = ["--task", task, "--seed", "0", "--deterministic", "--target-acc", str(TARGET[task])]
+    args += ["--epochs", str(a.epochs)] if a.epochs else []
+    args += ["--max-steps", str(a.max_steps)] if a.max_steps else []
+    args += ["--max-steps", "160"] if task == "digits" and not (a.epochs or a.max_steps) else []
+    args += TASK_ARGS[task]
+    args += ["--digits-csv", os.environ["DDP_DIGITS_CSV"]] if os.environ.get("DDP_DIGITS_CSV") and task != "charlm" else []
+    return args + a.extra
+
+
+def estimate_s(a, r):
+    size = a.sizes[r["task"]]
+    comm_ms = size["grad_bytes"] * 8 / (a.rate_gbps * 1e9 * 0.7) * 1000 / (1 - r["cross"] / 100) * (1 + 0.5 * r["loss"])
+    return int(a.startup_s + size["steps"] * (a.compute_ms[r["task"]] + comm_ms) / 1000 * 1.05 + 0.999)
+
+
+def limit_s(a, est, left):
+    lim = min(max(3 * est, 60), a.timeout_s)
+    return min(lim, left) if a.budget_s else lim
+
+
+def rank_env(a, tr):
+    """The environment and launch of TR's ranks ({rank} and {addr0} filled in by netns_bottleneck.sh)."""
+    t = TRANSPORTS[tr]
+    env = {"RANK": "{rank}", "WORLD_SIZE": a.ranks, "LOCAL_RANK": "{rank}", "LOCAL_WORLD_SIZE": a.ranks,
+           "MASTER_ADDR": "{addr0}", "MASTER_PORT": 29500, "PYTHONUNBUFFERED": 1, "NCCL_HOSTID": "ddp-rank{rank}",
+           "NCCL_SOCKET_IFNAME": "trimbn", "GLOO_SOCKET_IFNAME": "trimbn", "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "INFO"),
+           "NCCL_DEBUG_SUBSYS": os.environ.get("NCCL_DEBUG_SUBSYS", "INIT,NET"), **t.get("env", {})}
+    launch, backend = [], ["--backend", "gloo"] if a.cpu else []
+    if "plugin" in t:
+        env.update(NCCL_NET_PLUGIN=a.build / "lib/libnccl-net-trim.so", NCCL_NET="Trim", NCCL_TRIM_IFNAME="trimbn",
+                   NCCL_TRIM_SCHEME="rht", NCCL_TRIM_HEAD_BITS=t["plugin"])
+        if a.cpu:  # the CPU backend finds the plugin in the build, not an installed package's copy
+            env["NCCL_TRIM_LIB_DIR"] = a.build / "lib"
+        if a.cpu or t.get("hook"):
+            env["PYTHONPATH"] = ":".join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")]))
+        if t.get("hook"):  # as `python -m nccl_trim.run [--trim-cpu]`: every DDP model gets the RHT hook
+            launch = ["-m", "nccl_trim._boot"] + (["--trim-cpu"] if a.cpu else [])
+        elif a.cpu:
+            backend = ["--backend", "trim"]
+    return env, launch, backend
+
+
+def commands(a, r, run_dir, limit):
+    """(netns_bottleneck.sh with its options, the rank command) of run R."""
+    env, launch, backend = rank_env(a, r["transport"])
+    # Training stops by itself 15 s before the run's limit, so a slow run still ends with numbers.
+    rank = (["env", *(f"{k}={v}" for k, v in env.items()), "timeout", str(limit),
+             os.environ.get("TRAIN_PYTHON", sys.executable), *launch, str(TRAIN), *task_args(a, r["task"]),
+             *(["--device", "cpu", *backend] if a.cpu else []), "--time-limit-s", str(max(limit - 15, 5)),
+             "--json-out", f"{run_dir}/rank{{rank}}.jsonl"])
+    bn = [str(SCRIPTS / "netns_bottleneck.sh"), "--build", str(a.build), "--ranks", str(a.ranks),
+          "--rate-gbps", f"{a.rate_gbps:g}", "--buffer-bytes", str(a.buffer_bytes), "--prop-delay-us", f"{a.prop_delay_us:g}",
+          "--cross", f"{r['cross']:g}", "--cross-period-ms", str(a.cross_period_ms), "--loss", f"{r['loss']:g}",
+          "--mode", TRANSPORTS[r["transport"]]["switch"], "--seed", str(a.seed), "--per-rank",
+          "--switch-arg", "--stats-interval-ms", "--switch-arg", "1000"]
+    return bn, rank
+
+
+def plan_total(a):
+    return sum(estimate_s(a, r) for r in a.runs)
+
+
+def dry_run(a):
+    print(f"# congestion --dry-run: {a.preset or 'custom'} plan, {len(a.runs)} runs, rate {a.rate_gbps:g} Gbit/s, buffer "
+          f"{a.buffer_bytes} B, propagation {a.prop_delay_us:g} us, seed {a.seed}, {a.ranks} ranks (nothing is run)")
+    for t, d in a.sizes.items():
+        print(f"# task {t}: grad_bytes {d['grad_bytes']} ({d['grad_bytes'] / 1e6:.1f} MB), {d['steps']} steps, "
+              f"target {TARGET[t]}, compute {a.compute_ms[t]} ms a step (assumed)")
+    if a.calibrate:
+        r = a.runs[0]
+        print(f"# calibration: the first run ({r['task']} {r['transport']} c0) measures compute; rate stays "
+              f"{a.rate_gbps:g} Gbit/s while communication >= 50 % of its iteration, else it is lowered and that run redone")
+    for r in a.runs:
+        est = estimate_s(a, r)
+        lim = limit_s(a, est, a.budget_s)
+        bn, rank = commands(a, r, a.out / r["label"], lim)
+        print(f"# run {r['label']} -> {a.out / r['label']} (estimate {est} s, limit {lim} s)", flush=True)
+        lines = subprocess.run([*bn, "--print-only", "--", *rank], capture_output=True, text=True).stderr
+        print("".join(f"#   {x}\n" for x in lines.splitlines()), end="")
+    total = plan_total(a)
+    fits = "" if not a.budget_s else (f", fits --budget-s {a.budget_s}" if total <= a.budget_s else
+                                      f", over --budget-s {a.budget_s}: the last points would be skipped")
+    print(f"# plan: {len(a.runs)} runs in {len(a.plan)} point(s), estimated {total} s ({total / 60:.1f} min){fits}; "
+          f"startup {a.startup_s:g} s a run, trim assumed no faster than socket")
+    return 0
+
+
+def write_bench_json(a):
+    write_json(a.out / "bench.json", {
+        "preset": a.preset, "plan": a.plan, "transports": a.transports, "device": "cpu" if a.cpu else "cuda",
+        "cross_period_ms": float(a.cross_period_ms), "ranks": a.ranks, "rate_gbps": a.rate_gbps,
+        "buffer_bytes": a.buffer_bytes, "prop_delay_us": float(a.prop_delay_us), "seed": a.seed, "budget_s": a.budget_s,
+        "startup_s": float(a.startup_s), "calibrate": a.calibrate, "estimate_s": plan_total(a),
+        "runs": [{"task": r["task"], "transport": r["transport"], "cross_pct": r["cross"], "loss_pct": r["loss"]}
+                 for r in a.runs]})
+
+
+def run_one(a, r, est, limit):
+    """One run through the bottleneck; its summary (ddp_report's, augmented)."""
+    from .ddp_report import summarize
+    d = a.out / r["label"]
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    d.mkdir(parents=True)
+    t = TRANSPORTS[r["transport"]]
+    plugin = "plugin" in t
+    write_json(d / "run.json", {
+        "kind": "train", "label": r["label"], "mode": t.get("mode", r["transport"]), "ranks": a.ranks, "task": r["task"],
+        "transport": r["transport"], "scheme": ("rotated" if t.get("hook") else "rht") if plugin else None,
+        "head_bits": t.get("plugin"), "phase": "reduce_scatter" if plugin else None, "trim_p": None,
+        "estimate_s": est, "limit_s": limit,
+        "bottleneck": {"cross_pct": r["cross"], "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
+                       "rate_gbps": a.rate_gbps, "buffer_bytes": a.buffer_bytes, "seed": a.seed,
+                       "prop_delay_us": float(a.prop_delay_us)}})
+    print(f"congestion: {r['label']} -> {d} (estimate {est} s, limit {limit} s)", file=sys.stderr, flush=True)
+    bn, rank = commands(a, r, d, limit)
+    t0 = time.monotonic()
+    with open(d / "bottleneck.out", "w") as out, open(d / "bottleneck.err", "w") as err:
+        # The bottleneck gets the limit too (plus its own set-up and tear-down), as a backstop.
+        rc = subprocess.run(["timeout", "--kill-after=10", str(limit + 20), *bn, "--log", str(d / "switch.jsonl"),
+                             "--rank-output", str(d / "rank"), "--", *rank], stdout=out, stderr=err).returncode
+    summarize(d, status=rc, wall_s=round(time.monotonic() - t0))
+    return report.augment(d), rc
+
+
+def calibrate(a, s):
+    """The first run's communication share; returns the new rate (the same when it stays)."""
+    c, p50, gb, rate = s.get("compute_ms"), s.get("iter_p50_ms"), s.get("grad_bytes"), a.rate_gbps
+    d = {"run": s.get("label"), "status": s.get("status"), "rate_gbps": rate, "compute_ms": c, "iter_p50_ms": p50,
+         "grad_bytes": gb, "decision": "not measured (the run failed or logged no compute time): rate stays"}
+    new = rate
+    if s.get("status") == "ok" and c and p50:
+        comm = max(p50 - c, 1e-3)
+        d.update(comm_ms=comm, comm_share=comm / p50, goodput_gbps=gb * 8 / (comm / 1e3) / 1e9 if gb else None,
+                 decision=f"communication {comm / p50:.0%} of the iteration >= 50 %: rate stays {rate:g} Gbit/s")
+        a.compute_ms[s.get("task") or "widemlp"] = c
+        if comm / p50 < 0.5:
+            # Never below a quarter in one step: a compute time near the whole iteration says more
+            # about the measurement than about the network. 2 significant digits, rounded down.
+            want = max(rate * comm / (1.5 * c), rate / 4)
+            e = math.floor(math.log10(want))
+            new = math.floor(want / 10 ** (e - 1)) * 10 ** (e - 1)
+            d["decision"] = (f"communication {comm / p50:.0%} of the iteration < 50 %: rate {rate:g} -> {new:g} Gbit/s"
+                             + (" (clamped to a quarter)" if want == rate / 4 else ""))
+    d["new_rate_gbps"] = new
+    write_json(a.out / "calibration.json", d)
+    print(f"congestion: calibration: {d['decision']}", file=sys.stderr)
+    return new
+
+
+def sweep(a):
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.resume:  # a fresh sweep starts from an empty results folder (its own earlier runs only)
+        for d in a.out.iterdir():
+            if (d / "run.json").exists():
+                subprocess.run(["rm", "-rf", str(d)], check=True)
+        for f in ("bench.json", "skipped.jsonl", "calibration.json"):
+            (a.out / f).unlink(missing_ok=True)
+    write_bench_json(a)
+    print(f"congestion: {a.preset or 'custom'} plan, {len(a.runs)} runs, rate {a.rate_gbps:g} Gbit/s, estimated "
+          f"{plan_total(a)} s (budget {a.budget_s} s)", file=sys.stderr)
+    n_ok = n_fail = n_skip = i = 0
+    start, prev, point_fits, n_tr = time.monotonic(), None, True, len(a.transports)
+    while i < len(a.runs):
+        r = a.runs[i]
+        i += 1
+        est = estimate_s(a, r)
+        left = int(a.budget_s - (time.monotonic() - start)) if a.budget_s else a.timeout_s
+        if (r["task"], r["cross"], r["loss"]) != prev:  # a point starts only when all its transports fit
+            prev, point_fits = (r["task"], r["cross"], r["loss"]), not (a.budget_s and est * n_tr > left)
+        why = (f"the point needs ~{est * n_tr} s" if not point_fits else
+               f"the run needs ~{est} s" if a.budget_s and left < est else None)
+        if why:
+            n_skip += 1
+            why = f"time budget: {left} s left of --budget-s {a.budget_s}, {why}"
+            with open(a.out / "skipped.jsonl", "a") as f:
+                f.write(json.dumps({"label": r["label"], "task": r["task"], "transport": r["transport"],
+                                    "cross_pct": r["cross"], "loss_pct": r["loss"], "why": why}) + "\n")
+            print(f"congestion: {r['label']}: skipped: {why}", file=sys.stderr)
+            continue
+        if a.resume and (load_json(a.out / r["label"] / "summary.json") or {}).get("status") == "ok":
+            print(f"congestion: {r['label']}: done before, skipped (--resume)", file=sys.stderr)
+            continue
+        s, rc = run_one(a, r, est, limit_s(a, est, left))
+        n_ok, n_fail = n_ok + (rc == 0), n_fail + (rc != 0)
+        if rc:
+            print(f"congestion: {r['label']} failed ({rc})", file=sys.stderr)
+        if a.calibrate and i == 1:
+            a.calibrate = False
+            new = calibrate(a, s)
+            if new != a.rate_gbps:  # redo the first run (and all the others) at the new rate
+                a.rate_gbps, i, n_ok, n_fail, prev = new, 0, 0, 0, None
+                subprocess.run(["rm", "-rf", str(a.out / "calibration_run")], check=True)
+                (a.out / r["label"]).rename(a.out / "calibration_run")
+                write_bench_json(a)
+    print(f"congestion: {n_ok} runs ok, {n_fail} failed, {n_skip} skipped, {time.monotonic() - start:.0f} s", file=sys.stderr)
+    sys.stdout.flush()
+    report.main([str(a.out)])
+    return 1 if n_fail else 0
+
+
+def main(argv):
+    a = parse(argv)
+    return dry_run(a) if a.dry_run else sweep(a)

@@ -1,0 +1,237 @@
+"""make demo: DDP training (widemlp, 2 ranks, CPU) through ONE congested bottleneck, Gloo vs the
+plugin trimming (`congestion --cpu`), a side-by-side table, then the codec table and its NMSE
+plot. The last line is BUILD/demo/summary.json: tta/p50/p99 ratios to Gloo (*_is_upper_bound
+where Gloo never reached the target or was stopped by its limit: its run bounds its time),
+acc_delta_points, replicas_identical. Without root, /dev/net/tun, ip or torch the headline is
+skipped (the reason is printed) and the switch demo runs instead (DEMO_SWITCH=1: as well): a
+4-rank AllReduce through trim-switch's UDP mode, trimming vs tail drop.
+
+Environment (defaults sized for a 2-core VM): headline DEMO_RATE_GBPS [0.5] DEMO_BUFFER_BYTES
+[131072] DEMO_CROSS [60] DEMO_CROSS_PERIOD_MS [10] DEMO_TRIM [hook|trim] DEMO_STEPS [40]
+DEMO_LIMIT_S [100]; switch demo DEMO_RATE_GBPS [1] DEMO_BUFFER_PACKETS [8] DEMO_MTU [4096]
+DEMO_PROP_US [200] DEMO_CROSS [incast:8:0.04:all] DEMO_TRIM_EXACT [1] DEMO_BYTES [1M]
+DEMO_ITERS [60] DEMO_RANKS [4] DEMO_SEED [7] DEMO_NICE [0] (docs/RESULTS.md explains them)."""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import build_dir
+from .congestion_report import base_ttt
+from .jsonio import load_json, read_jsonl, write_json
+from .plot import finish, panels, pyplot, save
+from .proc import start_switch, stop
+from .report import fmt, ratio
+
+ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to 0.95", "steps_to_target", "d"),
+        ("iteration p50 (ms)", "iter_p50_ms", ".0f"), ("iteration p99 (ms)", "iter_p99_ms", ".0f"),
+        ("final val accuracy", "val_acc", ".4f"), ("steps run", "steps", "d"),
+        ("trimmed share (switch)", "trim_rate", ".3f"), ("retransmissions (plugin)", "retx_plugin", "d"),
+        ("TCP retransmitted segments", "retx_tcp", "d"), ("replicas identical", "params_identical", ""),
+        ("status", "status", "")]
+
+
+def env(name, default):
+    return os.environ.get(f"DEMO_{name}", default)
+
+
+def side(rows, width):
+    """Label, then two right-aligned columns of 16."""
+    return "\n".join(f"  {label:<{width}}{a:>16}{b:>16}" for label, a, b in rows)
+
+
+def headline(g, t, tr):
+    """Gloo's and trimming's summaries (congestion_report.augment's) -> (table text, summary dict)."""
+    name = {"hook": "trim (hook)", "trim": "trim (per hop)"}[tr]
+    text = side([("", "Gloo (TCP)", name)] + [(label, fmt(g.get(k), spec), fmt(t.get(k), spec)) for label, k, spec in ROWS], 32)
+    pr = g.get("progress") or {}  # a Gloo run stopped by its limit: how far it got
+    if not g.get("time_to_target_s") and g.get("run_wall_s"):
+        text += f"\n  (Gloo did not reach 0.95 in its {g.get('steps')} steps, {g['run_wall_s']:.0f} s of training)"
+    elif pr.get("train_s"):
+        text += (f"\n  (Gloo was stopped by the {g.get('limit_s')} s limit at step {pr.get('steps')}, after {pr['train_s']:.0f} s"
+                 f" of training, val accuracy {pr.get('val_acc') or 0:.3f}; its slowest epoch's p99 "
+                 f"{pr.get('iter_p99_ms_at_least') or 0:.0f} ms)")
+    tt, (tg, exact, _) = t.get("time_to_target_s"), base_ttt(g)
+    p99_g = g.get("iter_p99_ms") or pr.get("iter_p99_ms_at_least")
+    same = t.get("val_acc") is not None and g.get("val_acc") is not None and t.get("steps") == g.get("steps")
+    summary = {
+        "demo": "headline", "task": t.get("task") or g.get("task"), "trim_transport": tr,
+        "cross_pct": t.get("cross_pct"), "rate_gbps": t.get("rate_gbps"), "buffer_bytes": t.get("buffer_bytes"),
+        "tta_ratio_vs_gloo": ratio(tt, tg), "tta_is_upper_bound": tt is not None and not exact and bool(tg),
+        "p50_ratio_vs_gloo": ratio(t.get("iter_p50_ms"), g.get("iter_p50_ms") or pr.get("iter_p50_ms")),
+        "p99_ratio_vs_gloo": ratio(t.get("iter_p99_ms"), p99_g), "p99_is_upper_bound": not g.get("iter_p99_ms") and bool(p99_g),
+        "acc_delta_points": round(100 * (t["val_acc"] - g["val_acc"]), 3) if same else None,
+        # every rank of every run that finished; a run stopped by its limit has no final parameters
+        "replicas_identical": bool(t.get("params_identical") and (g.get("params_identical") or g.get("status") != "ok")),
+        "gloo_finished": g.get("status") == "ok", "trim_rate": t.get("trim_rate"),
+        "gloo": {k: g.get(k) for k in ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "retx_tcp")},
+        "trim": {k: t.get(k) for k in ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "retx_plugin")},
+    }
+    return text, summary
+
+
+def no_netns_reason():
+    if os.geteuid() != 0:
+        return "not root (network namespaces and TUN devices need it)"
+    if not os.path.exists("/dev/net/tun"):
+        return "no /dev/net/tun"
+    if not shutil.which("ip"):
+        return "no ip (iproute2)"
+    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("sklearn")):
+        return f"no torch or scikit-learn in {sys.executable} (make demo installs them)"
+    return None
+
+
+def run_headline(build, out, tr):
+    cross, period, rate, buf = env("CROSS", "60"), int(env("CROSS_PERIOD_MS", "10")), env("RATE_GBPS", "0.5"), env("BUFFER_BYTES", "131072")
+    limit = env("LIMIT_S", "100")
+    print(f"== headline: DDP training (widemlp, 2 ranks, CPU) through one bottleneck: {rate} Gbit/s, {int(buf) // 1024} KiB "
+          f"buffer, cross traffic {cross} % " + (f"in line-rate bursts ({period} ms period)" if period else "constant"))
+    print(f"   Gloo (TCP) vs the plugin trimming ({tr}); about 2 minutes", flush=True)
+    root = out / "headline"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(out / "headline.report", "w") as rep, open(out / "headline.log", "w") as log:
+        rc = subprocess.run([sys.executable, "-m", "bench", "congestion", "--cpu", "--plan", f"widemlp:c{cross}",
+                             "--transports", f"gloo,{tr}", "--rate-gbps", rate, "--buffer-bytes", buf,
+                             "--cross-period-ms", str(period), "--max-steps", env("STEPS", "40"), "--timeout-s", limit,
+                             "--build", str(build), "--out", str(root)], stdout=rep, stderr=log).returncode
+    (out / "headline.report").replace(root / "report.md")
+    log = (out / "headline.log").read_text(errors="replace")
+    if rc and "failed (124)" in log and not any(f"failed ({c}" in log for c in "023456789"):
+        print(f"   (a run was stopped by its {limit} s limit, as Gloo often is at this congestion: the table says how far it got)")
+    elif rc:
+        print(f"demo: a training run failed (exit {rc}); the bench's log:\n" + "\n".join(log.splitlines()[-15:]), file=sys.stderr)
+    runs = {s.get("transport"): s for f in root.glob("*/summary.json") for s in [load_json(f)] if s}
+    text, summary = headline(runs.get("gloo") or {}, runs.get(tr) or {}, tr)
+    print(text)
+    write_json(out / "summary.json", summary)
+    print(f"report: {root / 'report.md'} (every number, the goal's verdict)")
+    if (root / "time_to_accuracy.png").exists():
+        print(f"plot: {root / 'time_to_accuracy.png'}")
+
+
+def run_switch_mode(build, out, mode):
+    """One trim-switch, one trim-harness AllReduce through it -> (harness result, switch lines)."""
+    log = out / f"switch_{mode}.jsonl"
+    sw, port = start_switch(build / "bin/trim-switch", [
+        "--mode", mode, "--rate-gbps", env("RATE_GBPS", "1"), "--buffer-packets", env("BUFFER_PACKETS", "8"),
+        "--buffer-bytes", 0, "--prop-delay-us", env("PROP_US", "200"), "--cross", env("CROSS", "incast:8:0.04:all"),
+        "--seed", env("SEED", "7"), "--trim-exact", env("TRIM_EXACT", "1") if mode == "trim" else 0,
+        "--stats-interval-ms", 100], log)
+    try:
+        with open(out / f"harness_{mode}.json", "w") as o, open(out / f"harness_{mode}.log", "w") as e:
+            rc = subprocess.run(["nice", "-n", env("NICE", "0"), build / "bin/trim-harness", "--mode", "allreduce",
+                                 "--ranks", env("RANKS", "4"), "--bytes", env("BYTES", "1M"), "--iters", env("ITERS", "60"),
+                                 "--warmup", "1", "--seed", env("SEED", "7"), "--deadline-s", "60", "--json",
+                                 "--csv", out / f"iters_{mode}.csv"], stdout=o, stderr=e, start_new_session=True,
+                                env={**os.environ, "NCCL_TRIM_MTU": env("MTU", "4096"), "NCCL_TRIM_SWITCH": f"127.0.0.1:{port}"},
+                                timeout=120).returncode
+    finally:
+        stop(sw)
+    h = load_json(out / f"harness_{mode}.json")
+    if rc or not h:
+        tail = "\n".join((out / f"harness_{mode}.log").read_text(errors="replace").splitlines()[-5:])
+        raise SystemExit(f"demo: trim-harness ({mode}) failed (exit {rc}): {(out / f'harness_{mode}.json').read_text()}\n{tail}")
+    return h, read_jsonl(log)
+
+
+def trim_rates(lines):
+    """Per stats interval: (t_s, forwarded, of which trimmed, trim rate), from the switch's running totals."""
+    prev, rows = (0, 0), []
+    for d in lines:
+        if d.get("event") == "interval":
+            fwd, trm = d["forwarded"] - prev[0], d["forwarded_trimmed"] - prev[1]
+            prev = (d["forwarded"], d["forwarded_trimmed"])
+            rows += [(d["t_ms"] / 1000, fwd, trm, trm / fwd)] if fwd > 0 else []
+    return rows
+
+
+def switch_demo(build, out):
+    print(f"== switch demo: {env('RANKS', '4')}-rank AllReduce of {env('BYTES', '1M')} through trim-switch ({env('RATE_GBPS', '1')} "
+          f"Gbit/s, {env('BUFFER_PACKETS', '8')}-packet buffer, {env('PROP_US', '200')} us, cross {env('CROSS', 'incast:8:0.04:all')})")
+    print("   our plugin with trimming vs our plugin with tail drop, on loopback (not NCCL Socket: the Socket\n"
+          "   head-to-head through one bottleneck is in docs/RESULTS.md, \"On a GPU machine\")", flush=True)
+    res = {m: run_switch_mode(build, out, m) for m in ("trim", "drop")}
+    for m, (_, lines) in res.items():
+        (out / f"trimrate_{m}.dat").write_text("# t_s forwarded trimmed trim_rate\n" + "".join(
+            f"{t:.2f} {f} {x} {r:.4f}\n" for t, f, x, r in trim_rates(lines)))
+    fin = {m: [d for d in lines if d.get("event") == "final"][-1] for m, (_, lines) in res.items()}
+    t, d = res["trim"][0], res["drop"][0]
+    rows = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
+            ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f")]
+    table = [("", "plugin, trim", "plugin, drop")] + [(n, format(t[k], s), format(d[k], s)) for n, k, s in rows]
+    # Real packets (ours) the switch forwarded cut / dropped; the cross traffic's own drops excluded.
+    table.append(("switch: ours cut / dropped", *(f"{s['forwarded_trimmed']}/{s['datagrams'] - s['bad'] - s['forwarded']}"
+                                                 for s in (fin["trim"], fin["drop"]))))
+    table += [("retransmissions", str(t["retransmits"]), str(d["retransmits"])), ("NMSE of the result", f"{t['nmse']:.3g}", f"{d['nmse']:.3g}"),
+              ("replicas identical", fmt(bool(t["replicas_identical"])), fmt(bool(d["replicas_identical"]))),
+              ("verify", str(t["verify"]), str(d["verify"]))]
+    print(side(table, 28))
+    write_json(out / "summary.json", {
+        "trim_p50_ms": round(t["p50_ms"], 3), "trim_p99_ms": round(t["p99_ms"], 3),
+        "drop_p50_ms": round(d["p50_ms"], 3), "drop_p99_ms": round(d["p99_ms"], 3),
+        "p99_ratio": ratio(t["p99_ms"], d["p99_ms"], 4), "p50_ratio": ratio(t["p50_ms"], d["p50_ms"], 4),
+        "trim_gbps": t["gbps"], "drop_gbps": d["gbps"], "trim_rate": t["trim_rate"], "trim_retransmits": t["retransmits"],
+        "drop_retransmits": d["retransmits"], "nmse": t["nmse"],
+        "replicas_identical": bool(t["replicas_identical"] and d["replicas_identical"])})
+    plt = pyplot()
+    if plt:
+        fig, (a1, a2) = panels(plt, 2, cols=2, width=5.5, height=4.4)
+        for m, (_, lines) in res.items():
+            iters = [x.split(",") for x in (out / f"iters_{m}.csv").read_text().splitlines()[1:]]
+            a1.plot([int(x[0]) for x in iters], [float(x[1]) for x in iters], ".-", label=m)
+            rates = trim_rates(lines)
+            a2.plot([x[0] for x in rates], [x[3] for x in rates], ".-", label=m)
+        finish(a1, "iteration time", "iteration", "ms (slowest rank)")
+        finish(a2, "trimmed share of forwarded packets (per 100 ms)", "time since the switch started (s)", "trim rate")
+        fig.suptitle("4-rank AllReduce through trim-switch: trimming vs tail drop")
+        print(f"plot: {save(plt, fig, out / 'switch_demo.png')}")
+
+
+def codec_plot(out, plt):
+    """codec_nmse.png from trim-demo's codec_nmse.dat: NMSE after trimming per encoding, one
+    worker and the 8-worker average."""
+    head, *rows = [x.split() for x in (out / "codec_nmse.dat").read_text().splitlines() if x.strip()]
+    cols = {name: [float(r[i]) for r in rows] for i, name in enumerate(head[1:])}  # head[0] is the '#'
+    names = {"sign": "sign", "sq": "sq", "sd": "sd", "rht": "rht (1-bit heads)", "rht2": "rht (2-bit heads)",
+             "rht16": "rht (16-bit heads)", "drop": "drop (no trim, before resend)"}
+    fig, axes = panels(plt, 2, cols=2, width=5.5, height=4.4)
+    for ax, part, title in zip(axes, ("one", "avg"), ("one worker's gradient", "average of 8 workers (allreduce)")):
+        for enc, label in names.items():
+            style = {"color": "gray", "linestyle": "--"} if enc == "drop" else {"marker": ".", "linewidth": 2 if enc == "rht" else 1}
+            ax.plot(cols["fraction"], [v if v > 0 else float("nan") for v in cols[f"{enc}_{part}"]], label=label, **style)
+        finish(ax, title, "fraction of packets trimmed", "NMSE", yscale="log", ylim=(1e-7, 20))
+    fig.suptitle("nccl-trim codec: error after packet trimming")
+    return save(plt, fig, out / "codec_nmse.png")
+
+
+def main(argv):
+    build = build_dir(argv[0] if argv else "build")
+    out, tr = build / "demo", env("TRIM", "hook")
+    if tr not in ("hook", "trim"):
+        print(f"demo: DEMO_TRIM={tr}: expected hook or trim", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)
+    why = no_netns_reason()
+    if why:
+        print(f"== headline skipped: {why}\n   (it trains through network namespaces: run make demo as root on Linux with iproute2)")
+    else:
+        run_headline(build, out, tr)
+    if why or env("SWITCH", "0") == "1":
+        switch_demo(build, out)
+        if why:
+            s = load_json(out / "summary.json")
+            write_json(out / "summary.json", {"demo": "switch", "headline_skipped": why, "tta_ratio_vs_gloo": None,
+                                              "p50_ratio_vs_gloo": None, "p99_ratio_vs_gloo": None, "acc_delta_points": None,
+                                              "replicas_identical": s.get("replicas_identical"), "switch": s})
+    print("== codec demo", flush=True)
+    subprocess.run([build / "bin/trim-demo", "--out", out], check=True)
+    plt = pyplot()
+    if plt:
+        print(f"plot: {codec_plot(out, plt)}")
+    print((out / "summary.json").read_text(), end="")
+    return 0
