@@ -1,0 +1,650 @@
+"""The verdicts of a GPU check (python -m bench gpu-report OUT [--elapsed-s S]): a table, busbw per
+size, ONE JSON line (last). OUT is what `python -m bench gpu` leaves: steps.jsonl (per invocation its
+plan; per part its runs and not_run records; a step's "complete"), preflight[_N].json, the run folders.
+
+Honesty: per part the latest run wins; a not_run after it (the grid's runs a budget left) leaves it
+unfinished but never hides its failure. A part that timed out or was running when the check was
+stopped fails its step; every RotateCuda test skipped fails the kernels; a planned step never
+started is "not run", never a pass. Exit: 2 preflight failed, 1 a step failed, 4 a planned step not
+run, 3 a goal missed, else 0; with only --no-gpu runs the result is "pass (no GPU step ran)"."""
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from bench import SCRIPTS
+from bench.jsonio import load_json, read_jsonl
+
+try:  # the congestion report's goal, where the congestion owner's move has landed
+    from bench import congestion_report as cong
+except ImportError:
+    sys.path.insert(0, str(SCRIPTS))
+    import plot_congestion as cong
+
+STEPS = [  # (name, what it checks): the table's order; the first invocation runs preflight..rank_killed
+    ("preflight", "GPU, torch + NCCL, the carried build, netns for the congestion steps"),
+    ("ddp_lossless", "DDP plugin vs Socket: same parameter sha256, iteration p50"),
+    ("allreduce_2r", "lossless busbw plugin vs Socket default, 2 ranks"),
+    ("congestion_c60", "widemlp at 60 % cross load, Socket vs trim, one bottleneck"),
+    ("kernels", "the hook's GPU rotation: bit-exact to the host twin, speed vs a copy"),
+    ("hook_overhead", "char-LM iteration p50 with the comm hook vs without"),
+    ("hook_accuracy", "char-LM under random trim, seed 1: Socket, per-hop rht, the hook"),
+    ("rank_killed", "a rank SIGKILLed: the survivor fails by itself, no hang"),
+    ("allreduce_4r", "lossless busbw plugin vs Socket default, 4 ranks"),
+    ("ddp_random_trim", "DDP, 4 ranks, random trimming: replicas identical"),
+    ("socket_sweep_2r", "Socket tuned NTHREADS x NSOCKS_PERTHREAD, 2 ranks"),
+    ("socket_sweep_4r", "the 2 best Socket configs, 4 ranks"),
+    ("hook_accuracy_more", "char-LM under random trim, seeds 2 and 3"),
+    ("kernels_ncu", "ncu --set full on the rotation kernels"),
+    ("codec_threads_2r", "plugin busbw at NCCL_TRIM_CODEC_THREADS values, 2 ranks"),
+    ("harness_scaling", "trim-harness rht/none and sendrecv over codec threads, CPU per GB"),
+    ("cpu_uncongested", "widemlp on CPU tensors, trim backend vs Gloo, 3 alternated rounds"),
+    ("congestion_grid", "the congestion head-to-head: the congestion bench's preset"),
+]
+AR_GOAL, DDP_GOAL, HOOK_GOAL, HARNESS_GOAL, CPU_GOAL = 1.0, 1.05, 1.05, 0.95, 1.05
+KERNEL_GOAL, KERNEL_AIM = 0.5, 0.85  # fp32 rotation throughput / device-to-device copy
+HOOK_AIM_POINTS = 0.3  # hook's final accuracy within this many points of Socket's
+# rank_killed: the survivor must end within this of the kill (the plugin declares a silent peer dead
+# after 10 s; PyTorch's collective timeout, 25 s, lies beyond it).
+KILL_BOUND_S = 20
+TIMED_OUT, STOPPED = (124, 137), 143
+GOALS = {  # key: the goal's words; the order of the "goals" list
+    "ar2": f"allreduce 2 ranks: plugin >= {AR_GOAL}x Socket default at every size",
+    "ar2_best": f"allreduce 2 ranks: plugin >= {AR_GOAL}x Socket best (tuned) at every size",
+    "ar4": f"allreduce 4 ranks: plugin >= {AR_GOAL}x Socket default at every size",
+    "ar4_best": f"allreduce 4 ranks: plugin >= {AR_GOAL}x Socket best (tuned) at every size",
+    "ddp": f"DDP iteration p50: plugin <= {DDP_GOAL}x Socket",
+    "congestion": "congestion at 60 % cross load (the task with most gradient): trim vs Socket time to target "
+                  "<= 0.5x, p99 <= 0.5x, accuracy >= Socket's - 0.3 points",
+    "kernel": f"GPU rotation fp32 >= {KERNEL_GOAL}x a device copy (aim {KERNEL_AIM})",
+    "hook": f"char-LM iteration p50 with the hook <= {HOOK_GOAL}x without",
+    "hook_acc": f"char-LM accuracy under trim: hook >= per-hop rht (aim: within {HOOK_AIM_POINTS} points of Socket)",
+    "harness": f"trim-harness allreduce rht / none >= {HARNESS_GOAL} (best codec threads)",
+    "cpu": f"uncongested widemlp on CPU tensors: trim backend iteration p50 <= {CPU_GOAL}x Gloo (paired median)",
+}
+HOOK_SEEN = "comm hook's (traffic class"  # the plugin's INFO line for the hook's communicator
+# The survivor's log, most specific first: the plugin's words, NCCL's, then PyTorch's timeout alone.
+KILL_PATTERNS = [
+    ("plugin", re.compile(r".*(declared dead|closed the control connection|peer \S+ closed the connection"
+                          r"|receiving peer closed the connection).*")),
+    ("nccl", re.compile(r".*(ncclRemoteError|ncclSystemError|NCCL error|remote process exited"
+                        r"|NCCL communicator was aborted|ncclInternalError).*")),
+    ("timeout", re.compile(r".*(Watchdog caught collective operation timeout|timed out|Timeout).*")),
+]
+
+
+def mib(b):
+    return f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K"
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def r3(x):
+    return None if x is None else round(x, 3)
+
+
+def text(path):
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def bench(path):
+    """One allreduce run's summary (the ddp launcher's --bench): ok, why, bytes -> busbw."""
+    s = load_json(Path(path) / "summary.json")
+    if s is None:
+        return {"ok": False, "why": f"no {path}/summary.json", "busbw": {}}
+    busbw = {e["bytes"]: e["busbw_GBps"] for e in s.get("bench", [])}
+    why = (f"status {s.get('status')}" if s.get("status") != "ok" else "no sizes measured" if not busbw else
+           None if s.get("all_exact") else
+           "sums not exact at " + ",".join(mib(e["bytes"]) for e in s["bench"] if e.get("max_err") != 0))
+    return {"ok": why is None, "why": why, "busbw": busbw}
+
+
+def configs(root, mode):
+    """{config: bench} for root/<config>/<mode>/summary.json."""
+    return {d.parent.name: bench(d) for d in sorted(Path(root).glob(f"*/{mode}"))}
+
+
+def best_socket(cfgs):
+    """(the best config, {config: geometric-mean busbw over the sizes every ok config measured})."""
+    ok = {k: v for k, v in cfgs.items() if v["ok"]}
+    if not ok:
+        return None, {}
+    common = sorted(set.intersection(*(set(v["busbw"]) for v in ok.values())))
+    gm = {k: g for k, v in ok.items() if (g := geomean([v["busbw"][b] for b in common]))}
+    return (max(gm, key=gm.get) if gm else None), gm
+
+
+def gtest(log):
+    """gtest's verdict from its output: (ok, why, counts)."""
+    n = {k: len(re.findall(rx, log, re.M)) for k, rx in (
+        ("tests", r"^\[ RUN      \] "), ("passed", r"^\[       OK \] "),
+        ("skipped", r"^\[  SKIPPED \] \S+ \(\d+ ms\)"), ("failed", r"^\[  FAILED  \] \S+ \(\d+ ms\)"))}
+    ran = n["tests"]
+    if ran == 0:
+        return False, "no test ran (the filter matched nothing?)", n
+    if n["failed"]:
+        return False, f"{n['failed']} of {ran} failed", n
+    if n["skipped"]:
+        m = re.search(r"Skipped\n(.+)", log)
+        why = f" ({m.group(1).strip()})" if m else ""
+        return False, (f"every test skipped{why}: nothing was checked on the GPU" if n["skipped"] == ran
+                       else f"{n['skipped']} of {ran} skipped{why}"), n
+    return n["passed"] == ran, None if n["passed"] == ran else f"{ran - n['passed']} of {ran} without a result", n
+
+
+def parse_steps(records):
+    """steps.jsonl's records -> (parts {step: {part: latest record}}, invocations, complete steps)."""
+    parts, invocations, complete = {}, [], set()
+    for r in records:
+        if "plan" in r:
+            invocations.append(r)
+        elif r.get("complete"):
+            complete.add(r["step"])
+        elif "step" in r:
+            ps, key = parts.setdefault(r["step"], {}), r.get("part", "")
+            prev = ps.get(key)
+            # a run, then not_run (the grid's runs the budget left): still a run (its rc decides a
+            # failure), and unfinished; anything else replaces what came before
+            ps[key] = dict(prev, not_run=r["not_run"]) if "not_run" in r and prev and "rc" in prev else r
+    return parts, invocations, complete
+
+
+def state(records):
+    """For --continue: ({(step, part) whose latest record is a finished run}, complete steps, last invocation)."""
+    parts, invocations, complete = parse_steps(records)
+    ran = {(s, p) for s, ps in parts.items() for p, x in ps.items() if "rc" in x and "not_run" not in x}
+    return ran, complete, max((i["invocation"] for i in invocations), default=0)
+
+
+class Report:
+    def __init__(self, out):
+        self.out = Path(out)
+        self.parts, self.invocations, self.complete = parse_steps(read_jsonl(self.out / "steps.jsonl"))
+        self.planned = {s for i in self.invocations for s in i["plan"]}
+        self.pre = load_json(self.out / "preflight.json") or {}
+        self.steps, self.tables = {}, []
+        self.goals = {k: {"goal": g, "state": "unknown", "detail": "not measured"} for k, g in GOALS.items()}
+
+    def base(self, name):
+        """A step's time and parts; its result already set when the parts decide it alone."""
+        parts = self.parts.get(name, {})
+        if not parts:
+            return ({"result": "not run", "why": "no record: the check was stopped before it"} if name in self.planned
+                    else {"result": "not planned", "why": "not run yet: python3 -m bench gpu --continue"})
+        d = {"result": None}
+        ran = {p: r for p, r in parts.items() if "rc" in r}
+        missing = {p or name: r["not_run"] for p, r in parts.items() if "not_run" in r}
+        if ran:
+            d["seconds"] = sum(r.get("seconds", 0) for r in ran.values())
+            d["limit_s"] = sum(r.get("limit", 0) for r in ran.values())
+        if missing:
+            d["not_run_parts"] = missing
+        if not ran:
+            return dict(d, result="not run", why="; ".join(sorted(set(missing.values()))))
+        out = [f"{p or name} after its {r.get('limit')} s limit" for p, r in ran.items() if r.get("rc") in TIMED_OUT]
+        if out:
+            return self.fail(d, "timed out: " + ", ".join(out))
+        stopped = [p or name for p, r in ran.items() if r.get("rc") == STOPPED]
+        if stopped:
+            return self.fail(d, "check-gpu was stopped during " + ", ".join(stopped))
+        bad = {r.get("log") or p or name: r["rc"] for p, r in ran.items() if r.get("rc")}
+        if bad and name != "rank_killed":  # (there the launcher's exit is the killed rank's)
+            d["exit_codes"] = bad
+        return d
+
+    def goal(self, key, met, detail):
+        self.goals[key].update(state="unknown" if met is None else ("met" if met else "missed"), detail=detail)
+
+    @staticmethod
+    def not_run_why(d):
+        return f"{len(d['not_run_parts'])} part(s) not run: " + "; ".join(sorted(set(d["not_run_parts"].values())))
+
+    def fail(self, d, why):
+        """fail, with why; the parts also not run (a failed grid's runs the budget left) stay in it."""
+        d.update(result="fail", why=why + (f"; also {self.not_run_why(d)}" if d.get("not_run_parts") else ""))
+        return d
+
+    def done(self, d):
+        """pass, unless a part exited non-zero (fail) or never ran (the step is not complete)."""
+        if d.get("exit_codes"):
+            return self.fail(d, "exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items()))
+        if d.get("not_run_parts"):
+            return dict(d, result="not run", why=self.not_run_why(d))
+        return dict(d, result="pass")
+
+    def summary(self, run):
+        return load_json(self.out / run / "summary.json") or {}
+
+    def hook_seen(self, run):
+        return HOOK_SEEN in text(self.out / run / "rank0.log")
+
+    def preflight(self):
+        d = self.base("preflight")
+        if d["result"] == "not planned":
+            return {"result": "fail", "why": "the check left no preflight record"}
+        p = self.pre
+        d.update({k: p[k] for k in ("gpu", "driver", "torch", "nccl", "cores", "commit", "plugin_sha256",
+                                    "import_s", "cuda_init_s", "netns_blocker") if p.get(k) is not None})
+        if p.get("ok") and self.parts["preflight"][""].get("rc") == 0:
+            return dict(d, result="pass")
+        return self.fail(d, "; ".join(p.get("why") or ["see preflight.log"]))
+
+    def allreduce(self, ranks):
+        key = f"ar{ranks}"
+        d = self.base(f"allreduce_{ranks}r")
+        if d["result"]:
+            return d
+        plug, sock = bench(self.out / key / "lossless"), bench(self.out / key / "socket")
+        sweep = configs(self.out / f"sweep{ranks}", "socket")
+        cands = dict(sweep, default=sock)
+        best, gms = best_socket(cands)
+        sizes = sorted(b for b in set(plug["busbw"]) & set(sock["busbw"]) if sock["busbw"][b] > 0)
+        codec = configs(self.out / "codec2", "lossless") if ranks == 2 else {}
+        d["sizes"] = [mib(b) for b in sizes]
+        d["busbw_GBps"] = {"plugin": [r3(plug["busbw"].get(b)) for b in sizes],
+                           "socket_default": [r3(sock["busbw"].get(b)) for b in sizes]}
+        vs_def = [plug["busbw"][b] / sock["busbw"][b] for b in sizes]
+        d["plugin_over_socket_default"] = [r3(x) for x in vs_def]
+        bb = cands[best]["busbw"] if best else {}
+        vs_best = [plug["busbw"][b] / bb[b] if bb.get(b) else None for b in sizes]
+        if best:
+            d["socket_best"] = best
+            d["busbw_GBps"]["socket_best"] = [r3(bb.get(b)) for b in sizes]
+            d["plugin_over_socket_best"] = [r3(x) for x in vs_best]
+        d["socket_geomean_GBps"] = {k: r3(v) for k, v in sorted(gms.items(), key=lambda kv: -kv[1])}
+        self.tables.append((ranks, sizes, plug, sock, best, cands.get(best), codec))
+        if not plug["ok"] or not sock["ok"]:
+            d = self.fail(d, f"plugin: {plug['why']}" if not plug["ok"] else f"Socket: {sock['why']}")
+        elif set(plug["busbw"]) != set(sock["busbw"]):
+            d = self.fail(d, "plugin and Socket measured different sizes")
+        else:
+            d = dict(self.done(d), exact=True)
+        if vs_def and d["result"] != "fail":
+            worst = min(zip(vs_def, sizes))
+            self.goal(key, worst[0] >= AR_GOAL, f"worst {worst[0]:.2f}x at {mib(worst[1])}")
+            n_sweep = sum(1 for v in sweep.values() if v["ok"])
+            vb = [(x, b) for x, b in zip(vs_best, sizes) if x is not None]
+            if n_sweep and vb:
+                wb = min(vb)
+                self.goal(f"{key}_best", wb[0] >= AR_GOAL,
+                          f"worst {wb[0]:.2f}x at {mib(wb[1])} vs {best}; best of default + {n_sweep} tuned")
+            else:
+                self.goals[f"{key}_best"]["detail"] = "no tuned Socket config ran yet (socket_sweep)"
+        return d
+
+    def sweep(self, name, root, mode):
+        d = self.base(name)
+        if d["result"]:
+            return d
+        ran = [p for p, r in self.parts[name].items() if "rc" in r]
+        cfgs = {c: v for c, v in configs(self.out / root, mode).items() if c in ran}
+        bad = {c: (cfgs[c]["why"] if c in cfgs else "no results") for c in ran if c not in cfgs or not cfgs[c]["ok"]}
+        gm = {c: r3(geomean(list(v["busbw"].values()))) for c, v in cfgs.items() if v["ok"]}
+        d["geomean_busbw_GBps"] = gm
+        if gm:
+            d["best"] = max(gm, key=gm.get)
+        if name == "codec_threads_2r":  # per size too
+            sizes = sorted(set().union(*(v["busbw"] for v in cfgs.values())))
+            d["sizes"] = [mib(b) for b in sizes]
+            d["busbw_GBps"] = {c: [r3(v["busbw"].get(b)) for b in sizes] for c, v in cfgs.items() if v["ok"]}
+        return self.fail(d, "; ".join(f"{c}: {w}" for c, w in bad.items())) if bad else self.done(d)
+
+    def ddp_lossless(self):
+        d = self.base("ddp_lossless")
+        if d["result"]:
+            return d
+        ps, ss = self.summary("ddp_lossless"), self.summary("ddp_socket")
+        ph, sh = ((([e for e in read_jsonl(self.out / f"ddp_{m}" / "rank0.jsonl") if e.get("event") == "final"]
+                    or [{}])[-1].get("param_sha256") or []) for m in ("lossless", "socket"))
+        d["param_sha256"] = {"plugin": ph[0] if ph else None, "socket": sh[0] if sh else None}
+        for k in ("iter_p50_ms", "iter_p99_ms", "val_acc"):
+            d[k] = {"plugin": r3(ps.get(k)), "socket": r3(ss.get(k))}
+        d["steps"] = ps.get("steps")
+        ratio = ps["iter_p50_ms"] / ss["iter_p50_ms"] if ps.get("iter_p50_ms") and ss.get("iter_p50_ms") else None
+        if ratio is not None:
+            d["p50_plugin_over_socket"] = r3(ratio)
+        why = (f"plugin run: {ps.get('status', 'no summary.json')}" if ps.get("status") != "ok" else
+               f"Socket run: {ss.get('status', 'no summary.json')}" if ss.get("status") != "ok" else
+               "no final parameter hashes" if not ph or not sh else
+               "replicas differ within a run" if len(set(ph)) != 1 or len(set(sh)) != 1 else
+               "plugin's final parameters differ from Socket's" if ph[0] != sh[0] else None)
+        if why:
+            return self.fail(d, why)
+        d["hash_equal"] = True
+        if ratio is not None:
+            self.goal("ddp", ratio <= DDP_GOAL, f"{ratio:.3f}x ({ps['iter_p50_ms']:.2f} vs {ss['iter_p50_ms']:.2f} ms)")
+        return self.done(d)
+
+    def ddp_random(self):
+        d = self.base("ddp_random_trim")
+        if d["result"]:
+            return d
+        s = self.summary("ddp_random")
+        sw, pl = s.get("switch") or {}, s.get("plugin") or {}
+        d.update({"ranks": s.get("ranks"), "trim_p": s.get("trim_p"), "replicas_identical": s.get("params_identical"),
+                  "switch_trimmed": sw.get("forwarded_trimmed"), "switch_trim_rate": r3(sw.get("trim_rate")),
+                  "trimmed_accepted": pl.get("trimmed_accepted"), "val_acc": r3(s.get("val_acc"))})
+        if s.get("status") != "ok":
+            return self.fail(d, f"run: {s.get('status', 'no summary.json')}")
+        if not s.get("params_identical"):
+            return self.fail(d, "replicas differ: " + str(s.get("param_sha256")))
+        if (sw.get("forwarded_trimmed") or 0) + (pl.get("trimmed_accepted") or 0) == 0:
+            return self.fail(d, "nothing was trimmed (switch and plugin counters 0): the check proves nothing")
+        return self.done(d)
+
+    def rank_killed(self):
+        d = self.base("rank_killed")
+        if d["result"]:
+            return d
+        run = self.out / "ddp_kill"
+        die = next((e for e in read_jsonl(run / "rank1.jsonl") if e.get("event") == "die"), None)
+        e0, e1 = load_json(run / "rank0.exit"), load_json(run / "rank1.exit")
+        log = text(run / "rank0.log")
+        cause, line = next(((kind, m.group(0).strip()[:240]) for kind, rx in KILL_PATTERNS if (m := rx.search(log))),
+                           (None, None))
+        d.update({"bound_s": KILL_BOUND_S, "died_at_step": die.get("step") if die else None,
+                  "killed_status": e1.get("status") if e1 else None,
+                  "survivor_status": e0.get("status") if e0 else None, "cause": cause, "message": line})
+        if die is None:
+            return self.fail(d, "rank 1 never reached --die-after-iters (see ddp_kill/rank1.log)")
+        if e1 is None or e1.get("status") != 137:
+            return self.fail(d, f"rank 1 did not end by SIGKILL (status {e1 and e1.get('status')})")
+        if e0 is None:
+            return self.fail(d, "rank 0 never ended by itself: killed by the launcher's watchdog (a hang)")
+        dt = d["seconds_to_error"] = round(e0["time"] - die["time"], 2)
+        if e0.get("status") == 0:
+            return self.fail(d, "rank 0 exited 0: it never noticed the lost rank")
+        if dt > KILL_BOUND_S:
+            return self.fail(d, f"rank 0 failed {dt:.1f} s after the kill (bound {KILL_BOUND_S} s)")
+        if cause in (None, "timeout"):
+            return self.fail(d, "rank 0 failed without the plugin's or NCCL's error" +
+                             (" (only PyTorch's collective timeout)" if cause else ""))
+        return self.done(d)
+
+    def harness_scaling(self):
+        d = self.base("harness_scaling")
+        if d["result"]:
+            return d
+        rows = [r for r in read_jsonl(self.out / "harness_scaling.jsonl") if r.get("bench") == "codec_summary"]
+        if not rows:
+            return self.fail(d, "no codec_summary line (see harness_scaling.log)")
+        keys = ("rht_over_none", "allreduce_rht_busbw_gbps", "sendrecv_gbps", "sendrecv_rht_gbps", "cpu_s_per_gb")
+        d["threads"] = {str(r["threads"]): {k: r.get(k) for k in keys} for r in rows}
+        best = max(rows, key=lambda r: r.get("rht_over_none") or 0)
+        self.goal("harness", (best.get("rht_over_none") or 0) >= HARNESS_GOAL,
+                  f"{best.get('rht_over_none')} at {best['threads']} threads")
+        return self.done(d)
+
+    def cpu_uncongested(self):
+        """The alternated rounds' summary: trim's paired median step and CPU over Gloo's."""
+        d = self.base("cpu_uncongested")
+        if d["result"]:
+            return d
+        summary = self.summary("cpu_uncongested")
+        trim = summary.get("trim") or {}
+        if trim.get("step_paired_ratio") is None:
+            return self.fail(d, "no round with both Gloo and trim (see cpu_uncongested.log)")
+        d["rounds"] = trim["ok_rounds"]
+        d["step_ratio"], d["cpu_ratio"] = trim["step_paired_ratio"], trim["cpu_paired_ratio"]
+        d["step_p50_ms_median"] = {k: (summary.get(k) or {}).get("step_p50_ms_median") for k in ("trim", "gloo")}
+        self.goal("cpu", d["step_ratio"] <= CPU_GOAL,
+                  f"{d['step_ratio']}x over {d['rounds']} rounds (CPU {d['cpu_ratio']}x)")
+        return self.done(d)
+
+    def congestion(self, name, root):
+        """Its runs (a grid a budget stopped keeps those that ran) and the congestion report's goal."""
+        d = self.base(name)
+        if d["result"] == "not planned":
+            return d
+        runs = cong.load(self.out / root)
+        keep = ("status", "iter_p50_ms", "iter_p99_ms", "val_acc", "time_to_target_s", "steps", "trim_rate")
+        if runs:
+            d["runs"] = {r.get("label"): {k: r3(r.get(k)) if isinstance(r.get(k), float) else r.get(k) for k in keep}
+                         for r in runs}
+            goal = cong.judge(runs, "trim")
+            d["goal"] = {k: goal.get(k) for k in ("state", "detail", "parts", "baseline")}
+            if goal["state"] != "unknown" or self.goals["congestion"]["state"] == "unknown":
+                self.goal("congestion", None if goal["state"] == "unknown" else goal["state"] == "met",
+                          f"{name}: {goal.get('detail')}")
+        if d["result"]:
+            return d
+        if not runs:
+            return self.fail(d, f"no run left a summary (see {name}.log)")
+        bad = [k for k, v in d["runs"].items() if v["status"] != "ok"]
+        if bad:
+            return self.fail(d, "failed: " + ", ".join(f"{k} ({d['runs'][k]['status']})" for k in bad))
+        if d.get("exit_codes"):
+            return self.fail(d, f"the congestion bench failed (see {name}.log)")
+        return self.done(d)
+
+    def kernels(self):
+        d = self.base("kernels")
+        if d["result"]:
+            return d
+        parts = self.parts["kernels"]
+        if "rc" in parts.get("tests", {}):
+            ok, why, d["tests"] = gtest(text(self.out / "kernels_tests.log"))
+            if not ok or parts["tests"]["rc"] != 0:
+                return self.fail(d, f"RotateCuda tests: {why or 'exit ' + str(parts['tests']['rc'])} (kernels_tests.log)")
+        rows = [r for r in read_jsonl(self.out / "kernels_bench.log") if r.get("bench") == "cuda"]
+        d["ratios"] = {f"{r.get('dtype')} {r.get('op')}": r3(r.get("ratio")) for r in rows if "ratio" in r}
+        d["copy_gbps"] = r3(next((r.get("copy_gbps") for r in rows if r.get("copy_gbps")), None))
+        if "rc" in parts.get("bench", {}):
+            if any(r.get("skipped") for r in rows):
+                return self.fail(d, "trim-bench cuda skipped: " + str(next(r.get("reason") for r in rows if r.get("skipped"))))
+            if not rows or parts["bench"]["rc"] != 0:
+                return self.fail(d, "no trim-bench cuda result (see kernels_bench.log)")
+            fp32 = [r["ratio"] for r in rows if r.get("dtype") in ("fp32", "f32") and r.get("ratio")]
+            if fp32:
+                self.goal("kernel", min(fp32) >= KERNEL_GOAL, "fp32 forward/inverse " + ", ".join(f"{x:.2f}" for x in fp32))
+        return self.done(d)
+
+    def kernels_ncu(self):
+        d = self.base("kernels_ncu")
+        if d["result"]:
+            return d
+        d["kernels_profiled"] = len(re.findall(r"^\s*rotate_tiles\S*\s*\(", text(self.out / "kernels_ncu.log"), re.M))
+        return self.done(d)
+
+    def hook_overhead(self):
+        d = self.base("hook_overhead")
+        if d["result"]:
+            return d
+        plain, hook = self.summary("hook_plain"), self.summary("hook_hook")
+        for k in ("iter_p50_ms", "iter_p99_ms"):
+            d[k] = {"plain": r3(plain.get(k)), "hook": r3(hook.get(k))}
+        for what, s in (("without the hook", plain), ("with the hook", hook)):
+            if s.get("status") != "ok":
+                return self.fail(d, f"run {what}: {s.get('status', 'no summary.json')}")
+        if not self.hook_seen("hook_hook"):
+            return self.fail(d, "the plugin never saw the hook's communicator (no '" + HOOK_SEEN + "' in rank0.log)")
+        if plain.get("iter_p50_ms") and hook.get("iter_p50_ms"):
+            ratio = d["p50_hook_over_plain"] = r3(hook["iter_p50_ms"] / plain["iter_p50_ms"])
+            self.goal("hook", ratio <= HOOK_GOAL, f"{ratio:.3f}x")
+        return self.done(d)
+
+    def hook_accuracy(self, name, seeds):
+        d = self.base(name)
+        if d["result"]:
+            return d
+        bad, acc = [], {}
+        for s in seeds:
+            if "rc" not in self.parts[name].get(f"s{s}", {}):
+                continue
+            for t in ("socket", "rht", "hook"):
+                run = f"hookacc/{t}_s{s}"
+                r = self.summary(run)
+                why = (r.get("status", "no summary.json") if r.get("status") != "ok" or r.get("val_acc") is None else
+                       "replicas differ" if not r.get("params_identical", True) else
+                       "the plugin never saw the hook's communicator" if t == "hook" and not self.hook_seen(run) else None)
+                if why:
+                    bad.append(f"{t}_s{s} ({why})")
+                else:
+                    acc.setdefault(t, []).append(r3(r["val_acc"]))
+        d["val_acc"] = acc
+        return self.fail(d, "; ".join(bad)) if bad else self.done(d)
+
+    def hook_accuracy_goal(self):
+        """Over every seed that finished for all three transports."""
+        acc = {}
+        for f in sorted((self.out / "hookacc").glob("*_s*/summary.json")):
+            s = load_json(f) or {}
+            t, seed = f.parent.name.rsplit("_s", 1)
+            if s.get("status") == "ok" and s.get("val_acc") is not None:
+                acc.setdefault(seed, {})[t] = s["val_acc"]
+        full = {k: v for k, v in acc.items() if len(v) == 3}
+        if not full:
+            return
+        mean = {t: sum(v[t] for v in full.values()) / len(full) for t in ("socket", "rht", "hook")}
+        gap = 100 * (mean["socket"] - mean["hook"])
+        self.goal("hook_acc", mean["hook"] >= mean["rht"] - 1e-9,
+                  f"seeds {','.join(sorted(full))}: hook {100 * mean['hook']:.2f}%, per-hop rht {100 * mean['rht']:.2f}%, "
+                  f"Socket {100 * mean['socket']:.2f}% (hook {gap:.2f} points below Socket; aim <= {HOOK_AIM_POINTS})")
+
+    def judge(self):
+        fns = {"preflight": self.preflight, "allreduce_2r": lambda: self.allreduce(2),
+               "allreduce_4r": lambda: self.allreduce(4),
+               "socket_sweep_2r": lambda: self.sweep("socket_sweep_2r", "sweep2", "socket"),
+               "socket_sweep_4r": lambda: self.sweep("socket_sweep_4r", "sweep4", "socket"),
+               "codec_threads_2r": lambda: self.sweep("codec_threads_2r", "codec2", "lossless"),
+               "harness_scaling": self.harness_scaling, "cpu_uncongested": self.cpu_uncongested,
+               "ddp_lossless": self.ddp_lossless, "ddp_random_trim": self.ddp_random, "rank_killed": self.rank_killed,
+               "congestion_c60": lambda: self.congestion("congestion_c60", "congestion_c60"),
+               "congestion_grid": lambda: self.congestion("congestion_grid", "congestion"),
+               "kernels": self.kernels, "kernels_ncu": self.kernels_ncu, "hook_overhead": self.hook_overhead,
+               "hook_accuracy": lambda: self.hook_accuracy("hook_accuracy", [1]),
+               "hook_accuracy_more": lambda: self.hook_accuracy("hook_accuracy_more", [2, 3])}
+        for name in sorted(fns, key=lambda n: n == "congestion_grid"):  # the grid's goal wins over the one point's
+            self.steps[name] = fns[name]()
+        self.steps = {n: self.steps[n] for n, _ in STEPS}
+        self.hook_accuracy_goal()
+
+    def exit_code(self):
+        results = [s["result"] for s in self.steps.values()]
+        return (2 if self.steps["preflight"]["result"] != "pass" else 1 if "fail" in results else
+                4 if "not run" in results else 3 if any(g["state"] == "missed" for g in self.goals.values()) else 0)
+
+    def gpu_steps(self):
+        """(steps that ran in an invocation that checked the GPU, those that ran in a --no-gpu one)."""
+        no_gpu = {i.get("invocation"): bool(i.get("no_gpu")) for i in self.invocations}
+        kinds = {n: {no_gpu.get(r.get("invocation"), False) for r in self.parts.get(n, {}).values() if "rc" in r}
+                 for n, _ in STEPS[1:]}
+        return [n for n, k in kinds.items() if False in k], [n for n, k in kinds.items() if True in k]
+
+    def versions(self):
+        v = {k: self.pre.get(k) for k in ("gpu", "driver", "torch", "torch_cuda", "nccl", "commit", "plugin_sha256", "cores")}
+        builds = {}
+        for f in sorted(self.out.glob("preflight_[0-9]*.json")):
+            p = load_json(f) or {}
+            builds.setdefault(f"{p.get('commit')} {p.get('plugin_sha256')}", []).append(p.get("invocation"))
+        if len(builds) > 1:
+            v["mixed_builds"] = {k: sorted(i for i in invs if i) for k, invs in builds.items()}
+        return v
+
+    def render(self, elapsed_s=None):
+        """(exit status, the report's text: the table, busbw per size, goals, verdict, the JSON line)."""
+        self.judge()
+        rc, lines = self.exit_code(), [f"{'step':19} {'result':11} {'time':>6} {'limit':>6}  details"]
+        for name, what in STEPS:
+            s = self.steps[name]
+            t, lim = (f"{s['seconds']}s", f"{s['limit_s']}s") if s.get("limit_s") else ("-", "-")
+            lines.append(f"{name:19} {s['result']:11} {t:>6} {lim:>6}  {detail(name, s) or what}")
+        for ranks, sizes, plug, sock, best, bestrun, codec in self.tables:
+            if not sizes:
+                continue
+            lines.append(f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = {best or '-'} "
+                         "(NTHREADSxNSOCKS_PERTHREAD)")
+            cols = [("plugin", plug["busbw"]), ("sock-def", sock["busbw"])]
+            if bestrun and best != "default":
+                cols.append((f"sock-{best}", bestrun["busbw"]))
+            cols += [(f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
+            lines.append(f"{'size':>6} " + " ".join(f"{n:>10}" for n, _ in cols) + f" {'÷def':>6} {'÷best':>6}")
+            bb = bestrun["busbw"] if bestrun else sock["busbw"]
+            for b in sizes:
+                vals = " ".join(f"{v[b]:10.3f}" if b in v else f"{'-':>10}" for _, v in cols)
+                rd = plug["busbw"][b] / sock["busbw"][b] if sock["busbw"].get(b) else 0
+                lines.append(f"{mib(b):>6} {vals} {rd:6.2f} {plug['busbw'][b] / bb[b] if bb.get(b) else 0:6.2f}")
+        lines.append("\ngoals:")
+        lines += [f"  {g['state']:7} {g['goal']}: {g['detail']}" for g in self.goals.values()]
+        by = {r: [n for n, _ in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
+        left = by["not run"] + by["not planned"]
+        verdict = {0: "pass", 1: "fail", 2: "fail (preflight)", 3: "pass (goal missed)", 4: "incomplete"}[rc]
+        result = {0: "pass", 3: "pass", 4: "incomplete"}.get(rc, "fail")
+        gpu_steps, no_gpu_steps = self.gpu_steps()
+        if result == "pass" and not gpu_steps:  # only --no-gpu ran: the flow on the CPU, not a result
+            result = "pass (no GPU step ran)"
+            verdict += " (no GPU step ran: --no-gpu, a CPU smoke run of the flow, not a result)"
+        lines.append(f"\ncheck-gpu: {verdict}" + (f"; failed: {', '.join(by['fail'])}" if by["fail"] else "") +
+                     (f"; not run: {', '.join(by['not run'])}" if by["not run"] else "") +
+                     (f"; left for --continue: {', '.join(left)}" if left else "; every step ran"))
+        versions = self.versions()
+        if versions.get("mixed_builds"):
+            lines.append(f"check-gpu: WARNING: the invocations ran different builds: {versions['mixed_builds']}")
+        if gpu_steps and no_gpu_steps:
+            lines.append(f"check-gpu: WARNING: these steps ran without a GPU (--no-gpu): {', '.join(no_gpu_steps)}")
+        lines.append(json.dumps({
+            "check": "check-gpu", "result": result, "exit": rc, "gpu_steps_run": len(gpu_steps),
+            "no_gpu_steps": no_gpu_steps, "failed": by["fail"], "not_run": by["not run"], "next": left,
+            "goals_met": all(g["state"] == "met" for g in self.goals.values()), "elapsed_s": elapsed_s,
+            "versions": versions, "steps": self.steps, "goals": list(self.goals.values()),
+            "invocations": [{k: i.get(k) for k in ("invocation", "plan", "budget_s", "continue", "no_gpu")}
+                            for i in self.invocations]}, separators=(",", ":")))
+        return rc, "\n".join(lines) + "\n"
+
+
+def detail(name, s):
+    """The table's details: the key numbers of a pass, else the reason."""
+    if s["result"] in ("not run", "fail", "not planned"):
+        return s.get("why", "") + (f" ({detail(name, dict(s, result='pass'))})" if s["result"] == "not run"
+                                   and s.get("runs") else "")
+    g = s.get
+    if name == "preflight":
+        return (f"{g('gpu') or 'no GPU'}, torch {g('torch')}, NCCL {g('nccl')}, {g('cores')} cores, commit {g('commit')}"
+                + (f"; congestion steps: {s['netns_blocker']}" if g("netns_blocker") else ""))
+    if name.startswith("allreduce"):
+        r = g("plugin_over_socket_default") or []
+        return f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}" if r else ""
+    if name in ("socket_sweep_2r", "socket_sweep_4r", "codec_threads_2r"):
+        return "geomean GB/s " + " ".join(f"{k}:{v}" for k, v in g("geomean_busbw_GBps", {}).items())
+    if name == "ddp_lossless":
+        return (f"sha256 equal {s['param_sha256']['plugin'][:12]}, p50 {s['iter_p50_ms']['plugin']} vs "
+                f"{s['iter_p50_ms']['socket']} ms ({g('p50_plugin_over_socket')}x)")
+    if name == "ddp_random_trim":
+        return f"{g('ranks')} ranks identical, switch trim rate {g('switch_trim_rate')}, val acc {g('val_acc')}"
+    if name == "rank_killed":
+        return f"rank 0 failed {g('seconds_to_error')} s after the kill ({g('cause')}): {g('message')}"
+    if name == "harness_scaling":
+        return " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in g("threads", {}).items())
+    if name == "cpu_uncongested":
+        return f"trim / Gloo: step {g('step_ratio')}x, CPU {g('cpu_ratio')}x over {g('rounds')} rounds"
+    if name.startswith("congestion"):
+        return (" ".join(f"{k}: p50 {v['iter_p50_ms']} ms" for k, v in g("runs", {}).items())
+                + f"; goal {g('goal', {}).get('state')}")
+    if name == "kernels":
+        return (f"{g('tests', {}).get('passed')} tests passed; ratio to copy "
+                + " ".join(f"{k}:{v}" for k, v in g("ratios", {}).items()))
+    if name == "kernels_ncu":
+        return f"{g('kernels_profiled')} kernel launches profiled (kernels_ncu.log)"
+    if name == "hook_overhead":
+        return f"p50 {g('iter_p50_ms', {}).get('hook')} vs {g('iter_p50_ms', {}).get('plain')} ms ({g('p50_hook_over_plain')}x)"
+    return "val acc " + " ".join(f"{k}:{v}" for k, v in g("val_acc", {}).items())  # hook_accuracy*
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="python -m bench gpu-report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", help="the check's results folder (--out of python -m bench gpu)")
+    ap.add_argument("--elapsed-s", type=int, default=None, help="the check's wall clock, for the JSON line")
+    a = ap.parse_args(argv)
+    rc, report = Report(a.out).render(a.elapsed_s)
+    sys.stdout.write(report)
+    return rc
