@@ -7,6 +7,7 @@ passed, 3 the same but a goal missed, 4 nothing failed but a planned step was no
 failed, 2 preflight failed (no GPU, torch or build: said why, in seconds)."""
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench import REPO, SCRIPTS, build_dir, gpu_report
-from bench.jsonio import parse_jsonl, read_jsonl, write_json, load_json
+from bench.jsonio import load_json, parse_jsonl, read_jsonl, write_json
 from bench.proc import spawn, stop
 
 PY = os.environ.get("PYTHON", "python3")
@@ -226,28 +227,18 @@ class Check:
 
     def reap(self, path):
         """End what a part left running: the processes whose command line names PATH (TERM first,
-        so that netns_bottleneck.sh takes down its switch and namespaces; KILL 8 s later)."""
+        so that netns_bottleneck.sh takes down its switch and namespaces; KILL what is left 8 s later)."""
         def named():
-            found = []
-            for p in Path("/proc").glob("[0-9]*"):
-                try:
-                    if str(path) in (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                        found.append(int(p.name))
-                except OSError:
-                    pass
-            return [pid for pid in found if pid != os.getpid()]
-        for sig, wait_s in ((signal.SIGTERM, 8), (signal.SIGKILL, 0)):
-            pids = named()
-            if not pids:
-                return
-            self.say(f"ending {len(pids)} leftover process(es) of {path} ({sig.name})")
+            return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                    if pid != os.getpid() and str(path) in cmdline(pid)]
+        end = time.monotonic() + 8
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if pids := named():
+                self.say(f"ending {len(pids)} leftover process(es) of {path} ({sig.name})")
             for pid in pids:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, sig)
-                except OSError:
-                    pass
-            end = time.monotonic() + wait_s
-            while time.monotonic() < end and named():
+            while named() and time.monotonic() < end:
                 time.sleep(0.2)
 
     def on_signal(self, *_):
@@ -491,6 +482,13 @@ class Check:
               f"--budget-s {self.budget_s}; estimated {self.dry_est + RESERVE_S} s\n"
               "# after every step: python3 -m bench gpu-report OUT (table + one JSON line), and the bundle")
         return 0
+
+
+def cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def die(msg):
