@@ -1,26 +1,20 @@
-"""The offline trim model (scripts/trim_model_sim.py): its rotation is orthonormal, and each way it
+"""The offline trim model (bench/trim_model.py): its rotation is orthonormal, and each way it
 decodes a trimmed row has the error a Gaussian row must give (the model's conclusions in
 docs/RESULTS.md rest on these). Rows of 2^15 Gaussian values: each error fraction below is an
 average over >= 2^17 elements, its standard error < 0.003, and every bound is >= 5 of those away.
 """
 
-import importlib.util
+import importlib
 import math
-import os
 import unittest
 
 from _support import require_torch
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def setUpModule():
     global torch, sim
     torch = require_torch()
-    path = os.path.join(HERE, "..", "..", "scripts", "trim_model_sim.py")
-    spec = importlib.util.spec_from_file_location("trim_model_sim", path)
-    sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sim)
+    sim = importlib.import_module("bench.trim_model")  # after require_torch: it imports torch
 
 
 def gaussian_rows(n_rows, seed):

@@ -1,35 +1,28 @@
-#!/usr/bin/env python3
 """An offline model of char-LM training through random trims, for asking "why" quickly.
 
-One process plays both ranks of scripts/ddp_train.py's char-LM job (same corpus, model, batches,
-Adam and seeds: --plain reproduces the 2-rank Gloo run's val_acc digit for digit) and stands
-in for the comm hook's path: divide by the world size, optionally scale by Adam's second moments
-(nccl_trim.precondition.divisors, the hook's own code), rotate rows of 2^15 (randomized Hadamard),
-then the ring reduce-scatter of 2 ranks, where each chunk crosses one hop and each packet of the
-sender's part is trimmed with probability --trim-p and decoded from its heads, then the inverse.
+One process plays both ranks of bench/workloads/ddp_train.py's char-LM job (same corpus, model,
+batches, Adam, seeds: --plain reproduces the 2-rank Gloo run's val_acc digit for digit) and stands in
+for the comm hook: divide by the world size, optionally scale by Adam's second moments, rotate rows
+of 2^15, the 2-rank ring reduce-scatter with each packet of the sender's part trimmed with
+probability --trim-p and decoded from its heads, then the inverse. Its use is the controls a live
+run cannot give (2-bit heads, the shrink alone, side information, oracle Adam moments, exact
+tensors); docs/RESULTS.md (issue 25) has what they showed. ~40 s a run on one core; compare
+val_loss (~10x less noisy between seeds than val_acc).
 
-Its use is the controls a live run cannot give: trims decoded from 2-bit heads, trimmed packets
-scaled exactly instead of quantized (the shrink alone), the receiver's own chunk as side
-information, Adam fed the exact gradient for its first or second moment, or some tensors kept
-exact. docs/RESULTS.md (issue 25, "What the remaining gap is made of") has what they showed.
-A run takes ~40 s on one core; compare val_loss, which is ~10x less noisy between seeds than
-val_acc.
-
-  python3 scripts/trim_model_sim.py --seed 0 --head 1 --precondition   # one JSON line
+  python3 -m bench trim-model --seed 0 --head 1 --precondition   # one JSON line
 """
 
 import argparse
-import importlib.util
 import json
 import math
-import os
 import sys
 import time
 
 import torch
 
+from . import REPO
+
 ROW = 1 << 15  # the rotation's row, as the hook's
-HERE = os.path.dirname(os.path.abspath(__file__))
 HEADS = ("exact", "1", "1u", "2", "shrink")
 LLOYD_MAX_2BIT = 0.9816  # the 4-level Gaussian quantizer's inner threshold, in RMS units
 
@@ -125,13 +118,6 @@ def trim_message(sent, own, p, head, packet_elems, gen, side_info=False):
     return out
 
 
-def load_train_module():
-    spec = importlib.util.spec_from_file_location("ddp_train", os.path.join(HERE, "ddp_train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -151,9 +137,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     a = parse_args(argv)
-    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    sys.path.insert(0, str(REPO / "python"))
     from nccl_trim import precondition
-    dt = load_train_module()
+    from .workloads import ddp_train as dt
     torch.set_num_threads(1)
     cfg = argparse.Namespace(task="charlm", d_model=64, layers=2, seq_len=64)
     corpus, _ = dt.stdlib_corpus(a.charlm_bytes)
@@ -242,7 +228,4 @@ def main(argv=None):
                       "side_info": a.side_info, "clean_moment": a.clean_moment, "exact_params": a.exact_params,
                       "steps": step, "val_acc": round(correct / total, 5), "val_loss": round(loss_sum / total, 5),
                       "wall_s": round(time.time() - t0, 1)}), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,0 +1,204 @@
+"""trim-sim studies (a simulated leaf-spine: 16 hosts a leaf, 100 Gbit/s links, 500 ns a link).
+
+  curve   trim/drop p99 over the baseline's loss-recovery clock and seeds: a ring AllReduce (16 MiB
+          a host, 4:1 leaves, bursty background) in both modes at each minimum RTO (probe at RTO/4);
+          one line a run (cached in --out), a table of the ratio per RTO, one JSON line
+  htsim   the same workloads in trim-sim and in htsim's NDP (Broadcom/csg-htsim, built by the user:
+          `cd sim && make && cd datacenter && make htsim_ndp`) on the same leaf-spine, side by side.
+          NDP is receiver-pulled and bounces trimmed headers to the sender; trim-sim pushes with a
+          window and NACKs from the receiver. Only trim mode: NDP has no tail-drop twin.
+  a table, trim vs drop unless named:
+    incast            2 MiB from K = 2..16 senders into one host of a 32-host leaf (trimmable)
+    allreduce_bursts  ring AllReduce, 4:1, background none / constant / bursty at 15%
+    oversub           every ring hop across the spine, 1:1 / 4:1 / 8:1 leaves, ECMP vs spraying
+    trim_size         where the switch cuts: plane0 (363 B of 9000) vs 64..1024 B, and a drop
+                      baseline; cuts below plane 0 are NACKed and resent whole
+    buffer            per-port buffer 8 packets / 1 BDP / 5 BDP"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from . import build_dir
+from .codec import int_list, positive, size_arg
+from .jsonio import load_json, parse_jsonl
+
+
+def table(name, hosts):
+    """[(label, trim-sim arguments)] of table NAME."""
+    modes, ring = ("trim", "drop"), ["--hosts", hosts, "--bytes", "16M", "--iters", 3, "--ring", "random"]
+    congested = [*ring, "--oversub", 4, "--background", "bursty", "--seed", 1]
+    return {
+        "incast": lambda: [(f"incast k={k} {m}", ["--hosts", 32, "--hosts-per-leaf", 32, "--workload", "incast",
+                            "--incast-senders", k, "--bytes", "2M", "--iters", 5, "--mode", m, "--seed", 1])
+                           for k in (2, 4, 8, 16) for m in modes],
+        "allreduce_bursts": lambda: [(f"allreduce bg={bg} {m}", ["--hosts", hosts, "--bytes", "16M", "--iters", 5, "--oversub",
+                                      4, "--background", bg, "--bg-load", 0.15, "--mode", m, "--seed", 1])
+                                     for bg in ("none", "constant", "bursty") for m in modes],
+        "oversub": lambda: [(f"oversub {o}:1 {r} {m}", [*ring, "--oversub", o, "--routing", r, "--mode", m, "--seed", 1])
+                            for o in (1, 4, 8) for r in ("ecmp", "spray") for m in modes],
+        "trim_size": lambda: [(f"trim size {t}", [*congested, "--trim-bytes", t, "--mode", "trim"])
+                              for t in ("plane0", 64, 128, 256, 512, 1024)] + [("drop (baseline)", [*congested, "--mode", "drop"])],
+        "buffer": lambda: [(f"buffer {b} {m}", [*congested, "--buffer", b, "--mode", m])
+                           for b in ("8pkt", "1bdp", "5bdp") for m in modes],
+    }[name]()
+
+
+def trim_sim(build, args, **kw):
+    """trim-sim ARGS --json: its last JSON line (None when there is none)."""
+    out = subprocess.run([str(build_dir(build) / "bin/trim-sim"), *map(str, args), "--json"], stdout=subprocess.PIPE,
+                         text=True, **kw).stdout
+    return (parse_jsonl(out) or [None])[-1]
+
+
+def print_table(a):
+    print("%-34s %10s %10s %9s %9s %8s %9s %8s" % ("scenario", "p50_ms", "p99_ms", "trim_rate", "drop_rate", "nmse",
+                                                   "maxq_up_KB", "wall_s"), flush=True)
+    for label, args in table(a.cmd, a.hosts):
+        d = trim_sim(a.build, args, check=True)
+        up_kb = max(d["tiers"]["leaf_up"]["max_queue_bytes"], d["tiers"]["leaf_down"]["max_queue_bytes"]) / 1024
+        print("%-34s %10.3f %10.3f %9.4f %9.4f %8.4f %9.1f %8.2f" % (label, d["jct_p50_ms"], d["jct_p99_ms"],
+              d["trim_rate"], d["drop_rate"], d["nmse"], up_kb, d["wall_seconds"]), flush=True)
+
+
+def curve_points(runs):
+    """Per RTO, the trim/drop p99 ratio over the seeds that ran both modes."""
+    by = {}
+    for j in runs:
+        by.setdefault(j["rto_us"], {}).setdefault(j["seed"], {})[j["mode"]] = j["jct_p99_ms"]
+    out = []
+    for rto, seeds in sorted(by.items()):
+        both = [m for _, m in sorted(seeds.items()) if "trim" in m and "drop" in m]
+        ratios = [m["trim"] / m["drop"] for m in both]
+        if ratios:
+            out.append({"rto_us": rto, "seeds": len(ratios), "ratio_median": round(statistics.median(ratios), 3),
+                        "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
+                        "trim_p99_ms_median": round(statistics.median(m["trim"] for m in both), 2),
+                        "drop_p99_ms_median": round(statistics.median(m["drop"] for m in both), 2)})
+    return out
+
+
+def curve(a):
+    out = Path(a.out or build_dir(a.build) / f"sim_curve_{a.hosts}")
+    out.mkdir(parents=True, exist_ok=True)
+    for rto in a.rto_us:
+        for seed in a.seeds:
+            for mode in ("trim", "drop"):
+                f = out / f"{mode}_rto{rto}_seed{seed}.json"
+                if load_json(f) is None:  # what an earlier run left is kept
+                    f.write_text(json.dumps(trim_sim(a.build, ["--hosts", a.hosts, "--workload", "allreduce", "--bytes", "16M",
+                                 "--iters", 5, "--mtu", 9000, "--oversub", 4, "--background", "bursty", "--mode", mode,
+                                 "--rto-us", rto, "--seed", seed], check=True)) + "\n")
+                j = load_json(f)
+                print(f"hosts {j['hosts']} rto {j['rto_us']:g} us seed {j['seed']} {j['mode']:4}: p50 {j['jct_p50_ms']:.2f} "
+                      f"p99 {j['jct_p99_ms']:.2f} ms, retx rack/probe/rto {j['retx_rack']}/{j['retx_tlp']}/{j['retx_rto']}, "
+                      f"trimmable resent {j['retx_trimmable']}, wall {j['wall_seconds']:.0f} s", flush=True)
+    runs = [load_json(f) for f in sorted(glob.glob(str(out / "*.json")))]
+    points = curve_points([j for j in runs if j])
+    print(f"\n{'RTO (us)':>9} {'trim p99':>9} {'drop p99':>9} {'p99 trim/drop: median [min, max]':>34}")
+    for c in points:
+        print(f"{c['rto_us']:>9g} {c['trim_p99_ms_median']:>9.2f} {c['drop_p99_ms_median']:>9.2f}   "
+              f"{c['ratio_median']:.3f} [{c['ratio_min']:.3f}, {c['ratio_max']:.3f}] over {c['seeds']} seeds")
+    print(json.dumps({"bench": "sim_recovery_curve", "hosts": runs[0]["hosts"] if runs else 0, "curve": points},
+                     separators=(",", ":")))
+
+
+# htsim's two-tier fat tree as trim-sim builds its leaf-spine: 16 hosts a leaf, 4 uplinks a leaf (4:1).
+TOPO = """Nodes {n}\nTiers 2\nPodsize {n}\n\nTier 0\nDownlink_speed_Gbps 100\nRadix_Down 16\nRadix_Up 4
+Downlink_Latency_ns 500\nSwitch_Latency_ns 0\nOversubscribed 4\n\nTier 1\nDownlink_speed_Gbps 100\nRadix_Down {leaves}
+Downlink_Latency_ns 500\nSwitch_Latency_ns 0\n"""
+# Incast and permutation exact: cut to headers and resent, as NDP treats all data. NDP sprays each
+# flow over 4 paths; trim-sim routes per flow by default, so the permutation also runs sprayed.
+HTSIM_WORKLOADS = {"allreduce": ["--workload", "allreduce"],
+                   "incast": ["--workload", "incast", "--incast-senders", 16, "--exact"],
+                   "permutation": ["--workload", "permutation", "--exact"],
+                   "permutation_spray": ["--workload", "permutation", "--exact", "--routing", "spray"]}
+
+
+def htsim_row(name, t, txt):
+    """One comparison row from trim-sim's JSON T and htsim_ndp's output TXT."""
+    fin = [float(x) for x in re.findall(r"finished at ([0-9.]+)", txt)]
+    stats = re.search(r"New: (\d+) Rtx: (\d+) Bounced: (\d+)", txt)
+    conns = re.search(r"Connections: (\d+)", txt)
+    h_ms = max(fin) / 1000 if fin else None
+    new, rtx, bounced = (int(x) for x in stats.groups()) if stats else (None,) * 3
+    return {"workload": name, "hosts": t["hosts"], "trimsim_ms": t["jct_p50_ms"], "htsim_ndp_ms": h_ms,
+            "ratio_htsim_over_trimsim": round(h_ms / t["jct_p50_ms"], 3) if h_ms else None,
+            "htsim_flows_finished": len(fin), "htsim_flows": int(conns.group(1)) if conns else 0,
+            "trimsim_trimmed": t["trimmed"], "trimsim_exact_cut": t.get("exact_cut", 0),
+            "htsim_new": new, "htsim_rtx": rtx, "htsim_bounced": bounced}
+
+
+def dash(v, spec):
+    return "—" if v is None else format(v, spec)
+
+
+def htsim(a):
+    ndp = Path(a.htsim_dir) / "htsim_ndp"
+    if not os.access(ndp, os.X_OK):
+        sys.exit(f"sim htsim: no htsim_ndp in {a.htsim_dir} (build csg-htsim first)")
+    out = Path(a.out or build_dir(a.build) / f"htsim_crosscheck_{a.hosts}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "leafspine.topo").write_text(TOPO.format(n=a.hosts, leaves=a.hosts // 16))
+    rows = []
+    for name, w in HTSIM_WORKLOADS.items():
+        t = trim_sim(a.build, ["--hosts", a.hosts, *w, "--bytes", a.bytes, "--iters", 1, "--mtu", 9000, "--oversub", 4,
+                               "--background", "none", "--mode", "trim", "--seed", 1, "--cm", out / f"{name}.cm"], check=True)
+        (out / f"{name}.trimsim.json").write_text(json.dumps(t) + "\n")
+        txt = subprocess.run([str(ndp.resolve()), "-nodes", str(a.hosts), "-tm", f"{name}.cm", "-topo", "leafspine.topo",
+                              "-mtu", "9000", "-q", str(a.queue_pkts), "-strat", "ecmp_host", "-paths", "4", "-cwnd", "16",
+                              "-end", "10000000", "-seed", "1"], cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, errors="replace").stdout
+        (out / f"{name}.htsim.txt").write_text(txt)
+        rows.append(htsim_row(name, t, txt))
+        print(json.dumps(rows[-1]), flush=True)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"\n{'workload':12} {'trim-sim ms':>12} {'htsim NDP ms':>13} {'ratio':>7} {'trim-sim trims':>15} {'htsim bounced':>14}")
+    for r in rows:
+        print(f"{r['workload']:12} {r['trimsim_ms']:>12.3f} {dash(r['htsim_ndp_ms'], '.3f'):>13} "
+              f"{dash(r['ratio_htsim_over_trimsim'], '.3f'):>7} {r['trimsim_trimmed'] + r['trimsim_exact_cut']:>15} "
+              f"{dash(r['htsim_bounced'], 'd'):>14}")
+    print(json.dumps({"bench": "htsim_crosscheck", "rows": rows}, separators=(",", ":")))
+
+
+def leaves_of_16(text):
+    if not text.isdigit() or int(text) < 16 or int(text) % 16:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a multiple of 16 (hosts per leaf)")
+    return int(text)
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m bench sim", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("curve", help="trim/drop p99 over the minimum RTO and seeds")
+    c.add_argument("--hosts", type=positive, default=256)
+    c.add_argument("--rto-us", type=int_list, default=[100, 500, 1000, 2500, 10000])
+    c.add_argument("--seeds", type=int_list, default=[1, 2, 3])
+    h = sub.add_parser("htsim", help="trim-sim against htsim's NDP")
+    h.add_argument("htsim_dir", help="the folder holding the built htsim_ndp (csg-htsim's sim/datacenter)")
+    h.add_argument("--hosts", type=leaves_of_16, default=64, help="a multiple of 16")
+    h.add_argument("--bytes", type=size_arg, default="16M")
+    h.add_argument("--queue-pkts", type=positive, default=10, help="htsim's data queue (trim-sim's 1 BDP is 9.6 packets)")
+    for p in (c, h):
+        p.add_argument("--out", default="", help="results folder (default BUILD/sim_curve_HOSTS, BUILD/htsim_crosscheck_HOSTS)")
+    for name in ("incast", "allreduce_bursts", "oversub", "trim_size", "buffer"):
+        sub.add_parser(name, help="a trim-sim table").add_argument("--hosts", type=positive, default=64)
+    for p in sub.choices.values():
+        p.add_argument("--build", default="build")
+    return ap.parse_args(argv)
+
+
+def main(argv):
+    a = parse(argv)
+    if not (build_dir(a.build) / "bin/trim-sim").is_file():
+        print(f"sim: {build_dir(a.build)}/bin/trim-sim not built (make -j)", file=sys.stderr)
+        return 1
+    {"curve": curve, "htsim": htsim}.get(a.cmd, print_table)(a)
+    return 0

@@ -1,0 +1,36 @@
+"""Transport goodput on loopback against a yardstick: trim-harness sendrecv (one connection, MTU
+9000) next to one iperf3 TCP stream (5 s), "ratio: X" (harness / iperf3 Gbit/s), then a 4-rank
+ring AllReduce. Prints each JSON result."""
+
+import argparse
+import json
+import sys
+
+from .codec import harness, iperf3, positive, size_arg
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="python -m bench transport", description=__doc__)
+    ap.add_argument("--bytes", type=size_arg, default="256M")
+    ap.add_argument("--iters", type=positive, default=5)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--port", type=positive, default=5299, help="iperf3's port")
+    a = ap.parse_args(argv)
+    sized = ["--bytes", a.bytes, "--iters", a.iters, "--deadline-s", 600]
+    print(f"== trim-harness sendrecv, MTU 9000, {a.bytes} x {a.iters}", flush=True)
+    j, rc, _, _ = harness(a.build, ["--mode", "sendrecv", "--mtu", 9000, *sized], stderr=None)
+    print(json.dumps(j), flush=True)
+    if rc:
+        print(f"transport: trim-harness failed (exit {rc})", file=sys.stderr)
+        return rc
+    print("== iperf3, one TCP stream on loopback, 5 s", flush=True)
+    r = iperf3(5, a.port)
+    if r is None:
+        print("transport: iperf3 is not installed (apt-get install iperf3)", file=sys.stderr)
+        return 1
+    print(json.dumps({"bench": "iperf3", "streams": 1, "gbps": r[0]}))
+    print(f"ratio: {j['gbps'] / r[0]:.4f}")
+    print(f"== trim-harness allreduce, 4 ranks, {a.bytes}", flush=True)
+    j, rc, _, _ = harness(a.build, ["--mode", "allreduce", "--ranks", 4, *sized], stderr=None)
+    print(json.dumps(j))
+    return rc
