@@ -23,19 +23,13 @@ import tarfile
 import time
 from pathlib import Path
 
-from bench import REPO, SCRIPTS, build_dir, gpu_report
+from bench import REPO, build_dir, gpu_report
 from bench.jsonio import load_json, parse_jsonl, read_jsonl, write_json
 from bench.proc import spawn, stop
 
 PY = os.environ.get("PYTHON", "python3")
-# The experiments the steps run, by command prefix: the old scripts until their bench modules landed.
-TOOLS = {
-    "ddp": [str(SCRIPTS / "run_ddp.sh")],
-    "congestion": [PY, "-m", "bench", "congestion"],
-    "congestion-report": [PY, "-m", "bench", "congestion-report"],
-    "alternate": [str(SCRIPTS / "alternate_rounds.sh")],
-    "codec": [PY, str(SCRIPTS / "bench_codec.py")],
-}
+# The experiments the steps run, by command prefix (a test puts a stand-in in their place).
+TOOLS = {c: [PY, "-m", "bench", c] for c in ("ddp", "congestion", "congestion-report", "alternate", "codec")}
 # What is measured must not depend on the caller's environment: these are unset first.
 UNSET = re.compile(r"NCCL_TRIM_.*|NCCL_SOCKET_NTHREADS|NCCL_NSOCKS_PERTHREAD|NCCL_ALGO|NCCL_PROTO|NCCL_M(IN|AX)_NCHANNELS"
                    r"|NCCL_NET_GDR_(LEVEL|READ)|NCCL_BUFFSIZE|NCCL_NET|NCCL_NET_PLUGIN")
