@@ -1,25 +1,20 @@
 """The congestion head-to-head (issues 20, 25): DDP training (bench/workloads/ddp_train.py) through
-ONE emulated bottleneck that TCP and the plugin's UDP cross by the same rule
-(scripts/netns_bottleneck.sh: a namespace per rank, trim-switch routing over TUN devices). Every
-run of a point gets the same port, cross traffic, loss and switch seed; only the transport
-changes (TRANSPORTS). Points are TASK:cN (N % cross load, line-rate bursts) or TASK:lN (N %
-random loss); the plan's order is the priority (--budget-s cuts a point's transports together).
-
-Estimate per run: startup + steps x (compute + comm) x 1.05, comm = grad_bytes x 8 / (rate x 0.7)
-/ (1 - cross) x (1 + 0.5 x loss%) (0.7: TCP's goodput share through this port); compute is
-assumed until --calibrate measures it. Calibration (on in the GPU presets): the first run (c0,
-the baseline) times compute without gradient sync; when communication is under half of its
-iteration the rate becomes rate x comm / (1.5 x compute) and that run is redone.
-
-Output: DIR/<task>_<transport>_c<cross>_l<loss>/ (run.json, rank<R>.{jsonl,out,log}, switch.jsonl,
-bottleneck.out, summary.json), DIR/bench.json, skipped.jsonl, calibration.json; then
-`congestion-report DIR`. Exit 0 when every run that started was ok, 1 when one failed, 2 bad options."""
+ONE emulated bottleneck that TCP and the plugin's UDP cross alike (scripts/netns_bottleneck.sh: a
+namespace per rank, trim-switch routing between them). Every run of a point (TASK:cN, N % cross
+load in line-rate bursts, or TASK:lN, N % random loss) gets the same port, cross traffic, loss and
+seed; only the transport changes (TRANSPORTS). The plan's order is the priority: --budget-s skips
+a point's transports together. Estimate per run: startup + steps x (compute + comm) x 1.05, comm =
+grad_bytes x 8 / (rate x 0.7) / (1 - cross) x (1 + 0.5 x loss%). --calibrate (GPU presets): when
+communication is under half of the first run's iteration, the rate becomes rate x comm / (1.5 x
+compute) and that run is redone. Output: DIR/<task>_<transport>_c<C>_l<L>/ (run.json,
+rank<R>.{jsonl,out,log}, switch.jsonl, bottleneck.out, summary.json), DIR/bench.json,
+skipped.jsonl, calibration.json, then congestion-report's tables. Exit 1 when a run failed."""
 
 import argparse
 import json
-import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -64,18 +59,13 @@ def parse(argv):
     p.add_argument("--cross", help="cross loads, %% [0,60,90,30]")
     p.add_argument("--loss", help="random losses, %% [1,0.1]")
     p.add_argument("--transports", help="in this order within every point [socket,drop,trim,trim16; --cpu gloo,drop,trim,hook]")
-    p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--rate-gbps", type=float, help="[2.5; --cpu 0.5]")
-    p.add_argument("--buffer-bytes", type=int, default=131072)
-    p.add_argument("--cross-period-ms", type=int, default=10, help="bursts' period (0: constant cross traffic)")
     p.add_argument("--prop-delay-us", type=float, default=20)
-    p.add_argument("--seed", type=int, default=7, help="the switch's seed (cross phases, loss)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--max-steps", type=int)
+    for opt, default in (("--ranks", 2), ("--buffer-bytes", 131072), ("--cross-period-ms", 10), ("--seed", 7),
+                         ("--epochs", None), ("--max-steps", None), ("--budget-s", 0), ("--timeout-s", 1800)):
+        p.add_argument(opt, type=int, default=default, metavar="N", help=f"[{default}]" if default is not None else None)
     p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, help="[on in the GPU presets]")
-    p.add_argument("--budget-s", type=int, default=0, help="wall clock of the whole sweep (0: none)")
     p.add_argument("--startup-s", type=float, default=10, help="the estimate's start-up cost per run")
-    p.add_argument("--timeout-s", type=int, default=1800, help="per run")
     p.add_argument("--out", help="[BUILD/congestion]")
     p.add_argument("--build", default="build")
     p.add_argument("--resume", action="store_true", help="keep runs whose summary.json says ok")
@@ -107,15 +97,12 @@ def parse(argv):
             p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
     if a.calibrate and not (a.plan[0].endswith(":c0") and a.transports[0] == a.base):
         p.error(f"--calibrate: the plan must start with a cross-0 point and the transports with {a.base} (it is that run)")
-    if min(a.ranks, a.buffer_bytes, a.cross_period_ms, a.budget_s, a.timeout_s) < 0 or a.rate_gbps <= 0:
-        p.error("--ranks, --buffer-bytes, --cross-period-ms, --budget-s, --timeout-s: >= 0; --rate-gbps: > 0")
     if not a.dry_run and not (a.build / "lib/libnccl-net-trim.so").exists():
         p.error(f"no {a.build}/lib/libnccl-net-trim.so: run 'make -j2 all' first (or pass --build)")
     a.compute_ms = dict(COMPUTE_MS)
-    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) if m[2] == "c" else 0.0,
-               "loss": float(m[3]) if m[2] == "l" else 0.0} for it in a.plan for m in [ITEM.match(it)] for tr in a.transports]
-    for r in a.runs:
-        r["label"] = f"{r['task']}_{r['transport']}_c{r['cross']:g}_l{r['loss']:g}"
+    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) * (m[2] == "c"), "loss": float(m[3]) * (m[2] == "l"),
+               "label": f"{m[1]}_{tr}_c{float(m[3]) * (m[2] == 'c'):g}_l{float(m[3]) * (m[2] == 'l'):g}"}
+              for it in a.plan for m in [ITEM.match(it)] for tr in a.transports]
     a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {r["task"] for r in a.runs}}
     return a
 
@@ -138,8 +125,7 @@ def estimate_s(a, r):
 
 
 def limit_s(a, est, left):
-    lim = min(max(3 * est, 60), a.timeout_s)
-    return min(lim, left) if a.budget_s else lim
+    return min(max(3 * est, 60), a.timeout_s, left if a.budget_s else a.timeout_s)
 
 
 def rank_env(a, tr):
@@ -223,7 +209,7 @@ def run_one(a, r, est, limit):
     """One run through the bottleneck; its summary (ddp_report's, augmented)."""
     from .ddp_report import summarize
     d = a.out / r["label"]
-    subprocess.run(["rm", "-rf", str(d)], check=True)
+    shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     t = TRANSPORTS[r["transport"]]
     plugin = "plugin" in t
@@ -257,14 +243,10 @@ def calibrate(a, s):
         d.update(comm_ms=comm, comm_share=comm / p50, goodput_gbps=gb * 8 / (comm / 1e3) / 1e9 if gb else None,
                  decision=f"communication {comm / p50:.0%} of the iteration >= 50 %: rate stays {rate:g} Gbit/s")
         a.compute_ms[s.get("task") or "widemlp"] = c
-        if comm / p50 < 0.5:
-            # Never below a quarter in one step: a compute time near the whole iteration says more
-            # about the measurement than about the network. 2 significant digits, rounded down.
-            want = max(rate * comm / (1.5 * c), rate / 4)
-            e = math.floor(math.log10(want))
-            new = math.floor(want / 10 ** (e - 1)) * 10 ** (e - 1)
-            d["decision"] = (f"communication {comm / p50:.0%} of the iteration < 50 %: rate {rate:g} -> {new:g} Gbit/s"
-                             + (" (clamped to a quarter)" if want == rate / 4 else ""))
+        if comm / p50 < 0.5:  # 2 significant digits; never below a quarter in one step (a compute time
+            # near the whole iteration says more about the measurement than about the network)
+            new = max(float(f"{rate * comm / (1.5 * c):.2g}"), rate / 4)
+            d["decision"] = f"communication {comm / p50:.0%} of the iteration < 50 %: rate {rate:g} -> {new:g} Gbit/s"
     d["new_rate_gbps"] = new
     write_json(a.out / "calibration.json", d)
     print(f"congestion: calibration: {d['decision']}", file=sys.stderr)
@@ -274,9 +256,8 @@ def calibrate(a, s):
 def sweep(a):
     a.out.mkdir(parents=True, exist_ok=True)
     if not a.resume:  # a fresh sweep starts from an empty results folder (its own earlier runs only)
-        for d in a.out.iterdir():
-            if (d / "run.json").exists():
-                subprocess.run(["rm", "-rf", str(d)], check=True)
+        for d in a.out.glob("*/run.json"):
+            shutil.rmtree(d.parent)
         for f in ("bench.json", "skipped.jsonl", "calibration.json"):
             (a.out / f).unlink(missing_ok=True)
     write_bench_json(a)
@@ -294,8 +275,7 @@ def sweep(a):
         why = (f"the point needs ~{est * n_tr} s" if not point_fits else
                f"the run needs ~{est} s" if a.budget_s and left < est else None)
         if why:
-            n_skip += 1
-            why = f"time budget: {left} s left of --budget-s {a.budget_s}, {why}"
+            n_skip, why = n_skip + 1, f"time budget: {left} s left of --budget-s {a.budget_s}, {why}"
             with open(a.out / "skipped.jsonl", "a") as f:
                 f.write(json.dumps({"label": r["label"], "task": r["task"], "transport": r["transport"],
                                     "cross_pct": r["cross"], "loss_pct": r["loss"], "why": why}) + "\n")
@@ -313,7 +293,7 @@ def sweep(a):
             new = calibrate(a, s)
             if new != a.rate_gbps:  # redo the first run (and all the others) at the new rate
                 a.rate_gbps, i, n_ok, n_fail, prev = new, 0, 0, 0, None
-                subprocess.run(["rm", "-rf", str(a.out / "calibration_run")], check=True)
+                shutil.rmtree(a.out / "calibration_run", ignore_errors=True)
                 (a.out / r["label"]).rename(a.out / "calibration_run")
                 write_bench_json(a)
     print(f"congestion: {n_ok} runs ok, {n_fail} failed, {n_skip} skipped, {time.monotonic() - start:.0f} s", file=sys.stderr)

@@ -86,22 +86,21 @@ def load(root):
                                        order.get(r.get("transport"), 9)))
 
 
+COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
+           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
+           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("final acc", "val_acc", ".4f"),
+           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
+           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
+
+
 def runs_table(runs):
-    head = ["task", "transport", "cross %", "loss %", "to target s", "steps to target", "p50 ms", "p99 ms",
-            "final acc", "val loss", "trim rate (switch)", "plugin trimmed", "retx (ours)", "TCP retx", "identical",
-            "= baseline", "status"]
+    """Every run; `= baseline`: its parameters equal the baseline's of the same point."""
     base_sha = {point(r): r.get("param_sha256_full") for r in runs if r.get("transport") in BASELINES}
-    rows = []
-    for r in runs:
-        ref, mine = base_sha.get(point(r)), r.get("param_sha256_full")
-        rows.append([fmt(r.get("task")), fmt(r.get("transport")), fmt(r.get("cross_pct"), "g"), fmt(r.get("loss_pct"), "g"),
-                     fmt(r.get("time_to_target_s"), ".2f"), fmt(r.get("steps_to_target"), "d"),
-                     fmt(r.get("iter_p50_ms"), ".1f"), fmt(r.get("iter_p99_ms"), ".1f"), fmt(r.get("val_acc"), ".4f"),
-                     fmt(r.get("val_loss"), ".4f"), fmt(r.get("trim_rate"), ".4f"), fmt(r.get("plugin_trimmed"), "d"),
-                     fmt(r.get("retx_plugin"), "d"), fmt(r.get("retx_tcp"), "d"), fmt(r.get("params_identical")),
-                     "-" if r.get("transport") in BASELINES else fmt(mine == ref if ref and mine else None),
-                     fmt(r.get("status")) + (" (time limit)" if r.get("stopped_by_time_limit") else "")])
-    return table(head, rows, md=True)
+    rows = [[fmt(r.get(k), spec) for _, k, spec in COLUMNS] +
+            ["-" if r.get("transport") in BASELINES else fmt(r.get("param_sha256_full") == ref if ref and r.get("param_sha256_full") else None)
+             for ref in [base_sha.get(point(r))]] +
+            [fmt(r.get("status")) + (" (time limit)" if r.get("stopped_by_time_limit") else "")] for r in runs]
+    return table([c[0] for c in COLUMNS] + ["= baseline", "status"], rows, md=True)
 
 
 def ok(r):
@@ -203,11 +202,8 @@ def comparisons(runs):
 
 
 def big_task(runs):
-    sized = [(r.get("grad_bytes") or 0, r["task"]) for r in runs if r.get("task")]
-    if not sized:
-        return None
-    best = max(sized)
-    return best[1] if best[0] else ("widemlp" if any(t == "widemlp" for _, t in sized) else sized[0][1])
+    """The task with the most gradient bytes (widemlp where no run says)."""
+    return max(((r.get("grad_bytes") or 0, r["task"] == "widemlp", r["task"]) for r in runs if r.get("task")), default=[None])[-1]
 
 
 def judge(runs, tr="trim"):
@@ -364,17 +360,14 @@ def main(argv=None):
     comps, present = comparisons(runs), {r.get("transport") for r in runs}
     goals = [judge(runs, tr) for tr in TRIMMING if tr in present] or [judge(runs)]
     bench, cal, skipped = load_json(root / "bench.json"), load_json(root / "calibration.json"), read_jsonl(root / "skipped.jsonl")
-    print(runs_table(runs) + "\n")
-    if cal:
-        print(f"Calibration ({cal.get('run')}): compute {fmt(cal.get('compute_ms'), '.2f')} ms, iteration p50 "
-              f"{fmt(cal.get('iter_p50_ms'), '.2f')} ms, communication share {fmt(cal.get('comm_share'), '.2f')}, "
-              f"port goodput {fmt(cal.get('goodput_gbps'), '.2f')} Gbit/s: {cal.get('decision')}\n")
     over = sorted(r["overhead_s"] for r in runs if r.get("overhead_s") is not None)
-    if over:
-        print(f"Start-up and tear-down per run (wall clock outside training): median {over[len(over) // 2]:g} s, "
-              f"{over[0]:g}-{over[-1]:g} s over {len(over)} runs (the estimate assumed {fmt((bench or {}).get('startup_s'), 'g')} s)\n")
-    if skipped:
-        print("Skipped: " + "; ".join(f"{s.get('label')} ({s.get('why')})" for s in skipped) + "\n")
+    print("\n\n".join([runs_table(runs)] + [x for x in (
+        cal and (f"Calibration ({cal.get('run')}): compute {fmt(cal.get('compute_ms'), '.2f')} ms, iteration p50 "
+                 f"{fmt(cal.get('iter_p50_ms'), '.2f')} ms, communication share {fmt(cal.get('comm_share'), '.2f')}, "
+                 f"port goodput {fmt(cal.get('goodput_gbps'), '.2f')} Gbit/s: {cal.get('decision')}"),
+        over and (f"Start-up and tear-down per run (wall clock outside training): median {over[len(over) // 2]:g} s, "
+                  f"{over[0]:g}-{over[-1]:g} s over {len(over)} runs (the estimate assumed {fmt((bench or {}).get('startup_s'), 'g')} s)"),
+        skipped and "Skipped: " + "; ".join(f"{s.get('label')} ({s.get('why')})" for s in skipped)) if x]) + "\n")
     print(judge_md(goals, comps))
     plt = None if a.no_plots else pyplot()
     pngs = [str(x) for x in plot(runs, root, plt)] if plt else []

@@ -10,9 +10,10 @@ Environment (defaults sized for a 2-core VM): headline DEMO_RATE_GBPS [0.5] DEMO
 [131072] DEMO_CROSS [60] DEMO_CROSS_PERIOD_MS [10] DEMO_TRIM [hook|trim] DEMO_STEPS [40]
 DEMO_LIMIT_S [100]; switch demo DEMO_RATE_GBPS [1] DEMO_BUFFER_PACKETS [8] DEMO_MTU [4096]
 DEMO_PROP_US [200] DEMO_CROSS [incast:8:0.04:all] DEMO_TRIM_EXACT [1] DEMO_BYTES [1M]
-DEMO_ITERS [60] DEMO_RANKS [4] DEMO_SEED [7] DEMO_NICE [0] (docs/RESULTS.md explains them)."""
+DEMO_ITERS [60] DEMO_RANKS [4] DEMO_SEED [7] (docs/RESULTS.md explains them)."""
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -23,8 +24,8 @@ from . import build_dir
 from .congestion_report import base_ttt
 from .jsonio import load_json, read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
-from .proc import start_switch, stop
 from .report import fmt, ratio
+from .scenarios import through_switch
 
 ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to 0.95", "steps_to_target", "d"),
         ("iteration p50 (ms)", "iter_p50_ms", ".0f"), ("iteration p99 (ms)", "iter_p99_ms", ".0f"),
@@ -74,31 +75,27 @@ def headline(g, t, tr):
 
 
 def no_netns_reason():
-    if os.geteuid() != 0:
-        return "not root (network namespaces and TUN devices need it)"
-    if not os.path.exists("/dev/net/tun"):
-        return "no /dev/net/tun"
-    if not shutil.which("ip"):
-        return "no ip (iproute2)"
-    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("sklearn")):
-        return f"no torch or scikit-learn in {sys.executable} (make demo installs them)"
-    return None
+    find = importlib.util.find_spec
+    for bad, why in ((os.geteuid() != 0, "not root (network namespaces and TUN devices need it)"),
+                     (not os.path.exists("/dev/net/tun"), "no /dev/net/tun"), (not shutil.which("ip"), "no ip (iproute2)"),
+                     (not (find("torch") and find("sklearn")), f"no torch or scikit-learn in {sys.executable} (make demo installs them)")):
+        if bad:
+            return why
 
 
 def run_headline(build, out, tr):
-    cross, period, rate, buf = env("CROSS", "60"), int(env("CROSS_PERIOD_MS", "10")), env("RATE_GBPS", "0.5"), env("BUFFER_BYTES", "131072")
-    limit = env("LIMIT_S", "100")
+    cross, period, rate, buf, limit = (env("CROSS", "60"), int(env("CROSS_PERIOD_MS", "10")), env("RATE_GBPS", "0.5"),
+                                       env("BUFFER_BYTES", "131072"), env("LIMIT_S", "100"))
     print(f"== headline: DDP training (widemlp, 2 ranks, CPU) through one bottleneck: {rate} Gbit/s, {int(buf) // 1024} KiB "
-          f"buffer, cross traffic {cross} % " + (f"in line-rate bursts ({period} ms period)" if period else "constant"))
-    print(f"   Gloo (TCP) vs the plugin trimming ({tr}); about 2 minutes", flush=True)
+          f"buffer, cross traffic {cross} % " + (f"in line-rate bursts ({period} ms period)" if period else "constant") +
+          f"\n   Gloo (TCP) vs the plugin trimming ({tr}); about 2 minutes", flush=True)
     root = out / "headline"
     root.mkdir(parents=True, exist_ok=True)
-    with open(out / "headline.report", "w") as rep, open(out / "headline.log", "w") as log:
-        rc = subprocess.run([sys.executable, "-m", "bench", "congestion", "--cpu", "--plan", f"widemlp:c{cross}",
-                             "--transports", f"gloo,{tr}", "--rate-gbps", rate, "--buffer-bytes", buf,
-                             "--cross-period-ms", str(period), "--max-steps", env("STEPS", "40"), "--timeout-s", limit,
-                             "--build", str(build), "--out", str(root)], stdout=rep, stderr=log).returncode
-    (out / "headline.report").replace(root / "report.md")
+    with open(root / "report.md", "w") as rep, open(out / "headline.log", "w") as log:
+        rc = subprocess.run([sys.executable, "-m", "bench", "congestion", "--cpu", "--plan", f"widemlp:c{cross}", "--transports",
+                             f"gloo,{tr}", "--rate-gbps", rate, "--buffer-bytes", buf, "--cross-period-ms", str(period),
+                             "--max-steps", env("STEPS", "40"), "--timeout-s", limit, "--build", build, "--out", root],
+                            stdout=rep, stderr=log).returncode
     log = (out / "headline.log").read_text(errors="replace")
     if rc and "failed (124)" in log and not any(f"failed ({c}" in log for c in "023456789"):
         print(f"   (a run was stopped by its {limit} s limit, as Gloo often is at this congestion: the table says how far it got)")
@@ -106,36 +103,10 @@ def run_headline(build, out, tr):
         print(f"demo: a training run failed (exit {rc}); the bench's log:\n" + "\n".join(log.splitlines()[-15:]), file=sys.stderr)
     runs = {s.get("transport"): s for f in root.glob("*/summary.json") for s in [load_json(f)] if s}
     text, summary = headline(runs.get("gloo") or {}, runs.get(tr) or {}, tr)
-    print(text)
     write_json(out / "summary.json", summary)
-    print(f"report: {root / 'report.md'} (every number, the goal's verdict)")
+    print(f"{text}\nreport: {root / 'report.md'} (every number, the goal's verdict)")
     if (root / "time_to_accuracy.png").exists():
         print(f"plot: {root / 'time_to_accuracy.png'}")
-
-
-def run_switch_mode(build, out, mode):
-    """One trim-switch, one trim-harness AllReduce through it -> (harness result, switch lines)."""
-    log = out / f"switch_{mode}.jsonl"
-    sw, port = start_switch(build / "bin/trim-switch", [
-        "--mode", mode, "--rate-gbps", env("RATE_GBPS", "1"), "--buffer-packets", env("BUFFER_PACKETS", "8"),
-        "--buffer-bytes", 0, "--prop-delay-us", env("PROP_US", "200"), "--cross", env("CROSS", "incast:8:0.04:all"),
-        "--seed", env("SEED", "7"), "--trim-exact", env("TRIM_EXACT", "1") if mode == "trim" else 0,
-        "--stats-interval-ms", 100], log)
-    try:
-        with open(out / f"harness_{mode}.json", "w") as o, open(out / f"harness_{mode}.log", "w") as e:
-            rc = subprocess.run(["nice", "-n", env("NICE", "0"), build / "bin/trim-harness", "--mode", "allreduce",
-                                 "--ranks", env("RANKS", "4"), "--bytes", env("BYTES", "1M"), "--iters", env("ITERS", "60"),
-                                 "--warmup", "1", "--seed", env("SEED", "7"), "--deadline-s", "60", "--json",
-                                 "--csv", out / f"iters_{mode}.csv"], stdout=o, stderr=e, start_new_session=True,
-                                env={**os.environ, "NCCL_TRIM_MTU": env("MTU", "4096"), "NCCL_TRIM_SWITCH": f"127.0.0.1:{port}"},
-                                timeout=120).returncode
-    finally:
-        stop(sw)
-    h = load_json(out / f"harness_{mode}.json")
-    if rc or not h:
-        tail = "\n".join((out / f"harness_{mode}.log").read_text(errors="replace").splitlines()[-5:])
-        raise SystemExit(f"demo: trim-harness ({mode}) failed (exit {rc}): {(out / f'harness_{mode}.json').read_text()}\n{tail}")
-    return h, read_jsonl(log)
 
 
 def trim_rates(lines):
@@ -149,46 +120,55 @@ def trim_rates(lines):
     return rows
 
 
+SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
+               ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f"),
+               ("switch: ours cut / dropped", "cut_dropped", ""), ("retransmissions", "retransmits", "d"),
+               ("NMSE of the result", "nmse", ".3g"), ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
+
+
 def switch_demo(build, out):
-    print(f"== switch demo: {env('RANKS', '4')}-rank AllReduce of {env('BYTES', '1M')} through trim-switch ({env('RATE_GBPS', '1')} "
-          f"Gbit/s, {env('BUFFER_PACKETS', '8')}-packet buffer, {env('PROP_US', '200')} us, cross {env('CROSS', 'incast:8:0.04:all')})")
-    print("   our plugin with trimming vs our plugin with tail drop, on loopback (not NCCL Socket: the Socket\n"
-          "   head-to-head through one bottleneck is in docs/RESULTS.md, \"On a GPU machine\")", flush=True)
-    res = {m: run_switch_mode(build, out, m) for m in ("trim", "drop")}
-    for m, (_, lines) in res.items():
+    """A 4-rank AllReduce through trim-switch on loopback (bench.scenarios.through_switch), a trimming
+    switch vs a tail-drop one, same seed and cross traffic: a table, summary.json, switch_demo.png."""
+    sw = ["--rate-gbps", env("RATE_GBPS", "1"), "--buffer-packets", env("BUFFER_PACKETS", "8"), "--buffer-bytes", 0,
+          "--prop-delay-us", env("PROP_US", "200"), "--cross", env("CROSS", "incast:8:0.04:all"), "--seed", env("SEED", "7"),
+          "--stats-interval-ms", 100]
+    print(f"== switch demo: {env('RANKS', '4')}-rank AllReduce of {env('BYTES', '1M')} through trim-switch ({sw[1]} Gbit/s, "
+          f"{sw[3]}-packet buffer, {sw[7]} us, cross {sw[9]})\n   our plugin with trimming vs our plugin with tail drop, on "
+          "loopback (not NCCL Socket: the Socket\n   head-to-head through one bottleneck is in docs/RESULTS.md, \"On a GPU machine\")",
+          flush=True)
+    res, rates = {}, {}
+    for m in ("trim", "drop"):
+        h, fin, rc, _ = through_switch(build, ["--mode", m, *sw, "--trim-exact", env("TRIM_EXACT", "1") if m == "trim" else 0],
+                                       ["--mode", "allreduce", "--ranks", env("RANKS", "4"), "--bytes", env("BYTES", "1M"),
+                                        "--iters", env("ITERS", "60"), "--warmup", 1, "--seed", env("SEED", "7"),
+                                        "--deadline-s", 60, "--csv", out / f"iters_{m}.csv"], {}, out, m, env("MTU", "4096"))
+        if rc:
+            raise SystemExit(f"demo: trim-harness ({m}) failed (exit {rc}): {json.dumps(h)}; see {out}/{m}.harness.log")
+        # Real packets (ours) the switch forwarded cut / dropped; the cross traffic's own drops excluded.
+        res[m] = {**h, "cut_dropped": f"{fin['forwarded_trimmed']}/{fin['datagrams'] - fin['bad'] - fin['forwarded']}"}
+        rates[m] = trim_rates(read_jsonl(out / f"{m}.switch.jsonl"))
         (out / f"trimrate_{m}.dat").write_text("# t_s forwarded trimmed trim_rate\n" + "".join(
-            f"{t:.2f} {f} {x} {r:.4f}\n" for t, f, x, r in trim_rates(lines)))
-    fin = {m: [d for d in lines if d.get("event") == "final"][-1] for m, (_, lines) in res.items()}
-    t, d = res["trim"][0], res["drop"][0]
-    rows = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
-            ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f")]
-    table = [("", "plugin, trim", "plugin, drop")] + [(n, format(t[k], s), format(d[k], s)) for n, k, s in rows]
-    # Real packets (ours) the switch forwarded cut / dropped; the cross traffic's own drops excluded.
-    table.append(("switch: ours cut / dropped", *(f"{s['forwarded_trimmed']}/{s['datagrams'] - s['bad'] - s['forwarded']}"
-                                                 for s in (fin["trim"], fin["drop"]))))
-    table += [("retransmissions", str(t["retransmits"]), str(d["retransmits"])), ("NMSE of the result", f"{t['nmse']:.3g}", f"{d['nmse']:.3g}"),
-              ("replicas identical", fmt(bool(t["replicas_identical"])), fmt(bool(d["replicas_identical"]))),
-              ("verify", str(t["verify"]), str(d["verify"]))]
-    print(side(table, 28))
-    write_json(out / "summary.json", {
-        "trim_p50_ms": round(t["p50_ms"], 3), "trim_p99_ms": round(t["p99_ms"], 3),
-        "drop_p50_ms": round(d["p50_ms"], 3), "drop_p99_ms": round(d["p99_ms"], 3),
+            f"{t:.2f} {f} {x} {r:.4f}\n" for t, f, x, r in rates[m]))
+    t, d = res["trim"], res["drop"]
+    print(side([("", "plugin, trim", "plugin, drop")] + [(n, fmt(t[k], f), fmt(d[k], f)) for n, k, f in SWITCH_ROWS], 28))
+    summary = {
+        **{f"{m}_{k}": round(res[m][k], 3) for m in res for k in ("p50_ms", "p99_ms")},
         "p99_ratio": ratio(t["p99_ms"], d["p99_ms"], 4), "p50_ratio": ratio(t["p50_ms"], d["p50_ms"], 4),
         "trim_gbps": t["gbps"], "drop_gbps": d["gbps"], "trim_rate": t["trim_rate"], "trim_retransmits": t["retransmits"],
         "drop_retransmits": d["retransmits"], "nmse": t["nmse"],
-        "replicas_identical": bool(t["replicas_identical"] and d["replicas_identical"])})
-    plt = pyplot()
-    if plt:
+        "replicas_identical": bool(t["replicas_identical"] and d["replicas_identical"])}
+    write_json(out / "summary.json", summary)
+    if plt := pyplot():
         fig, (a1, a2) = panels(plt, 2, cols=2, width=5.5, height=4.4)
-        for m, (_, lines) in res.items():
+        for m in res:
             iters = [x.split(",") for x in (out / f"iters_{m}.csv").read_text().splitlines()[1:]]
             a1.plot([int(x[0]) for x in iters], [float(x[1]) for x in iters], ".-", label=m)
-            rates = trim_rates(lines)
-            a2.plot([x[0] for x in rates], [x[3] for x in rates], ".-", label=m)
+            a2.plot([x[0] for x in rates[m]], [x[3] for x in rates[m]], ".-", label=m)
         finish(a1, "iteration time", "iteration", "ms (slowest rank)")
         finish(a2, "trimmed share of forwarded packets (per 100 ms)", "time since the switch started (s)", "trim rate")
         fig.suptitle("4-rank AllReduce through trim-switch: trimming vs tail drop")
         print(f"plot: {save(plt, fig, out / 'switch_demo.png')}")
+    return summary
 
 
 def codec_plot(out, plt):
@@ -222,16 +202,14 @@ def main(argv):
     else:
         run_headline(build, out, tr)
     if why or env("SWITCH", "0") == "1":
-        switch_demo(build, out)
+        s = switch_demo(build, out)
         if why:
-            s = load_json(out / "summary.json")
             write_json(out / "summary.json", {"demo": "switch", "headline_skipped": why, "tta_ratio_vs_gloo": None,
                                               "p50_ratio_vs_gloo": None, "p99_ratio_vs_gloo": None, "acc_delta_points": None,
                                               "replicas_identical": s.get("replicas_identical"), "switch": s})
     print("== codec demo", flush=True)
     subprocess.run([build / "bin/trim-demo", "--out", out], check=True)
-    plt = pyplot()
-    if plt:
+    if plt := pyplot():
         print(f"plot: {codec_plot(out, plt)}")
     print((out / "summary.json").read_text(), end="")
     return 0

@@ -149,6 +149,23 @@ class DryRunTest(unittest.TestCase):
         self.assertIn("over --budget-s 20: the last points would be skipped", out)
         self.assertIn("fits --budget-s 9999", self.dry("--plan", "widemlp:c0", "--budget-s", "9999"))
 
+    def test_calibration_lowers_the_rate_when_compute_dominates(self):
+        a = self.parse("--out", str(self.tmp / "cal"))
+        a.out.mkdir()
+        run = {"label": "widemlp_socket_c0_l0", "task": "widemlp", "status": "ok", "grad_bytes": 11581480}
+        with redirect_stderr(io.StringIO()):
+            self.assertEqual(congestion.calibrate(a, {**run, "compute_ms": 20.0, "iter_p50_ms": 100.0}), 2.5)  # 80 % comm
+            self.assertEqual(a.compute_ms["widemlp"], 20.0)
+            # 30 % communication: 2.5 x 30 / (1.5 x 70) = 0.714 -> 0.71 Gbit/s
+            self.assertEqual(congestion.calibrate(a, {**run, "compute_ms": 70.0, "iter_p50_ms": 100.0}), 0.71)
+            cal = json.loads((a.out / "calibration.json").read_text())
+            self.assertEqual((cal["new_rate_gbps"], round(cal["comm_share"], 2)), (0.71, 0.3))
+            self.assertIn("rate 2.5 -> 0.71 Gbit/s", cal["decision"])
+            self.assertEqual(congestion.calibrate(a, {**run, "compute_ms": 99.0, "iter_p50_ms": 100.0}), 0.625)  # a quarter at most
+            self.assertEqual(congestion.calibrate(a, {**run, "status": "failed (124)"}), 2.5)
+        self.assertIn("not measured", json.loads((a.out / "calibration.json").read_text())["decision"])
+        self.assertEqual(sum(congestion.estimate_s(a, r) for r in a.runs), congestion.plan_total(a))
+
     def test_bad_options_exit_2_naming_the_value(self):
         self.refused(["--cpu", "--transports", "socket,trim"], "'socket'", "gloo")
         self.refused(["--transports", "gloo,trim"], "'gloo'", "--cpu")
