@@ -36,27 +36,22 @@ KINDS = {  # kind -> (rank environment, harness mode)
 }
 
 
-def size_arg(text):
-    """A size as trim-harness takes it (64M, 512K, 1G, 4096), kept as text."""
-    if not re.fullmatch(r"[1-9][0-9]*[KMG]?", text):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (N, NK, NM or NG)")
-    return text
+def _arg(pattern, what, convert=str):
+    """An argparse type: TEXT matching PATTERN, converted; else an error naming it."""
+    def check(text):
+        if not re.fullmatch(pattern, text):
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        return convert(text)
+    return check
+
+
+size_arg = _arg(r"[1-9][0-9]*[KMG]?", "a size as trim-harness takes it (N, NK, NM or NG)")  # kept as text
+positive = _arg(r"[1-9][0-9]*", "a positive integer", int)
+int_list = _arg(r"[0-9]+(,[0-9]+)*", "a comma-separated list of integers >= 0", lambda t: [int(x) for x in t.split(",")])
 
 
 def size_bytes(text):
     return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-
-
-def positive(text):
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
-    return int(text)
-
-
-def int_list(text):
-    if not re.fullmatch(r"[0-9]+(,[0-9]+)*", text):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers >= 0")
-    return [int(x) for x in text.split(",")]
 
 
 def harness(build, args, env=None, timeout_s=900, stderr=subprocess.DEVNULL):

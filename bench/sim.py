@@ -27,27 +27,26 @@ from pathlib import Path
 
 from . import build_dir
 from .codec import int_list, positive, size_arg
-from .jsonio import load_json, parse_jsonl
+from .jsonio import emit, load_json, parse_jsonl
 
 
 def table(name, hosts):
     """[(label, trim-sim arguments)] of table NAME."""
-    modes, ring = ("trim", "drop"), ["--hosts", hosts, "--bytes", "16M", "--iters", 3, "--ring", "random"]
-    congested = [*ring, "--oversub", 4, "--background", "bursty", "--seed", 1]
+    def both(label, *args):  # trim vs drop, seed 1
+        return [(f"{label} {m}", [*args, "--mode", m, "--seed", 1]) for m in ("trim", "drop")]
+    ring = ["--hosts", hosts, "--bytes", "16M", "--iters", 3, "--ring", "random"]
+    congested = [*ring, "--oversub", 4, "--background", "bursty"]
     return {
-        "incast": lambda: [(f"incast k={k} {m}", ["--hosts", 32, "--hosts-per-leaf", 32, "--workload", "incast",
-                            "--incast-senders", k, "--bytes", "2M", "--iters", 5, "--mode", m, "--seed", 1])
-                           for k in (2, 4, 8, 16) for m in modes],
-        "allreduce_bursts": lambda: [(f"allreduce bg={bg} {m}", ["--hosts", hosts, "--bytes", "16M", "--iters", 5, "--oversub",
-                                      4, "--background", bg, "--bg-load", 0.15, "--mode", m, "--seed", 1])
-                                     for bg in ("none", "constant", "bursty") for m in modes],
-        "oversub": lambda: [(f"oversub {o}:1 {r} {m}", [*ring, "--oversub", o, "--routing", r, "--mode", m, "--seed", 1])
-                            for o in (1, 4, 8) for r in ("ecmp", "spray") for m in modes],
-        "trim_size": lambda: [(f"trim size {t}", [*congested, "--trim-bytes", t, "--mode", "trim"])
-                              for t in ("plane0", 64, 128, 256, 512, 1024)] + [("drop (baseline)", [*congested, "--mode", "drop"])],
-        "buffer": lambda: [(f"buffer {b} {m}", [*congested, "--buffer", b, "--mode", m])
-                           for b in ("8pkt", "1bdp", "5bdp") for m in modes],
-    }[name]()
+        "incast": [r for k in (2, 4, 8, 16) for r in both(f"incast k={k}", "--hosts", 32, "--hosts-per-leaf", 32,
+                   "--workload", "incast", "--incast-senders", k, "--bytes", "2M", "--iters", 5)],
+        "allreduce_bursts": [r for bg in ("none", "constant", "bursty") for r in both(f"allreduce bg={bg}", "--hosts", hosts,
+                             "--bytes", "16M", "--iters", 5, "--oversub", 4, "--background", bg, "--bg-load", 0.15)],
+        "oversub": [r for o in (1, 4, 8) for rt in ("ecmp", "spray")
+                    for r in both(f"oversub {o}:1 {rt}", *ring, "--oversub", o, "--routing", rt)],
+        "trim_size": [(f"trim size {t}", both("", *congested, "--trim-bytes", t)[0][1])
+                      for t in ("plane0", 64, 128, 256, 512, 1024)] + [("drop (baseline)", both("", *congested)[1][1])],
+        "buffer": [r for b in ("8pkt", "1bdp", "5bdp") for r in both(f"buffer {b}", *congested, "--buffer", b)],
+    }[name]
 
 
 def trim_sim(build, args, **kw):
@@ -146,7 +145,8 @@ def htsim(a):
     out = Path(a.out or build_dir(a.build) / f"htsim_crosscheck_{a.hosts}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "leafspine.topo").write_text(TOPO.format(n=a.hosts, leaves=a.hosts // 16))
-    rows = []
+    rows, results = [], out / "results.jsonl"
+    results.write_text("")
     for name, w in HTSIM_WORKLOADS.items():
         t = trim_sim(a.build, ["--hosts", a.hosts, *w, "--bytes", a.bytes, "--iters", 1, "--mtu", 9000, "--oversub", 4,
                                "--background", "none", "--mode", "trim", "--seed", 1, "--cm", out / f"{name}.cm"], check=True)
@@ -156,21 +156,13 @@ def htsim(a):
                               "-end", "10000000", "-seed", "1"], cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, errors="replace").stdout
         (out / f"{name}.htsim.txt").write_text(txt)
-        rows.append(htsim_row(name, t, txt))
-        print(json.dumps(rows[-1]), flush=True)
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        rows.append(emit(htsim_row(name, t, txt), results))
     print(f"\n{'workload':12} {'trim-sim ms':>12} {'htsim NDP ms':>13} {'ratio':>7} {'trim-sim trims':>15} {'htsim bounced':>14}")
     for r in rows:
         print(f"{r['workload']:12} {r['trimsim_ms']:>12.3f} {dash(r['htsim_ndp_ms'], '.3f'):>13} "
               f"{dash(r['ratio_htsim_over_trimsim'], '.3f'):>7} {r['trimsim_trimmed'] + r['trimsim_exact_cut']:>15} "
               f"{dash(r['htsim_bounced'], 'd'):>14}")
     print(json.dumps({"bench": "htsim_crosscheck", "rows": rows}, separators=(",", ":")))
-
-
-def leaves_of_16(text):
-    if not text.isdigit() or int(text) < 16 or int(text) % 16:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a multiple of 16 (hosts per leaf)")
-    return int(text)
 
 
 def parse(argv):
@@ -183,7 +175,7 @@ def parse(argv):
     c.add_argument("--seeds", type=int_list, default=[1, 2, 3])
     h = sub.add_parser("htsim", help="trim-sim against htsim's NDP")
     h.add_argument("htsim_dir", help="the folder holding the built htsim_ndp (csg-htsim's sim/datacenter)")
-    h.add_argument("--hosts", type=leaves_of_16, default=64, help="a multiple of 16")
+    h.add_argument("--hosts", type=positive, default=64, help="a multiple of 16 (hosts per leaf)")
     h.add_argument("--bytes", type=size_arg, default="16M")
     h.add_argument("--queue-pkts", type=positive, default=10, help="htsim's data queue (trim-sim's 1 BDP is 9.6 packets)")
     for p in (c, h):
@@ -192,7 +184,10 @@ def parse(argv):
         sub.add_parser(name, help="a trim-sim table").add_argument("--hosts", type=positive, default=64)
     for p in sub.choices.values():
         p.add_argument("--build", default="build")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if a.cmd == "htsim" and a.hosts % 16:
+        ap.error(f"--hosts {a.hosts} is not a multiple of 16 (hosts per leaf)")
+    return a
 
 
 def main(argv):

@@ -119,7 +119,7 @@ def trim_message(sent, own, p, head, packet_elems, gen, side_info=False):
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench trim-model", description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--trim-p", type=float, default=0.5)

@@ -38,7 +38,7 @@ class ArgumentTest(unittest.TestCase):
         cases = [(codec.main, ["--threads", "0,x"], "'0,x'"), (codec.main, ["encoding", "--bytes", "64Q"], "'64Q'"),
                  (codec.main, ["--rounds", "0"], "'0'"), (transport.main, ["--iters", "-1"], "'-1'"),
                  (fabric.main, ["--size", "big"], "'big'"), (fabric.main, ["rx-cut", "--bytes", "2X"], "'2X'"),
-                 (sim.main, ["htsim", "/x", "--hosts", "20"], "'20'"), (sim.main, ["curve", "--rto-us", "1,a"], "'1,a'"),
+                 (sim.main, ["htsim", "/x", "--hosts", "20"], "--hosts 20"), (sim.main, ["curve", "--rto-us", "1,a"], "'1,a'"),
                  (sim.main, ["nosuch"], "nosuch"), (scenarios.main, ["incast", "nosuch"], "nosuch"),
                  (scenarios.main, ["incast", "--trim-exact", "2"], "'2'")]
         for main, argv, named in cases:
