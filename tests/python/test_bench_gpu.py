@@ -222,10 +222,17 @@ class NoGpuTest(Case):
         (self.build / "lib").mkdir(parents=True)
         (self.build / "lib/libnccl-net-trim.so").write_text("not a plugin\n")
         (self.build / "BUILD_INFO").write_text("commit feedc0ffee12\nplugin_sha256 0123456789abcdef\n")
+        # PYTHON whose torch check fails at once: these tests are about the flow (the real check
+        # imports torch, seconds; the --no-gpu smoke run of the lead's checks covers it)
+        python = self.tmp / "python3"
+        python.write_text('#!/bin/sh\ncase "$*" in *--probe*) exit 1 ;; esac\nexec python3 "$@"\n')
+        python.chmod(0o755)
+        self.env = {"PYTHON": str(python)}
 
     def test_exit_2_in_seconds_with_the_reasons_and_the_bundle(self):
         t0 = time.monotonic()
-        rc, text, err = run_check("--build", str(self.build), "--out", str(self.tmp / "cg"), "--bundle", str(self.tmp / "b"))
+        rc, text, err = run_check("--build", str(self.build), "--out", str(self.tmp / "cg"), "--bundle", str(self.tmp / "b"),
+                                  env=self.env)
         self.assertEqual(rc, 2, text + err)
         self.assertLess(time.monotonic() - t0, 60)
         self.assertIn("cannot run here", err)
@@ -235,7 +242,7 @@ class NoGpuTest(Case):
         self.assertEqual((d["exit"], d["result"]), (2, "fail"))
         self.assertEqual(d["versions"]["commit"], "feedc0ffee12")  # BUILD_INFO's, not this checkout's
         why = d["steps"]["preflight"]["why"]
-        for words in ("no GPU", "repack", "trim-switch"):
+        for words in ("no GPU", "repack", "trim-switch", "torch check failed"):
             self.assertIn(words, why)
         self.assertEqual({(d["steps"][s]["result"], d["steps"][s]["why"]) for s in PART1}, {("not run", "preflight failed")})
         self.assertTrue(all(d["steps"][s]["result"] == "not planned" for s in PART2))
@@ -254,11 +261,8 @@ class NoGpuTest(Case):
         self.assertIn("# check-gpu --dry-run: invocation 2 (continue)", text)
         self.assertIn("# plan: " + " ".join(["congestion_c60"] + PART2) + "\n", text)
         self.assertFalse((self.tmp / "cg2").exists())
-        python = self.tmp / "python3"  # whose torch check fails at once (this test is about the results)
-        python.write_text('#!/bin/sh\ncase "$*" in *--probe*) exit 1 ;; esac\nexec python3 "$@"\n')
-        python.chmod(0o755)
         for n in (2, 3):  # from the first invocation's bundle, then in place
-            rc, text, _ = run_check(*common, "--bundle", str(self.tmp / "b2"), env={"PYTHON": str(python)})
+            rc, text, _ = run_check(*common, "--bundle", str(self.tmp / "b2"), env=self.env)
             self.assertEqual(rc, 2, text)
             d = json.loads(text.strip().splitlines()[-1])
             self.assertEqual([i["invocation"] for i in d["invocations"]], list(range(1, n + 1)))
