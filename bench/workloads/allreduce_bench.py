@@ -1,24 +1,12 @@
 #!/usr/bin/env python3
-"""torch.distributed.all_reduce bandwidth, nccl-tests style (all_reduce_perf).
-
-For each size from --min-bytes to --max-bytes (doubling), or of --sizes, fp32, sum: --warmup
-untimed calls, then --iters calls issued back to back and timed together (one device sync at the
-end), so the time per call is the collective's own, not the launch latency's. With --target-ms T, small
-sizes get more calls: the last warmup call is timed on its own and the timed loop runs
-max(--iters, T / that time) calls (every rank runs rank 0's count), so that every size is
-measured over about T ms whatever its speed; at most --max-iters, and at most log_n(1e30) calls
-(99 for 2 ranks, 49 for 4): the in-place sum grows n-fold per call and must stay finite (a
-transport's codec may treat inf/NaN differently). Reported per size:
-  time_us   mean time per call, the slowest rank's (max over ranks)
-  algbw     bytes / time
-  busbw     algbw * 2(n-1)/n: what each rank's link carries in a ring AllReduce, comparable
-            across rank counts (nccl-tests' definition)
-  max_err   one extra out-of-place check per size: every rank contributes rank+1 in every
-            element, so every element of the sum must be n(n+1)/2 exactly
-Launched like any torchrun job (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). Rank 0 prints
-JSON lines ({"event": "config" | "size" | "final"}) and, after them, a table whose lines start
-with '#'. --json-out PATH: every rank writes its JSON lines there ("{rank}" is replaced).
-"""
+"""torch.distributed.all_reduce bandwidth, nccl-tests style: fp32 sum per size (--min-bytes doubling
+to --max-bytes, or --sizes); --warmup calls, then --iters calls back to back timed together (one
+device sync at the end). --target-ms T: more calls for small sizes, about T ms each (rank 0's
+count for all, capped at --max-iters and at log_n(1e30) calls so the in-place sum stays finite).
+Per size: time_us (slowest rank's mean), algbw = bytes/time, busbw = algbw * 2(n-1)/n, max_err
+(an extra out-of-place call where rank r adds r+1: every element must be n(n+1)/2). Launched like
+any torchrun job; rank 0 prints JSON lines (config, size, final), then a '#' table; --json-out
+PATH: every rank's lines ("{rank}" replaced)."""
 import argparse
 import math
 import os

@@ -1,43 +1,14 @@
 #!/usr/bin/env python3
-"""An ordinary PyTorch DDP training script on data that needs no download.
-
-Tasks:
-  digits  a small CNN (or MLP) on scikit-learn's bundled 8x8 digits set (1797 images)
-  charlm  a small character-level (byte-level) transformer on the Python standard library's
-          own *.py files (sorted paths, first --charlm-bytes bytes; last 10% is the val split)
-  widemlp the digits data through a wide MLP, 64-W-W-10 (--width W, default 1664: 2.9M
-          parameters, 11.6 MB of fp32 gradient per step for a few ms of GPU work): the task
-          whose iteration time the network, not the GPU, sets (scripts/congestion_bench.sh)
-
-Nothing here knows about any network plugin: the job is launched like any torchrun job
-(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in the environment) and uses the
-NCCL backend when CUDA is available, else gloo, so the same script runs on a laptop CPU.
-
-Output, as JSON lines (rank 0 on stdout; every rank into --json-out, where "{rank}" in the
-path is replaced by the rank, and a path without it is written by rank 0 only):
-  {"event": "config", ...}   arguments, data, model size (params; grad_bytes: the bytes of
-                             gradient DDP all-reduces per step), versions, NCCL_* environment
-  {"event": "compute", ...}  with --measure-compute N: forward+backward time without gradient
-                             sync (DDP no_sync), p50 over N steps after 2 warm-ups, all ranks at once
-  {"event": "epoch", ...}    per epoch: train loss, val loss/accuracy, wall clock, iteration
-                             time p50/p99 (epoch 0 is the untrained model, before any step)
-  {"event": "eval", ...}     with --eval-every N: val loss/accuracy after every N-th step
-  {"event": "target", ...}   the first evaluation (epoch end, or --eval-every) whose val accuracy
-                             reached --target-acc
-  {"event": "final", ...}    sha256 of every rank's parameters (gathered), whether all are
-                             identical, their spread, whether the val loss decreased, and
-                             iteration time p50/p99 over the whole run
-An iteration is one optimizer step (forward, backward with DDP's all-reduces, step), timed with
-the device synchronized at both ends. The run's very first step is left out of the statistics
-(it includes the lazy connection setup) and logged as first_step_ms.
-
-Test options:
-  --deterministic     deterministic cuDNN/cuBLAS kernels, so that two runs over different
-                      transports that deliver the same sums end with the same parameter bits
-  --die-after-iters N rank --die-rank (default 1) logs {"event": "die", "time": <unix time>}
-                      after its N-th optimizer step and SIGKILLs itself: a rank lost mid-training,
-                      to see how the others end (scripts/check-gpu.sh, step rank_killed)
-"""
+"""An ordinary PyTorch DDP training script on data that needs no download; nothing here knows about
+any network plugin. Launched like any torchrun job (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT); NCCL on CUDA, else gloo. Tasks: digits (a small CNN or MLP on scikit-learn's 8x8
+digits), widemlp (the digits through a 64-W-W-10 MLP: 11.6 MB of gradient a step, so the network
+sets the step time), charlm (a byte-level transformer on the standard library's *.py files).
+JSON lines (rank 0 on stdout; every rank into --json-out, "{rank}" replaced): config, compute
+(--measure-compute), epoch (epoch 0 = untrained), eval (--eval-every), target (first eval at
+--target-acc), final (every rank's parameter sha256, iteration p50/p99 without the first step,
+which holds the lazy connection setup; its time is first_step_ms). An iteration is one optimizer
+step, timed with the device synchronized at both ends; the fields: the log() calls below."""
 import argparse
 import datetime
 import hashlib
