@@ -217,7 +217,7 @@ test: setup
 
 run-tests: all $(TESTS)
 	scripts/run_tests.sh $(TESTS)
-	$(if $(SAN),@echo "python tests and check_ddp_scripts: skipped under SAN=1 (python cannot load ASan-built libraries; the scripts use no sanitized binary: make test runs them)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD) --with-script-checks)
+	$(if $(SAN),@echo "python tests: skipped under SAN=1 (python cannot load ASan-built libraries; the bench uses no sanitized binary: make test runs them)",TRIM_REQUIRE_TORCH=$(if $(filter 1,$(TRIM_SKIP_TORCH)),0,1) scripts/run_python_tests.sh $(BUILD))
 
 # allocator_may_return_null=1: an allocation that cannot succeed returns null as it does without
 # a sanitizer, so the tests that check it becomes an error (CollMemory.*) run here too.
@@ -242,7 +242,7 @@ fuzz:
 
 demo: setup
 	$(MAKE) --no-print-directory -j$(NPROC) all
-	scripts/demo.sh $(BUILD)
+	python3 -m bench demo $(BUILD)
 
 bench: all
 	$(BUILD)/bin/trim-bench codec --json

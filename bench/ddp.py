@@ -6,7 +6,6 @@ folder's files: scripts/ddp/README.md."""
 
 import argparse
 import hashlib
-import json
 import os
 import platform
 import signal

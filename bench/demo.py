@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from . import build_dir
 from .congestion_report import base_ttt

@@ -41,7 +41,6 @@ declare -A need=(
   [libgtest-dev]="GoogleTest (tests)"
   [libspdlog-dev]="logging (header-only use)"
   [libfmt-dev]="formatting, compiled into the plugin"
-  [gnuplot-nox]="make demo's plot"
   [python3]="make demo's table"
 )
 if [ "${1:-}" = "--fuzz" ]; then

@@ -10,21 +10,11 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr
 from pathlib import Path
 
+from _bench import call
 from bench import REPO, congestion, congestion_report, demo
-
-
-def call(main, *argv):
-    """(exit status, stdout, stderr) of MAIN(argv); argparse's exits included."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
 
 
 def dry_plan(text):
@@ -48,7 +38,7 @@ class DryRunTest(unittest.TestCase):
         self.tmp = Path(tempfile.mkdtemp())
 
     def dry(self, *args):
-        rc, out, err = call(congestion.main, "--dry-run", "--build", str(self.tmp / "nobuild"), "--out", str(self.tmp / "cb"), *args)
+        rc, out, err = call(congestion.main, ["--dry-run", "--build", str(self.tmp / "nobuild"), "--out", str(self.tmp / "cb"), *args])
         self.assertEqual(rc, 0, err)
         self.assertFalse((self.tmp / "cb").exists(), "--dry-run made its output folder")
         return out
@@ -58,7 +48,7 @@ class DryRunTest(unittest.TestCase):
             return congestion.parse(["--dry-run", "--build", str(self.tmp / "nobuild"), *args])
 
     def refused(self, args, *words):
-        rc, _, err = call(congestion.main, "--dry-run", *args)
+        rc, _, err = call(congestion.main, ["--dry-run", *args])
         self.assertEqual(rc, 2, args)
         for w in words:
             self.assertIn(w, err)
@@ -217,7 +207,7 @@ class VerdictTest(unittest.TestCase):
     def report(self, variant):
         with tempfile.TemporaryDirectory() as tmp:
             make_runs(Path(tmp), variant)
-            rc, out, err = call(congestion_report.main, tmp, "--no-plots")
+            rc, out, err = call(congestion_report.main, [tmp, "--no-plots"])
         self.assertEqual(rc, 0, err)
         return out, json.loads(out.splitlines()[-1])
 
@@ -328,7 +318,7 @@ class DemoSummaryTest(unittest.TestCase):
     def test_bad_trim_transport(self):
         os.environ["DEMO_TRIM"] = "socket"
         try:
-            rc, _, err = call(demo.main, "/nonexistent")
+            rc, _, err = call(demo.main, ["/nonexistent"])
         finally:
             del os.environ["DEMO_TRIM"]
         self.assertEqual(rc, 2)

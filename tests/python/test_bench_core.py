@@ -2,7 +2,6 @@
 the switch start-up, CPU accounting. No torch, no root."""
 
 import io
-import json
 import sys
 import tempfile
 import unittest

@@ -14,7 +14,7 @@ from pathlib import Path
 from unittest import mock
 
 from bench import REPO, alternate, backend, ddp, ddp_report
-from test_bench_small import call  # main(argv) -> (exit status, stdout, stderr)
+from _bench import call
 
 WORKLOADS = REPO / "bench" / "workloads"
 HAVE_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "sklearn"))

@@ -2,8 +2,6 @@
 the configurations each plans, their summary arithmetic on made-up runs, and quick real runs with
 build/bin's binaries (skipped with the reason when the build is missing)."""
 
-import contextlib
-import io
 import os
 import py_compile
 import stat
@@ -11,21 +9,10 @@ import tempfile
 import unittest
 from types import SimpleNamespace
 
+from _bench import call
 from bench import REPO, build_dir, codec, fabric, scenarios, sim, transport
 
 BIN = build_dir() / "bin"
-
-
-def call(main, argv):
-    """main(argv) -> (exit status, stdout, stderr); argparse's exit is an exit status."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 1
-            err.write(str(e.code))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def needs(*names):
