@@ -163,9 +163,10 @@ class Check:
             argv += v if isinstance(v, list) else [tok.format(**self.ctx)]
         return argv
 
-    def record(self, step, part, **kw):
+    def record(self, step=None, part=None, **kw):
+        """A line of steps.jsonl: a part's (STEP, PART), else the invocation's own (its plan)."""
         with open(self.steps_file, "a") as f:
-            f.write(json.dumps({"invocation": self.inv, "step": step, "part": part, **kw}) + "\n")
+            f.write(json.dumps({"invocation": self.inv, **({"step": step, "part": part} if step else {}), **kw}) + "\n")
 
     def not_run(self, step, part, why, quiet=False):
         self.missed = True
@@ -182,7 +183,7 @@ class Check:
         in OUT/STEP[_PART].log, the part's record in steps.jsonl; RUN: its results folder."""
         name, log = f"{step}{' ' + part if part else ''}", f"{step}{'_' + part if part else ''}.log"
         if self.dry:
-            if self.dry_limit + limit > self.budget_s - RESERVE_S:
+            if limit > self.left():
                 print(f"[{name}] limit {limit}s, estimate {est}s: beyond --budget-s {self.budget_s} (--continue again)")
                 self.missed = True
                 return
@@ -191,8 +192,7 @@ class Check:
             return
         if (step, part) in self.ran and step not in self.only:
             return self.say(f"{name}: ran before, kept")
-        left = int(self.deadline - time.monotonic()) - RESERVE_S
-        if limit > left:
+        if limit > (left := self.left()):
             return self.not_run(step, part, f"time budget: {left} s left of --budget-s {self.budget_s}, its limit is {limit} s")
         self.say(f"{name} (limit {limit} s, estimate {est} s, log {log})")
         t0 = time.monotonic()
@@ -218,6 +218,10 @@ class Check:
         self.reap(self.out / run)
         self.record(step, part, rc=rc, seconds=round(time.monotonic() - t0), limit=limit, estimate=est, dir=run, log=log)
         self.say(f"{name}: exit {rc} after {time.monotonic() - t0:.0f} s")
+
+    def left(self):
+        """Seconds of --budget-s left for the steps: by the limits so far in a dry run, else by the clock."""
+        return int(self.budget_s - (self.dry_limit if self.dry else time.monotonic() - self.t0)) - RESERVE_S
 
     def reap(self, path):
         """End what a part left running: the processes whose command line names PATH (TERM first,
@@ -279,8 +283,7 @@ class Check:
             argv.append("--resume")
             (d / "skipped.jsonl").unlink(missing_ok=True)
         lines, est = self.cong_dry(argv)
-        lim = min(590, self.budget_s - self.dry_limit - RESERVE_S if self.dry else
-                  int(self.deadline - time.monotonic()) - RESERVE_S - 1)
+        lim = min(590, self.left() - (not self.dry))  # (1 s for the clock running on until part() looks)
         if lim < 150:
             return self.not_run("congestion_grid", "", f"time budget: {lim} s left, it needs at least 150 s")
         if self.dry:
@@ -310,7 +313,7 @@ class Check:
             return self.netns
         if need == "ncu":
             return None if shutil.which("ncu") else "ncu not found"
-        return None if (self.build / need).exists() else f"no {self.build}/{need} (scripts/pack-gpu.sh carries it)"
+        return None if (self.build / need).exists() else f"no {self.build}/{need} (make here, or scripts/pack-gpu.sh)"
 
     def state(self):
         """What earlier invocations did (--continue): their steps.jsonl in OUT, else in the bundle of --from."""
@@ -346,11 +349,7 @@ class Check:
     def preflight(self):
         """Every reason not to go on (a line each); preflight.json says what was found."""
         t0, why, gpu, driver = time.monotonic(), [], None, None
-        if not (self.build / "lib/libnccl-net-trim.so").is_file():
-            why.append(f"no build: {self.build}/lib/libnccl-net-trim.so missing (make here, or carry .gpu/build from "
-                       "scripts/pack-gpu.sh)")
-        if not os.access(self.build / "bin/trim-switch", os.X_OK):
-            why.append(f"no {self.build}/bin/trim-switch (make, or scripts/pack-gpu.sh)")
+        why += filter(None, map(self.blocker, ("lib/libnccl-net-trim.so", "bin/trim-switch")))
         if self.no_gpu:
             self.say("--no-gpu: GPU and CUDA not checked (a CPU smoke run of the congestion steps, not a result)")
         elif not shutil.which("nvidia-smi"):
@@ -409,17 +408,15 @@ class Check:
         self.bundle.mkdir(parents=True, exist_ok=True)
         (self.bundle / "check-gpu.json").write_text(report.splitlines()[-1] + "\n")
         (self.bundle / "check-gpu.txt").write_text(report)
-        for cong in ("congestion", "congestion_c60"):  # the grid's tables and plots, else the one point's
-            if not (self.out / cong / "bench.json").is_file():
-                continue
-            if (step or "").startswith("congestion_") or not (self.bundle / "congestion.md").exists():
-                p = subprocess.run(TOOLS["congestion-report"] + [str(self.out / cong), "--meta", str(self.out / "preflight.json")],
-                                   capture_output=True, text=True, cwd=REPO)
-                (self.bundle / "congestion.md").write_text("".join(p.stdout.splitlines(True)[:-1]))
-                for png in ("congestion.png", "time_to_target.png"):
-                    if (self.out / cong / png).is_file():
-                        shutil.copy(self.out / cong / png, self.bundle)
-            break
+        # the grid's tables and plots, else the one point's; again after a congestion step
+        cong = next((c for c in ("congestion", "congestion_c60") if (self.out / c / "bench.json").is_file()), None)
+        if cong and ((step or "").startswith("congestion_") or not (self.bundle / "congestion.md").exists()):
+            p = subprocess.run(TOOLS["congestion-report"] + [str(self.out / cong), "--meta", str(self.out / "preflight.json")],
+                               capture_output=True, text=True, cwd=REPO)
+            (self.bundle / "congestion.md").write_text("".join(p.stdout.splitlines(True)[:-1]))
+            for png in ("congestion.png", "time_to_target.png"):
+                if (self.out / cong / png).is_file():
+                    shutil.copy(self.out / cong / png, self.bundle)
         tgz = self.bundle / "check-gpu-logs.tgz"  # without the NCCL rank logs, then the switch's stats, if too big
         for ex in ([], ["--exclude=rank*.log"], ["--exclude=rank*.log", "--exclude=switch.jsonl"]):
             subprocess.run(["tar", "-czf", str(tgz), *ex, "-C", str(self.out.parent), self.out.name], capture_output=True)
@@ -433,14 +430,12 @@ class Check:
         if self.dry:
             return self.dry_run(planned)
         self.t0 = time.monotonic()
-        self.deadline = self.t0 + self.budget_s
         self.out.mkdir(parents=True, exist_ok=True)
         self.steps_file.touch()
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
-        with open(self.steps_file, "a") as f:
-            f.write(json.dumps({"invocation": self.inv, "plan": planned, "budget_s": self.budget_s, "continue": int(self.cont),
-                                "no_gpu": int(self.no_gpu), "time": time.time()}) + "\n")
+        self.record(plan=planned, budget_s=self.budget_s, **{"continue": int(self.cont)}, no_gpu=int(self.no_gpu),
+                    time=time.time())
         pre = self.preflight()
         if not pre["ok"]:
             self.say(f"cannot run here ({time.monotonic() - self.t0:.0f} s):\n" + "".join(f"  - {w}\n" for w in pre["why"]) +

@@ -17,27 +17,30 @@ from pathlib import Path
 
 from bench import congestion_report as cong
 from bench.jsonio import load_json, read_jsonl
+from bench.report import fmt, ratio, table
 
-STEPS = [  # (name, what it checks): the table's order; the first invocation runs preflight..rank_killed
-    ("preflight", "GPU, torch + NCCL, the carried build, netns for the congestion steps"),
-    ("ddp_lossless", "DDP plugin vs Socket: same parameter sha256, iteration p50"),
-    ("allreduce_2r", "lossless busbw plugin vs Socket default, 2 ranks"),
-    ("congestion_c60", "widemlp at 60 % cross load, Socket vs trim, one bottleneck"),
-    ("kernels", "the hook's GPU rotation: bit-exact to the host twin, speed vs a copy"),
-    ("hook_overhead", "char-LM iteration p50 with the comm hook vs without"),
-    ("hook_accuracy", "char-LM under random trim, seed 1: Socket, per-hop rht, the hook"),
-    ("rank_killed", "a rank SIGKILLed: the survivor fails by itself, no hang"),
-    ("allreduce_4r", "lossless busbw plugin vs Socket default, 4 ranks"),
-    ("ddp_random_trim", "DDP, 4 ranks, random trimming: replicas identical"),
-    ("socket_sweep_2r", "Socket tuned NTHREADS x NSOCKS_PERTHREAD, 2 ranks"),
-    ("socket_sweep_4r", "the 2 best Socket configs, 4 ranks"),
-    ("hook_accuracy_more", "char-LM under random trim, seeds 2 and 3"),
-    ("kernels_ncu", "ncu --set full on the rotation kernels"),
-    ("codec_threads_2r", "plugin busbw at NCCL_TRIM_CODEC_THREADS values, 2 ranks"),
-    ("harness_scaling", "trim-harness rht/none and sendrecv over codec threads, CPU per GB"),
-    ("cpu_uncongested", "widemlp on CPU tensors, trim backend vs Gloo, 3 alternated rounds"),
-    ("congestion_grid", "the congestion head-to-head: the congestion bench's preset"),
-]
+# The table's order (the first invocation runs preflight..rank_killed): name -> (what it checks, the
+# Report method that judges it, the method's arguments after the step's JSON and name).
+STEPS = {
+    "preflight": ("GPU, torch + NCCL, the carried build, netns for the congestion steps", "preflight"),
+    "ddp_lossless": ("DDP plugin vs Socket: same parameter sha256, iteration p50", "ddp_lossless"),
+    "allreduce_2r": ("lossless busbw plugin vs Socket default, 2 ranks", "allreduce", 2),
+    "congestion_c60": ("widemlp at 60 % cross load, Socket vs trim, one bottleneck", "congestion", "congestion_c60"),
+    "kernels": ("the hook's GPU rotation: bit-exact to the host twin, speed vs a copy", "kernels"),
+    "hook_overhead": ("char-LM iteration p50 with the comm hook vs without", "hook_overhead"),
+    "hook_accuracy": ("char-LM under random trim, seed 1: Socket, per-hop rht, the hook", "hook_accuracy"),
+    "rank_killed": ("a rank SIGKILLed: the survivor fails by itself, no hang", "rank_killed"),
+    "allreduce_4r": ("lossless busbw plugin vs Socket default, 4 ranks", "allreduce", 4),
+    "ddp_random_trim": ("DDP, 4 ranks, random trimming: replicas identical", "ddp_random"),
+    "socket_sweep_2r": ("Socket tuned NTHREADS x NSOCKS_PERTHREAD, 2 ranks", "sweep", "sweep2", "socket"),
+    "socket_sweep_4r": ("the 2 best Socket configs, 4 ranks", "sweep", "sweep4", "socket"),
+    "hook_accuracy_more": ("char-LM under random trim, seeds 2 and 3", "hook_accuracy"),
+    "kernels_ncu": ("ncu --set full on the rotation kernels", "kernels_ncu"),
+    "codec_threads_2r": ("plugin busbw at NCCL_TRIM_CODEC_THREADS values, 2 ranks", "sweep", "codec2", "lossless"),
+    "harness_scaling": ("trim-harness rht/none and sendrecv over codec threads, CPU per GB", "harness_scaling"),
+    "cpu_uncongested": ("widemlp on CPU tensors, trim backend vs Gloo, 3 alternated rounds", "cpu_uncongested"),
+    "congestion_grid": ("the congestion head-to-head: the congestion bench's preset", "congestion", "congestion"),
+}
 AR_GOAL, DDP_GOAL, HOOK_GOAL, HARNESS_GOAL, CPU_GOAL = 1.0, 1.05, 1.05, 0.95, 1.05
 KERNEL_GOAL, KERNEL_AIM = 0.5, 0.85  # fp32 rotation throughput / device-to-device copy
 HOOK_AIM_POINTS = 0.3  # hook's final accuracy within this many points of Socket's
@@ -46,10 +49,8 @@ HOOK_AIM_POINTS = 0.3  # hook's final accuracy within this many points of Socket
 KILL_BOUND_S = 20
 TIMED_OUT, STOPPED = (124, 137), 143
 GOALS = {  # key: the goal's words; the order of the "goals" list
-    "ar2": f"allreduce 2 ranks: plugin >= {AR_GOAL}x Socket default at every size",
-    "ar2_best": f"allreduce 2 ranks: plugin >= {AR_GOAL}x Socket best (tuned) at every size",
-    "ar4": f"allreduce 4 ranks: plugin >= {AR_GOAL}x Socket default at every size",
-    "ar4_best": f"allreduce 4 ranks: plugin >= {AR_GOAL}x Socket best (tuned) at every size",
+    **{f"ar{n}{key}": f"allreduce {n} ranks: plugin >= {AR_GOAL}x Socket {words} at every size"
+       for n in (2, 4) for key, words in (("", "default"), ("_best", "best (tuned)"))},
     "ddp": f"DDP iteration p50: plugin <= {DDP_GOAL}x Socket",
     "congestion": "congestion at 60 % cross load (the task with most gradient): trim vs Socket time to target "
                   "<= 0.5x, p99 <= 0.5x, accuracy >= Socket's - 0.3 points",
@@ -213,14 +214,15 @@ class Report:
     def hook_seen(self, run):
         return HOOK_SEEN in text(self.out / run / "rank0.log")
 
-    # The steps' checks: each adds its numbers to D and returns why the step failed, or None.
-    def preflight(self, d):
+    # The steps' checks (STEPS names them): each gets the step's JSON D and its name, adds its numbers
+    # to D and returns why the step failed, or None.
+    def preflight(self, d, name):
         d.update({k: self.pre[k] for k in ("gpu", "driver", "torch", "nccl", "cores", "commit", "plugin_sha256",
                                            "import_s", "cuda_init_s", "netns_blocker") if self.pre.get(k) is not None})
         if not self.pre.get("ok") or self.parts["preflight"][""].get("rc") != 0:
             return "; ".join(self.pre.get("why") or ["see preflight.log"])
 
-    def allreduce(self, d, ranks):
+    def allreduce(self, d, name, ranks):
         key = f"ar{ranks}"
         plug, sock = bench(self.out / key / "lossless"), bench(self.out / key / "socket")
         sweep = configs(self.out / f"sweep{ranks}", "socket")
@@ -268,7 +270,7 @@ class Report:
             d["busbw_GBps"] = {c: [r3(v["busbw"].get(b)) for b in sizes] for c, v in cfgs.items() if v["ok"]}
         return "; ".join(f"{c}: {w}" for c, w in bad.items()) or None
 
-    def ddp_lossless(self, d):
+    def ddp_lossless(self, d, name):
         ps, ss = self.summary("ddp_lossless"), self.summary("ddp_socket")
         ph, sh = ((([e for e in read_jsonl(self.out / f"ddp_{m}" / "rank0.jsonl") if e.get("event") == "final"]
                     or [{}])[-1].get("param_sha256") or []) for m in ("lossless", "socket"))
@@ -276,9 +278,9 @@ class Report:
         for k in ("iter_p50_ms", "iter_p99_ms", "val_acc"):
             d[k] = {"plugin": r3(ps.get(k)), "socket": r3(ss.get(k))}
         d["steps"] = ps.get("steps")
-        ratio = ps["iter_p50_ms"] / ss["iter_p50_ms"] if ps.get("iter_p50_ms") and ss.get("iter_p50_ms") else None
-        if ratio is not None:
-            d["p50_plugin_over_socket"] = r3(ratio)
+        p50 = ps["iter_p50_ms"] / ss["iter_p50_ms"] if ps.get("iter_p50_ms") and ss.get("iter_p50_ms") else None
+        if p50 is not None:
+            d["p50_plugin_over_socket"] = r3(p50)
         why = (f"plugin run: {ps.get('status', 'no summary.json')}" if ps.get("status") != "ok" else
                f"Socket run: {ss.get('status', 'no summary.json')}" if ss.get("status") != "ok" else
                "no final parameter hashes" if not ph or not sh else
@@ -286,11 +288,11 @@ class Report:
                "plugin's final parameters differ from Socket's" if ph[0] != sh[0] else None)
         if why is None:
             d["hash_equal"] = True
-        if ratio is not None and not why:
-            self.goal("ddp", ratio <= DDP_GOAL, f"{ratio:.3f}x ({ps['iter_p50_ms']:.2f} vs {ss['iter_p50_ms']:.2f} ms)")
+        if p50 is not None and not why:
+            self.goal("ddp", p50 <= DDP_GOAL, f"{p50:.3f}x ({ps['iter_p50_ms']:.2f} vs {ss['iter_p50_ms']:.2f} ms)")
         return why
 
-    def ddp_random(self, d):
+    def ddp_random(self, d, name):
         s = self.summary("ddp_random")
         sw, pl = s.get("switch") or {}, s.get("plugin") or {}
         d.update({"ranks": s.get("ranks"), "trim_p": s.get("trim_p"), "replicas_identical": s.get("params_identical"),
@@ -301,7 +303,7 @@ class Report:
                 "nothing was trimmed (switch and plugin counters 0): the check proves nothing"
                 if (sw.get("forwarded_trimmed") or 0) + (pl.get("trimmed_accepted") or 0) == 0 else None)
 
-    def rank_killed(self, d):
+    def rank_killed(self, d, name):
         run = self.out / "ddp_kill"
         die = next((e for e in read_jsonl(run / "rank1.jsonl") if e.get("event") == "die"), None)
         e0, e1 = load_json(run / "rank0.exit"), load_json(run / "rank1.exit")
@@ -323,7 +325,7 @@ class Report:
                 "rank 0 failed without the plugin's or NCCL's error" + " (only PyTorch's collective timeout)" * bool(cause)
                 if cause in (None, "timeout") else None)
 
-    def harness_scaling(self, d):
+    def harness_scaling(self, d, name):
         rows = [r for r in read_jsonl(self.out / "harness_scaling.jsonl") if r.get("bench") == "codec_summary"]
         if not rows:
             return "no codec_summary line (see harness_scaling.log)"
@@ -333,7 +335,7 @@ class Report:
         self.goal("harness", (best.get("rht_over_none") or 0) >= HARNESS_GOAL,
                   f"{best.get('rht_over_none')} at {best['threads']} threads")
 
-    def cpu_uncongested(self, d):
+    def cpu_uncongested(self, d, name):
         """The alternated rounds' summary: trim's paired median step and CPU over Gloo's."""
         summary = self.summary("cpu_uncongested")
         trim = summary.get("trim") or {}
@@ -359,8 +361,8 @@ class Report:
                 "failed: " + ", ".join(f"{k} ({d['runs'][k]['status']})" for k in bad) if bad else
                 f"the congestion bench failed (see {name}.log)" if d.get("exit_codes") else None)
 
-    def kernels(self, d):
-        parts = self.parts["kernels"]
+    def kernels(self, d, name):
+        parts = self.parts[name]
         if "rc" in parts.get("tests", {}):
             ok, why, d["tests"] = gtest(text(self.out / "kernels_tests.log"))
             if not ok or parts["tests"]["rc"] != 0:
@@ -377,10 +379,10 @@ class Report:
         if fp32 := [r["ratio"] for r in rows if r.get("dtype") in ("fp32", "f32") and r.get("ratio")]:
             self.goal("kernel", min(fp32) >= KERNEL_GOAL, "fp32 forward/inverse " + ", ".join(f"{x:.2f}" for x in fp32))
 
-    def kernels_ncu(self, d):
+    def kernels_ncu(self, d, name):
         d["kernels_profiled"] = len(re.findall(r"^\s*rotate_tiles\S*\s*\(", text(self.out / "kernels_ncu.log"), re.M))
 
-    def hook_overhead(self, d):
+    def hook_overhead(self, d, name):
         plain, hook = self.summary("hook_plain"), self.summary("hook_hook")
         for k in ("iter_p50_ms", "iter_p99_ms"):
             d[k] = {"plain": r3(plain.get(k)), "hook": r3(hook.get(k))}
@@ -390,12 +392,12 @@ class Report:
         if not self.hook_seen("hook_hook"):
             return "the plugin never saw the hook's communicator (no '" + HOOK_SEEN + "' in rank0.log)"
         if plain.get("iter_p50_ms") and hook.get("iter_p50_ms"):
-            ratio = d["p50_hook_over_plain"] = r3(hook["iter_p50_ms"] / plain["iter_p50_ms"])
-            self.goal("hook", ratio <= HOOK_GOAL, f"{ratio:.3f}x")
+            p50 = d["p50_hook_over_plain"] = r3(hook["iter_p50_ms"] / plain["iter_p50_ms"])
+            self.goal("hook", p50 <= HOOK_GOAL, f"{p50:.3f}x")
 
-    def hook_accuracy(self, d, name, seeds):
+    def hook_accuracy(self, d, name):
         bad, acc = [], d.setdefault("val_acc", {})
-        for s in (s for s in seeds if "rc" in self.parts[name].get(f"s{s}", {})):
+        for s in sorted(p[1:] for p, r in self.parts[name].items() if "rc" in r):  # parts s<seed>
             for t in ("socket", "rht", "hook"):
                 r = self.summary(run := f"hookacc/{t}_s{s}")
                 why = (r.get("status", "no summary.json") if r.get("status") != "ok" or r.get("val_acc") is None else
@@ -422,28 +424,16 @@ class Report:
                       f"{HOOK_AIM_POINTS})")
 
     def judge(self):
-        checks = {"preflight": self.preflight, "ddp_lossless": self.ddp_lossless,
-                  "allreduce_2r": lambda d: self.allreduce(d, 2), "allreduce_4r": lambda d: self.allreduce(d, 4),
-                  "congestion_c60": lambda d: self.congestion(d, "congestion_c60", "congestion_c60"),
-                  "congestion_grid": lambda d: self.congestion(d, "congestion_grid", "congestion"),
-                  "kernels": self.kernels, "kernels_ncu": self.kernels_ncu, "hook_overhead": self.hook_overhead,
-                  "hook_accuracy": lambda d: self.hook_accuracy(d, "hook_accuracy", [1]),
-                  "hook_accuracy_more": lambda d: self.hook_accuracy(d, "hook_accuracy_more", [2, 3]),
-                  "rank_killed": self.rank_killed, "ddp_random_trim": self.ddp_random,
-                  "socket_sweep_2r": lambda d: self.sweep(d, "socket_sweep_2r", "sweep2", "socket"),
-                  "socket_sweep_4r": lambda d: self.sweep(d, "socket_sweep_4r", "sweep4", "socket"),
-                  "codec_threads_2r": lambda d: self.sweep(d, "codec_threads_2r", "codec2", "lossless"),
-                  "harness_scaling": self.harness_scaling, "cpu_uncongested": self.cpu_uncongested}
-        for name in sorted(checks, key=lambda n: n == "congestion_grid"):  # the grid's goal wins over the one point's
-            d = self.base(name)
+        for name in sorted(STEPS, key=lambda n: n == "congestion_grid"):  # the grid's goal wins over the one point's
+            d, (_, check, *args) = self.base(name), STEPS[name]
             if name == "preflight" and d["result"] == "not planned":
                 d = {"result": "fail", "why": "the check left no preflight record"}
             elif d["result"] is None or name.startswith("congestion_") and d["result"] != "not planned":
-                why = checks[name](d)
+                why = getattr(self, check)(d, name, *args)
                 if d["result"] is None:
                     d = self.fail(d, why) if why else self.done(d)
             self.steps[name] = d
-        self.steps = {n: self.steps[n] for n, _ in STEPS}
+        self.steps = {n: self.steps[n] for n in STEPS}
         self.hook_accuracy_goal()
 
     def exit_code(self):
@@ -455,7 +445,7 @@ class Report:
         """(steps that ran in an invocation that checked the GPU, those that ran in a --no-gpu one)."""
         no_gpu = {i.get("invocation"): bool(i.get("no_gpu")) for i in self.invocations}
         kinds = {n: {no_gpu.get(r.get("invocation"), False) for r in self.parts.get(n, {}).values() if "rc" in r}
-                 for n, _ in STEPS[1:]}
+                 for n in list(STEPS)[1:]}
         return [n for n, k in kinds.items() if False in k], [n for n, k in kinds.items() if True in k]
 
     def versions(self):
@@ -472,7 +462,7 @@ class Report:
         """(exit status, the report's text: the table, busbw per size, goals, verdict, the JSON line)."""
         self.judge()
         rc, lines = self.exit_code(), [f"{'step':19} {'result':11} {'time':>6} {'limit':>6}  details"]
-        for name, what in STEPS:
+        for name, (what, *_) in STEPS.items():
             s = self.steps[name]
             t, lim = (f"{s['seconds']}s", f"{s['limit_s']}s") if s.get("limit_s") else ("-", "-")
             lines.append(f"{name:19} {s['result']:11} {t:>6} {lim:>6}  {detail(name, s) or what}")
@@ -482,13 +472,12 @@ class Report:
             cols = [("plugin", plug["busbw"]), ("sock-def", sock["busbw"])] + (
                 [(f"sock-{best}", bestrun["busbw"])] if bestrun and best != "default" else []) + [
                 (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
-            lines.append(f"{'size':>6} " + " ".join(f"{n:>10}" for n, _ in cols) + f" {'÷def':>6} {'÷best':>6}")
             bb = bestrun["busbw"] if bestrun else sock["busbw"]
-            lines += [f"{mib(b):>6} " + " ".join(f"{v[b]:10.3f}" if b in v else f"{'-':>10}" for _, v in cols) +
-                      f" {plug['busbw'][b] / sock['busbw'][b]:6.2f} {plug['busbw'][b] / bb[b] if bb.get(b) else 0:6.2f}"
-                      for b in sizes]
+            rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] + [fmt(ratio(plug["busbw"][b], x), ".2f")
+                                                                  for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
+            lines.append(table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
         lines += ["\ngoals:"] + [f"  {g['state']:7} {g['goal']}: {g['detail']}" for g in self.goals.values()]
-        by = {r: [n for n, _ in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
+        by = {r: [n for n in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
         left = by["not run"] + by["not planned"]
         verdict = {0: "pass", 1: "fail", 2: "fail (preflight)", 3: "pass (goal missed)", 4: "incomplete"}[rc]
         result = {0: "pass", 3: "pass", 4: "incomplete"}.get(rc, "fail")
