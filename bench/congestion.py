@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import REPO, SCRIPTS, build_dir
+from . import REPO, SCRIPTS, build_dir, ddp
 from . import congestion_report as report
 from .jsonio import load_json, write_json
 from .workloads import ddp_train
@@ -30,10 +30,11 @@ PRESETS = {  # name -> plan; --cpu has its own port rate (0.5 Gbit/s) and no cal
     "quick": "widemlp:c0,widemlp:c60,widemlp:l1,digits:c60",
     "cpu": "widemlp:c0,widemlp:c60,widemlp:c30,widemlp:c90,widemlp:l1,widemlp:l0.1,digits:c60",
 }
-# transport -> its switch mode, the device it needs, its rank environment and launch: `plugin` is
-# the head bits of the plugin's rht; `hook` adds the launcher's bootstrap (the RHT comm hook).
+# transport -> its switch mode, the device it needs, its mode (bench ddp's, for its rank environment
+# and run.json): `plugin` is the head bits of the plugin's rht; `hook` adds the launcher's bootstrap
+# (the RHT comm hook).
 TRANSPORTS = {
-    "socket": {"switch": "drop", "device": "cuda", "env": {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}},
+    "socket": {"switch": "drop", "device": "cuda"},
     "gloo": {"switch": "drop", "device": "cpu"},
     "drop": {"switch": "drop", "plugin": 1},
     "trim": {"switch": "trim", "plugin": 1},
@@ -97,8 +98,8 @@ def parse(argv):
             p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
     if a.calibrate and not (a.plan[0].endswith(":c0") and a.transports[0] == a.base):
         p.error(f"--calibrate: the plan must start with a cross-0 point and the transports with {a.base} (it is that run)")
-    if not a.dry_run and not (a.build / "lib/libnccl-net-trim.so").exists():
-        p.error(f"no {a.build}/lib/libnccl-net-trim.so: run 'make -j2 all' first (or pass --build)")
+    if not a.dry_run and not (a.build / ddp.PLUGIN).exists():
+        p.error(f"no {a.build / ddp.PLUGIN}: run 'make -j2 all' first (or pass --build)")
     a.compute_ms = dict(COMPUTE_MS)
     a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) * (m[2] == "c"), "loss": float(m[3]) * (m[2] == "l"),
                "label": f"{m[1]}_{tr}_c{float(m[3]) * (m[2] == 'c'):g}_l{float(m[3]) * (m[2] == 'l'):g}"}
@@ -128,40 +129,20 @@ def limit_s(a, est, left):
     return min(max(3 * est, 60), a.timeout_s, left if a.budget_s else a.timeout_s)
 
 
-def rank_env(a, tr):
-    """The environment and launch of TR's ranks ({rank} and {addr0} filled in by netns_bottleneck.sh)."""
-    t = TRANSPORTS[tr]
-    env = {"RANK": "{rank}", "WORLD_SIZE": a.ranks, "LOCAL_RANK": "{rank}", "LOCAL_WORLD_SIZE": a.ranks,
-           "MASTER_ADDR": "{addr0}", "MASTER_PORT": 29500, "PYTHONUNBUFFERED": 1, "NCCL_HOSTID": "ddp-rank{rank}",
-           "NCCL_SOCKET_IFNAME": "trimbn", "GLOO_SOCKET_IFNAME": "trimbn", "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "INFO"),
-           "NCCL_DEBUG_SUBSYS": os.environ.get("NCCL_DEBUG_SUBSYS", "INIT,NET"), **t.get("env", {})}
-    launch, backend = [], ["--backend", "gloo"] if a.cpu else []
-    if "plugin" in t:
-        env.update(NCCL_NET_PLUGIN=a.build / "lib/libnccl-net-trim.so", NCCL_NET="Trim", NCCL_TRIM_IFNAME="trimbn",
-                   NCCL_TRIM_SCHEME="rht", NCCL_TRIM_HEAD_BITS=t["plugin"])
-        if a.cpu:  # the CPU backend finds the plugin in the build, not an installed package's copy
-            env["NCCL_TRIM_LIB_DIR"] = a.build / "lib"
-        if a.cpu or t.get("hook"):
-            env["PYTHONPATH"] = ":".join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")]))
-        if t.get("hook"):  # as `python -m nccl_trim.run [--trim-cpu]`: every DDP model gets the RHT hook
-            launch = ["-m", "nccl_trim._boot"] + (["--trim-cpu"] if a.cpu else [])
-        elif a.cpu:
-            backend = ["--backend", "trim"]
-    return env, launch, backend
-
-
 def commands(a, r, run_dir, limit):
-    """(netns_bottleneck.sh with its options, the rank command) of run R."""
-    env, launch, backend = rank_env(a, r["transport"])
+    """(netns_bottleneck.sh with its options, the rank command) of run R ({rank} and {addr0} filled
+    in by netns_bottleneck.sh)."""
+    t = TRANSPORTS[r["transport"]]
+    env, launch, backend = ddp.rank_env(t.get("mode", r["transport"]), "{rank}", a.ranks, ("{addr0}", 29500), a.build,
+                                        a.cpu, t.get("hook", False), head_bits=t.get("plugin"), ifname="trimbn")
     # Training stops by itself 15 s before the run's limit, so a slow run still ends with numbers.
-    rank = (["env", *(f"{k}={v}" for k, v in env.items()), "timeout", str(limit),
+    rank = (["env", *(f"{k}={v}" for k, v in env), "timeout", str(limit),
              os.environ.get("TRAIN_PYTHON", sys.executable), *launch, str(TRAIN), *task_args(a, r["task"]),
-             *(["--device", "cpu", *backend] if a.cpu else []), "--time-limit-s", str(max(limit - 15, 5)),
-             "--json-out", f"{run_dir}/rank{{rank}}.jsonl"])
+             *backend, "--time-limit-s", str(max(limit - 15, 5)), "--json-out", f"{run_dir}/rank{{rank}}.jsonl"])
     bn = [str(SCRIPTS / "netns_bottleneck.sh"), "--build", str(a.build), "--ranks", str(a.ranks),
           "--rate-gbps", f"{a.rate_gbps:g}", "--buffer-bytes", str(a.buffer_bytes), "--prop-delay-us", f"{a.prop_delay_us:g}",
           "--cross", f"{r['cross']:g}", "--cross-period-ms", str(a.cross_period_ms), "--loss", f"{r['loss']:g}",
-          "--mode", TRANSPORTS[r["transport"]]["switch"], "--seed", str(a.seed), "--per-rank",
+          "--mode", t["switch"], "--seed", str(a.seed), "--per-rank",
           "--switch-arg", "--stats-interval-ms", "--switch-arg", "1000"]
     return bn, rank
 

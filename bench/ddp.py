@@ -20,6 +20,7 @@ from .jsonio import load_json, write_json
 
 PYTHON = os.environ.get("PYTHON", "python3")
 WORKLOADS = REPO / "bench" / "workloads"
+PLUGIN = Path("lib") / "libnccl-net-trim.so"  # in the build folder
 MODES = ("lossless", "random", "trim", "drop", "socket")
 SWEEPS = ("accuracy", "latency", "charlm", "trimacc", "bench")
 # Named in each plugin rank's environment when set (inherited anyway; named so that the dry run and
@@ -33,7 +34,7 @@ def parse_args(argv):
     a("--mode", choices=MODES, help="transport [lossless]; random/trim/drop go through trim-switch")
     a("--modes", default="lossless,socket", help="--bench allreduce: one run per mode")
     a("--cpu", action="store_true", help="CPU tensors: alone gloo, with a plugin mode the trim backend")
-    a("--bench", choices=["allreduce", "congestion"], help="congestion: the rest goes to `bench congestion`")
+    a("--bench", choices=["allreduce"], help="the all_reduce bench instead of training")
     a("--sweep", choices=SWEEPS, help="a series of runs under --out (bench = --bench allreduce)")
     a("--ranks", type=int, default=2)
     a("--task", choices=["digits", "charlm", "widemlp"], default="digits")
@@ -81,7 +82,6 @@ def parse_args(argv):
     if args.sweep == "bench":
         args.bench, args.sweep = "allreduce", None
     args.build = build_dir(args.build)
-    args.plugin = args.build / "lib" / "libnccl-net-trim.so"
     return args
 
 
@@ -158,55 +158,61 @@ def switch_cmd(a, run):
     return cmd + a.switch_arg
 
 
-def workload(a, run, out_dir):
-    """(launch, args): the Python arguments before the script's own, and the script's."""
-    m = run["mode"]
+def workload(a, run):
+    """(script, args): the workload and its own arguments."""
     if run["kind"] == "bench":
-        script, args = WORKLOADS / "allreduce_bench.py", ["--label", m]
-    else:
-        script, args = WORKLOADS / "ddp_train.py", ["--task", run["task"], "--seed", run["seed"]]
-        for flag in ("epochs", "batch_size", "lr", "target_acc", "max_steps"):
-            if getattr(a, flag):
-                args += ["--" + flag.replace("_", "-"), getattr(a, flag)]
-        if os.environ.get("DDP_DIGITS_CSV") and run["task"] != "charlm":
-            args += ["--digits-csv", os.environ["DDP_DIGITS_CSV"]]
-    if a.cpu:  # gloo alone, or under the hook's bootstrap (which turns gloo groups into trim ones)
-        args += ["--device", "cpu", "--backend", "gloo" if m == "cpu" or run["hook"] else "trim"]
-    args += ["--json-out", f"{out_dir}/rank{{rank}}.jsonl", *a.extra]
-    launch = [str(script)]
-    if run["hook"] and m not in ("cpu", "socket"):
-        launch = ["-m", "nccl_trim._boot", *(["--trim-cpu"] if a.cpu else []), str(script)]
-    return launch, args
+        return WORKLOADS / "allreduce_bench.py", ["--label", run["mode"]]
+    args = ["--task", run["task"], "--seed", run["seed"]]
+    for flag in ("epochs", "batch_size", "lr", "target_acc", "max_steps"):
+        if getattr(a, flag):
+            args += ["--" + flag.replace("_", "-"), getattr(a, flag)]
+    if os.environ.get("DDP_DIGITS_CSV") and run["task"] != "charlm":
+        args += ["--digits-csv", os.environ["DDP_DIGITS_CSV"]]
+    return WORKLOADS / "ddp_train.py", args
 
 
-def rank_env(a, run, r, port, sw_port):
-    """(unset, pairs): the variables rank R's env(1) removes and sets, in order."""
-    env = {**os.environ, **run["env"]}
-    pypath = f"{REPO / 'python'}" + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
-    lib = [("NCCL_TRIM_LIB_DIR", str(a.build / "lib")), ("PYTHONPATH", pypath)]
-    m, n = run["mode"], a.ranks
-    e = [("RANK", r), ("WORLD_SIZE", n), ("LOCAL_RANK", r), ("LOCAL_WORLD_SIZE", n), ("MASTER_ADDR", "127.0.0.1"),
-         ("MASTER_PORT", port), ("PYTHONUNBUFFERED", "1")]
-    if a.cpu:
-        e += [("GLOO_SOCKET_IFNAME", env.get("GLOO_SOCKET_IFNAME", "lo")), ("CUDA_VISIBLE_DEVICES", "")]
-        e += lib if m != "cpu" else []  # the CPU backend takes the plugin from this build
-    if m == "cpu":
-        return [], e
+def rank_env(mode, rank, ranks, master, build, cpu=False, hook=False, scheme="rht", head_bits=1,
+             phase="reduce_scatter", ifname=None, env=None):
+    """One rank of any DDP bench (this launcher's, `bench congestion`'s): (pairs, launch, backend),
+    its environment variables in order, the Python arguments before the workload script (the
+    hook's bootstrap) and the workload's --device/--backend. MODE: cpu or gloo (Gloo alone, no
+    NCCL), socket (NCCL's own), else the plugin's; MASTER: (address, port); IFNAME: every
+    transport's interface (default: each variable's in ENV, else lo); ENV: default os.environ."""
+    env = os.environ if env is None else env
+    nic = lambda var: ifname or env.get(var, "lo")  # noqa: E731
+    e = [("RANK", rank), ("WORLD_SIZE", ranks), ("LOCAL_RANK", rank), ("LOCAL_WORLD_SIZE", ranks),
+         ("MASTER_ADDR", master[0]), ("MASTER_PORT", master[1]), ("PYTHONUNBUFFERED", 1),
+         ("GLOO_SOCKET_IFNAME", nic("GLOO_SOCKET_IFNAME"))] + [("CUDA_VISIBLE_DEVICES", "")] * cpu
+    if mode in ("cpu", "gloo"):
+        return e, [], ["--device", "cpu", "--backend", "gloo"]
     # One host id per rank: NCCL sees N nodes, so every byte goes through the network transport.
-    e += [("NCCL_HOSTID", f"ddp-rank{r}"), ("NCCL_SOCKET_IFNAME", env.get("NCCL_SOCKET_IFNAME", "lo")),
+    e += [("NCCL_HOSTID", f"ddp-rank{rank}"), ("NCCL_SOCKET_IFNAME", nic("NCCL_SOCKET_IFNAME")),
           ("NCCL_DEBUG", env.get("NCCL_DEBUG", "INFO")), ("NCCL_DEBUG_SUBSYS", env.get("NCCL_DEBUG_SUBSYS", "INIT,NET"))]
-    if m == "socket":
-        e += [("NCCL_NET", "Socket"), ("NCCL_NET_PLUGIN", "none")]
-    else:
-        e += [("NCCL_NET_PLUGIN", str(a.plugin)), ("NCCL_NET", "Trim"), ("NCCL_TRIM_IFNAME", env.get("NCCL_TRIM_IFNAME", "lo")),
-              ("NCCL_TRIM_SCHEME", run["scheme"]), ("NCCL_TRIM_HEAD_BITS", run["head_bits"]),
-              ("NCCL_TRIM_PHASE", run["phase"])]
-        e += [("NCCL_TRIM_SWITCH", f"127.0.0.1:{sw_port}")] if m != "lossless" else []
-        e += [(k, env[k]) for k in NAMED_ENV if env.get(k)]
-        e += [lib[1], lib[0]] if run["hook"] and not a.cpu else []
+    if mode == "socket":
+        return e + [("NCCL_NET", "Socket"), ("NCCL_NET_PLUGIN", "none")], [], []
+    e += [("NCCL_NET_PLUGIN", build / PLUGIN), ("NCCL_NET", "Trim"),
+          ("NCCL_TRIM_IFNAME", nic("NCCL_TRIM_IFNAME")), ("NCCL_TRIM_SCHEME", scheme),
+          ("NCCL_TRIM_HEAD_BITS", head_bits), ("NCCL_TRIM_PHASE", phase)]
+    e += [(k, env[k]) for k in NAMED_ENV if env.get(k)]
+    if cpu or hook:  # the CPU backend and the hook take the plugin from this build, not an installed copy
+        pypath = ":".join(filter(None, [str(REPO / "python"), env.get("PYTHONPATH")]))
+        e += [("PYTHONPATH", pypath), ("NCCL_TRIM_LIB_DIR", build / "lib")]
+    launch = ["-m", "nccl_trim._boot", *(["--trim-cpu"] * cpu)] if hook else []
+    # The hook's bootstrap turns gloo groups into trim ones.
+    return e, launch, ["--device", "cpu", "--backend", "gloo" if hook else "trim"] if cpu else []
+
+
+def rank_cmd(a, run, r, port, sw_port, out_dir):
+    """Rank R of RUN: (unset, pairs, argv), what its env(1) removes and sets and its Python arguments."""
+    m = run["mode"]
+    pairs, launch, backend = rank_env(m, r, a.ranks, ("127.0.0.1", port), a.build, a.cpu, run["hook"], run["scheme"],
+                                      run["head_bits"], run["phase"], env={**os.environ, **run["env"]})
+    pairs += [("NCCL_TRIM_SWITCH", f"127.0.0.1:{sw_port}")] if m in ("random", "trim", "drop") else []
+    script, args = workload(a, run)
+    argv = [*launch, str(script), *args, *backend, "--json-out", f"{out_dir}/rank{{rank}}.jsonl", *a.extra]
     # Set from our flags or not at all: a NCCL_TRIM_SWITCH left in the caller's environment must
     # not send a lossless or socket run through a switch.
-    return ["NCCL_TRIM_SWITCH"], e
+    return [] if m == "cpu" else ["NCCL_TRIM_SWITCH"], pairs, argv
 
 
 # ---------------------------------------------------------------- running
@@ -233,7 +239,7 @@ def collect_versions(a):
         dirty = bool(out(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]))
     else:
         dirty = None
-    so = hashlib.sha256(a.plugin.read_bytes()).hexdigest()[:16] if a.plugin.exists() else None
+    so = hashlib.sha256((a.build / PLUGIN).read_bytes()).hexdigest()[:16] if (a.build / PLUGIN).exists() else None
     return {"gpu_smi": out(smi + ["name"]), "driver": out(smi + ["driver_version"]), "plugin_sha256": so,
             "git_commit": commit, "git_dirty": dirty, "kernel": platform.release()}
 
@@ -258,11 +264,7 @@ def wait_ranks(a, label, ranks, out_dir):
                 rc = rc or st
         time.sleep(0.02)
     for p in running.values():
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.wait()
+        proc.stop(p, 0)
     return rc
 
 
@@ -270,18 +272,17 @@ def run_one(a, run, out_dir, versions):
     """One run into OUT_DIR (or its dry-run lines); returns its status."""
     from .ddp_report import summarize
     label, m, sw = run["label"], run["mode"], switch_cmd(a, run)
-    launch, args = workload(a, run, out_dir)
     port = free_port()
     if a.dry_run:
         print(f"# run {label} -> {out_dir}")
         if sw:
             print(f"# switch: {' '.join(sw)}")
         for r in range(a.ranks):
-            unset, env = rank_env(a, run, r, port, "<port>")
+            unset, env, argv = rank_cmd(a, run, r, port, "<port>", out_dir)
             words = [w for u in unset for w in ("-u", u)] + [f"{k}={v}" for k, v in env]
-            print(f"# rank {r}: env {' '.join(words)} setsid {PYTHON} {' '.join(launch + args)}")
+            print(f"# rank {r}: env {' '.join(words)} setsid {PYTHON} {' '.join(argv)}")
         return 0
-    need = ([a.plugin] if m not in ("cpu", "socket") else []) + ([Path(sw[0])] if sw else [])
+    need = ([a.build / PLUGIN] if m not in ("cpu", "socket") else []) + ([Path(sw[0])] if sw else [])
     for f in need:
         if not f.exists():
             print(f"bench ddp: no {f}: run 'make -j' first (or pass --build)", file=sys.stderr)
@@ -290,13 +291,14 @@ def run_one(a, run, out_dir, versions):
     for pat in ("rank*.jsonl", "rank*.log", "rank*.out", "rank*.exit", "switch.*", "summary.json"):
         for f in out_dir.glob(pat):
             f.unlink()
-    plugin = m not in ("cpu", "socket")
+    plugin, argv = m not in ("cpu", "socket"), rank_cmd(a, run, 0, port, None, out_dir)[2]
+    script = argv.index(str(workload(a, run)[0]))  # after the hook's bootstrap, if any
     write_json(out_dir / "run.json", {
         "kind": run["kind"], "label": label, "mode": m, "ranks": a.ranks,
         "task": run["task"] if run["kind"] == "train" else None, "scheme": run["scheme"] if plugin else None,
         "head_bits": int(run["head_bits"]) if plugin else None, "phase": run["phase"] if plugin else None,
         "trim_p": float(run["p"]) if m == "random" else None, "switch_cmd": " ".join(sw) if sw else None,
-        "script_args": " ".join(args), "hook": launch[0] == "-m", "versions": versions})
+        "script_args": " ".join(argv[script + 1:]), "hook": script > 0, "versions": versions})
     print(f"bench ddp: {label} ({run['kind']}, mode {m}, {a.ranks} ranks) -> {out_dir}", file=sys.stderr)
     t0, switch, rc = time.monotonic(), None, 0
     try:
@@ -304,11 +306,11 @@ def run_one(a, run, out_dir, versions):
             switch, sw_port = proc.start_switch(sw[0], sw[1:], out_dir / "switch.jsonl")
         ranks = []
         for r in range(a.ranks):
-            unset, pairs = rank_env(a, run, r, port, sw_port if sw else None)
+            unset, pairs, argv = rank_cmd(a, run, r, port, sw_port if sw else None, out_dir)
             env = {k: v for k, v in {**os.environ, **run["env"]}.items() if k not in unset}
             env.update((k, str(v)) for k, v in pairs)
             with open(out_dir / f"rank{r}.out", "w") as o, open(out_dir / f"rank{r}.log", "w") as e:
-                ranks.append(proc.spawn([PYTHON, *launch, *args], env=env, stdout=o, stderr=e))
+                ranks.append(proc.spawn([PYTHON, *argv], env=env, stdout=o, stderr=e))
         rc = wait_ranks(a, label, ranks, out_dir)
     except RuntimeError as e:  # the switch did not start
         print(f"bench ddp: {e}", file=sys.stderr)
@@ -327,9 +329,6 @@ def run_one(a, run, out_dir, versions):
 
 
 def main(argv):
-    if argv[:2] == ["--bench", "congestion"]:  # its own options: hand the rest on
-        from . import congestion
-        return congestion.main(argv[2:])
     a = parse_args(argv)
     # SIGTERM as Ctrl-C: exit through proc's atexit, which kills the switch's and ranks' groups.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
