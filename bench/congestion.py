@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import REPO, SCRIPTS, build_dir, ddp
 from . import congestion_report as report
-from .jsonio import load_json, write_json
+from .jsonio import write_json
 from .workloads import ddp_train
 
 PRESETS = {  # name -> plan; --cpu has its own port rate (0.5 Gbit/s) and no calibration
@@ -262,7 +262,7 @@ def sweep(a):
                                     "cross_pct": r["cross"], "loss_pct": r["loss"], "why": why}) + "\n")
             print(f"congestion: {r['label']}: skipped: {why}", file=sys.stderr)
             continue
-        if a.resume and (load_json(a.out / r["label"] / "summary.json") or {}).get("status") == "ok":
+        if a.resume and ddp.done_before(a.out / r["label"]):
             print(f"congestion: {r['label']}: done before, skipped (--resume)", file=sys.stderr)
             continue
         s, rc = run_one(a, r, est, limit_s(a, est, left))

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .ddp_report import events
 from .jsonio import load_json, read_jsonl
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio, table
@@ -31,18 +32,18 @@ def augment(d):
     run = json.loads((d / "run.json").read_text())
     s.update(transport=run.get("transport"), estimate_s=run.get("estimate_s"), limit_s=run.get("limit_s"),
              **(run.get("bottleneck") or {}))
-    w = ([e for e in read_jsonl(d / "switch.jsonl") if e.get("event") == "final"] or [{}])[-1]
+    w = (events(d / "switch.jsonl", "final") or [{}])[-1]
     s["bottleneck_switch"] = {k: w.get(k) for k in SWITCH_KEYS} if w else None
     s["trim_rate"] = (w.get("trim_trimmed") or 0) / fwd if (fwd := w.get("trim_forwarded")) else None
-    s["tcp_retrans_segs"] = s["retx_tcp"] = sum(e.get("tcp_retrans_segs", 0) for e in read_jsonl(d / "bottleneck.out")
-                                                 if e.get("event") == "tcp")
+    tcp = events(d / "bottleneck.out", "tcp")
+    s["tcp_retrans_segs"] = s["retx_tcp"] = sum(e.get("tcp_retrans_segs", 0) for e in tcp)
     plugin = s.get("plugin") or {}
     s["retx_plugin"], s["plugin_trimmed"] = plugin.get("retransmitted"), plugin.get("trimmed_accepted")
     s["plugin_trim_rate"] = (plugin.get("trimmed_accepted") or 0) / sent if (sent := plugin.get("sent_packets")) else None
     s["retransmissions"] = s["retx_tcp"] if s["transport"] in BASELINES else s["retx_plugin"]
     rank0 = read_jsonl(d / "rank0.jsonl")
-    cfg = next((e for e in rank0 if e.get("event") == "config"), {})
-    fin = next((e for e in reversed(rank0) if e.get("event") == "final"), {})
+    cfg, fin = (events(rank0, "config") or [{}])[0], (events(rank0, "final") or [{}])[-1]
+    epochs = events(rank0, "epoch")
     s.update(grad_bytes=cfg.get("grad_bytes"), val_count=(cfg.get("data") or {}).get("val"),
              compute_ms=fin.get("compute_ms"), steps_to_target=fin.get("steps_to_target"),
              stopped_by_time_limit=fin.get("stopped_by_time_limit"), run_wall_s=fin.get("wall_s"))
@@ -52,13 +53,13 @@ def augment(d):
     # A run stopped by its limit before its final line: how far it got (an epoch line's steps
     # are that epoch's, an eval line's the run's so far); a target line gives its time.
     last = next((e for e in reversed(rank0) if e.get("event") in ("epoch", "eval") and e.get("steps")), None)
-    tgt = next((e for e in rank0 if e.get("event") == "target"), None)
+    tgt = (events(rank0, "target") or [None])[0]
     if not fin and tgt:
         s["time_to_target_s"], s["steps_to_target"] = tgt.get("wall_s"), tgt.get("step")
     s["progress"] = None
     if last and not fin:
-        done = last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in rank0 if e.get("event") == "epoch")
-        p99s = [e["iter_p99_ms"] for e in rank0 if e.get("event") == "epoch" and e.get("iter_p99_ms")]
+        done = last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in epochs)
+        p99s = [e["iter_p99_ms"] for e in epochs if e.get("iter_p99_ms")]
         s["progress"] = {"steps": done, "train_s": last.get("train_s"), "val_acc": last.get("val_acc"),
                          "iter_p50_ms": last.get("iter_p50_ms"), "iter_p99_ms_at_least": max(p99s, default=None)}
     s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0 if e.get("event") in ("epoch", "eval")

@@ -187,7 +187,8 @@ def rank_env(mode, rank, ranks, master, build, cpu=False, hook=False, scheme="rh
         return e, [], ["--device", "cpu", "--backend", "gloo"]
     # One host id per rank: NCCL sees N nodes, so every byte goes through the network transport.
     e += [("NCCL_HOSTID", f"ddp-rank{rank}"), ("NCCL_SOCKET_IFNAME", nic("NCCL_SOCKET_IFNAME")),
-          ("NCCL_DEBUG", env.get("NCCL_DEBUG", "INFO")), ("NCCL_DEBUG_SUBSYS", env.get("NCCL_DEBUG_SUBSYS", "INIT,NET"))]
+          ("NCCL_DEBUG", env.get("NCCL_DEBUG", "INFO")),
+          ("NCCL_DEBUG_SUBSYS", env.get("NCCL_DEBUG_SUBSYS", "INIT,NET"))]
     if mode == "socket":
         return e + [("NCCL_NET", "Socket"), ("NCCL_NET_PLUGIN", "none")], [], []
     e += [("NCCL_NET_PLUGIN", build / PLUGIN), ("NCCL_NET", "Trim"),
@@ -268,6 +269,11 @@ def wait_ranks(a, label, ranks, out_dir):
     return rc
 
 
+def done_before(run_dir):
+    """--resume: the run's summary says ok."""
+    return (load_json(run_dir / "summary.json") or {}).get("status") == "ok"
+
+
 def run_one(a, run, out_dir, versions):
     """One run into OUT_DIR (or its dry-run lines); returns its status."""
     from .ddp_report import summarize
@@ -344,7 +350,7 @@ def main(argv):
     failures = 0
     for run in runs:
         d = root if single else root / run["label"]
-        if a.resume and (load_json(d / "summary.json") or {}).get("status") == "ok":
+        if a.resume and done_before(d):
             print(f"bench ddp: {run['label']}: done before (--resume), skipped", file=sys.stderr)
             continue
         failures += run_one(a, run, d, versions) != 0

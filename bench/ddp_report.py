@@ -42,6 +42,11 @@ def plugin_counters(logs):
     return dict(tot if closed else {}, connections_closed=closed, **extra)
 
 
+def events(lines, name):
+    """The lines (a list, or a JSON-lines file's) whose event is NAME."""
+    return [e for e in (read_jsonl(lines) if isinstance(lines, Path) else lines) if e.get("event") == name]
+
+
 FINAL_KEYS = ("epochs", "steps", "val_acc", "val_loss", "initial_val_loss", "loss_decreased", "target_acc",
               "time_to_target_s", "epochs_to_target", "train_s", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
               "first_step_ms", "params_identical")
@@ -54,8 +59,7 @@ def summarize(run_dir, status=None, wall_s=None):
     d = Path(run_dir)
     run = json.loads((d / "run.json").read_text())
     rank0 = read_jsonl(d / "rank0.jsonl")
-    cfg = next((e for e in rank0 if e.get("event") == "config"), {})
-    final = next((e for e in reversed(rank0) if e.get("event") == "final"), None)
+    cfg, final = (events(rank0, "config") or [{}])[0], (events(rank0, "final") or [None])[-1]
     s = {k: run.get(k) for k in ("label", "kind", "mode", "ranks", "task", "scheme", "head_bits", "phase", "trim_p")}
     s.update(status="ok" if status in (None, 0) and final else f"failed ({status})", wall_s=wall_s,
              backend=cfg.get("backend"))
@@ -69,16 +73,16 @@ def summarize(run_dir, status=None, wall_s=None):
     if run["kind"] == "train":
         f = final or {}
         s.update({k: f.get(k) for k in FINAL_KEYS})
-        s["best_val_acc"] = max((e["val_acc"] for e in rank0 if e.get("event") == "epoch"), default=None)
+        s["best_val_acc"] = max((e["val_acc"] for e in events(rank0, "epoch")), default=None)
         s["params_max_rel_l2_diff"] = max((x["rel_l2_diff"] for x in f.get("params_vs_rank0", [])), default=None)
         s["param_sha256"] = [h[:16] for h in f.get("param_sha256", [])]
     else:
-        sizes = [e for e in rank0 if e.get("event") == "size"]
+        sizes = events(rank0, "size")
         s["bench"] = [{k: e[k] for k in ("bytes", "time_us", "busbw_GBps", "max_err")} for e in sizes]
         s["peak_busbw_GBps"] = max((e["busbw_GBps"] for e in sizes), default=None)
         s["all_exact"] = all(e["max_err"] == 0 for e in sizes) if sizes else None
     s["plugin"] = plugin_counters(logs) if run.get("mode") not in ("cpu", "socket", "gloo") else None
-    w = ([e for e in read_jsonl(d / "switch.jsonl") if e.get("event") == "final"] or [None])[-1]
+    w = (events(d / "switch.jsonl", "final") or [None])[-1]
     s["switch"] = w and {k: w.get(k) for k in SWITCH_KEYS}
     if w:  # trimmed share of the real packets the switch forwarded (cross traffic excluded)
         s["switch"]["trim_rate"] = (w.get("forwarded_trimmed") or 0) / w["forwarded"] if w.get("forwarded") else None
@@ -106,7 +110,7 @@ def load_runs(root):
         d = rj.parent
         s = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else summarize(d)
         s["_dir"] = d
-        s["_epochs"] = [e for e in read_jsonl(d / "rank0.jsonl") if e.get("event") == "epoch"]
+        s["_epochs"] = events(d / "rank0.jsonl", "epoch")
         runs.append(s)
     return sorted(runs, key=run_order)
 
@@ -312,12 +316,10 @@ def main(argv):
             print(f"plot: {out / m}", file=sys.stderr)
     failed = [r["label"] for r in runs if r.get("status") != "ok"]
     if a.summary_line:
-        short = []
-        for r in runs:
-            x = {k: r[k] for k in SHORT_KEYS if r.get(k) is not None}
+        short = [{k: r[k] for k in SHORT_KEYS if r.get(k) is not None} for r in runs]
+        for x, r in zip(short, runs):
             if (r.get("switch") or {}).get("trim_rate") is not None:
                 x["switch_trim_rate"] = r["switch"]["trim_rate"]
-            short.append(x)
         print(json.dumps({"root": str(Path(a.dir).resolve()), "runs": len(runs), "failed": failed, "plots": made,
                           "results": short, **({"by_config": by_config} if by_config else {})}))
     return 1 if failed else 0

@@ -20,8 +20,8 @@ import subprocess
 import sys
 
 from . import build_dir
-from .congestion_report import base_ttt
-from .jsonio import load_json, read_jsonl, write_json
+from .congestion_report import base_ttt, load
+from .jsonio import read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio
 from .scenarios import through_switch
@@ -100,7 +100,7 @@ def run_headline(build, out, tr):
         print(f"   (a run was stopped by its {limit} s limit, as Gloo often is at this congestion: the table says how far it got)")
     elif rc:
         print(f"demo: a training run failed (exit {rc}); the bench's log:\n" + "\n".join(log.splitlines()[-15:]), file=sys.stderr)
-    runs = {s.get("transport"): s for f in root.glob("*/summary.json") for s in [load_json(f)] if s}
+    runs = {s.get("transport"): s for s in load(root)}
     text, summary = headline(runs.get("gloo") or {}, runs.get(tr) or {}, tr)
     write_json(out / "summary.json", summary)
     print(f"{text}\nreport: {root / 'report.md'} (every number, the goal's verdict)")
