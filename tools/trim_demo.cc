@@ -2,8 +2,8 @@
 // gradients, trims a chosen fraction of packets at their trim point (as a switch does),
 // decodes, and reports the error; then the same across 8 workers averaged as an allreduce
 // does, where unbiased encodings (sq, sd, rht) average their errors away and sign does not.
-// Writes a data file for scripts/plot_demo.gp. (The switch issue replaces this with a live
-// congestion emulation.)
+// Writes codec_nmse.dat, which `python3 -m bench demo` (make demo) plots with matplotlib
+// (bench/demo.py, codec_plot).
 #include <sys/stat.h>
 
 #include <cmath>
