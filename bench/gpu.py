@@ -128,10 +128,6 @@ class Check:
         self.ip_note, self.netns = self.iproute2(build_dir(a.iproute2))
         self.current, self.missed, self.dry_limit, self.dry_est = None, False, PREFLIGHT_LIMIT_S, PREFLIGHT_EST_S
 
-    @staticmethod
-    def say(msg):
-        print(f"check-gpu: {msg}", file=sys.stderr, flush=True)
-
     def iproute2(self, carried):
         """(where ip comes from, why the congestion steps cannot run here or None): ip (the carried
         copy of scripts/fetch-iproute2.sh when the machine has none), root, /dev/net/tun."""
@@ -176,7 +172,7 @@ class Check:
             return
         self.record(step, part, not_run=why)
         if not quiet:
-            self.say(f"{name}: not run: {why}")
+            say(f"{name}: not run: {why}")
 
     def part(self, step, part, limit, est, run, cmds):
         """The commands CMDS at once under LIMIT (TERM at LIMIT - 5 s, KILL at LIMIT), their output
@@ -191,10 +187,10 @@ class Check:
             self.dry_limit, self.dry_est = self.dry_limit + limit, self.dry_est + est
             return
         if (step, part) in self.ran and step not in self.only:
-            return self.say(f"{name}: ran before, kept")
+            return say(f"{name}: ran before, kept")
         if limit > (left := self.left()):
             return self.not_run(step, part, f"time budget: {left} s left of --budget-s {self.budget_s}, its limit is {limit} s")
-        self.say(f"{name} (limit {limit} s, estimate {est} s, log {log})")
+        say(f"{name} (limit {limit} s, estimate {est} s, log {log})")
         t0 = time.monotonic()
         rc, procs = 0, []
         self.current = (step, part, run, log, t0, limit, procs)
@@ -217,7 +213,7 @@ class Check:
         self.current = None
         self.reap(self.out / run)
         self.record(step, part, rc=rc, seconds=round(time.monotonic() - t0), limit=limit, estimate=est, dir=run, log=log)
-        self.say(f"{name}: exit {rc} after {time.monotonic() - t0:.0f} s")
+        say(f"{name}: exit {rc} after {time.monotonic() - t0:.0f} s")
 
     def left(self):
         """Seconds of --budget-s left for the steps: by the limits so far in a dry run, else by the clock."""
@@ -232,7 +228,7 @@ class Check:
         end = time.monotonic() + 8
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if pids := named():
-                self.say(f"ending {len(pids)} leftover process(es) of {path} ({sig.name})")
+                say(f"ending {len(pids)} leftover process(es) of {path} ({sig.name})")
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
@@ -313,7 +309,8 @@ class Check:
             return self.netns
         if need == "ncu":
             return None if shutil.which("ncu") else "ncu not found"
-        return None if (self.build / need).exists() else f"no {self.build}/{need} (make here, or scripts/pack-gpu.sh)"
+        if not (self.build / need).exists():
+            return f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
 
     def state(self):
         """What earlier invocations did (--continue): their steps.jsonl in OUT, else in the bundle of --from."""
@@ -332,7 +329,7 @@ class Check:
             self.out.mkdir(parents=True, exist_ok=True)
             if subprocess.run(["tar", "-xzf", str(tgz), "--strip-components=1", "-C", str(self.out)]).returncode:
                 die(f"cannot unpack {tgz} into {self.out}")
-            self.say(f"continuing from {tgz}")
+            say(f"continuing from {tgz}")
         return gpu_report.state(read_jsonl(self.steps_file))
 
     def plan(self):
@@ -351,7 +348,7 @@ class Check:
         t0, why, gpu, driver = time.monotonic(), [], None, None
         why += filter(None, map(self.blocker, ("lib/libnccl-net-trim.so", "bin/trim-switch")))
         if self.no_gpu:
-            self.say("--no-gpu: GPU and CUDA not checked (a CPU smoke run of the congestion steps, not a result)")
+            say("--no-gpu: GPU and CUDA not checked (a CPU smoke run of the congestion steps, not a result)")
         elif not shutil.which("nvidia-smi"):
             why.append("no GPU: nvidia-smi not found")
         else:
@@ -411,8 +408,8 @@ class Check:
         # the grid's tables and plots, else the one point's; again after a congestion step
         cong = next((c for c in ("congestion", "congestion_c60") if (self.out / c / "bench.json").is_file()), None)
         if cong and ((step or "").startswith("congestion_") or not (self.bundle / "congestion.md").exists()):
-            p = subprocess.run(TOOLS["congestion-report"] + [str(self.out / cong), "--meta", str(self.out / "preflight.json")],
-                               capture_output=True, text=True, cwd=REPO)
+            argv = TOOLS["congestion-report"] + [str(self.out / cong), "--meta", str(self.out / "preflight.json")]
+            p = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
             (self.bundle / "congestion.md").write_text("".join(p.stdout.splitlines(True)[:-1]))
             for png in ("congestion.png", "time_to_target.png"):
                 if (self.out / cong / png).is_file():
@@ -438,13 +435,13 @@ class Check:
                     time=time.time())
         pre = self.preflight()
         if not pre["ok"]:
-            self.say(f"cannot run here ({time.monotonic() - self.t0:.0f} s):\n" + "".join(f"  - {w}\n" for w in pre["why"]) +
+            say(f"cannot run here ({time.monotonic() - self.t0:.0f} s):\n" + "".join(f"  - {w}\n" for w in pre["why"]) +
                      "  This check needs the GPU machine, torch with CUDA, and the plugin built here and carried\n"
                      "  (scripts/pack-gpu.sh): see docs/GPU-MACHINE.md.")
             for s in planned:
                 self.not_run(s, "", "preflight failed", quiet=True)
         else:
-            self.say(f"preflight ok: {pre['gpu'] or 'no GPU'}, commit {pre['commit']}, {self.ip_note or 'no ip'}")
+            say(f"preflight ok: {pre['gpu'] or 'no GPU'}, commit {pre['commit']}, {self.ip_note or 'no ip'}")
             for s in planned:
                 self.missed = False
                 self.step(s)
@@ -480,8 +477,12 @@ def cmdline(pid):
         return ""
 
 
+def say(msg):
+    print(f"check-gpu: {msg}", file=sys.stderr, flush=True)
+
+
 def die(msg):
-    print(f"check-gpu: {msg}", file=sys.stderr)
+    say(msg)
     raise SystemExit(2)
 
 

@@ -473,8 +473,8 @@ class Report:
                 [(f"sock-{best}", bestrun["busbw"])] if bestrun and best != "default" else []) + [
                 (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
             bb = bestrun["busbw"] if bestrun else sock["busbw"]
-            rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] + [fmt(ratio(plug["busbw"][b], x), ".2f")
-                                                                  for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
+            rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
+                    [fmt(ratio(plug["busbw"][b], x), ".2f") for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
             lines.append(table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
         lines += ["\ngoals:"] + [f"  {g['state']:7} {g['goal']}: {g['detail']}" for g in self.goals.values()]
         by = {r: [n for n in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
