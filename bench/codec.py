@@ -25,6 +25,7 @@ import sys
 from . import build_dir
 from .jsonio import parse_jsonl
 from .proc import cpu_run
+from .report import ratio
 from .rounds import alternate
 
 IPERF_PORT = 5297
@@ -48,6 +49,34 @@ def _arg(pattern, what, convert=str):
 size_arg = _arg(r"[1-9][0-9]*[KMG]?", "a size as trim-harness takes it (N, NK, NM or NG)")  # kept as text
 positive = _arg(r"[1-9][0-9]*", "a positive integer", int)
 int_list = _arg(r"[0-9]+(,[0-9]+)*", "a comma-separated list of integers >= 0", lambda t: [int(x) for x in t.split(",")])
+
+
+# The types of the options folded into options(): the rest are positive integers or their default's type.
+TYPES = {"bytes": size_arg, "threads": int_list, "rto_us": int_list, "seeds": int_list}
+
+
+def options(ap, **defaults):
+    """An option --NAME (underscores as dashes) for each NAME=DEFAULT, typed by TYPES, by positive for
+    an int default, else by the default's type. Options with a help text are added one by one."""
+    for name, default in defaults.items():
+        kind = TYPES.get(name) or (positive if type(default) is int else type(default))
+        ap.add_argument("--" + name.replace("_", "-"), type=kind, default=default)
+    return ap
+
+
+def parser(command, doc, argv=(), word=None):
+    """(ARGV starts with WORD, an ArgumentParser for `python -m bench COMMAND [WORD]` described by DOC)."""
+    sub = bool(word) and list(argv[:1]) == [word]
+    return sub, argparse.ArgumentParser(prog=f"python -m bench {command}" + f" {word}" * sub, description=doc,
+                                        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def built(command, build, *paths):
+    """Whether BUILD holds PATHS (bin/trim-harness, ...); if not, says which on stderr."""
+    missing = [p for p in paths if not (build_dir(build) / p).is_file()]
+    if missing:
+        print(f"{command}: {build_dir(build) / missing[0]} not built (make -j2 all, or pass --build)", file=sys.stderr)
+    return not missing
 
 
 def size_bytes(text):
@@ -109,10 +138,9 @@ def codec_summary(rows, threads, bytes_text, ranks):
         none, rht, sr, srr = (med(k, t) for k in KINDS)
         out.append({"bench": "codec_summary", "threads": t, "cpus": os.cpu_count(), "bytes": bytes_text, "ranks": ranks,
                     "allreduce_none_busbw_gbps": none, "allreduce_rht_busbw_gbps": rht,
-                    "rht_over_none": round(rht / none, 3) if none else 0.0, "sendrecv_gbps": sr,
-                    "sendrecv_rht_gbps": srr, "iperf3_gbps": iperf,
-                    "sendrecv_over_iperf3": round(sr / iperf, 3) if iperf else 0.0,
-                    "sendrecv_rht_over_iperf3": round(srr / iperf, 3) if iperf else 0.0,
+                    "rht_over_none": ratio(rht, none) or 0.0, "sendrecv_gbps": sr, "sendrecv_rht_gbps": srr,
+                    "iperf3_gbps": iperf, "sendrecv_over_iperf3": ratio(sr, iperf) or 0.0,
+                    "sendrecv_rht_over_iperf3": ratio(srr, iperf) or 0.0,
                     "cpu_s_per_gb": {k: med(k, t, "cpu_s_per_gb") for k in KINDS},
                     "iperf3_cpu_s_per_gb": med("iperf3", key="cpu_s_per_gb")})
     return out
@@ -127,31 +155,24 @@ def encoding_summary(rows, scheme):
             "rounds": max(r["round"] for r in rows), "none_busbw_gbps": round(none, 4), "busbw_gbps": round(enc, 4),
             "verify": sorted({str(r.get("verify")) for r in rows if r.get("scheme") == scheme}),
             "failed_runs": sum(1 for r in rows if r.get("verify") == "fail" or r.get("error")),
-            "ratio": round(enc / none, 3) if none > 0 else 0.0}
+            "ratio": ratio(enc, none) or 0.0}
 
 
 def parse(argv):
-    enc = argv[:1] == ["encoding"]
-    ap = argparse.ArgumentParser(prog="python -m bench codec" + " encoding" * enc, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bytes", type=size_arg, default="64M")
-    ap.add_argument("--iters", type=positive, default=5 if enc else 10)
-    ap.add_argument("--rounds", type=positive, default=3 if enc else 2)
-    ap.add_argument("--ranks", type=positive, default=2)
-    ap.add_argument("--build", default="build")
+    enc, ap = parser("codec", __doc__, argv, "encoding")
+    options(ap, bytes="64M", iters=5 if enc else 10, rounds=3 if enc else 2, ranks=2, build="build")
     if enc:
         ap.add_argument("--scheme", default="rht", help="NCCL_TRIM_SCHEME against none")
     else:
         ap.add_argument("--threads", type=int_list, default=[0, 1, 2, 4], help="NCCL_TRIM_CODEC_THREADS values")
-        ap.add_argument("--iperf-seconds", type=positive, default=3)
+        options(ap, iperf_seconds=3)
         ap.add_argument("--out", default="", help="also append the JSON lines to this file")
     return enc, ap.parse_args(argv[enc:])
 
 
 def main(argv):
     enc, a = parse(argv)
-    if not (build_dir(a.build) / "bin/trim-harness").is_file():
-        print(f"codec: {build_dir(a.build)}/bin/trim-harness not built (make -j)", file=sys.stderr)
+    if not built("codec", a.build, "bin/trim-harness"):
         return 1
     if enc:
         def run(scheme, _):

@@ -16,7 +16,6 @@ the queue (so every configuration sees the same trims), the switch leaving the l
 Configurations alternated round by round (the machine's load drifts); one JSON line per run,
 then one summary line per configuration (medians over the rounds)."""
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ import subprocess
 import tempfile
 
 from . import SCRIPTS, build_dir
-from .codec import positive, size_arg
+from .codec import options, parser, positive
 from .jsonio import parse_jsonl
 from .proc import cpu_run
 from .rounds import alternate
@@ -44,11 +43,14 @@ def fabric_plan(size):
             f"fabric-{size}": (fab, {}), f"fabric-{size}-sized": (fab, {"NCCL_TRIM_FABRIC_TRIM_BYTES": size})}
 
 
+RX_CUT = {"fixed": ([], "off"), "ip-keep-off": (["--rewrite-ip-length", "keep"], "off"),  # switch arguments, knob
+          "ip-keep-packet": (["--rewrite-ip-length", "keep"], "packet"),
+          "udp-keep-packet": (["--rewrite-udp-length", "keep"], "packet")}
+
+
 def rx_cut_command(a, config):
     """(command, NCCL_TRIM_RX_CUT) of one rx-cut run."""
-    keep, knob = {"fixed": ([], "off"), "ip-keep-off": (["--rewrite-ip-length", "keep"], "off"),
-                  "ip-keep-packet": (["--rewrite-ip-length", "keep"], "packet"),
-                  "udp-keep-packet": (["--rewrite-udp-length", "keep"], "packet")}[config]
+    keep, knob = RX_CUT[config]
     sw = ["--mode", "random", "--random-p", a.p, "--fabric", 1, "--trim-size", a.size, *keep]
     return [str(x) for x in [SCRIPTS / "netns_bottleneck.sh", "--build", a.build, "--ranks", 2, "--rate-gbps", a.rate_gbps,
             "--seed", 5, *(y for x in sw for y in ("--switch-arg", x)), "--", build_dir(a.build) / "bin/trim-harness",
@@ -83,15 +85,11 @@ def rx_cut_summary(rows):
 
 
 def main(argv):
-    rx = argv[:1] == ["rx-cut"]
-    ap = argparse.ArgumentParser(prog="python -m bench fabric" + " rx-cut" * rx, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=positive, default=5 if rx else 3)
+    rx, ap = parser("fabric", __doc__, argv, "rx-cut")
+    options(ap, build="build", rounds=5 if rx else 3)
     ap.add_argument("--size", type=positive, default=256, help="trim size (frame bytes)")
     if rx:
-        ap.add_argument("--iters", type=positive, default=20)
-        ap.add_argument("--bytes", type=size_arg, default="2M")
+        options(ap, iters=20, bytes="2M")
         ap.add_argument("--p", type=float, default=0.2, help="trim probability of a trimmable packet")
         ap.add_argument("--rate-gbps", type=float, default=2)
     a = ap.parse_args(argv[rx:])
@@ -104,8 +102,7 @@ def main(argv):
             sw = next((d for d in reversed(lines) if d.get("event") == "final"), {})
             r = {"config": config, "cuts": sw.get("dscp_18_trimmed"), **{k: h.get(k) for k in RX_CUT_KEYS}}
             return {**r, "resent_not_dup": r["retransmits"] - r["dup_packets"]} if r["retransmits"] is not None else r
-        rows = alternate(["fixed", "ip-keep-off", "ip-keep-packet", "udp-keep-packet"], a.rounds, run)
-        summaries = rx_cut_summary(rows)
+        summaries = rx_cut_summary(alternate(list(RX_CUT), a.rounds, run))
     else:
         plan = fabric_plan(a.size)
         with tempfile.TemporaryDirectory() as tmp:

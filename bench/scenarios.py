@@ -12,15 +12,15 @@ Each prints a table and one JSON line (every row, p50/p99 ratios trim/drop); fil
 BUILD/scenarios/live_NAME/ (LABEL.harness.json, LABEL.switch.jsonl, LABEL.harness.log, rows.jsonl).
 Sized for a 2-core VM, where scheduling noise dominates tails: compare medians and counters."""
 
-import argparse
 import json
 import sys
 import time
 
 from . import build_dir
-from .codec import harness
-from .jsonio import emit, read_jsonl
+from .codec import built, harness, options, parser
+from .jsonio import emit, read_jsonl, write_json
 from .proc import start_switch, stop
+
 
 def switch(mode, *more, rate=1, buffer=(8, 0)):
     """trim-switch arguments: MODE, RATE Gbit/s ports, BUFFER (packets, bytes), 200 us, MORE."""
@@ -82,8 +82,7 @@ def through_switch(build, switch_args, harness_args, env, out_dir, tag, mtu=4096
                                        600, stderr=log)
     finally:
         stop(sw)
-    with open(f"{out_dir}/{tag}.harness.json", "w") as f:
-        f.write(json.dumps(h) + "\n")
+    write_json(f"{out_dir}/{tag}.harness.json", h)
     final = [d for d in read_jsonl(f"{out_dir}/{tag}.switch.jsonl") if d.get("event") == "final"]
     return h, (final[-1] if final else {}), rc, wall_s
 
@@ -148,17 +147,12 @@ def run(name, a):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="python -m bench scenarios", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(parser("scenarios", __doc__)[1], build="build")
     ap.add_argument("names", nargs="+", choices=list(TITLES), metavar="NAME", help=", ".join(TITLES))
-    ap.add_argument("--build", default="build")
     ap.add_argument("--quick", action="store_true", help="a few iterations (~5-9 s a scenario)")
     ap.add_argument("--trim-exact", choices=("0", "1"), default="1", help="trim-switch --trim-exact")
     ap.add_argument("--mtu", type=int, default=4096, help="NCCL_TRIM_MTU of the ranks")
     a = ap.parse_args(argv)
-    b = build_dir(a.build)
-    for need in ("bin/trim-switch", "bin/trim-harness", "lib/libnccl-net-trim.so"):
-        if not (b / need).is_file():
-            print(f"scenarios: no {b / need}: run 'make -j2 all' first (or pass --build)", file=sys.stderr)
-            return 1
+    if not built("scenarios", a.build, "bin/trim-switch", "bin/trim-harness", "lib/libnccl-net-trim.so"):
+        return 1
     return max(run(name, a) for name in a.names)

@@ -15,8 +15,8 @@
                       baseline; cuts below plane 0 are NACKed and resent whole
     buffer            per-port buffer 8 packets / 1 BDP / 5 BDP"""
 
-import argparse
 import glob
+import itertools
 import json
 import os
 import re
@@ -26,8 +26,9 @@ import sys
 from pathlib import Path
 
 from . import build_dir
-from .codec import int_list, positive, size_arg
-from .jsonio import emit, load_json, parse_jsonl
+from .codec import built, options, parser, positive
+from .jsonio import emit, load_json, parse_jsonl, write_json
+from .report import fmt, ratio
 
 
 def table(name, hosts):
@@ -86,18 +87,16 @@ def curve_points(runs):
 def curve(a):
     out = Path(a.out or build_dir(a.build) / f"sim_curve_{a.hosts}")
     out.mkdir(parents=True, exist_ok=True)
-    for rto in a.rto_us:
-        for seed in a.seeds:
-            for mode in ("trim", "drop"):
-                f = out / f"{mode}_rto{rto}_seed{seed}.json"
-                if load_json(f) is None:  # what an earlier run left is kept
-                    f.write_text(json.dumps(trim_sim(a.build, ["--hosts", a.hosts, "--workload", "allreduce", "--bytes", "16M",
-                                 "--iters", 5, "--mtu", 9000, "--oversub", 4, "--background", "bursty", "--mode", mode,
-                                 "--rto-us", rto, "--seed", seed], check=True)) + "\n")
-                j = load_json(f)
-                print(f"hosts {j['hosts']} rto {j['rto_us']:g} us seed {j['seed']} {j['mode']:4}: p50 {j['jct_p50_ms']:.2f} "
-                      f"p99 {j['jct_p99_ms']:.2f} ms, retx rack/probe/rto {j['retx_rack']}/{j['retx_tlp']}/{j['retx_rto']}, "
-                      f"trimmable resent {j['retx_trimmable']}, wall {j['wall_seconds']:.0f} s", flush=True)
+    for rto, seed, mode in itertools.product(a.rto_us, a.seeds, ("trim", "drop")):
+        f = out / f"{mode}_rto{rto}_seed{seed}.json"
+        if load_json(f) is None:  # what an earlier run left is kept
+            write_json(f, trim_sim(a.build, ["--hosts", a.hosts, "--workload", "allreduce", "--bytes", "16M", "--iters", 5,
+                                             "--mtu", 9000, "--oversub", 4, "--background", "bursty", "--mode", mode,
+                                             "--rto-us", rto, "--seed", seed], check=True))
+        j = load_json(f)
+        print(f"hosts {j['hosts']} rto {j['rto_us']:g} us seed {j['seed']} {j['mode']:4}: p50 {j['jct_p50_ms']:.2f} "
+              f"p99 {j['jct_p99_ms']:.2f} ms, retx rack/probe/rto {j['retx_rack']}/{j['retx_tlp']}/{j['retx_rto']}, "
+              f"trimmable resent {j['retx_trimmable']}, wall {j['wall_seconds']:.0f} s", flush=True)
     runs = [load_json(f) for f in sorted(glob.glob(str(out / "*.json")))]
     points = curve_points([j for j in runs if j])
     print(f"\n{'RTO (us)':>9} {'trim p99':>9} {'drop p99':>9} {'p99 trim/drop: median [min, max]':>34}")
@@ -128,14 +127,10 @@ def htsim_row(name, t, txt):
     h_ms = max(fin) / 1000 if fin else None
     new, rtx, bounced = (int(x) for x in stats.groups()) if stats else (None,) * 3
     return {"workload": name, "hosts": t["hosts"], "trimsim_ms": t["jct_p50_ms"], "htsim_ndp_ms": h_ms,
-            "ratio_htsim_over_trimsim": round(h_ms / t["jct_p50_ms"], 3) if h_ms else None,
+            "ratio_htsim_over_trimsim": ratio(h_ms, t["jct_p50_ms"]),
             "htsim_flows_finished": len(fin), "htsim_flows": int(conns.group(1)) if conns else 0,
             "trimsim_trimmed": t["trimmed"], "trimsim_exact_cut": t.get("exact_cut", 0),
             "htsim_new": new, "htsim_rtx": rtx, "htsim_bounced": bounced}
-
-
-def dash(v, spec):
-    return "—" if v is None else format(v, spec)
 
 
 def htsim(a):
@@ -150,7 +145,7 @@ def htsim(a):
     for name, w in HTSIM_WORKLOADS.items():
         t = trim_sim(a.build, ["--hosts", a.hosts, *w, "--bytes", a.bytes, "--iters", 1, "--mtu", 9000, "--oversub", 4,
                                "--background", "none", "--mode", "trim", "--seed", 1, "--cm", out / f"{name}.cm"], check=True)
-        (out / f"{name}.trimsim.json").write_text(json.dumps(t) + "\n")
+        write_json(out / f"{name}.trimsim.json", t)
         txt = subprocess.run([str(ndp.resolve()), "-nodes", str(a.hosts), "-tm", f"{name}.cm", "-topo", "leafspine.topo",
                               "-mtu", "9000", "-q", str(a.queue_pkts), "-strat", "ecmp_host", "-paths", "4", "-cwnd", "16",
                               "-end", "10000000", "-seed", "1"], cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -159,31 +154,28 @@ def htsim(a):
         rows.append(emit(htsim_row(name, t, txt), results))
     print(f"\n{'workload':12} {'trim-sim ms':>12} {'htsim NDP ms':>13} {'ratio':>7} {'trim-sim trims':>15} {'htsim bounced':>14}")
     for r in rows:
-        print(f"{r['workload']:12} {r['trimsim_ms']:>12.3f} {dash(r['htsim_ndp_ms'], '.3f'):>13} "
-              f"{dash(r['ratio_htsim_over_trimsim'], '.3f'):>7} {r['trimsim_trimmed'] + r['trimsim_exact_cut']:>15} "
-              f"{dash(r['htsim_bounced'], 'd'):>14}")
+        print(f"{r['workload']:12} {r['trimsim_ms']:>12.3f} {fmt(r['htsim_ndp_ms']):>13} "
+              f"{fmt(r['ratio_htsim_over_trimsim']):>7} {r['trimsim_trimmed'] + r['trimsim_exact_cut']:>15} "
+              f"{fmt(r['htsim_bounced'], 'd'):>14}")
     print(json.dumps({"bench": "htsim_crosscheck", "rows": rows}, separators=(",", ":")))
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m bench sim", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("sim", __doc__)[1]
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("curve", help="trim/drop p99 over the minimum RTO and seeds")
-    c.add_argument("--hosts", type=positive, default=256)
-    c.add_argument("--rto-us", type=int_list, default=[100, 500, 1000, 2500, 10000])
-    c.add_argument("--seeds", type=int_list, default=[1, 2, 3])
+    c = options(sub.add_parser("curve", help="trim/drop p99 over the minimum RTO and seeds"), hosts=256,
+                rto_us=[100, 500, 1000, 2500, 10000], seeds=[1, 2, 3])
     h = sub.add_parser("htsim", help="trim-sim against htsim's NDP")
     h.add_argument("htsim_dir", help="the folder holding the built htsim_ndp (csg-htsim's sim/datacenter)")
     h.add_argument("--hosts", type=positive, default=64, help="a multiple of 16 (hosts per leaf)")
-    h.add_argument("--bytes", type=size_arg, default="16M")
     h.add_argument("--queue-pkts", type=positive, default=10, help="htsim's data queue (trim-sim's 1 BDP is 9.6 packets)")
+    options(h, bytes="16M")
     for p in (c, h):
         p.add_argument("--out", default="", help="results folder (default BUILD/sim_curve_HOSTS, BUILD/htsim_crosscheck_HOSTS)")
     for name in ("incast", "allreduce_bursts", "oversub", "trim_size", "buffer"):
-        sub.add_parser(name, help="a trim-sim table").add_argument("--hosts", type=positive, default=64)
+        options(sub.add_parser(name, help="a trim-sim table"), hosts=64)
     for p in sub.choices.values():
-        p.add_argument("--build", default="build")
+        options(p, build="build")
     a = ap.parse_args(argv)
     if a.cmd == "htsim" and a.hosts % 16:
         ap.error(f"--hosts {a.hosts} is not a multiple of 16 (hosts per leaf)")
@@ -192,8 +184,7 @@ def parse(argv):
 
 def main(argv):
     a = parse(argv)
-    if not (build_dir(a.build) / "bin/trim-sim").is_file():
-        print(f"sim: {build_dir(a.build)}/bin/trim-sim not built (make -j)", file=sys.stderr)
+    if not built("sim", a.build, "bin/trim-sim"):
         return 1
     {"curve": curve, "htsim": htsim}.get(a.cmd, print_table)(a)
     return 0

@@ -2,18 +2,14 @@
 9000) next to one iperf3 TCP stream (5 s), "ratio: X" (harness / iperf3 Gbit/s), then a 4-rank
 ring AllReduce. Prints each JSON result."""
 
-import argparse
 import json
 import sys
 
-from .codec import harness, iperf3, positive, size_arg
+from .codec import harness, iperf3, options, parser, positive
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="python -m bench transport", description=__doc__)
-    ap.add_argument("--bytes", type=size_arg, default="256M")
-    ap.add_argument("--iters", type=positive, default=5)
-    ap.add_argument("--build", default="build")
+    ap = options(parser("transport", __doc__)[1], bytes="256M", iters=5, build="build")
     ap.add_argument("--port", type=positive, default=5299, help="iperf3's port")
     a = ap.parse_args(argv)
     sized = ["--bytes", a.bytes, "--iters", a.iters, "--deadline-s", 600]

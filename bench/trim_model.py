@@ -142,16 +142,7 @@ def main(argv=None):
     from .workloads import ddp_train as dt
     torch.set_num_threads(1)
     cfg = argparse.Namespace(task="charlm", d_model=64, layers=2, seq_len=64)
-    corpus, _ = dt.stdlib_corpus(a.charlm_bytes)
-    data = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
-    split, seq = len(corpus) * 9 // 10, cfg.seq_len
-    train_starts, val_starts = torch.arange(0, split - seq - 1, seq), torch.arange(split, len(corpus) - seq - 1, seq)
-    offsets = torch.arange(seq + 1)
-
-    def batch(starts, idx):
-        w = data[starts[idx][:, None] + offsets]
-        return w[:, :-1], w[:, 1:]
-
+    train_starts, val_starts, batch = dt.charlm_windows(torch, dt.stdlib_corpus(a.charlm_bytes)[0], cfg.seq_len)
     torch.manual_seed(a.seed)
     model = dt.build_model(cfg, torch.nn, torch)
     named = list(model.named_parameters())
@@ -223,9 +214,7 @@ def main(argv=None):
             total += y.numel()
             loss_sum += torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1),
                                                           reduction="sum").item()
-    print(json.dumps({"seed": a.seed, "plain": a.plain, "head": a.head, "trim_p": a.trim_p,
-                      "precondition": a.precondition,
-                      "side_info": a.side_info, "clean_moment": a.clean_moment, "exact_params": a.exact_params,
-                      "steps": step, "val_acc": round(correct / total, 5), "val_loss": round(loss_sum / total, 5),
-                      "wall_s": round(time.time() - t0, 1)}), flush=True)
+    settings = ("seed", "plain", "head", "trim_p", "precondition", "side_info", "clean_moment", "exact_params")
+    print(json.dumps({**{k: getattr(a, k) for k in settings}, "steps": step, "val_acc": round(correct / total, 5),
+                      "val_loss": round(loss_sum / total, 5), "wall_s": round(time.time() - t0, 1)}), flush=True)
     return 0

@@ -14,7 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_train import Logger, init_distributed, versions  # noqa: E402  (same directory; plain helpers)
+from ddp_train import Logger, barrier, init_distributed, run_facts, sync  # noqa: E402  (same directory)
 
 
 def parse_size(s):
@@ -48,18 +48,9 @@ def main():
     import torch.distributed as dist
 
     rank, world, device, backend = init_distributed(args, torch, dist)
-    use_cuda = device.type == "cuda"
     log = Logger(rank, args.json_out)
     log("config", label=args.label, world_size=world, backend=backend, device=str(device),
-        args=vars(args), versions=versions(torch, device),
-        env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
-
-    def sync():
-        if use_cuda:
-            torch.cuda.synchronize(device)
-
-    def barrier():
-        dist.barrier(device_ids=[device.index] if use_cuda else None)
+        args=vars(args), **run_facts(torch, device))
 
     bus_factor = 2.0 * (world - 1) / world if world > 1 else 1.0
     # Timed calls that keep the in-place sum (n-fold per call, from values of about 1) finite.
@@ -75,10 +66,10 @@ def main():
         iters = args.iters
         if args.warmup > 0:
             # The last warmup call alone, synchronized: how long one call takes at this size.
-            sync()
+            sync(torch, device)
             t1 = time.perf_counter()
             dist.all_reduce(buf)
-            sync()
+            sync(torch, device)
             one = time.perf_counter() - t1
             if args.target_ms > 0:
                 # Rank 0's choice for all: every rank must issue the same number of calls.
@@ -89,13 +80,13 @@ def main():
         # An in-place sum grows by a factor of n per call: refill after the warmup so that the
         # timed calls (n^iters) stay finite, with values shaped like gradients (not zeros).
         buf.normal_(generator=gen)
-        sync()
-        barrier()
-        sync()
+        sync(torch, device)
+        barrier(dist, device)
+        sync(torch, device)
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(buf)
-        sync()
+        sync(torch, device)
         elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         t = elapsed.item()
@@ -122,7 +113,7 @@ def main():
                   f"{r['busbw_GBps']:>12.3f} {r['max_err']:>9.3g}")
         print(f"# avg busbw {avg:.3f} GB/s, peak {peak:.3f} GB/s" if rows else "# no sizes")
         sys.stdout.flush()
-    barrier()
+    barrier(dist, device)
     dist.destroy_process_group()
 
 

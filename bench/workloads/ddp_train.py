@@ -152,6 +152,20 @@ def stdlib_corpus(max_bytes):
     return data, info
 
 
+def charlm_windows(torch, corpus, seq_len, device="cpu"):
+    """Non-overlapping windows of SEQ_LEN+1 bytes of CORPUS (input + shifted target): the start
+    offsets of the train windows (before 90% of the corpus) and of the val windows (after it), and
+    batch(starts, idx) -> (inputs, targets) of the windows at STARTS[IDX]."""
+    buf = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).to(device=device, dtype=torch.long)
+    split, offsets = len(corpus) * 9 // 10, torch.arange(seq_len + 1, device=device)
+
+    def batch(starts, idx):
+        w = buf[starts[idx][:, None] + offsets]
+        return w[:, :-1], w[:, 1:]
+    return (torch.arange(0, split - seq_len - 1, seq_len, device=device),
+            torch.arange(split, len(corpus) - seq_len - 1, seq_len, device=device), batch)
+
+
 # ---------------------------------------------------------------- models
 
 DIGITS_IMAGES, DIGITS_VAL_SHARE = 1797, 5  # scikit-learn's digits; 1/5 of them held out
@@ -159,8 +173,8 @@ DIGITS_IMAGES, DIGITS_VAL_SHARE = 1797, 5  # scikit-learn's digits; 1/5 of them 
 
 def describe(args, world):
     """Parameters, fp32 gradient bytes and optimizer steps of this run, computed without torch
-    (scripts/congestion_bench.sh sizes its runs with it; check_ddp_scripts.sh checks the
-    parameter counts against the models build_model makes)."""
+    (bench.congestion sizes its runs with it; test_bench_ddp checks the parameter counts against
+    the models build_model makes)."""
     if args.task == "widemlp":
         w = args.width
         params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
@@ -249,13 +263,12 @@ def nccl_version(torch):
         v = torch.cuda.nccl.version()
     except Exception:  # no CUDA build, or no NCCL in it
         return None
-    if isinstance(v, tuple):
-        return ".".join(str(x) for x in v)
     # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
-    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
-def versions(torch, device):
+def run_facts(torch, device):
+    """The config event's versions (of the software and the GPU) and NCCL_* environment."""
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "torch_cuda": torch.version.cuda, "hostname": socket.gethostname()}
     for mod in ("numpy", "sklearn"):
@@ -266,7 +279,17 @@ def versions(torch, device):
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
         out["nccl"] = nccl_version(torch)
-    return out
+    return {"versions": out, "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}}
+
+
+def sync(torch, device):
+    """On CUDA, wait for the device: a step or a call ends when the GPU is done, not at its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def barrier(dist, device):
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
 
 
 class Logger:
@@ -349,49 +372,27 @@ def main():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world, device, backend = init_distributed(args, torch, dist)
-    use_cuda = device.type == "cuda"
     log = Logger(rank, args.json_out)
     if args.die_after_iters and not 0 <= args.die_rank < world:
         raise SystemExit(f"--die-rank {args.die_rank}: no such rank in a world of {world}")
 
     # Data: every rank loads the whole (small) set onto its device once, and indexes batches
     # from it; a DataLoader's per-batch overhead would dominate steps this small.
-    if args.task in ("digits", "widemlp"):
+    if args.task == "charlm":
+        corpus, data_info = stdlib_corpus(args.charlm_bytes)
+        train, val, batch = charlm_windows(torch, corpus, args.seq_len, device)
+        n_train, n_val = len(train), len(val)
+        data_info.update(train_windows=n_train, val_windows=n_val, seq_len=args.seq_len)
+    else:
         (xt, yt), (xv, yv), data_info = load_digits_data(digits_csv_path(args.digits_csv), args.data_seed)
 
-        def images(rows):
-            return torch.tensor(rows, dtype=torch.float32, device=device).reshape(-1, 1, 8, 8)
+        def on_device(x, y):  # (images, labels)
+            return (torch.tensor(x, dtype=torch.float32, device=device).reshape(-1, 1, 8, 8),
+                    torch.tensor(y, dtype=torch.long, device=device))
 
-        train_x, val_x = images(xt), images(xv)
-        train_y = torch.tensor(yt, dtype=torch.long, device=device)
-        val_y = torch.tensor(yv, dtype=torch.long, device=device)
-        n_train, n_val = len(yt), len(yv)
-
-        def train_batch(idx):
-            return train_x[idx], train_y[idx]
-
-        def val_batch(idx):
-            return val_x[idx], val_y[idx]
-    else:
-        corpus, data_info = stdlib_corpus(args.charlm_bytes)
-        buf = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).to(device=device, dtype=torch.long)
-        split = len(corpus) * 9 // 10
-        L = args.seq_len
-        # Non-overlapping windows of L+1 bytes (input + shifted target), train windows before
-        # the split point, val windows after it.
-        train_starts = torch.arange(0, split - L - 1, L, device=device)
-        val_starts = torch.arange(split, len(corpus) - L - 1, L, device=device)
-        n_train, n_val = len(train_starts), len(val_starts)
-        offs = torch.arange(L + 1, device=device)
-        data_info.update(train_windows=n_train, val_windows=n_val, seq_len=L)
-
-        def train_batch(idx):
-            w = buf[train_starts[idx][:, None] + offs]
-            return w[:, :-1], w[:, 1:]
-
-        def val_batch(idx):
-            w = buf[val_starts[idx][:, None] + offs]
-            return w[:, :-1], w[:, 1:]
+        def batch(part, idx):
+            return part[0][idx], part[1][idx]
+        train, val, n_train, n_val = on_device(xt, yt), on_device(xv, yv), len(yt), len(yv)
 
     # Same seed on every rank: replicas start identical (DDP also broadcasts rank 0's weights).
     torch.manual_seed(args.seed)
@@ -399,15 +400,11 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     # What DDP all-reduces per step: every gradient, in the parameters' own dtype.
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     if args.optimizer == "sgd":
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     else:
         opt = torch.optim.Adam(ddp.parameters(), lr=args.lr)
-
-    def sync():
-        if use_cuda:
-            torch.cuda.synchronize(device)
 
     def loss_and_correct(net, x, y):
         out = net(x)
@@ -417,6 +414,9 @@ def main():
 
     def time_is_up():
         return bool(args.time_limit_s) and time.perf_counter() - t0 >= args.time_limit_s
+
+    def out_of_steps():
+        return bool(args.max_steps) and total_steps >= args.max_steps
 
     @torch.no_grad()
     def evaluate():
@@ -432,7 +432,7 @@ def main():
             tot[3] = 1.0
         eb = max(args.batch_size, 256)
         for i in range(0, len(idx_all), eb):
-            x, y = val_batch(idx_all[i:i + eb])
+            x, y = batch(val, idx_all[i:i + eb])
             loss, correct = loss_and_correct(model, x, y)  # no DDP hooks for eval
             tot[:3] += torch.stack([loss.double() * y.numel(), correct.double(),
                                     torch.tensor(float(y.numel()), dtype=torch.float64, device=device)])
@@ -441,44 +441,52 @@ def main():
         model.train()
         return (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item()
 
+    def checkpoint(event, train_time, **fields):
+        """Evaluate and log EVENT; after the first step at which val accuracy reaches --target-acc,
+        also the target event. Returns (val loss, val accuracy)."""
+        nonlocal reached
+        loss, acc = evaluate()
+        wall = time.perf_counter() - t0
+        log(event, **fields, val_loss=loss, val_acc=acc, wall_s=wall, train_s=train_time)
+        if args.target_acc is not None and reached is None and total_steps and acc >= args.target_acc:
+            reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_time, "val_acc": acc}
+            log("target", target_acc=args.target_acc, **reached)
+        return loss, acc
+
     log("config", world_size=world, backend=backend, device=str(device), params=n_params,
-        grad_bytes=grad_bytes, data=data_info, args=vars(args), versions=versions(torch, device),
-        env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
+        grad_bytes=grad_bytes, data=data_info, args=vars(args), **run_facts(torch, device))
 
     compute_ms, stopped_by_time, t0 = None, False, time.perf_counter()
     if args.measure_compute:
         # The GPU time of one step without the network: forward+backward on the first batch under
         # no_sync (no all-reduce), both ranks at once (barriers), 2 warm-ups. Gradients are
         # dropped and no optimizer step is taken: the training below starts exactly as without.
-        x, y = train_batch(torch.arange(min(args.batch_size, n_train), device=device))
-        dist.barrier(device_ids=[device.index] if use_cuda else None)
+        x, y = batch(train, torch.arange(min(args.batch_size, n_train), device=device))
+        barrier(dist, device)
         ms = []
         with ddp.no_sync():
             for i in range(args.measure_compute + 2):
-                sync()
+                sync(torch, device)
                 ts = time.perf_counter()
                 loss, _ = loss_and_correct(ddp, x, y)
                 loss.backward()
-                sync()
+                sync(torch, device)
                 if i >= 2:
                     ms.append((time.perf_counter() - ts) * 1e3)
         opt.zero_grad(set_to_none=True)
-        dist.barrier(device_ids=[device.index] if use_cuda else None)
+        barrier(dist, device)
         compute_ms = percentile(ms, 50)
         log("compute", steps=len(ms), compute_p50_ms=compute_ms, compute_min_ms=min(ms),
             compute_max_ms=max(ms), grad_bytes=grad_bytes)
 
     t0 = time.perf_counter()
-    train_s = 0.0
-    val_loss0, val_acc0 = evaluate()
-    log("epoch", epoch=0, steps=0, train_loss=None, val_loss=val_loss0, val_acc=val_acc0,
-        wall_s=time.perf_counter() - t0, train_s=0.0)
+    train_s, total_steps, reached, epoch = 0.0, 0, None, 0
+    val_loss0, val_acc0 = val_loss, val_acc = checkpoint("epoch", 0.0, epoch=0, steps=0, train_loss=None)
     per_rank = n_train // world
     steps_per_epoch = per_rank // args.batch_size
     if steps_per_epoch == 0:
         raise SystemExit(f"batch size {args.batch_size} > {per_rank} training samples per rank")
     gen = torch.Generator().manual_seed(args.seed)
-    total_steps, reached, val_loss, val_acc, epoch = 0, None, val_loss0, val_acc0, 0
     # Iteration times of the whole run, without the very first step: that one includes the
     # communicator's lazy connection setup and says nothing about the steady state.
     all_ms, first_step_ms = [], None
@@ -489,53 +497,37 @@ def main():
         perm = torch.randperm(n_train, generator=gen).to(device)
         mine = perm[rank:per_rank * world:world]
         times, loss_sum = [], torch.zeros((), device=device)
-        steps = 0
         for s in range(steps_per_epoch):
-            if args.max_steps and total_steps >= args.max_steps:
+            if out_of_steps() or stopped_by_time:
                 break
-            if stopped_by_time:
-                break
-            sync()
+            sync(torch, device)
             ts = time.perf_counter()
-            x, y = train_batch(mine[s * args.batch_size:(s + 1) * args.batch_size])
+            x, y = batch(train, mine[s * args.batch_size:(s + 1) * args.batch_size])
             opt.zero_grad(set_to_none=True)
             loss, _ = loss_and_correct(ddp, x, y)
             loss.backward()  # DDP all-reduces the gradient buckets during backward
             opt.step()
-            sync()  # the step ends when the GPU is done, not when the launch returns
+            sync(torch, device)
             times.append(time.perf_counter() - ts)
             loss_sum += loss.detach()
-            steps += 1
             total_steps += 1
             if args.die_after_iters and rank == args.die_rank and total_steps >= args.die_after_iters:
                 die_now(log, rank, total_steps)
-            last = s + 1 == steps_per_epoch or (args.max_steps and total_steps >= args.max_steps)
-            if args.eval_every and total_steps % args.eval_every == 0 and not last:  # the epoch's own eval follows
+            last = s + 1 == steps_per_epoch or out_of_steps()  # then the epoch's own eval follows
+            if args.eval_every and total_steps % args.eval_every == 0 and not last:
                 # Between steps, outside their timing; parameters and data order are untouched.
-                val_loss, val_acc = evaluate()
-                wall = time.perf_counter() - t0
-                log("eval", epoch=epoch, steps=total_steps, val_loss=val_loss, val_acc=val_acc, wall_s=wall,
-                    train_s=train_s + sum(times))
-                if args.target_acc is not None and reached is None and val_acc >= args.target_acc:
-                    reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_s + sum(times),
-                               "val_acc": val_acc}
-                    log("target", target_acc=args.target_acc, **reached)
+                checkpoint("eval", train_s + sum(times), epoch=epoch, steps=total_steps)
         train_s += sum(times)
-        val_loss, val_acc = evaluate()
-        wall = time.perf_counter() - t0
         ms = [t * 1e3 for t in times]
         if epoch == 1 and ms:
             first_step_ms, ms = ms[0], ms[1:]
         all_ms += ms
-        log("epoch", epoch=epoch, steps=steps, train_loss=(loss_sum / max(1, steps)).item(),
-            val_loss=val_loss, val_acc=val_acc, wall_s=wall, train_s=train_s,
-            iter_p50_ms=percentile(ms, 50), iter_p99_ms=percentile(ms, 99),
-            iter_mean_ms=sum(ms) / len(ms) if ms else None,
+        steps = len(times)
+        val_loss, val_acc = checkpoint(
+            "epoch", train_s, epoch=epoch, steps=steps, train_loss=(loss_sum / max(1, steps)).item(),
+            iter_p50_ms=percentile(ms, 50), iter_p99_ms=percentile(ms, 99), iter_mean_ms=sum(ms) / len(ms) if ms else None,
             samples_per_s=steps * args.batch_size * world / sum(times) if times else None)
-        if args.target_acc is not None and reached is None and val_acc >= args.target_acc:
-            reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_s, "val_acc": val_acc}
-            log("target", target_acc=args.target_acc, **reached)
-        if (args.max_steps and total_steps >= args.max_steps) or stopped_by_time:
+        if out_of_steps() or stopped_by_time:
             break
 
     # Replica check: each rank hashes its own parameter bytes; the hashes are gathered. The
@@ -553,19 +545,17 @@ def main():
         diff = b.view(torch.float32).double() - ref
         spread.append({"max_abs_diff": diff.abs().max().item(),
                        "rel_l2_diff": (diff.norm() / ref.norm().clamp_min(1e-30)).item()})
-    wall = time.perf_counter() - t0
-    log("final", epochs=epoch, steps=total_steps, wall_s=wall, train_s=train_s,
+    got = reached or {}
+    log("final", epochs=epoch, steps=total_steps, wall_s=time.perf_counter() - t0, train_s=train_s,
         val_loss=val_loss, val_acc=val_acc, initial_val_loss=val_loss0, initial_val_acc=val_acc0,
-        loss_decreased=val_loss < val_loss0, target_acc=args.target_acc,
-        time_to_target_s=reached["wall_s"] if reached else None,
-        train_time_to_target_s=reached["train_s"] if reached else None,
-        epochs_to_target=reached["epoch"] if reached else None,
-        steps_to_target=reached["step"] if reached else None, stopped_by_time_limit=stopped_by_time,
+        loss_decreased=val_loss < val_loss0, target_acc=args.target_acc, time_to_target_s=got.get("wall_s"),
+        train_time_to_target_s=got.get("train_s"), epochs_to_target=got.get("epoch"),
+        steps_to_target=got.get("step"), stopped_by_time_limit=stopped_by_time,
         iter_p50_ms=percentile(all_ms, 50), iter_p99_ms=percentile(all_ms, 99),
         iter_max_ms=max(all_ms, default=None), iter_count=len(all_ms), first_step_ms=first_step_ms,
         param_sha256=digests, params_identical=len(set(digests)) == 1,
         params_vs_rank0=spread, params=n_params, grad_bytes=grad_bytes, compute_ms=compute_ms)
-    dist.barrier(device_ids=[device.index] if use_cuda else None)
+    barrier(dist, device)
     # A clean shutdown closes the transport's connections (and lets it log its counters).
     dist.destroy_process_group()
 
