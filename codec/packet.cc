@@ -11,12 +11,7 @@
 namespace trim::codec {
 namespace {
 
-using le::get16;
-using le::get32;
-using le::get64;
-using le::put16;
-using le::put32;
-using le::put64;
+using namespace le;  // every field of the header is little-endian
 
 constexpr size_t kCheckOffset = 52;  // kCheckPoints x {u16 end, u16 check}
 constexpr size_t kCrcOffset = kCheckOffset + 4 * kCheckPoints;
@@ -262,15 +257,21 @@ uint32_t trim_point_bytes(const PlaneBytes& planes, Scheme scheme, uint32_t head
   return head_bits == 16 ? planes.p0 + planes.p1 : planes.p0 + planes.pq;
 }
 
+void write_prefix(uint8_t* out, uint16_t magic, uint8_t version, uint64_t cookie) {
+  put16(out + 0, magic);
+  out[2] = version;
+  put64(out + 8, cookie);
+}
+
+uint64_t prefix_cookie(const uint8_t* data) { return get64(data + 8); }
+
 void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
-  put16(out + 0, kMagic);
-  out[2] = kVersion;
+  write_prefix(out, kMagic, kVersion, h.cookie);
   out[3] = h.flags;
   out[4] = static_cast<uint8_t>(h.scheme);
   out[5] = static_cast<uint8_t>(h.dtype);
   out[6] = h.head_bits;
   out[7] = h.row_log2;
-  put64(out + 8, h.cookie);
   put32(out + 16, h.msg_seq);
   put32(out + 20, h.msg_bytes);
   put32(out + 24, h.row);
@@ -325,7 +326,7 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
   uint8_t scheme = data[4], dtype = data[5];
   h.head_bits = data[6];
   h.row_log2 = data[7];
-  h.cookie = get64(data + 8);
+  h.cookie = prefix_cookie(data);
   h.msg_seq = get32(data + 16);
   h.msg_bytes = get32(data + 20);
   h.row = get32(data + 24);

@@ -25,6 +25,10 @@ constexpr uint16_t kCtrlMagic = 0x4354;  // 'T' 'C'
 inline bool is_ctrl_datagram(const uint8_t* data, size_t len) {
   return len >= 2 && data[0] == (kCtrlMagic & 0xff) && data[1] == (kCtrlMagic >> 8);
 }
+// Both kinds start alike: u16 magic, u8 version, five bytes of the kind's own (3..7), then the
+// connection's u64 cookie. write_prefix writes all of that but bytes 3..7.
+void write_prefix(uint8_t* out, uint16_t magic, uint8_t version, uint64_t cookie);
+uint64_t prefix_cookie(const uint8_t* data);
 // 3: byte 6 is head_bits (1, 2 or 16) and bytes 50-51 the 2-bit heads' bin ratio (version 2:
 // byte 6 counted head planes, 1 or 2). 2: the header grew to 80 bytes with the payload's check
 // points (version 1: 56 bytes, the payload guarded by the UDP checksum alone).

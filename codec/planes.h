@@ -93,40 +93,12 @@ namespace scalar {
 // Building blocks of the fp32 sign-layout reference: plane 0 (bit 31), plane 1 (bits 30..16).
 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
 void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
-void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
-void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
-void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
-void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
-void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
-void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
-void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
-void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
-void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
-void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
-double sum_squares(const float* v, uint32_t n, bool* all_finite);
-double sum_abs(const float* v, uint32_t n);
-void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums);
-void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
-                 const BinLevels& levels, float* dst);
+#include "codec/planes_kernels.inc"
 }  // namespace scalar
 
 namespace avx512 {
-void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out);
-void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
-void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
-void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
-void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0);
-void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst);
 bool supported();
-void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
-void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out);
-void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
-void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst);
-double sum_squares(const float* v, uint32_t n, bool* all_finite);
-double sum_abs(const float* v, uint32_t n);
-void pack_bins(const float* v, uint32_t n, float threshold, uint8_t* pq, BinSums* sums);
-void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t end, uint32_t nq,
-                 const BinLevels& levels, float* dst);
+#include "codec/planes_kernels.inc"
 }  // namespace avx512
 
 }  // namespace trim::codec

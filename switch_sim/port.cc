@@ -38,6 +38,18 @@ std::string PortCounters::to_json() const {
       max_header_queue_bytes);
 }
 
+void PortCounters::add(const PortCounters& o) {
+  using C = PortCounters;
+  // Every field but the two maxima.
+  static constexpr uint64_t C::*kCounts[] = {&C::received_packets, &C::received_bytes, &C::sent_packets,
+                                             &C::sent_bytes, &C::trimmed_packets, &C::trimmed_bytes_removed,
+                                             &C::dropped_packets, &C::dropped_bytes, &C::dropped_header_packets,
+                                             &C::exact_cut_packets};
+  for (uint64_t C::*f : kCounts) this->*f += o.*f;
+  max_data_queue_bytes = std::max(max_data_queue_bytes, o.max_data_queue_bytes);
+  max_header_queue_bytes = std::max(max_header_queue_bytes, o.max_header_queue_bytes);
+}
+
 EgressPort::EgressPort(const PortConfig& cfg)
     : prop_delay_ns_(cfg.prop_delay_ns),
       data_cap_bytes_(cfg.data_queue_bytes),

@@ -96,6 +96,8 @@ struct PortCounters {
   uint64_t dropped_header_packets = 0;
   uint64_t exact_cut_packets = 0;  // non-trimmable packets cut to their header (trim_exact_to_header)
   std::string to_json() const;
+  // Totals over ports: the counts add up, the maxima take the larger.
+  void add(const PortCounters& o);
 };
 
 // Which packets a port trimmed, in order; what kReplay reproduces.

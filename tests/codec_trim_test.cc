@@ -91,17 +91,9 @@ TEST(CodecTrim, RhtPartialTrimScalesWithFraction) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const size_t elems = 32768 * 8;
     const std::vector<uint8_t> msg = message_bytes(dt, elems, 0, 9, false);
-    std::vector<float> x(elems), y(elems);
+    std::vector<float> x(elems);
     for (size_t i = 0; i < elems; ++i) x[i] = element_value(dt, msg, i);
-    for (double t : {0.1, 0.25, 0.5, 0.9}) {
-      const RandomTrim r = random_trim_round_trip(config(Scheme::kRht), dt, msg, t);
-      for (size_t i = 0; i < elems; ++i) y[i] = element_value(dt, r.dec.bytes, i);
-      const double u = static_cast<double>(r.trimmed) / elems;
-      const double nmse = sq_err(x, y) / sq_norm(x);
-      EXPECT_GT(u, 0.0) << t;
-      EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1))
-          << dtype_name(dt) << " t=" << t << " u=" << u << " nmse=" << nmse;
-    }
+    expect_nmse_tracks_trimmed_fraction(Scheme::kRht, dt, msg, x);
   }
 }
 
@@ -338,15 +330,12 @@ TEST(CodecTrim, RetransmissionUpgradesAndDuplicatesAreIgnored) {
   std::vector<float> x = gaussian(3000, 28);
   std::vector<uint8_t> msg = to_bytes(x);
   CodecConfig cfg = config(Scheme::kRht);
-  Result<Layout> layout = Layout::make(cfg, DType::kF32, Scheme::kRht, msg.size());
-  ASSERT_TRUE(layout.is_ok());
-  Encoder enc(cfg);
-  auto packets = enc.encode_message(*layout, test_id(), msg.data());
-  ASSERT_TRUE(packets.is_ok());
+  const Encoded e = encode(cfg, DType::kF32, msg);
+  ASSERT_TRUE(e.ok);
   Decoder dec(cfg);
   std::vector<uint8_t> out(msg.size());
-  ASSERT_TRUE(dec.begin(*layout, test_id(), out.data()).is_ok());
-  for (auto& pkt : packets.value()) {
+  ASSERT_TRUE(dec.begin(*e.layout, test_id(), out.data()).is_ok());
+  for (auto& pkt : e.packets) {
     ParsedPacket trimmed, full;
     ASSERT_EQ(parse_packet(pkt.data(), kHeaderBytes + 10, &trimmed), PacketError::kOk);
     ASSERT_EQ(parse_packet(pkt.data(), pkt.size(), &full), PacketError::kOk);
@@ -357,7 +346,7 @@ TEST(CodecTrim, RetransmissionUpgradesAndDuplicatesAreIgnored) {
   }
   EXPECT_TRUE(dec.row_complete(0));
   DecodeStats s = dec.finish();
-  EXPECT_EQ(s.duplicate_packets, 2 * packets->size());
+  EXPECT_EQ(s.duplicate_packets, 2 * e.packets.size());
   EXPECT_EQ(s.full, x.size());
   EXPECT_LE(std::sqrt(sq_err(x, as_floats(out)) / sq_norm(x)), 34 * std::ldexp(1.0, -24));
 }

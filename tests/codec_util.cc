@@ -59,21 +59,45 @@ RandomTrim random_trim_round_trip(const CodecConfig& cfg, DType d, const std::ve
   return r;
 }
 
-Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
-                   const MessageId& id, bool trust_cut) {
-  Decoded d;
+void expect_nmse_tracks_trimmed_fraction(Scheme scheme, DType d, const std::vector<uint8_t>& msg,
+                                         const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  for (double t : {0.1, 0.25, 0.5, 0.9}) {
+    const RandomTrim cut = random_trim_round_trip(config(scheme), d, msg, t);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = element_value(d, cut.dec.bytes, i);
+    const double u = static_cast<double>(cut.trimmed) / static_cast<double>(y.size());
+    const double nmse = sq_err(x, y) / sq_norm(x);
+    EXPECT_GT(u, 0.0) << t;
+    EXPECT_NEAR(nmse / u, M_PI / 2 - 1, 0.06 * (M_PI / 2 - 1))
+        << dtype_name(d) << " t=" << t << " u=" << u << " nmse=" << nmse;
+  }
+}
+
+Encoded encode(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const MessageId& id) {
+  Encoded e;
   Result<Layout> layout = Layout::make(cfg, dtype, cfg.scheme, msg.size());
   EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
-  if (!layout) return d;
+  if (!layout) return e;
+  e.layout = layout.value();
   Encoder enc(cfg);
   auto packets = enc.encode_message(*layout, id, msg.data());
   EXPECT_TRUE(packets.is_ok()) << packets.status().to_string();
-  if (!packets) return d;
-  d.packets = packets.value();
-  EXPECT_EQ(d.packets.size(), layout->packets());
+  if (!packets) return e;
+  e.packets = std::move(packets).value();
+  e.ok = true;
+  return e;
+}
+
+Decoded round_trip(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const CutFn& cut,
+                   const MessageId& id, bool trust_cut) {
+  Decoded d;
+  Encoded e = encode(cfg, dtype, msg, id);
+  if (!e.ok) return d;
+  d.packets = std::move(e.packets);
+  EXPECT_EQ(d.packets.size(), e.layout->packets());
   Decoder dec(cfg);
   d.bytes.assign(msg.size(), 0xCD);
-  EXPECT_TRUE(dec.begin(*layout, id, d.bytes.data()).is_ok());
+  EXPECT_TRUE(dec.begin(*e.layout, id, d.bytes.data()).is_ok());
   for (size_t k = 0; k < d.packets.size(); ++k) {
     std::vector<uint8_t>& pkt = d.packets[k];
     EXPECT_LE(pkt.size(), cfg.packet_bytes);

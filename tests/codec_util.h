@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,14 @@ struct Decoded {
 
 inline MessageId test_id(uint32_t msg_seq = 7) { return MessageId{0x1122334455667788ull, msg_seq, true}; }
 
+// A message as the sender cuts it (cfg.scheme), or ok = false after a failed expectation.
+struct Encoded {
+  bool ok = false;
+  std::optional<Layout> layout;
+  std::vector<std::vector<uint8_t>> packets;
+};
+Encoded encode(const CodecConfig& cfg, DType dtype, const std::vector<uint8_t>& msg, const MessageId& id = test_id());
+
 // Encodes `msg` and decodes it back through parse_packet with the given cut per packet (the
 // decoder gets what parse_packet verified: the prefix up to the last check point the cut kept).
 // With `trust_cut`, the decoder gets the whole cut prefix instead, as if a check point ended
@@ -76,6 +85,12 @@ struct RandomTrim {
   size_t trimmed = 0;  // elements in trimmed packets
 };
 RandomTrim random_trim_round_trip(const CodecConfig& cfg, DType d, const std::vector<uint8_t>& msg, double t);
+
+// With random trims of rate t = 0.1 .. 0.9, the NMSE of msg's values `x` grows as u (pi/2 - 1),
+// u the fraction of elements trimmed, within 6%: what 1-bit heads of a rotation (rht, rotated)
+// promise. The callers say why the band is wide enough for their messages.
+void expect_nmse_tracks_trimmed_fraction(Scheme scheme, DType d, const std::vector<uint8_t>& msg,
+                                         const std::vector<float>& x);
 
 inline std::vector<float> as_floats(const std::vector<uint8_t>& b) {
   std::vector<float> f(b.size() / 4);

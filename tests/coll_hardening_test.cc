@@ -91,17 +91,24 @@ std::vector<float> floats(size_t n, uint64_t seed) {
 
 // ---- error feedback stays on the communicator that declared its buffers
 
+// Each test sets NCCL_TRIM_ERROR_FEEDBACK itself; ef_conns is the process's count of send
+// connections with error feedback, as rank 0 of a ring reports it.
+class ErrorFeedbackScope : public ::testing::Test {
+ protected:
+  static uint64_t ef_conns(const Ring& ring) { return stat(*ring.comm(0), "ef_conns"); }
+  EnvGuard ifname_{"NCCL_TRIM_IFNAME", "lo"};
+};
+
 // A process that runs both the trim backend and NCCL (`cpu:trim,cuda:nccl`) loads one copy of
 // the plugin. The trim communicator is created first and declares its buffers; NCCL's
 // connections, made after it through the same library, must not get the residual state: their
 // staging slots hold different data every step, so a residual keyed by (address, size) would be
 // added to an unrelated slice.
-TEST(ErrorFeedbackScope, StaysOnTheDeclaringCommunicatorOnly) {
-  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+TEST_F(ErrorFeedbackScope, StaysOnTheDeclaringCommunicatorOnly) {
   EnvGuard ef("NCCL_TRIM_ERROR_FEEDBACK", "1");
   Ring trim_group(2, "trim");
   ASSERT_EQ(trim_group.size(), 2);
-  const uint64_t after_trim = stat(*trim_group.comm(0), "ef_conns");
+  const uint64_t after_trim = ef_conns(trim_group);
   // Both ranks' send comms are in this process: at least those two (earlier tests may add more).
   EXPECT_GE(after_trim, 2u);
 
@@ -127,7 +134,7 @@ TEST(ErrorFeedbackScope, StaysOnTheDeclaringCommunicatorOnly) {
   }
   ASSERT_NE(send, nullptr);
   ASSERT_NE(recv, nullptr);
-  EXPECT_EQ(stat(*trim_group.comm(0), "ef_conns"), after_trim) << "NCCL's send comm got error feedback";
+  EXPECT_EQ(ef_conns(trim_group), after_trim) << "NCCL's send comm got error feedback";
 
   // A declaration after the comm has sent is refused: the engine may already read its state.
   std::vector<char> buf(4096, 1);
@@ -136,7 +143,7 @@ TEST(ErrorFeedbackScope, StaysOnTheDeclaringCommunicatorOnly) {
   void* req = nullptr;
   while (req == nullptr) ASSERT_EQ(nccl->isend(send, buf.data(), buf.size(), 0, mh, nullptr, &req), ncclSuccess);
   EXPECT_FALSE(nccl->declare_send_buffers(send).is_ok());
-  EXPECT_EQ(stat(*trim_group.comm(0), "ef_conns"), after_trim);
+  EXPECT_EQ(ef_conns(trim_group), after_trim);
   EXPECT_EQ(nccl->dereg_mr(send, mh), ncclSuccess);
   EXPECT_EQ(nccl->close_send(send), ncclSuccess);
   EXPECT_EQ(nccl->close_recv(recv), ncclSuccess);
@@ -144,15 +151,14 @@ TEST(ErrorFeedbackScope, StaysOnTheDeclaringCommunicatorOnly) {
   EXPECT_EQ(nccl->finalize(), ncclSuccess);
 }
 
-TEST(ErrorFeedbackScope, OffUnlessTheKnobIsSet) {
-  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+TEST_F(ErrorFeedbackScope, OffUnlessTheKnobIsSet) {
   EnvGuard ef("NCCL_TRIM_ERROR_FEEDBACK", "0");
   Ring before(2, "probe");
   ASSERT_EQ(before.size(), 2);
-  const uint64_t base = stat(*before.comm(0), "ef_conns");
+  const uint64_t base = ef_conns(before);
   Ring trim_group(2, "trim", 12);
   ASSERT_EQ(trim_group.size(), 2);
-  EXPECT_EQ(stat(*trim_group.comm(0), "ef_conns"), base);
+  EXPECT_EQ(ef_conns(trim_group), base);
 }
 
 // ---- log lines and warnings per communicator

@@ -85,6 +85,33 @@ std::vector<uint8_t> frame(const Spec& s) {
   return f;
 }
 
+// Sends IPv4 frames out of lo through a packet socket, which sends what it is given whatever the
+// headers' lengths claim, so they come back in as a switch's would. Made inside the namespace
+// whose lo it uses.
+class LoFrameSender {
+ public:
+  LoFrameSender() : fd_(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
+    to_.sll_family = AF_PACKET;
+    to_.sll_protocol = htons(ETH_P_IP);
+    to_.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
+    to_.sll_halen = ETH_ALEN;
+  }
+  bool valid() const { return fd_.valid(); }
+  // What the link layer says the frames carry (ETH_P_IP unless a test lies).
+  void set_ethertype(uint16_t ethertype) { to_.sll_protocol = htons(ethertype); }
+  ::testing::AssertionResult send(const std::vector<uint8_t>& f) const {
+    if (sendto(fd_.get(), f.data(), f.size(), 0, reinterpret_cast<const sockaddr*>(&to_), sizeof to_) ==
+        static_cast<ssize_t>(f.size())) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "sendto: " << std::strerror(errno);
+  }
+
+ private:
+  Fd fd_;
+  sockaddr_ll to_{};
+};
+
 CutError parse(const std::vector<uint8_t>& f, CutFrame* out = nullptr, uint32_t ip = kDst) {
   CutFrame tmp;
   return parse_cut_frame(f.data(), f.size(), ip, kPort, out != nullptr ? out : &tmp);
@@ -430,15 +457,8 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
     Result<CutSocket> cut = CutSocket::open(ours, port);
     ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
     EXPECT_EQ(cut.value().ifname(), "lo");
-    // Frames go out of lo as they are (a packet socket sends what it is given) and come back
-    // in as a switch's would.
-    Fd out(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    LoFrameSender out;
     ASSERT_TRUE(out.valid()) << std::strerror(errno);
-    sockaddr_ll to{};
-    to.sll_family = AF_PACKET;
-    to.sll_protocol = htons(ETH_P_IP);
-    to.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
-    to.sll_halen = ETH_ALEN;
     auto send_frame = [&](Spec s, bool cut_ip, bool cut_udp) {
       s.dst = ours;
       s.port = port;
@@ -454,9 +474,7 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
       while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
       put16(&f[10], ~sum & 0xffff);
       std::memset(&f[ihl + 6], 0, 2);  // no UDP checksum
-      ASSERT_EQ(sendto(out.get(), f.data(), f.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
-                static_cast<ssize_t>(f.size()))
-          << std::strerror(errno);
+      ASSERT_TRUE(out.send(f));
     };
     Spec plain;
     send_frame(plain, false, false);  // whole: the UDP socket's
@@ -469,9 +487,9 @@ TEST(CutRxLive, SeesOnlyTheCutDatagramsTheKernelDrops) {
     Spec other = plain;
     other.proto = 6;
     send_frame(other, true, false);
-    to.sll_protocol = htons(ETH_P_ARP);  // a cut IPv4 datagram of ours, but the link says ARP
+    out.set_ethertype(ETH_P_ARP);  // a cut IPv4 datagram of ours, but the link says ARP
     send_frame(plain, true, false);
-    to.sll_protocol = htons(ETH_P_IP);
+    out.set_ethertype(ETH_P_IP);
     // Last, one of each kind of another size: once both have arrived, the kernel has handled the
     // frames sent before them (the loopback delivers in order), so nothing is waited on by time.
     Spec marker;
@@ -595,13 +613,8 @@ TEST(CutRxLive, EngineRefusesTapPacketsTheirCheckPointsDoNotVouchFor) {
     const Status st = engine.start();
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     ASSERT_TRUE(engine.receives_cuts());
-    Fd out(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const LoFrameSender out;
     ASSERT_TRUE(out.valid()) << std::strerror(errno);
-    sockaddr_ll to{};
-    to.sll_family = AF_PACKET;
-    to.sll_protocol = htons(ETH_P_IP);
-    to.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
-    to.sll_halen = ETH_ALEN;
     // `pkt` as a UDP payload of which `arrived` bytes came, under IP and UDP lengths that claim
     // more (the whole packet's, or 4 bytes more when it all arrived).
     auto send_cut = [&](const std::vector<uint8_t>& pkt, size_t arrived) {
@@ -619,9 +632,7 @@ TEST(CutRxLive, EngineRefusesTapPacketsTheirCheckPointsDoNotVouchFor) {
       put16(&f[24], static_cast<uint32_t>(8 + claimed));
       std::memcpy(&f[28], pkt.data(), pkt.size());
       f.resize(28 + arrived);
-      ASSERT_EQ(sendto(out.get(), f.data(), f.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to),
-                static_cast<ssize_t>(f.size()))
-          << std::strerror(errno);
+      ASSERT_TRUE(out.send(f));
     };
     struct Counts {
       long long cut_received, cut_rejected, unknown_conn, malformed, bad_payload_check;

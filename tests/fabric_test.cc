@@ -26,6 +26,7 @@
 #include "switch_sim/port.h"
 #include "tests/bottleneck_util.h"
 #include "tests/codec_util.h"
+#include "tests/ipv4_packet.h"
 #include "tests/live_util.h"
 #include "transport/socket.h"
 
@@ -55,28 +56,12 @@ using sw::FabricConfig;
 using sw::IpClass;
 using sw::IpError;
 using sw::Ipv4Info;
+using trim::testing::ipv4_packet;
 
 uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
 void put_be16(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);
-}
-
-// An IPv4 packet (IHL 5) of protocol `proto` around `l4`, with TOS `tos`, checksummed.
-std::vector<uint8_t> ipv4(uint8_t proto, const std::vector<uint8_t>& l4, uint8_t tos) {
-  std::vector<uint8_t> p(20 + l4.size(), 0);
-  p[0] = 0x45;
-  p[1] = tos;
-  put_be16(&p[2], static_cast<uint32_t>(p.size()));
-  p[6] = 0x40;  // DF
-  p[8] = 64;
-  p[9] = proto;
-  const uint8_t src[4] = {198, 18, 0, 1}, dst[4] = {198, 18, 0, 2};
-  std::memcpy(&p[12], src, 4);
-  std::memcpy(&p[16], dst, 4);
-  std::memcpy(&p[20], l4.data(), l4.size());
-  put_be16(&p[10], sw::ipv4_header_checksum(p.data(), 20));
-  return p;
 }
 
 // A UDP packet with a valid checksum around `payload`.
@@ -86,7 +71,7 @@ std::vector<uint8_t> udp_ip(const std::vector<uint8_t>& payload, uint8_t tos) {
   put_be16(&u[2], 50000);
   put_be16(&u[4], static_cast<uint32_t>(u.size()));
   std::memcpy(&u[8], payload.data(), payload.size());
-  std::vector<uint8_t> p = ipv4(17, u, tos);
+  std::vector<uint8_t> p = ipv4_packet(17, u, tos);
   put_be16(&p[26], sw::udp_checksum(p.data(), 20, static_cast<uint32_t>(u.size())));
   return p;
 }
@@ -124,8 +109,8 @@ TEST(FabricModel, TrimmableByDscpAloneWhateverItCarries) {
       {udp_ip(our_packet(true), 0), false, false},          // our TRIMMABLE flag alone: no
       {udp_ip(our_packet(false), 18 << 2), true, false},    // our exact class, marked trimmable: yes
       {udp_ip(std::vector<uint8_t>(900, 7), (18 << 2) | 1), true, false},  // anyone's UDP, ECN set
-      {ipv4(6, std::vector<uint8_t>(900, 0), 18 << 2), true, false},       // TCP too
-      {ipv4(6, std::vector<uint8_t>(900, 0), 0), false, false},
+      {ipv4_packet(6, std::vector<uint8_t>(900, 0), 18 << 2), true, false},  // TCP too
+      {ipv4_packet(6, std::vector<uint8_t>(900, 0), 0), false, false},
       {udp_ip(our_packet(true), 11 << 2), false, true},     // trimmed upstream
   };
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -11,26 +11,17 @@
 #include <string>
 
 #include "codec/packet.h"
-#include "common/socket.h"
-#include "tests/env_guard.h"
+#include "common/le.h"
+#include "tests/handshake_peer.h"
 #include "transport/net_api.h"
-#include "transport/socket.h"
 #include "transport/wire.h"
 
 namespace trim::net {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = testing::HandshakeClock;
+using le::get16;
 constexpr uint16_t kOurs = transport::kFrameVersion;
-
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 // `text` names both versions of a mismatch.
 ::testing::AssertionResult names_both(const std::string& text, uint16_t theirs) {
@@ -39,89 +30,33 @@ uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8
   return ::testing::AssertionFailure() << "'" << text << "' does not name both '" << a << "' and '" << b << "'";
 }
 
-class HandshakeVersion : public ::testing::Test {
+class HandshakeVersion : public testing::LoopbackContextTest {
  protected:
-  void SetUp() override {
-    Params p = default_params();
-    p.ifname = "lo";
-    InitOptions o;
-    o.params = &p;
-    Result<Context*> c = init(o);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    ctx_ = c.value();
-  }
-  void TearDown() override {
-    if (ctx_ != nullptr) {
-      EXPECT_TRUE(finalize(ctx_).is_ok());
-    }
-  }
-
   // Our connect() against a listener of handshake version `handle_version` (its handle says
-  // so), played by a raw socket that takes our Hello and, when `answer`, answers it with a
-  // HelloAck of `ack_status` whose version field is `ack_version` (0: a version-1 build's ack,
-  // which has none). Returns connect()'s final status and the Hello the listener got.
+  // so), which takes our Hello and, when `answer`, answers it with a HelloAck of `ack_status`
+  // whose version field is `ack_version` (0: a version-1 build's ack, which has none). Returns
+  // connect()'s final status and the Hello the listener got.
   Status connect_to(uint16_t handle_version, bool answer, uint32_t ack_status, uint16_t ack_version,
                     uint8_t hello[transport::kHelloBytes]) {
-    uint16_t port = 0;
-    const uint32_t lo = htonl(INADDR_LOOPBACK);
-    Result<transport::Fd> lfd = transport::open_tcp_listener(lo, &port);
-    if (!lfd) return lfd.status();
-    uint8_t handle[kMaxHandleBytes] = {};
-    transport::write_handle(transport::ListenHandle{lo, port, 42}, handle);
-    put16(handle + 4, handle_version);  // the version, then the CRC over bytes [0, 24)
-    put32(handle + 24, codec::crc32c(handle, 24));
-    transport::Fd peer;
-    size_t have = 0;
-    bool answered = false;
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    // The Hello connect sent before it gave up (it stays readable after the close).
-    auto take_hello = [&] {
-      while (have < transport::kHelloBytes && Clock::now() < deadline) {
-        if (!peer.valid()) {
-          Result<transport::Fd> a = transport::tcp_accept(lfd->get());
-          if (a.is_ok() && a->valid()) peer = std::move(a).value();
-          continue;
-        }
-        if (!transport::read_some(peer.get(), hello, transport::kHelloBytes, &have).is_ok()) return;
-      }
-    };
-    while (Clock::now() < deadline) {
-      Result<SendComm*> s = connect(ctx_, 0, handle, ConnectOptions());
-      if (!s.is_ok()) {
-        take_hello();
-        return s.status();
-      }
-      if (s.value() != nullptr) {
-        EXPECT_TRUE(close_send(s.value()).is_ok());
-        return Status(Code::kInternal, "connected despite the version mismatch");
-      }
-      if (!peer.valid()) {
-        Result<transport::Fd> a = transport::tcp_accept(lfd->get());
-        if (!a) return a.status();
-        peer = std::move(a).value();
-        continue;
-      }
-      if (answered) continue;
-      Result<bool> got = transport::read_some(peer.get(), hello, transport::kHelloBytes, &have);
-      if (!got) return got.status();
-      if (!got.value() || !answer) continue;
-      transport::HelloAck ack;
-      ack.status = ack_status;
-      ack.udp_ip4_be = lo;
-      ack.udp_port = 9;
-      ack.mtu = 1500;
-      uint8_t out[transport::kFrameBytes];
-      transport::write_hello_ack(ack, out);
-      put16(out + 20, ack_version);
-      put32(out + transport::kFrameBytes - 4, codec::crc32c(out, transport::kFrameBytes - 4));
-      TRIM_RETURN_IF_ERROR(transport::write_all(peer.get(), out, sizeof out, 1000));
-      answered = true;
+    testing::FakeListener fake;
+    fake.handle_version = handle_version;
+    if (answer) {
+      fake.answer = [&](const uint8_t*, uint8_t* out) {
+        transport::HelloAck ack;
+        ack.status = ack_status;
+        ack.udp_ip4_be = htonl(INADDR_LOOPBACK);
+        ack.udp_port = 9;
+        ack.mtu = 1500;
+        ack.version = ack_version;
+        transport::write_hello_ack(ack, out);
+        return true;
+      };
     }
-    return Status(Code::kInternal, "connect did not finish in 10 s");
+    Result<bool> connected = testing::connect_to_fake_listener(ctx_, &fake);
+    std::memcpy(hello, fake.hello, transport::kHelloBytes);
+    if (!connected) return connected.status();
+    return Status(Code::kInternal, "connected despite the version mismatch");
   }
-
-  testing::EnvGuard ifname_{"NCCL_TRIM_IFNAME", "lo"};
-  Context* ctx_ = nullptr;
 };
 
 // A listener of an older (1, 2) or newer version: connect fails naming both versions as soon
@@ -166,45 +101,25 @@ TEST_F(HandshakeVersion, AcceptOfAnotherVersionNamesBothAndAnswersWithOurs) {
     transport::ListenHandle target;
     ASSERT_TRUE(transport::parse_handle(handle, &target).is_ok());
     EXPECT_EQ(target.version, kOurs);
-    Result<transport::Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port));
-    ASSERT_TRUE(fd.is_ok()) << fd.status().to_string();
     const auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::seconds(5);
-    bool connected = false;
-    while (!connected && Clock::now() < deadline) {
-      Result<bool> done = transport::tcp_connect_done(fd->get());
-      ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-      connected = done.value();
-    }
-    ASSERT_TRUE(connected);
+    Result<transport::Fd> fd = testing::raw_connect(target, deadline);
+    ASSERT_TRUE(fd.is_ok()) << fd.status().to_string();
     transport::Hello h;
     h.listen_nonce = target.nonce;
     h.cookie = 7;
     h.mtu = 1500;
     uint8_t out[transport::kHelloBytes];
     transport::write_hello(h, out);
-    put16(out + 4, theirs);
-    put32(out + transport::kHelloBytes - 4, codec::crc32c(out, transport::kHelloBytes - 4));
+    le::put16(out + 4, theirs);  // the version, then the CRC that ends the Hello
+    le::put32(out + transport::kHelloBytes - 4, codec::crc32c(out, transport::kHelloBytes - 4));
     ASSERT_TRUE(transport::write_all(fd->get(), out, sizeof out, 1000).is_ok());
-    Status refused;
-    while (refused.is_ok() && Clock::now() < deadline) {
-      Result<RecvComm*> r = accept(l.value());
-      if (!r.is_ok()) refused = r.status();
-      else ASSERT_EQ(r.value(), nullptr) << "a Hello of version " << theirs << " was accepted";
-    }
+    const Status refused = testing::accept_refusal(l.value(), deadline);
     ASSERT_FALSE(refused.is_ok()) << "accept never answered";
     EXPECT_TRUE(names_both(refused.message(), theirs));
-    uint8_t ack_buf[transport::kFrameBytes] = {};
-    size_t have = 0;
-    bool got_ack = false;
-    while (!got_ack && Clock::now() < deadline) {
-      Result<bool> got = transport::read_some(fd->get(), ack_buf, sizeof ack_buf, &have);
-      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-      got_ack = got.value();
-    }
-    ASSERT_TRUE(got_ack) << "no HelloAck";
     transport::HelloAck ack;
-    ASSERT_TRUE(transport::parse_hello_ack(ack_buf, &ack).is_ok());
+    const Status got_ack = testing::read_hello_ack(fd->get(), deadline, &ack);
+    ASSERT_TRUE(got_ack.is_ok()) << got_ack.to_string();
     EXPECT_EQ(ack.status, transport::kHelloVersion);
     EXPECT_EQ(ack.version, kOurs);
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));

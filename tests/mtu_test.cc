@@ -16,8 +16,9 @@
 
 #include "codec/layout.h"
 #include "common/param_enums.h"
-#include "tests/net_pair.h"
 #include "tests/env_guard.h"
+#include "tests/handshake_peer.h"
+#include "tests/net_pair.h"
 #include "transport/devices.h"
 #include "transport/net_api.h"
 #include "transport/socket.h"
@@ -210,69 +211,25 @@ TEST_F(MtuPair, ExplicitMeetsAuto) {
 
 // ---- The handshake's MTU checks, against a hand-made peer ----
 
-class MtuHandshake : public ::testing::Test {
+class MtuHandshake : public testing::LoopbackContextTest {
  protected:
-  void SetUp() override {
-    params_ = params_with_mtu(1500);
-    InitOptions o;
-    o.params = &params_;
-    Result<Context*> c = init(o);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    ctx_ = c.value();
-  }
-  void TearDown() override {
-    if (ctx_ != nullptr) {
-      EXPECT_TRUE(finalize(ctx_).is_ok());
-    }
-  }
+  Params make_params() override { return params_with_mtu(1500); }
 
   // Our connect() against a fake listener that answers its Hello with `ack_mtu`; returns the
   // Hello it got and connect()'s final status.
   Status connect_to_fake(uint16_t ack_mtu, transport::Hello* hello_out) {
-    uint16_t port = 0;
-    const uint32_t lo = htonl(INADDR_LOOPBACK);
-    Result<transport::Fd> lfd = transport::open_tcp_listener(lo, &port);
-    if (!lfd) return lfd.status();
-    uint8_t handle[kMaxHandleBytes] = {};
-    transport::write_handle(transport::ListenHandle{lo, port, 42}, handle);
-    transport::Fd peer;
-    uint8_t buf[transport::kHelloBytes] = {};
-    size_t have = 0;
-    bool answered = false;
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (Clock::now() < deadline) {
-      Result<SendComm*> s = connect(ctx_, 0, handle, ConnectOptions());
-      if (!s.is_ok()) return s.status();
-      if (s.value() != nullptr) {
-        EXPECT_TRUE(close_send(s.value()).is_ok());
-        return Status::ok();
-      }
-      if (!peer.valid()) {
-        Result<transport::Fd> a = transport::tcp_accept(lfd->get());
-        if (!a) return a.status();
-        peer = std::move(a).value();
-        continue;
-      }
-      if (answered) continue;
-      Result<bool> got = transport::read_some(peer.get(), buf, sizeof buf, &have);
-      if (!got) return got.status();
-      if (!got.value()) continue;
-      EXPECT_TRUE(transport::parse_hello(buf, hello_out).is_ok());
+    testing::FakeListener fake;
+    fake.answer = [&](const uint8_t* hello, uint8_t* out) {
+      EXPECT_TRUE(transport::parse_hello(hello, hello_out).is_ok());
       transport::HelloAck ack;
-      ack.udp_ip4_be = lo;
+      ack.udp_ip4_be = htonl(INADDR_LOOPBACK);
       ack.udp_port = 9;  // never used: the connection is refused or closed at once
       ack.mtu = ack_mtu;
-      uint8_t out[transport::kFrameBytes];
       transport::write_hello_ack(ack, out);
-      TRIM_RETURN_IF_ERROR(transport::write_all(peer.get(), out, sizeof out, 1000));
-      answered = true;
-    }
-    return Status(Code::kInternal, "connect did not finish in 10 s");
+      return true;
+    };
+    return testing::connect_to_fake_listener(ctx_, &fake).status();
   }
-
-  testing::EnvGuard ifname_{"NCCL_TRIM_IFNAME", "lo"};
-  Params params_;
-  Context* ctx_ = nullptr;
 };
 
 // The Hello carries the resolved MTU (never auto's -1), and an ack above it or below 256 is
@@ -298,14 +255,9 @@ TEST_F(MtuHandshake, AcceptSideRefusesAnMtuBelow256) {
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
   transport::ListenHandle target;
   ASSERT_TRUE(transport::parse_handle(handle, &target).is_ok());
-  Result<transport::Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port));
-  ASSERT_TRUE(fd.is_ok()) << fd.status().to_string();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < deadline) {
-    Result<bool> done = transport::tcp_connect_done(fd->get());
-    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-    if (done.value()) break;
-  }
+  Result<transport::Fd> fd = testing::raw_connect(target, deadline);
+  ASSERT_TRUE(fd.is_ok()) << fd.status().to_string();
   transport::Hello h;
   h.listen_nonce = target.nonce;
   h.cookie = 7;
@@ -320,26 +272,12 @@ TEST_F(MtuHandshake, AcceptSideRefusesAnMtuBelow256) {
   uint8_t out[transport::kHelloBytes];
   transport::write_hello(h, out);
   ASSERT_TRUE(transport::write_all(fd->get(), out, sizeof out, 1000).is_ok());
-  Status refused;
-  while (Clock::now() < deadline) {
-    Result<RecvComm*> r = accept(l.value());
-    if (!r.is_ok()) {
-      refused = r.status();
-      break;
-    }
-    ASSERT_EQ(r.value(), nullptr) << "a Hello with MTU 200 was accepted";
-  }
+  const Status refused = testing::accept_refusal(l.value(), deadline);
   ASSERT_FALSE(refused.is_ok()) << "accept never answered";
   EXPECT_NE(refused.message().find("offers MTU 200, below 256"), std::string::npos) << refused.to_string();
-  uint8_t ack_buf[transport::kFrameBytes] = {};
-  size_t have = 0;
-  while (Clock::now() < deadline) {
-    Result<bool> got = transport::read_some(fd->get(), ack_buf, sizeof ack_buf, &have);
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    if (got.value()) break;
-  }
   transport::HelloAck ack;
-  ASSERT_TRUE(transport::parse_hello_ack(ack_buf, &ack).is_ok());
+  const Status got_ack = testing::read_hello_ack(fd->get(), deadline, &ack);
+  ASSERT_TRUE(got_ack.is_ok()) << got_ack.to_string();
   EXPECT_EQ(ack.status, transport::kHelloBadMtu);
   EXPECT_TRUE(close_listen(l.value()).is_ok());
 }

@@ -340,28 +340,25 @@ TEST(Packet, LengthPastPacket) {
 TEST(Packet, DecoderRejectsForeignAndInconsistentPackets) {
   CodecConfig cfg = config(Scheme::kRht);
   std::vector<uint8_t> msg = message_bytes(DType::kF32, 3000, 0, 41, false);
-  Result<Layout> layout = Layout::make(cfg, DType::kF32, Scheme::kRht, msg.size());
-  ASSERT_TRUE(layout.is_ok());
-  Encoder enc(cfg);
-  auto packets = enc.encode_message(*layout, test_id(), msg.data());
-  ASSERT_TRUE(packets.is_ok());
+  const Encoded e = encode(cfg, DType::kF32, msg);
+  ASSERT_TRUE(e.ok);
   Decoder dec(cfg);
   std::vector<uint8_t> out(msg.size(), 0xEE);
   MessageId other = test_id();
   other.cookie ^= 1;
-  ASSERT_TRUE(dec.begin(*layout, other, out.data()).is_ok());
+  ASSERT_TRUE(dec.begin(*e.layout, other, out.data()).is_ok());
   ParsedPacket p;
-  ASSERT_EQ(parse_packet(packets->at(0).data(), packets->at(0).size(), &p), PacketError::kOk);
+  ASSERT_EQ(parse_packet(e.packets.at(0).data(), e.packets.at(0).size(), &p), PacketError::kOk);
   const uint64_t before = packet_error_counters().get(PacketError::kWrongCookie);
   EXPECT_EQ(dec.add(p), PacketError::kWrongCookie);
   EXPECT_EQ(packet_error_counters().get(PacketError::kWrongCookie), before + 1);
   EXPECT_EQ(out, std::vector<uint8_t>(msg.size(), 0xEE));
 
-  ASSERT_TRUE(dec.begin(*layout, test_id(), out.data()).is_ok());
+  ASSERT_TRUE(dec.begin(*e.layout, test_id(), out.data()).is_ok());
   EXPECT_EQ(dec.add(p), PacketError::kOk);
   // Same row, different scale: a forged or corrupted packet.
   PacketHeader h = p.hdr;
-  std::vector<uint8_t> forged = packets->at(1);
+  std::vector<uint8_t> forged = e.packets.at(1);
   ParsedPacket q;
   ASSERT_EQ(parse_packet(forged.data(), forged.size(), &q), PacketError::kOk);
   h = q.hdr;

@@ -23,6 +23,7 @@
 #include "codec/packet.h"
 #include "switch_sim/ipv4.h"
 #include "tests/codec_util.h"
+#include "tests/ipv4_packet.h"
 #include "tests/bottleneck_util.h"
 #include "tests/live_util.h"
 #include "transport/socket.h"
@@ -35,33 +36,12 @@ using namespace trim::live;
 using trim::sw::IpClass;
 using trim::sw::IpError;
 using trim::sw::Ipv4Info;
+using trim::testing::ipv4_packet;
 
 
 // ---- switch_sim/ipv4.h ----
 
 uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
-
-// An IPv4 packet (IHL 5, or 6 with a 4-byte option) around `l4`, checksummed.
-std::vector<uint8_t> ipv4(uint8_t proto, const std::vector<uint8_t>& l4, bool option = false) {
-  const uint32_t ihl = option ? 24 : 20;
-  std::vector<uint8_t> p(ihl + l4.size(), 0);
-  p[0] = static_cast<uint8_t>(0x40 | (ihl / 4));
-  p[2] = static_cast<uint8_t>(p.size() >> 8);
-  p[3] = static_cast<uint8_t>(p.size());
-  p[6] = 0x40;  // DF
-  p[8] = 64;
-  p[9] = proto;
-  const uint8_t src[4] = {198, 18, 0, 1}, dst[4] = {198, 18, 0, 2};
-  std::memcpy(&p[12], src, 4);
-  std::memcpy(&p[16], dst, 4);
-  if (option) p[20] = 1;  // NOPs
-  if (option) p[21] = p[22] = p[23] = 1;
-  std::memcpy(&p[ihl], l4.data(), l4.size());
-  const uint16_t c = sw::ipv4_header_checksum(p.data(), ihl);
-  p[10] = static_cast<uint8_t>(c >> 8);
-  p[11] = static_cast<uint8_t>(c);
-  return p;
-}
 
 std::vector<uint8_t> udp(const std::vector<uint8_t>& payload, uint16_t sport = 40000, uint16_t dport = 50000) {
   std::vector<uint8_t> u(8 + payload.size(), 0);
@@ -98,7 +78,7 @@ TEST(Ipv4, OurDataPacketsAreClassifiedWithTheirTrimPoint) {
     codec::ParsedPacket pp;
     ASSERT_EQ(codec::parse_packet(payload.data(), payload.size(), &pp), codec::PacketError::kOk);
     ASSERT_TRUE(pp.hdr.trimmable());
-    const std::vector<uint8_t> pkt = ipv4(17, udp(payload), option);
+    const std::vector<uint8_t> pkt = ipv4_packet(17, udp(payload), 0, option);
     Ipv4Info info;
     ASSERT_EQ(sw::parse_ipv4(pkt.data(), static_cast<uint32_t>(pkt.size()), &info), IpError::kOk);
     const uint32_t ihl = option ? 24 : 20;
@@ -116,7 +96,7 @@ TEST(Ipv4, OurDataPacketsAreClassifiedWithTheirTrimPoint) {
     EXPECT_EQ(m.header_bytes, info.header_ip_bytes);
   }
   // Exact class: ours (a header cut is allowed with --trim-exact) but never trimmable.
-  const std::vector<uint8_t> exact = ipv4(17, udp(our_packet(false)));
+  const std::vector<uint8_t> exact = ipv4_packet(17, udp(our_packet(false)));
   Ipv4Info info;
   ASSERT_EQ(sw::parse_ipv4(exact.data(), static_cast<uint32_t>(exact.size()), &info), IpError::kOk);
   EXPECT_EQ(info.cls, IpClass::kTrimData);
@@ -134,7 +114,7 @@ TEST(Ipv4, OtherTrafficIsNeverCuttable) {
   transport::write_ctrl(transport::CtrlPacket{}, ctrl.data());
   std::vector<uint8_t> fake = our_packet();
   fake[20] ^= 0xff;  // starts with 'T' 'R' but its CRC fails: somebody else's UDP
-  std::vector<uint8_t> frag = ipv4(17, udp(our_packet()));
+  std::vector<uint8_t> frag = ipv4_packet(17, udp(our_packet()));
   frag[6] = 0x20;  // MF: a first fragment
   {
     const uint16_t c = sw::ipv4_header_checksum(frag.data(), 20);
@@ -142,11 +122,11 @@ TEST(Ipv4, OtherTrafficIsNeverCuttable) {
     frag[11] = static_cast<uint8_t>(c);
   }
   const std::vector<Case> cases = {
-      {ipv4(17, udp(ctrl)), IpClass::kTrimCtrl},
-      {ipv4(17, udp(fake)), IpClass::kUdp},
-      {ipv4(17, udp(std::vector<uint8_t>(3000, 0x54))), IpClass::kUdp},
-      {ipv4(6, std::vector<uint8_t>(1500, 0)), IpClass::kTcp},
-      {ipv4(1, std::vector<uint8_t>(64, 0)), IpClass::kOther},
+      {ipv4_packet(17, udp(ctrl)), IpClass::kTrimCtrl},
+      {ipv4_packet(17, udp(fake)), IpClass::kUdp},
+      {ipv4_packet(17, udp(std::vector<uint8_t>(3000, 0x54))), IpClass::kUdp},
+      {ipv4_packet(6, std::vector<uint8_t>(1500, 0)), IpClass::kTcp},
+      {ipv4_packet(1, std::vector<uint8_t>(64, 0)), IpClass::kOther},
       {frag, IpClass::kOther},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -160,7 +140,7 @@ TEST(Ipv4, OtherTrafficIsNeverCuttable) {
 }
 
 TEST(Ipv4, BadInputIsCountedNeverReadPast) {
-  const std::vector<uint8_t> good = ipv4(17, udp(our_packet()));
+  const std::vector<uint8_t> good = ipv4_packet(17, udp(our_packet()));
   Ipv4Info info;
   // Every truncation: the packet is shorter than its own total length.
   for (uint32_t len = 0; len < good.size(); ++len) {
@@ -176,7 +156,7 @@ TEST(Ipv4, BadInputIsCountedNeverReadPast) {
   std::vector<uint8_t> small_ihl = good;
   small_ihl[0] = 0x44;
   EXPECT_EQ(sw::parse_ipv4(small_ihl.data(), static_cast<uint32_t>(small_ihl.size()), &info), IpError::kBadHeader);
-  std::vector<uint8_t> udp_len = ipv4(17, udp(our_packet()));
+  std::vector<uint8_t> udp_len = ipv4_packet(17, udp(our_packet()));
   udp_len[20 + 5] ^= 4;  // UDP length disagrees with the IP total length
   EXPECT_EQ(sw::parse_ipv4(udp_len.data(), static_cast<uint32_t>(udp_len.size()), &info), IpError::kBadHeader);
   // Random bytes: any answer but a crash or a read past the buffer (ASan builds check that).
@@ -191,7 +171,7 @@ TEST(Ipv4, BadInputIsCountedNeverReadPast) {
 
 TEST(Ipv4, CutFixesIpAndUdpHeaders) {
   const std::vector<uint8_t> payload = our_packet();
-  std::vector<uint8_t> pkt = ipv4(17, udp(payload));
+  std::vector<uint8_t> pkt = ipv4_packet(17, udp(payload));
   Ipv4Info info;
   ASSERT_EQ(sw::parse_ipv4(pkt.data(), static_cast<uint32_t>(pkt.size()), &info), IpError::kOk);
   for (uint32_t want : {info.plane0_ip_bytes, info.header_ip_bytes, 10u /* never below the header */}) {

@@ -10,12 +10,7 @@
 
 namespace trim::transport {
 
-using le::get16;
-using le::get32;
-using le::get64;
-using le::put16;
-using le::put32;
-using le::put64;
+using namespace le;  // every field of every format below is little-endian
 
 namespace {
 
@@ -41,13 +36,11 @@ const char* ctrl_error_name(CtrlError e) {
 
 void write_ctrl(const CtrlPacket& p, uint8_t out[kCtrlBytes]) {
   std::memset(out, 0, kCtrlBytes);
-  put16(out + 0, kCtrlMagic);
-  out[2] = kCtrlVersion;
+  codec::write_prefix(out, kCtrlMagic, kCtrlVersion, p.cookie);
   out[3] = static_cast<uint8_t>(p.type);
   out[4] = static_cast<uint8_t>(p.to);
   out[5] = static_cast<uint8_t>(p.nack_count > kMaxNacks ? kMaxNacks : p.nack_count);
   out[6] = static_cast<uint8_t>(p.trim_count > kMaxTrimReports ? kMaxTrimReports : p.trim_count);
-  put64(out + 8, p.cookie);
   put32(out + 16, p.cum_psn);
   put64(out + 24, p.accepted_total);
   put64(out + 32, p.trimmed_accepted_total);
@@ -82,7 +75,7 @@ CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out) {
   p.type = static_cast<CtrlType>(type);
   p.to = static_cast<Role>(to);
   p.nack_count = nacks;
-  p.cookie = get64(data + 8);
+  p.cookie = codec::prefix_cookie(data);
   p.cum_psn = get32(data + 16);
   p.accepted_total = get64(data + 24);
   p.trimmed_accepted_total = get64(data + 32);

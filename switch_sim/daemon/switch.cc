@@ -479,24 +479,17 @@ Status Switch::write_transcript() const {
 
 std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
   PortCounters tot;
-  uint64_t fwd = 0, fwd_bytes = 0, fwd_trimmed = 0, cross = 0, send_err = 0, max_q = 0;
+  uint64_t fwd = 0, fwd_bytes = 0, fwd_trimmed = 0, cross = 0, send_err = 0;
   std::string per_port;
   for (const auto& ep : ports_) {
     const Egress& e = *ep;
     const PortCounters& c = e.port.counters();
-    tot.received_packets += c.received_packets;
-    tot.received_bytes += c.received_bytes;
-    tot.sent_packets += c.sent_packets;
-    tot.sent_bytes += c.sent_bytes;
-    tot.trimmed_packets += c.trimmed_packets;
-    tot.dropped_packets += c.dropped_packets;
-    tot.dropped_header_packets += c.dropped_header_packets;
+    tot.add(c);
     fwd += e.forwarded_packets;
     fwd_bytes += e.forwarded_bytes;
     fwd_trimmed += e.forwarded_trimmed;
     cross += e.cross_packets;
     send_err += e.send_errors;
-    max_q = std::max(max_q, c.max_data_queue_bytes);
     if (!per_port.empty()) per_port += ',';
     per_port += fmt::format(
         "{{\"dst\":\"{}\",\"received\":{},\"sent\":{},\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},"
@@ -542,7 +535,7 @@ std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
       "\"wakeups\":{},\"lost\":{}{},\"ports\":[{}]}}",
       event, static_cast<double>(now_ns) / 1e6, mode_name(cfg_.port.mode), cfg_.port.rate_gbps,
       tot.received_packets, tot.sent_packets, tot.trimmed_packets, tot.dropped_packets, tot.dropped_header_packets,
-      tot.sent_bytes, g_.bad, g_.bad_ctrl, max_q, g_.datagrams, fwd, fwd_trimmed, fwd_bytes, cross,
+      tot.sent_bytes, g_.bad, g_.bad_ctrl, tot.max_data_queue_bytes, g_.datagrams, fwd, fwd_trimmed, fwd_bytes, cross,
       g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, g_.lost, extra, per_port);
 }
 

@@ -57,8 +57,7 @@ double percentile_ms(std::vector<uint64_t> v, double q) {
 
 struct TierStats {
   uint32_t ports = 0;
-  uint64_t received = 0, sent = 0, trimmed = 0, exact_cut = 0, dropped = 0, dropped_header = 0;
-  uint64_t max_queue_bytes = 0, max_header_queue_bytes = 0;
+  sw::PortCounters sum;  // over the tier's ports
   double util_sum = 0, util_max = 0;
 };
 
@@ -93,14 +92,7 @@ std::string Simulator::json(double wall_seconds) const {
     const sw::PortCounters& c = p.counters();
     TierStats& t = tiers[static_cast<int>(topo_.tier[i])];
     ++t.ports;
-    t.received += c.received_packets;
-    t.sent += c.sent_packets;
-    t.trimmed += c.trimmed_packets;
-    t.exact_cut += c.exact_cut_packets;
-    t.dropped += c.dropped_packets;
-    t.dropped_header += c.dropped_header_packets;
-    t.max_queue_bytes = std::max(t.max_queue_bytes, c.max_data_queue_bytes);
-    t.max_header_queue_bytes = std::max(t.max_header_queue_bytes, c.max_header_queue_bytes);
+    t.sum.add(c);
     const double util = c.sent_bytes * 8.0 / work_ns / p.config().rate_gbps;
     t.util_sum += util;
     t.util_max = std::max(t.util_max, util);
@@ -126,15 +118,18 @@ std::string Simulator::json(double wall_seconds) const {
   std::string tj = "{";
   for (int i = 0; i < kTiers; ++i) {
     const TierStats& t = tiers[i];
+    const sw::PortCounters& c = t.sum;
+    const uint64_t received = c.received_packets;
     tj += fmt::format(
         "{}\"{}\":{{\"ports\":{},\"received\":{},\"trimmed\":{},\"exact_cut\":{},\"dropped\":{},"
         "\"dropped_header\":{},\"trim_rate\":{:.6f},\"exact_cut_rate\":{:.6f},\"drop_rate\":{:.6f},\"util_mean\":{:.4f},\"util_max\":{:.4f},"
         "\"max_queue_bytes\":{},\"max_header_queue_bytes\":{}}}",
-        i ? "," : "", tier_name(static_cast<Tier>(i)), t.ports, t.received, t.trimmed, t.exact_cut, t.dropped,
-        t.dropped_header, t.received ? static_cast<double>(t.trimmed) / t.received : 0.0,
-        t.received ? static_cast<double>(t.exact_cut) / t.received : 0.0,
-        t.received ? static_cast<double>(t.dropped + t.dropped_header) / t.received : 0.0,
-        t.ports ? t.util_sum / t.ports : 0.0, t.util_max, t.max_queue_bytes, t.max_header_queue_bytes);
+        i ? "," : "", tier_name(static_cast<Tier>(i)), t.ports, received, c.trimmed_packets, c.exact_cut_packets,
+        c.dropped_packets, c.dropped_header_packets,
+        received ? static_cast<double>(c.trimmed_packets) / received : 0.0,
+        received ? static_cast<double>(c.exact_cut_packets) / received : 0.0,
+        received ? static_cast<double>(c.dropped_packets + c.dropped_header_packets) / received : 0.0,
+        t.ports ? t.util_sum / t.ports : 0.0, t.util_max, c.max_data_queue_bytes, c.max_header_queue_bytes);
   }
   tj += "}";
   return fmt::format(

@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import nccl_trim  # noqa: E402
 from nccl_trim import hook  # noqa: E402
+from _support import fsdp_train  # noqa: E402
 
 SIZES = (1, 3, 1000, 32769, 100003)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -138,20 +139,10 @@ def fsdp_runs(rank):
         torch.manual_seed(3)
         return FSDP(torch.nn.Linear(32, 7), device_id=torch.device("cpu"), use_orig_params=True)
 
-    def train(model):
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(200 + rank)
-        for _ in range(3):
-            opt.zero_grad()
-            model(torch.randn(4, 32, generator=g)).pow(2).mean().backward()
-            opt.step()
-        with FSDP.summon_full_params(model):
-            return [p.detach().clone() for p in model.parameters()]
-
-    plain = train(build())
+    plain = fsdp_train(build(), rank)
     hooked_model = build()
     state = nccl_trim.register(hooked_model)
-    return {"plain": plain, "hooked": train(hooked_model), "calls": state.step}
+    return {"plain": plain, "hooked": fsdp_train(hooked_model, rank), "calls": state.step}
 
 
 def main(rank, world, rdzv, out):

@@ -5,7 +5,9 @@ build's lib/. Tests that need torch call require_torch(), which skips with the r
 `import torch` fails, so the suite passes (with skips) on a machine without torch.
 """
 
+import importlib
 import os
+import sys
 import unittest
 import warnings
 from pathlib import Path
@@ -71,6 +73,44 @@ def spawn_ranks(cls, worker_main, world: int, weights_only: bool = True) -> None
     cls.seconds = time.monotonic() - t0
     cls.ranks = [torch.load(os.path.join(cls.tmp.name, f"rank{r}.pt"), weights_only=weights_only)
                  for r in range(world)]
+
+
+class SpawnedRanks(unittest.TestCase):
+    """Runs WORKER's main (a module here) once on WORLD spawned ranks for all the class's tests
+    (spawn_ranks), and reports how long that took."""
+
+    WORKER = ""
+    WORLD = 2
+    WEIGHTS_ONLY = True
+    RANKS = "ranks"  # how the report names them
+
+    @classmethod
+    def setUpClass(cls):
+        require_libs()
+        require_torch()
+        spawn_ranks(cls, importlib.import_module(cls.WORKER).main, cls.WORLD, weights_only=cls.WEIGHTS_ONLY)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+        # The time is reported, not a test: nothing about it can fail.
+        print(f"\n    ({cls.WORLD} {cls.RANKS}, spawn to results: {cls.seconds:.1f} s)", file=sys.stderr)
+
+
+def fsdp_train(model, rank):
+    """Three SGD steps (lr 0.1) of an FSDP model on inputs seeded by the rank: clones of its full
+    parameters after them."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(200 + rank)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 32, generator=g)).pow(2).mean().backward()
+        opt.step()
+    with FSDP.summon_full_params(model):
+        return [p.detach().clone() for p in model.parameters()]
 
 
 class OneRankGloo(unittest.TestCase):

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import nccl_trim  # noqa: E402,F401 - registers "trim"
 from nccl_trim import plugin  # noqa: E402
+from _support import fsdp_train  # noqa: E402
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
           torch.int64, torch.bool)
@@ -204,15 +205,7 @@ def compare(rank, world, gloo):
         torch.manual_seed(3)
         f = FSDP(torch.nn.Sequential(torch.nn.Linear(32, 301), torch.nn.Tanh(), torch.nn.Linear(301, 7)),
                  process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
-        opt = torch.optim.SGD(f.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(200 + rank)
-        for _ in range(3):
-            opt.zero_grad()
-            f(torch.randn(4, 32, generator=g)).pow(2).mean().backward()
-            opt.step()
-        with FSDP.summon_full_params(f):
-            fsdp[name] = hashlib.sha256(b"".join(p.detach().clone().numpy().tobytes()
-                                                 for p in f.parameters())).hexdigest()
+        fsdp[name] = hashlib.sha256(b"".join(p.numpy().tobytes() for p in fsdp_train(f, rank))).hexdigest()
     out["fsdp"] = fsdp
 
     # Every dtype and op against the reduction of every rank's input (gathered through gloo).

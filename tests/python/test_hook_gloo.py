@@ -12,10 +12,9 @@ DDP and FSDP1 runs (4 and 3 SGD steps): max |p_hook - p_plain| <= 1e-5 * max |p|
 (seen: ~1e-7), and the hook's replicas are bitwise identical on all ranks.
 """
 
-import sys
 import unittest
 
-from _support import require_libs, require_torch, spawn_ranks
+from _support import SpawnedRanks
 
 SAME_DATA_STEPS = 3  # _gloo_worker.SAME_DATA_STEPS (not imported: it needs torch)
 
@@ -25,19 +24,8 @@ HALF_BOUND_EPS = 4.0
 PARAM_BOUND = 1e-5
 
 
-class HookAcrossRanksTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        require_libs()
-        require_torch()
-        import _gloo_worker
-        spawn_ranks(cls, _gloo_worker.main, WORLD)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-        # The time is reported, not a test: nothing about it can fail.
-        print(f"\n    ({WORLD} gloo ranks, spawn to results: {cls.seconds:.1f} s)", file=sys.stderr)
+class HookAcrossRanksTest(SpawnedRanks):
+    WORKER, WORLD, RANKS = "_gloo_worker", WORLD, "gloo ranks"
 
     def assert_all_ranks_equal(self, get, what):
         first = get(self.ranks[0])

@@ -13,12 +13,7 @@ from _support import ROOT, TESTS, free_env, lib_dir, require_libs, require_torch
 
 class LauncherEndToEndTest(unittest.TestCase):
     def test_two_workers_run_the_script_with_the_hook(self):
-        require_libs()
-        require_torch()
-        script = TESTS / "ddp_tiny_script.py"
-        env = free_env(PYTHONPATH=str(ROOT / "python"), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-                       PYTHONWARNINGS="ignore")
-        lines = self.launch(env, ["--trim-scheme", "sd"], script)
+        lines = self.launch(["--trim-scheme", "sd"], GLOO_SOCKET_IFNAME="lo")
         plugin = str((lib_dir() / "libnccl-net-trim.so").resolve())
         for l in lines:
             self.assertTrue(l["hook"], f"rank {l['rank']}: no hook installed")
@@ -30,21 +25,21 @@ class LauncherEndToEndTest(unittest.TestCase):
         self.assertEqual(lines[0]["params_sha256"], lines[1]["params_sha256"], "replicas differ")
 
     def test_trim_cpu_runs_the_gloo_script_through_the_plugin(self):
-        require_libs()
-        require_torch()
-        script = TESTS / "ddp_tiny_script.py"
-        env = free_env(PYTHONPATH=str(ROOT / "python"), NCCL_TRIM_IFNAME="lo", OMP_NUM_THREADS="1",
-                       PYTHONWARNINGS="ignore")
-        lines = self.launch(env, ["--trim-cpu"], script)
+        lines = self.launch(["--trim-cpu"], NCCL_TRIM_IFNAME="lo")
         for l in lines:
             # The script asked for gloo; its default group and the hook's are trim groups.
             self.assertEqual((l["backend"], l["hook_backend"]), ("trim", "trim"), l)
             self.assertTrue(l["hook"])
         self.assertEqual(lines[0]["params_sha256"], lines[1]["params_sha256"], "replicas differ")
 
-    def launch(self, env, ours, script):
+    def launch(self, ours, **env):
+        """The launcher with our options `ours` on 2 workers of ddp_tiny_script.py, in a clean
+        environment plus `env`: the JSON line each worker printed."""
+        require_libs()
+        require_torch()
+        env = free_env(PYTHONPATH=str(ROOT / "python"), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", **env)
         cmd = [sys.executable, "-m", "nccl_trim.run", "--standalone", "--nproc-per-node", "2", *ours,
-               str(script), "--lr", "0.1", "--no-hook"]
+               str(TESTS / "ddp_tiny_script.py"), "--lr", "0.1", "--no-hook"]
         run = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
         self.assertEqual(run.returncode, 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}")
         self.assertIn("RHT hook on", run.stderr)

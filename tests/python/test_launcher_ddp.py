@@ -17,28 +17,16 @@
   one is dropped from the cache; a hook group destroyed alone is replaced, a live one reused.
 """
 
-import sys
 import unittest
 
-from _support import require_libs, require_torch, spawn_ranks
+from _support import SpawnedRanks
 
 WORLD = 2
 PARAM_BOUND = 1e-5
 
 
-class PatchedDdpTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        require_libs()
-        require_torch()
-        import _launcher_worker
-        spawn_ranks(cls, _launcher_worker.main, WORLD, weights_only=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-        # The time is reported, not a test: nothing about it can fail.
-        print(f"\n    ({WORLD} ranks, spawn to results: {cls.seconds:.1f} s)", file=sys.stderr)
+class PatchedDdpTest(SpawnedRanks):
+    WORKER, WORLD, WEIGHTS_ONLY = "_launcher_worker", WORLD, False
 
     def assert_close(self, got, want, what):
         for i, (p, q) in enumerate(zip(got, want)):

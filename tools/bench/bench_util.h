@@ -31,4 +31,20 @@ inline bool has_flag(int argc, char** argv, const char* flag) {
   return false;
 }
 
+// The flags every sub-command takes: --json (one JSON line) and --quick (fewer runs, for CI).
+struct CommonFlags {
+  bool json = false, quick = false;
+};
+// Takes `arg` into *f when it is one of them; false for any other argument.
+inline bool take_common_flag(const std::string& arg, CommonFlags* f) {
+  if (arg == "--json") {
+    f->json = true;
+  } else if (arg == "--quick") {
+    f->quick = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace trim::bench

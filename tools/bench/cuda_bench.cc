@@ -22,6 +22,7 @@
 
 #include "codec/types.h"
 #include "cuda/trim_rht.h"
+#include "tools/bench/bench_util.h"
 
 #ifdef TRIM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -51,8 +52,8 @@ int usage(const char* bad) {
   return 2;
 }
 
-struct Options {
-  bool json = false, quick = false, check = false;
+struct Options : trim::bench::CommonFlags {
+  bool check = false;
   uint32_t row_log2 = 15;
   int reps = 0;  // 0: the default
 };
@@ -274,11 +275,8 @@ int run_cuda_bench(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json") {
-      opt.json = true;
-    } else if (a == "--quick") {
-      opt.quick = true;
-    } else if (a == "--check") {
+    if (trim::bench::take_common_flag(a, &opt)) continue;
+    if (a == "--check") {
       opt.check = true;
     } else if ((a == "--row-log2" || a == "--reps") && i + 1 < argc) {
       char* end = nullptr;

@@ -17,12 +17,11 @@
 
 #include "codec/fwht.h"
 #include "codec/fwht_internal.h"
+#include "tools/bench/bench_util.h"
 
 namespace {
 
-struct Options {
-  bool json = false;
-  bool quick = false;
+struct Options : trim::bench::CommonFlags {
   bool hot = false;
 };
 
@@ -58,11 +57,8 @@ int run_fwht_bench(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json") {
-      opt.json = true;
-    } else if (a == "--quick") {
-      opt.quick = true;
-    } else if (a == "--hot") {
+    if (trim::bench::take_common_flag(a, &opt)) continue;
+    if (a == "--hot") {
       opt.hot = true;
     } else if (a != "fwht") {  // tolerate the sub-command name, whichever argv we are given
       return usage(argv[i]);

@@ -14,6 +14,7 @@
 
 #include "common/params.h"
 #include "plugin/nccl_ext.h"
+#include "tools/bench/bench_util.h"
 #include "transport/send_class.h"
 
 extern "C" ncclProfiler_trim_t ncclProfiler_v6;
@@ -44,14 +45,10 @@ double best_ns_per_iter(int reps, int iters, F&& body) {
 }  // namespace
 
 int run_profiler_bench(int argc, char** argv) {
-  bool json = false, quick = false;
+  trim::bench::CommonFlags flags;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--quick") {
-      quick = true;
-    } else if (a != "profiler") {
+    if (!trim::bench::take_common_flag(a, &flags) && a != "profiler") {
       std::fprintf(stderr, "usage: trim-bench profiler [--json] [--quick]\n");
       return 2;
     }
@@ -80,7 +77,7 @@ int run_profiler_bench(int argc, char** argv) {
   coll.coll.nChannels = 1;
   void* coll_h = nullptr;
   prof.startEvent(ctx, &coll_h, &coll);
-  const int iters = quick ? 20000 : 1000000;
+  const int iters = flags.quick ? 20000 : 1000000;
   ncclProfilerEventDescr_trim_t op{};
   op.type = ncclProfileProxyOp;
   op.parentObj = coll_h;
@@ -111,7 +108,7 @@ int run_profiler_bench(int argc, char** argv) {
   const trim::net::OpAttr attr{trim::net::Func::kAllReduce, trim::net::Algo::kRing, trim::net::Proto::kSimple};
   std::vector<StepHandle> handles(8);
   uint64_t trimmable = 0;
-  const int reps = quick ? 2 : 5;
+  const int reps = flags.quick ? 2 : 5;
   const double base = best_ns_per_iter(reps, iters, [&](int) {
     trimmable += without.classify(attr, nullptr, 1 << 20).trimmable;
   });
@@ -132,7 +129,7 @@ int run_profiler_bench(int argc, char** argv) {
     std::fprintf(stderr, "trim-bench profiler: the profiler never answered\n");
     return 1;
   }
-  if (json) {
+  if (flags.json) {
     std::printf("{\"bench\":\"profiler\",\"iters\":%d,\"ns_per_isend\":%.1f,\"baseline_ns\":%.1f,\"added_ns\":%.1f,"
                 "\"trimmable\":%llu}\n",
                 iters, full, base, full - base, static_cast<unsigned long long>(trimmable));

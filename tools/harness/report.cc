@@ -14,15 +14,24 @@ namespace {
 
 // ---- A minimal binary writer/reader for the rank -> parent report ----
 
+// Writer and Reader share their calls (pod, str, vec; each true when it worked), so that
+// report_fields() can list the fields once for both directions.
 class Writer {
  public:
   template <typename T>
-  void pod(const T& v) {
+  bool pod(const T& v) {
     out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    return true;
   }
-  void str(const std::string& s) {
+  bool str(const std::string& s) {
     pod(static_cast<uint32_t>(s.size()));
     out_ += s;
+    return true;
+  }
+  bool vec(const std::vector<int64_t>& v) {
+    pod(static_cast<uint32_t>(v.size()));
+    for (int64_t x : v) pod(x);
+    return true;
   }
   std::string take() { return std::move(out_); }
 
@@ -34,24 +43,44 @@ class Reader {
  public:
   explicit Reader(const std::string& in) : in_(in) {}
   template <typename T>
-  bool pod(T* v) {
+  bool pod(T& v) {
     if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return true;
   }
-  bool str(std::string* s) {
+  bool str(std::string& s) {
     uint32_t n = 0;
-    if (!pod(&n) || in_.size() - pos_ < n) return false;
-    s->assign(in_, pos_, n);
+    if (!pod(n) || in_.size() - pos_ < n) return false;
+    s.assign(in_, pos_, n);
     pos_ += n;
     return true;
+  }
+  bool vec(std::vector<int64_t>& v) {
+    uint32_t n = 0;
+    bool ok = pod(n);
+    for (uint32_t i = 0; ok && i < n; ++i) {
+      int64_t x = 0;
+      ok = pod(x);
+      v.push_back(x);
+    }
+    return ok;
   }
 
  private:
   const std::string& in_;
   size_t pos_ = 0;
 };
+
+// A RankReport's fields in wire order, through a Writer (R = const RankReport) or a Reader.
+template <class Io, class R>
+bool report_fields(Io& io, R& r) {
+  return io.pod(r.rank) && io.pod(r.outcome) && io.pod(r.verified) && io.pod(r.exact) && io.pod(r.raw_exact) &&
+         io.pod(r.err2) && io.pod(r.ref2) && io.pod(r.nmse) && io.pod(r.result_hash) && io.pod(r.replica_nmse) &&
+         io.pod(r.exact_ok) && io.pod(r.error_at_ns) && io.pod(r.in_flight_at_close) &&
+         io.pod(r.stats) &&  // trivially copyable, same binary on both ends
+         io.str(r.device) && io.str(r.profiler) && io.str(r.error) && io.vec(r.iter_ns);
+}
 
 // Integer value of "key": in a flat JSON object; 0 when absent.
 int64_t json_int(const std::string& json, const char* key) {
@@ -172,42 +201,14 @@ PluginStats parse_stats(const std::string& json) {
 
 std::string serialize(const RankReport& r) {
   Writer w;
-  w.pod(r.rank);
-  w.pod(r.outcome);
-  w.pod(r.verified);
-  w.pod(r.exact);
-  w.pod(r.raw_exact);
-  w.pod(r.err2);
-  w.pod(r.ref2);
-  w.pod(r.nmse);
-  w.pod(r.result_hash);
-  w.pod(r.replica_nmse);
-  w.pod(r.exact_ok);
-  w.pod(r.error_at_ns);
-  w.pod(r.in_flight_at_close);
-  w.pod(r.stats);  // trivially copyable, same binary on both ends
-  w.str(r.device);
-  w.str(r.profiler);
-  w.str(r.error);
-  w.pod(static_cast<uint32_t>(r.iter_ns.size()));
-  for (int64_t t : r.iter_ns) w.pod(t);
+  report_fields(w, r);
   return w.take();
 }
 
 Result<RankReport> deserialize(const std::string& bytes) {
   RankReport r;
   Reader rd(bytes);
-  uint32_t n = 0;
-  bool ok = rd.pod(&r.rank) && rd.pod(&r.outcome) && rd.pod(&r.verified) && rd.pod(&r.exact) &&
-            rd.pod(&r.raw_exact) && rd.pod(&r.err2) && rd.pod(&r.ref2) && rd.pod(&r.nmse) && rd.pod(&r.result_hash) &&
-            rd.pod(&r.replica_nmse) && rd.pod(&r.exact_ok) && rd.pod(&r.error_at_ns) && rd.pod(&r.in_flight_at_close) && rd.pod(&r.stats) &&
-            rd.str(&r.device) && rd.str(&r.profiler) && rd.str(&r.error) && rd.pod(&n);
-  for (uint32_t i = 0; ok && i < n; ++i) {
-    int64_t t = 0;
-    ok = rd.pod(&t);
-    r.iter_ns.push_back(t);
-  }
-  if (!ok) return Status(Code::kInternal, "malformed rank report");
+  if (!report_fields(rd, r)) return Status(Code::kInternal, "malformed rank report");
   return r;
 }
 
