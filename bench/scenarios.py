@@ -35,27 +35,27 @@ def allreduce(iters, op=("--mode", "allreduce", "--ranks", 4), deadline_s=90):
     return [*op, "--bytes", "1M", "--iters", iters, "--warmup", 1, "--seed", 7, "--deadline-s", deadline_s]
 
 
+ITERS = {"incast": (100, 10), "allreduce_bursts": (60, 10), "oversub": (40, 8), "trim_size": (40, 10),
+         "buffer": (40, 10)}  # iterations: full, --quick
+
+
 def scenario(name, quick):
     """(title, [(label, rank env, switch args, harness args)]) of scenario NAME."""
-    modes = ("trim", "drop")
+    modes, it = ("trim", "drop"), ITERS[name][quick]
     if name == "incast":
-        it = 10 if quick else 100
         h = allreduce(it, ("--mode", "sendrecv", "--op", "allreduce", "--ranks", 2), 60)
         return (f"1 real sender (1 MiB per iteration, {it} iterations) + K cross senders -> 1 receiver, 1 Gbit/s, "
                 "8-packet buffer, 200 us", [(f"incast k={k} {m}", {"NCCL_TRIM_PHASE": "all"},
                 switch(m, "--cross", f"incast:{k}:0.04:all", "--seed", 7), h) for k in (2, 4, 8, 16) for m in modes])
     if name == "allreduce_bursts":
-        it = 10 if quick else 60
         bg = {"none": [], "constant": ["--cross", "const:0.15:all"], "onoff": ["--cross", "onoff:1:3:17:all"]}
         return (f"4-rank ring AllReduce of 1 MiB, {it} iterations, 1 Gbit/s, 8-packet buffer, 200 us",
                 [(f"allreduce bg={b} {m}", {}, switch(m, *c, "--seed", 7), allreduce(it))
                  for b, c in bg.items() for m in modes])
     if name == "oversub":
-        it = 8 if quick else 40
         return (f"4-rank ring AllReduce of 1 MiB, {it} iterations, const 0.1 Gbit/s background, 8-packet buffer, 200 us",
                 [(f"oversub {r}G {m}", {}, switch(m, "--cross", "const:0.1:all", "--seed", 7, rate=r),
                   allreduce(it)) for r in ("2", "0.5", "0.25") for m in modes])
-    it = 10 if quick else 40
     if name == "trim_size":
         return (f"4-rank ring AllReduce of 1 MiB, {it} iterations, 1 Gbit/s, 8-packet buffer, 200 us, incast:8:0.04 background",
                 [(f"trim size {t or 'plane0'}", {}, switch("trim", "--trim-bytes", t, *INCAST8), allreduce(it))
