@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "common/params.h"
+#include "common/socket.h"
 
 namespace trim::transport {
 namespace {
@@ -246,6 +247,27 @@ Result<std::vector<NetIf>> discover_interfaces(const std::string& spec, int fall
 int resolve_mtu(const NetIf& dev, int64_t mtu_param) {
   if (mtu_param != kAuto) return static_cast<int>(mtu_param);
   return dev.mtu > 0 ? std::min(dev.mtu, kAutoMtuCapBytes) : kUnknownIfMtuBytes;
+}
+
+int route_mtu(uint32_t src_ip4_be, uint32_t dst_ip4_be) {
+  sock::Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = src_ip4_be;
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return 0;
+  a.sin_addr.s_addr = dst_ip4_be;
+  a.sin_port = htons(9);  // any port: a UDP connect only looks the route up
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return 0;
+  int mtu = 0;
+  socklen_t len = sizeof mtu;
+  return ::getsockopt(fd.get(), IPPROTO_IP, IP_MTU, &mtu, &len) == 0 ? mtu : 0;
+}
+
+int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes) {
+  if (route_mtu_bytes < kMinMtuBytes) return dev_offer_bytes;
+  if (mtu_param == kAuto) return std::min(route_mtu_bytes, kAutoMtuCapBytes);
+  return std::min(dev_offer_bytes, route_mtu_bytes);
 }
 
 Status check_mtu(const std::vector<NetIf>& devices, int64_t mtu_param) {

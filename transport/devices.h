@@ -72,6 +72,18 @@ constexpr int kMinMtuBytes = 256;
 // which is used as given: check_mtu judges it).
 int resolve_mtu(const NetIf& dev, int64_t mtu_param);
 
+// The MTU of the route the kernel takes from `src_ip4_be` to `dst_ip4_be` (IP_MTU of a UDP socket
+// bound and connected so: no packet is sent), or 0 when it cannot tell. A peer on this host is
+// reached over loopback, whichever interface its address sits on.
+int route_mtu(uint32_t src_ip4_be, uint32_t dst_ip4_be);
+
+// What this end offers a connection whose route has `route_mtu_bytes` (0: unknown), on a device
+// offering `dev_offer_bytes` (resolve_mtu) for NCCL_TRIM_MTU = `mtu_param`. auto sizes packets by
+// the route (capped at kAutoMtuCapBytes), so same-host peers get loopback's size however small the
+// interface's MTU; an explicit value is never exceeded, and never the route's MTU either (IP would
+// fragment). A route below kMinMtuBytes is ignored: the handshake would refuse it.
+int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes);
+
 // Whether NCCL_TRIM_MTU = `mtu_param` fits every interface. An explicit value above an
 // interface's MTU would be fragmented by IP (a lost fragment loses the packet; a switch cannot
 // trim a fragment); auto fails only on an interface whose MTU is below kMinMtuBytes. The error

@@ -192,6 +192,14 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
   return "";
 }
 
+// What this end offers a connection to `peer_ip4_be`: sized by the route the data takes (to the
+// switch when there is one), so a same-host peer gets loopback's size (transport::connection_mtu).
+int offer_mtu(const Params& p, const Engine& engine, int dev_offer_bytes, uint32_t peer_ip4_be) {
+  const transport::EngineConfig& cfg = engine.config();
+  const uint32_t to = cfg.has_switch ? cfg.switch_addr.sin_addr.s_addr : peer_ip4_be;
+  return transport::connection_mtu(dev_offer_bytes, p.mtu, transport::route_mtu(engine.ip4_be(), to));
+}
+
 // The per-connection parameters both ends derive from the handshake, the packet size from the
 // agreed MTU (both ends' layouts must cut messages alike).
 transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engine* engine, uint64_t cookie,
@@ -225,7 +233,7 @@ class ListenComm {
   Context* ctx = nullptr;
   int dev = 0;
   Engine* engine = nullptr;
-  int mtu_bytes = 0;  // what this end offers on the device
+  int mtu_bytes = 0;  // what this end offers on the device; a connection offers by its route (offer_mtu)
   Fd fd;
   uint64_t nonce = 0;
   struct Pending {
@@ -414,7 +422,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     st->fd = std::move(fd).value();
     st->target = target;
     st->cookie = transport::random_u64();
-    st->mtu_bytes = mtu_bytes;
+    st->mtu_bytes = offer_mtu(ctx->params, *e.value(), mtu_bytes, target.ip4_be);
     st->scheme = send_scheme(*ctx, options);
     set_stage(handle, st);
   }
@@ -528,8 +536,10 @@ Result<RecvComm*> accept(ListenComm* l) {
     if (!got.value()) continue;
     transport::Hello hello;
     Status hs = transport::parse_hello(p.buf, &hello);
+    const int offer_bytes =
+        hs.is_ok() ? offer_mtu(l->ctx->params, *l->engine, l->mtu_bytes, hello.udp_ip4_be) : l->mtu_bytes;
     const transport::Hello ours =
-        make_hello(*l->ctx, l->ctx->codec.scheme, l->nonce, hello.cookie, *l->engine, l->mtu_bytes);
+        make_hello(*l->ctx, l->ctx->codec.scheme, l->nonce, hello.cookie, *l->engine, offer_bytes);
     transport::HelloAck ack;
     ack.udp_ip4_be = l->engine->ip4_be();
     ack.udp_port = l->engine->udp_port();
@@ -569,11 +579,16 @@ Result<RecvComm*> accept(ListenComm* l) {
     comm->core.engine = l->engine;
     comm->core.conn = std::move(c);
     TRIM_INFO("NET/Trim: recv connection {:#018x} from {}, MTU {} (agreed: ours {}, peer {})", comm->core.conn->cookie,
-              comm->core.conn->peer_name, ack.mtu, l->mtu_bytes, hello.mtu);
+              comm->core.conn->peer_name, ack.mtu, offer_bytes, hello.mtu);
     comm->core.engine->add(comm->core.conn.get());
     return comm.release();
   }
   return static_cast<RecvComm*>(nullptr);
+}
+
+Result<uint32_t> send_packet_bytes(const SendComm* comm) {
+  if (comm == nullptr || !comm->core.conn || !comm->core.conn->send) return null_argument("send_packet_bytes", "send comm");
+  return comm->core.conn->send->params().codec.packet_bytes;
 }
 
 Status declare_send_buffers(SendComm* comm) {

@@ -205,6 +205,9 @@ Status close_listen(ListenComm* listen);
 // rejects): sent_packets, retransmitted_packets, received_packets, trimmed_accepted,
 // trimmed_nacked, dup_packets, bad_packets, ...
 std::string stats_json();
+// The data packet size a send connection agreed on at its handshake (its MTU less IP and UDP), so
+// tests and tools can see what NCCL_TRIM_MTU and the route made of it.
+Result<uint32_t> send_packet_bytes(const SendComm* comm);
 // What the nccl_trim comm hook checks: communicators initialised with its traffic class, send
 // connections packing pre-rotated data (scheme rotated), messages sent that way, and send
 // connections of its class that went as per-hop rht because no hook declared the class.
