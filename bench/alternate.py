@@ -40,7 +40,7 @@ def parse_args(argv):
 
 def main(argv):
     a = parse_args(argv)
-    out = Path(a.out or tempfile.mkdtemp(prefix="alternate_rounds."))
+    out = Path(a.out or tempfile.mkdtemp(prefix="bench-alternate."))
     out.mkdir(parents=True, exist_ok=True)
     (out / "rounds.jsonl").write_text("")
     specs = dict(s.split("=", 1) for s in a.specs)

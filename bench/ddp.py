@@ -2,7 +2,7 @@
 machine over the plugin (NCCL_NET=Trim), NCCL's Socket, or gloo/the trim backend (--cpu),
 optionally through trim-switch. Each rank gets its own NCCL_HOSTID, so NCCL routes all traffic
 through the network transport. Arguments after `--` go to the workload. Modes, sweeps and the run
-folder's files: scripts/ddp/README.md."""
+folder's files: bench/README.md."""
 
 import argparse
 import hashlib

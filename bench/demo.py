@@ -12,6 +12,7 @@ DEMO_LIMIT_S [100]; switch demo DEMO_RATE_GBPS [1] DEMO_BUFFER_PACKETS [8] DEMO_
 DEMO_PROP_US [200] DEMO_CROSS [incast:8:0.04:all] DEMO_TRIM_EXACT [1] DEMO_BYTES [1M]
 DEMO_ITERS [60] DEMO_RANKS [4] DEMO_SEED [7] (docs/RESULTS.md explains them)."""
 
+import argparse
 import importlib.util
 import json
 import os
@@ -188,7 +189,10 @@ def codec_plot(out, plt):
 
 
 def main(argv):
-    build = build_dir(argv[0] if argv else "build")
+    ap = argparse.ArgumentParser(prog="python3 -m bench demo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build", nargs="?", default="build", help="the build folder [build]")
+    build = build_dir(ap.parse_args(argv).build)
     out, tr = build / "demo", env("TRIM", "hook")
     if tr not in ("hook", "trim"):
         print(f"demo: DEMO_TRIM={tr}: expected hook or trim", file=sys.stderr)

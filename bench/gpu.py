@@ -273,7 +273,7 @@ class Check:
         rate = (load_json(d / "calibration.json") or {}).get("new_rate_gbps")  # resumed: the rate calibrated first
         if rate:
             argv += ["--rate-gbps", str(rate), "--no-calibrate"]
-        elif self.a.plan:  # the preset's rate (alone, --plan would take 1 Gbit/s)
+        elif self.a.plan:  # the preset's rate, stated: the grid must match the first invocation's points
             argv += ["--rate-gbps", self.ctx["rate"]]
         if d.is_dir() and not self.dry:
             argv.append("--resume")

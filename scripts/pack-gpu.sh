@@ -5,7 +5,7 @@
 #   lib/libnccl-net-trim.so (+ the libnccl-net.so link), bin/trim-switch (random mode, the
 #   netns bottleneck), bin/trim-harness, bin/trim-config, bin/trim-bench (`trim-bench cuda`: the
 #   comm hook's rotation vs a device copy), lib/libtrim-rht.so (the hook's GPU rotation, for
-#   run_ddp.sh --hook), lib/libtrim-coll.so (the torch backend "trim", for the "cpu:trim,cuda:nccl"
+#   python3 -m bench ddp --hook), lib/libtrim-coll.so (the torch backend "trim", for the "cpu:trim,cuda:nccl"
 #   test: tests/python test_backend.BackendMixedCudaTest) and bin/trim-tests (its RotateCuda.* tests;
 #   the GPU machine has no gtest).
 # The plugin makes no CUDA call; only libtrim-rht, trim-bench and trim-tests link CUDA (static). BUILD [build] is built first

@@ -324,6 +324,20 @@ class DemoSummaryTest(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("DEMO_TRIM=socket", err)
 
+    def test_help_and_bad_arguments_start_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                rc, out, _ = call(demo.main, ["--help"])
+                self.assertEqual((rc, "DEMO_RATE_GBPS" in out), (0, True))
+                rc, _, err = call(demo.main, ["build", "extra"])
+                self.assertEqual(rc, 2)
+                self.assertIn("unrecognized arguments: extra", err)
+                self.assertEqual(os.listdir(tmp), [])  # no folder named --help, no demo started
+            finally:
+                os.chdir(cwd)
+
 
 @unittest.skipUnless(os.environ.get("CHECK_NETNS_SMOKE") == "1",
                      "netns smoke: CHECK_NETNS_SMOKE=1 runs 2 CPU runs through the netns bottleneck (root, ip, torch; ~1 min)")
