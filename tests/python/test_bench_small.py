@@ -6,6 +6,7 @@ import os
 import py_compile
 import stat
 import tempfile
+from pathlib import Path
 import unittest
 from types import SimpleNamespace
 
@@ -191,8 +192,8 @@ class RealRunTest(unittest.TestCase):
             os.chmod(ndp, stat.S_IRWXU)
             rc, out, _ = call(sim.main, ["htsim", d, "--hosts", "32", "--bytes", "64K", "--out", f"{d}/out"])
             self.assertEqual(rc, 0)
-            self.assertIn("Nodes 32\n", open(f"{d}/out/leafspine.topo").read())
-            self.assertEqual(len(open(f"{d}/out/results.jsonl").read().splitlines()), 4)
+            self.assertIn("Nodes 32\n", Path(f"{d}/out/leafspine.topo").read_text())
+            self.assertEqual(len(Path(f"{d}/out/results.jsonl").read_text().splitlines()), 4)
             self.assertIn('"bench":"htsim_crosscheck"', out.splitlines()[-1])
             self.assertRegex(out, r"permutation_spray +[0-9.]+ +0\.500 ")
 
