@@ -1,10 +1,14 @@
-"""all_reduce through the "trim" torch.distributed backend vs gloo, on loopback. Per rank count, each
-round runs every backend in turn (alternated), each size: warm-up calls, then about 1.5 s of timed
-float32 SUM all_reduces, every call started together (a barrier on a separate gloo group). trim:
-the plugin as configured; trim-raw: NCCL_TRIM_SCHEME=none (the transport alone). One JSON line per
-(round, ranks, backend, size): median s per call, algbw and busbw (2(n-1)/n x bytes / time) in
-GB/s, rank 0's CPU s per call (all its threads); per size a summary line: each trim variant's
-speed relative to gloo. Needs torch; the plugin from NCCL_TRIM_LIB_DIR (default build/lib)."""
+"""all_reduce through the "trim" torch.distributed backend vs gloo on one host, as users run it: the
+bench sets no NCCL_TRIM_* or GLOO_SOCKET_IFNAME (the caller's environment is passed on), so each
+picks its interface as it would under torchrun (one torch thread per rank, as torchrun's
+OMP_NUM_THREADS=1 gives). Per rank count, each round runs every backend in turn (alternated), each
+size: warm-up calls, then about 1.5 s of timed float32 SUM all_reduces, every call started together
+(a barrier on a separate gloo group). trim: the plugin's defaults; trim-raw: NCCL_TRIM_SCHEME=none
+(the transport alone); gloo-lo and trim-lo: both pinned to loopback, the project's earlier
+configuration (an extra row, not the headline). One JSON line per (round, ranks, backend, size):
+median s per call, algbw and busbw (2(n-1)/n x bytes / time) in GB/s, rank 0's CPU s per call (all
+its threads); per size a summary line: each variant's speed relative to gloo. Needs torch; the
+plugin from NCCL_TRIM_LIB_DIR (default build/lib)."""
 
 import argparse
 import os
@@ -18,7 +22,9 @@ from .jsonio import emit
 
 POINT_S = 1.5  # timed calls per point: about this long, at least 5 and at most 400
 # What each --backends name runs: the torch backend and the plugin's environment.
-VARIANTS = {"gloo": ("gloo", {}), "trim": ("trim", {}), "trim-raw": ("trim", {"NCCL_TRIM_SCHEME": "none"})}
+LOOPBACK = {"NCCL_TRIM_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+VARIANTS = {"gloo": ("gloo", {}), "trim": ("trim", {}), "trim-raw": ("trim", {"NCCL_TRIM_SCHEME": "none"}),
+            "gloo-lo": ("gloo", LOOPBACK), "trim-lo": ("trim", LOOPBACK)}
 
 
 def parse_bytes(text):
@@ -86,7 +92,7 @@ def main(argv):
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--sizes", default="4K,1M,4M,16M,64M,256M")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backends", default="gloo,trim,trim-raw", help=f"of {','.join(VARIANTS)}")
+    ap.add_argument("--backends", default="gloo,trim,trim-raw", help=f"of {','.join(VARIANTS)}; gloo first")
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
     bad = [b for b in backends if b not in VARIANTS]
@@ -97,8 +103,6 @@ def main(argv):
     except (ValueError, IndexError):
         ap.error(f"--sizes: '{args.sizes}' is not a list of sizes like 4K,1M")
     os.environ.setdefault("NCCL_TRIM_LIB_DIR", str(REPO / "build" / "lib"))
-    os.environ.setdefault("NCCL_TRIM_IFNAME", "lo")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     sys.path.insert(0, str(REPO / "python"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(REPO), os.environ.get("PYTHONPATH", "")])
     medians = {}

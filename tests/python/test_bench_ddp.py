@@ -62,6 +62,12 @@ class Arguments(unittest.TestCase):
         self.assertEqual((rc, "nccl" in err), (2, True))
         self.assertEqual([backend.parse_bytes(s) for s in ("4K", "1M", "16MiB", "300")], [4096, 1 << 20, 16 << 20, 300])
 
+    def test_backend_headline_variants_pin_nothing(self):
+        # as users run it: only the extra *-lo rows choose an interface
+        pinned = {v for v, (_, env) in backend.VARIANTS.items() if "NCCL_TRIM_IFNAME" in env or "GLOO_SOCKET_IFNAME" in env}
+        self.assertEqual(pinned, {"gloo-lo", "trim-lo"})
+        self.assertNotIn("IFNAME", Path(backend.__file__).read_text().split("def main", 1)[1])
+
     def test_workload_help(self):
         out = script(WORKLOADS / "ddp_train.py", "--help").stdout
         for w in ("--deterministic", "--die-after-iters", "--die-rank", "widemlp", "--describe", "--measure-compute",
