@@ -33,9 +33,12 @@ PRESETS = {  # name -> plan; --cpu has its own port rate (0.5 Gbit/s) and no cal
 # transport -> its switch mode, the device it needs, its mode (bench ddp's, for its rank environment
 # and run.json): `plugin` is the head bits of the plugin's rht; `hook` adds the launcher's bootstrap
 # (the RHT comm hook).
+# -tuned: TCP as a datacenter operator runs it, a 1 ms minimum RTO (Linux's default is 200 ms).
 TRANSPORTS = {
     "socket": {"switch": "drop", "device": "cuda"},
+    "socket-tuned": {"switch": "drop", "device": "cuda", "mode": "socket", "tcp_rto_min_us": 1000},
     "gloo": {"switch": "drop", "device": "cpu"},
+    "gloo-tuned": {"switch": "drop", "device": "cpu", "mode": "gloo", "tcp_rto_min_us": 1000},
     "drop": {"switch": "drop", "plugin": 1},
     "trim": {"switch": "trim", "plugin": 1},
     "trim16": {"switch": "trim", "plugin": 16, "mode": "trim"},
@@ -92,7 +95,7 @@ def parse(argv):
         if t not in TRANSPORTS:
             p.error(f"--transports: unknown transport '{t}' (one of {', '.join(TRANSPORTS)})")
         if TRANSPORTS[t].get("device", "cpu" if a.cpu else "cuda") != ("cpu" if a.cpu else "cuda"):
-            p.error(f"--transports: '{t}' needs {'--cpu' if t == 'gloo' else 'CUDA tensors (the CPU baseline is gloo)'}")
+            p.error(f"--transports: '{t}' needs {'--cpu' if t.startswith('gloo') else 'CUDA tensors (the CPU baseline is gloo)'}")
     for it in a.plan:
         if not ITEM.match(it):
             p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
@@ -143,6 +146,7 @@ def commands(a, r, run_dir, limit):
           "--rate-gbps", f"{a.rate_gbps:g}", "--buffer-bytes", str(a.buffer_bytes), "--prop-delay-us", f"{a.prop_delay_us:g}",
           "--cross", f"{r['cross']:g}", "--cross-period-ms", str(a.cross_period_ms), "--loss", f"{r['loss']:g}",
           "--mode", t["switch"], "--seed", str(a.seed), "--per-rank",
+          *(["--tcp-rto-min-us", str(t["tcp_rto_min_us"])] if "tcp_rto_min_us" in t else []),
           "--switch-arg", "--stats-interval-ms", "--switch-arg", "1000"]
     return bn, rank
 
@@ -201,7 +205,7 @@ def run_one(a, r, est, limit):
         "estimate_s": est, "limit_s": limit,
         "bottleneck": {"cross_pct": r["cross"], "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
                        "rate_gbps": a.rate_gbps, "buffer_bytes": a.buffer_bytes, "seed": a.seed,
-                       "prop_delay_us": float(a.prop_delay_us)}})
+                       "prop_delay_us": float(a.prop_delay_us), "tcp_rto_min_us": t.get("tcp_rto_min_us")}})
     print(f"congestion: {r['label']} -> {d} (estimate {est} s, limit {limit} s)", file=sys.stderr, flush=True)
     bn, rank = commands(a, r, d, limit)
     t0 = time.monotonic()

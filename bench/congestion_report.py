@@ -16,8 +16,9 @@ from .jsonio import load_json, read_jsonl
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio, table
 
-TRANSPORTS = ["socket", "gloo", "drop", "trim", "trim16", "hook"]  # the report's order
-BASELINES = ("socket", "gloo")
+TRANSPORTS = ["socket", "socket-tuned", "gloo", "gloo-tuned", "drop", "trim", "trim16", "hook"]  # the report's order
+BASELINES = ("socket", "socket-tuned", "gloo", "gloo-tuned")
+STRONGEST = ("socket-tuned", "gloo-tuned", "socket", "gloo")  # the baseline a goal is judged against first
 TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 SWITCH_KEYS = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
@@ -194,11 +195,15 @@ def by_point(runs):
 
 
 def comparisons(runs):
+    """Every transport of a point against every baseline there (the strongest first), and each
+    trimming transport against our own drop, which isolates what trimming itself adds."""
     out = []
     for (task, c, l), rs in sorted(by_point(runs).items(), key=lambda kv: (kv[0][0] or "", kv[0][2], kv[0][1])):
-        s = rs.get("socket") or rs.get("gloo") or {}
-        out += [{"task": task, "cross_pct": c, "loss_pct": l, **compare(rs[tr], s, rs.get("drop"))}
-                for tr in TRANSPORTS if tr in rs and tr not in BASELINES]
+        pairs = [(tr, b) for b in STRONGEST if b in rs for tr in TRANSPORTS if tr in rs and tr not in BASELINES]
+        pairs = (pairs or [(tr, None) for tr in TRANSPORTS if tr in rs and tr not in BASELINES])
+        pairs += [(tr, "drop") for tr in TRIMMING if tr in rs and "drop" in rs]
+        out += [{"task": task, "cross_pct": c, "loss_pct": l, **compare(rs[tr], rs.get(b) or {}, rs.get("drop"))}
+                for tr, b in pairs]
     return out
 
 
@@ -207,12 +212,12 @@ def big_task(runs):
     return max(((r.get("grad_bytes") or 0, r["task"] == "widemlp", r["task"]) for r in runs if r.get("task")), default=[None])[-1]
 
 
-def judge(runs, tr="trim"):
+def judge(runs, tr="trim", base=None):
     """The goal for trimming transport TR at 60 % cross, no loss, on the task with the most
-    gradient bytes, against the baseline of the same point."""
+    gradient bytes, against BASE of the same point (default: the strongest baseline there)."""
     task = big_task(runs)
     at = by_point(runs).get((task, GOAL_CROSS, 0.0), {})
-    base = "socket" if "socket" in at else "gloo"
+    base = base or next((b for b in STRONGEST if b in at), "gloo")
     B = base.capitalize()
     g = {"goal": f"{tr} vs {B} at {GOAL_CROSS:g} % cross load: time to target <= {GOAL_TTT}x, "
                  f"iteration p99 <= {GOAL_P99}x, final accuracy >= {B}'s - {GOAL_ACC_POINTS} points",
@@ -271,18 +276,20 @@ def judge_md(goals, comps):
             extra = "; ".join(str(p[x]) for x in ("why", "note") if p.get(x))
             lines.append(f"- {k}: {shown} -> {p['state']}" + (f" ({extra})" if extra else ""))
         lines += ([] if g["parts"] else [f"- {g.get('detail')}"]) + [""]
-    base = next((c["baseline"] for c in comps if c.get("baseline")), "baseline")
-    rows = [[fmt(c["task"]), point_name(c), c["transport"],
+    rows = [[fmt(c["task"]), point_name(c), c["transport"], fmt(c.get("baseline")),
              f"< {c['ttt_ratio_below']:g}" if c.get("ttt_ratio_below") is not None else fmt(c.get("ttt_ratio"), "g"),
              fmt(c.get("steps_ratio"), "g"), fmt(c.get("p50_ratio"), "g"), fmt(c.get("p99_ratio"), "g"),
              fmt(c.get("acc_diff_points"), "+.2f"), fmt(c.get("params_equal_baseline")),
              ", ".join(c.get("baseline_wins") or []) or ("-" if "baseline_wins" in c else c.get("note", "-")),
              c.get("why") or "-"] for c in comps]
-    lines += [f"## Every point against {base}", "", table(["task", "point", "transport", "to target", "steps", "p50", "p99",
-              "acc diff (points)", f"= {base} params", f"{base} wins", "why"], rows, md=True)]
-    wins = [f"{c['task']} {point_name(c)} vs {c['transport']}: {', '.join(c['baseline_wins'])}"
-            for c in comps if c.get("baseline_wins") and c["transport"] in TRIMMING]
-    return "\n".join(lines + ["", f"{base} wins against trimming at: " + ("; ".join(wins) or "no point measured")])
+    lines += ["## Every point against its baselines (the strongest first) and our own drop", "",
+              table(["task", "point", "transport", "against", "to target", "steps", "p50", "p99", "acc diff (points)",
+                     "same params", "it wins", "why"], rows, md=True), ""]
+    for base in dict.fromkeys(c["baseline"] for c in comps if c.get("baseline")):
+        wins = [f"{c['task']} {point_name(c)} vs {c['transport']}: {', '.join(c['baseline_wins'])}"
+                for c in comps if c.get("baseline") == base and c.get("baseline_wins") and c["transport"] in TRIMMING]
+        lines.append(f"{base} wins against trimming at: " + ("; ".join(wins) or "no point measured"))
+    return "\n".join(lines)
 
 
 def series(runs, task, tr, loss=False):
@@ -359,7 +366,9 @@ def main(argv=None):
         p.error("DIR or --augment RUNDIR")
     root, runs = Path(a.dir), load(a.dir)
     comps, present = comparisons(runs), {r.get("transport") for r in runs}
-    goals = [judge(runs, tr) for tr in TRIMMING if tr in present] or [judge(runs)]
+    # the strongest baseline's goals first: goals[0] is the headline verdict
+    goals = [judge(runs, tr, b) for b in STRONGEST if b in present for tr in TRIMMING if tr in present]
+    goals = goals or [judge(runs, tr) for tr in TRIMMING if tr in present] or [judge(runs)]
     bench, cal, skipped = load_json(root / "bench.json"), load_json(root / "calibration.json"), read_jsonl(root / "skipped.jsonl")
     over = sorted(r["overhead_s"] for r in runs if r.get("overhead_s") is not None)
     print("\n\n".join([runs_table(runs)] + [x for x in (

@@ -11,6 +11,9 @@
 #   --cross PCT [0]      cross traffic into every port, PCT % of the rate on average
 #   --cross-period-ms P  0 [default]: constant; else line-rate bursts, PCT % of every P ms
 #   --loss PCT [0]  --mode trim|drop [trim]  --seed N [1]  --prop-delay-us US [5]  --mtu BYTES [9000]
+#   --tcp-rto-min-us US  TCP's minimum RTO in every namespace (0 [default]: Linux's 200 ms): the
+#                        per-namespace sysctl net.ipv4.tcp_rto_min_us where the kernel has it
+#                        (Linux >= 6.11), else rto_min on every route; prints which
 #   --switch-arg ARG     one more trim-switch argument (repeatable)
 #   --log FILE           the switch's JSON lines (default: a temp file, removed on exit)
 #   --per-rank           CMD once per rank inside its namespace (ip netns exec), all at once; else
@@ -28,7 +31,7 @@
 set -euo pipefail
 
 BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 PERIOD_MS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
-LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn
+LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn RTO_MIN_US=0
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -45,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --prop-delay-us) PROP=$2; shift 2 ;;
     --mtu) MTU=$2; shift 2 ;;
     --switch-arg) SW_EXTRA+=("$2"); shift 2 ;;
+    --tcp-rto-min-us) RTO_MIN_US=$2; shift 2 ;;
     --log) LOG=$2; shift 2 ;;
     --per-rank) PER_RANK=1; shift ;;
     --rank-output) RANK_OUT=$2; shift 2 ;;
@@ -60,6 +64,7 @@ done
 [[ $PERIOD_MS =~ ^[0-9]+$ ]] || die "--cross-period-ms $PERIOD_MS: expected whole milliseconds"
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
+[[ $RTO_MIN_US =~ ^[0-9]+$ ]] || die "--tcp-rto-min-us $RTO_MIN_US: expected whole microseconds"
 
 # Names unique per run (PID), so parallel runs never share a namespace.
 NS=()
@@ -169,12 +174,30 @@ if ! grep -q '"event":"listening"' "$LOG" 2>/dev/null; then
 fi
 rm -f "$LOG.err"
 
+# TCP as a datacenter operator tunes it: the per-namespace sysctl, else (older kernels) the
+# routes' rto_min (whole milliseconds), now that the TUN devices and their routes exist.
+if ((RTO_MIN_US > 0)); then
+  method=sysctl
+  for n in "${NS[@]}"; do
+    if ! ip netns exec "$n" sysctl -qw "net.ipv4.tcp_rto_min_us=$RTO_MIN_US" 2>/dev/null; then
+      method=route
+      while read -r route; do
+        # shellcheck disable=SC2086  # the route's words
+        ip netns exec "$n" ip route change $route rto_min "$(((RTO_MIN_US + 999) / 1000))ms" ||
+          { echo "netns_bottleneck: could not set rto_min on '$route' in $n" >&2; exit 1; }
+      done < <(ip netns exec "$n" ip -4 route show)
+    fi
+  done
+  printf '{"event":"tcp_rto_min","us":%d,"method":"%s"}\n' "$RTO_MIN_US" "$method"
+  echo "netns_bottleneck: TCP minimum RTO ${RTO_MIN_US} us in every namespace ($method)" >&2
+fi
+
 # Always the TUN: a namespace has nothing else but lo, and an inherited NCCL_TRIM_IFNAME=lo
 # (the harness's default, or a caller's) would bypass the bottleneck.
 export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
-printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"switch_log":"%s"}\n' \
-  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$PERIOD_MS" "$LOSS" "$MODE" "$SEED" "$LOG"
+printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"tcp_rto_min_us":%d,"switch_log":"%s"}\n' \
+  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$PERIOD_MS" "$LOSS" "$MODE" "$SEED" "$RTO_MIN_US" "$LOG"
 
 rc=0
 if [[ $PER_RANK -eq 0 ]]; then

@@ -170,9 +170,10 @@ class DryRunTest(unittest.TestCase):
 
 def make_runs(out, variant):
     """summary.json files as a sweep leaves them. VARIANT: met | missed | unknown | socket_slow |
-    gloo (met, on CPU: Gloo the baseline, the hook instead of 16-bit heads)."""
+    gloo (met, on CPU: Gloo the baseline, the hook instead of 16-bit heads) | gloo_tuned (the same
+    with a gloo-tuned run at each widemlp point, 0.7x Gloo's time to target)."""
     def run(task, tr, c, l, ttt, steps_tt, p50, p99, acc, sha, steps=60, gb=11581480, status="ok", wall=None):
-        if variant == "gloo":
+        if variant in ("gloo", "gloo_tuned"):
             tr = {"socket": "gloo", "trim16": "hook"}.get(tr, tr)
         d = out / f"{task}_{tr}_c{c}_l{l}"
         d.mkdir(parents=True, exist_ok=True)
@@ -188,8 +189,11 @@ def make_runs(out, variant):
         run("widemlp", "socket", c, 0, 4.0 * f, 40, 60 * f, 90 * f, s_acc, "e" * 64)
         run("widemlp", "drop", c, 0, 4.2 * f, 40, 63 * f, 95 * f, s_acc, "e" * 64)
         run("widemlp", "trim16", c, 0, 3.0 * f, 40, 45 * f, 60 * f, t_acc, "b" * 64)
+        if variant == "gloo_tuned":
+            run("widemlp", "gloo-tuned", c, 0, 2.8 * f, 40, 45 * f, 70 * f, s_acc, "e" * 64)
     trim60 = {"met": (4.0, 40, 50.0, 80.0, t_acc), "missed": (6.0, 40, 70.0, 80.0, t_acc), "unknown": None,
-              "socket_slow": (4.0, 40, 50.0, 80.0, s_acc), "gloo": (4.0, 40, 50.0, 80.0, t_acc)}[variant]
+              "socket_slow": (4.0, 40, 50.0, 80.0, s_acc), "gloo": (4.0, 40, 50.0, 80.0, t_acc),
+              "gloo_tuned": (4.0, 40, 50.0, 80.0, t_acc)}[variant]
     run("widemlp", "trim", 0, 0, 4.0, 40, 55.0, 80.0, s_acc, "a" * 64)
     if trim60:
         run("widemlp", "trim", 60, 0, *trim60, "c" * 64)
@@ -247,7 +251,25 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual((d["goal"]["baseline"], d["goal"]["state"]), ("gloo", "met"))
         self.assertEqual([g["transport"] for g in d["goals"]], ["trim", "hook"])
         self.assertEqual((d["goals"][1]["state"], d["goals"][1]["parts"]["time_to_target"]["ratio"]), ("missed", 0.75))
-        self.assertTrue(all(c["baseline"] == "gloo" for c in d["comparisons"] if "baseline" in c))
+        pairs = {(c["task"], c["transport"], c.get("baseline")) for c in d["comparisons"] if c["cross_pct"] == 60}
+        self.assertEqual(pairs, {("widemlp", t, "gloo") for t in ("drop", "trim", "hook")} |
+                         {("widemlp", t, "drop") for t in ("trim", "hook")} |
+                         {("digits", "drop", "gloo"), ("digits", "trim", "gloo"), ("digits", "trim", "drop")})
+
+    def test_the_tuned_baseline_is_judged_first(self):
+        out, d = self.report("gloo_tuned")
+        g = d["goals"]
+        self.assertEqual([(x["transport"], x["baseline"]) for x in g],
+                         [("trim", "gloo-tuned"), ("hook", "gloo-tuned"), ("trim", "gloo"), ("hook", "gloo")])
+        # trim at 60 %: 4.0 s against tuned Gloo's 7.0 (0.571x, over the 0.5 goal), Gloo's 10.0 (0.4x)
+        self.assertEqual((g[0]["state"], g[0]["parts"]["time_to_target"]["ratio"]), ("missed", 0.571))
+        self.assertEqual((g[2]["state"], g[2]["parts"]["time_to_target"]["ratio"]), ("met", 0.4))
+        vs_drop = next(c for c in d["comparisons"] if (c["task"], c["cross_pct"], c["transport"], c.get("baseline")) ==
+                       ("widemlp", 60.0, "trim", "drop"))
+        self.assertEqual(vs_drop["ttt_ratio"], 0.381)  # 4.0 s against drop's 10.5
+        wins = next(x for x in out.splitlines() if x.startswith("gloo-tuned wins against trimming at: "))
+        self.assertIn("widemlp cross 60 % vs hook: time to target (1.071x)", wins)
+        self.assertNotIn("widemlp cross 60 % vs trim", wins)
 
     def test_augment_a_run_stopped_by_its_limit(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -280,34 +302,52 @@ def summary(transport, **kw):
 
 class DemoSummaryTest(unittest.TestCase):
     def test_both_finished(self):
-        text, s = demo.headline(summary("gloo", time_to_target_s=40.0, iter_p99_ms=3200.0, val_acc=0.955), summary("hook"), "hook")
+        runs = {"gloo": summary("gloo", time_to_target_s=40.0, iter_p99_ms=3200.0, val_acc=0.955),
+                "gloo-tuned": summary("gloo-tuned", time_to_target_s=37.5, iter_p99_ms=2000.0), "hook": summary("hook")}
+        text, s = demo.headline(runs, "hook")
         self.assertEqual((s["tta_ratio_vs_gloo"], s["p50_ratio_vs_gloo"], s["p99_ratio_vs_gloo"]), (0.75, 1.0, 0.5))
         self.assertEqual((s["tta_is_upper_bound"], s["p99_is_upper_bound"], s["acc_delta_points"]), (False, False, 0.5))
-        self.assertTrue(s["replicas_identical"] and s["gloo_finished"])
+        self.assertEqual((s["tta_ratio_vs_gloo_tuned"], s["p99_ratio_vs_gloo_tuned"], s["acc_delta_points_gloo_tuned"]),
+                         (0.8, 0.8, 0.0))
+        self.assertIsNone(s["tta_ratio_vs_drop"])  # no drop run
+        # the strongest baseline's keys come first in the JSON line
+        keys = list(s)
+        self.assertLess(keys.index("tta_ratio_vs_gloo_tuned"), keys.index("tta_ratio_vs_gloo"))
+        self.assertTrue(s["replicas_identical"] and s["gloo_finished"] and s["gloo_tuned_finished"])
         self.assertEqual((s["trim_transport"], s["task"], s["rate_gbps"], s["trim"]["steps"]), ("hook", "widemlp", 0.5, 40))
-        self.assertIn("  time to 0.95 val accuracy (s)               40.0            30.0", text)
-        self.assertTrue(text.splitlines()[0].endswith("      Gloo (TCP)     trim (hook)"))
+        self.assertIn("  time to 0.95 val accuracy (s)                 37.5              40.0              30.0", text)
+        self.assertTrue(text.splitlines()[0].endswith("   Gloo (1 ms RTO)        Gloo (TCP)       trim (hook)"))
+
+    def test_with_our_drop(self):
+        runs = {"gloo": summary("gloo"), "gloo-tuned": summary("gloo-tuned"), "drop": summary("drop", time_to_target_s=40.0),
+                "trim": summary("trim")}
+        text, s = demo.headline(runs, "trim")
+        self.assertEqual(s["tta_ratio_vs_drop"], 0.75)
+        self.assertIn("our drop", text.splitlines()[0])
 
     def test_gloo_never_reached_the_target(self):
-        text, s = demo.headline(summary("gloo", time_to_target_s=None, run_wall_s=60.0), summary("trim"), "trim")
+        runs = {"gloo": summary("gloo", time_to_target_s=None, run_wall_s=60.0), "trim": summary("trim")}
+        text, s = demo.headline(runs, "trim")
         self.assertEqual((s["tta_ratio_vs_gloo"], s["tta_is_upper_bound"]), (0.5, True))
-        self.assertIn("(Gloo did not reach 0.95 in its 40 steps, 60 s of training)", text)
+        self.assertIn("(Gloo (TCP) did not reach 0.95 in its 40 steps, 60 s of training)", text)
 
     def test_gloo_stopped_by_its_limit(self):
         gloo = summary("gloo", status="failed (124)", time_to_target_s=None, iter_p50_ms=None, iter_p99_ms=None, val_acc=None,
                        steps=None, params_identical=None, run_wall_s=None, limit_s=100,
                        progress={"steps": 20, "train_s": 75.0, "val_acc": 0.9, "iter_p50_ms": 1000.0, "iter_p99_ms_at_least": 4000.0})
-        text, s = demo.headline(gloo, summary("hook"), "hook")
+        text, s = demo.headline({"gloo": gloo, "gloo-tuned": summary("gloo-tuned"), "hook": summary("hook")}, "hook")
         self.assertEqual((s["tta_ratio_vs_gloo"], s["tta_is_upper_bound"]), (0.4, True))
         self.assertEqual((s["p50_ratio_vs_gloo"], s["p99_ratio_vs_gloo"], s["p99_is_upper_bound"]), (0.8, 0.4, True))
+        self.assertEqual((s["tta_ratio_vs_gloo_tuned"], s["tta_gloo_tuned_is_upper_bound"]), (1.0, False))
         self.assertIsNone(s["acc_delta_points"])
         self.assertTrue(s["replicas_identical"])
         self.assertFalse(s["gloo_finished"])
-        self.assertIn("(Gloo was stopped by the 100 s limit at step 20, after 75 s of training", text)
+        self.assertIn("(Gloo (TCP) was stopped by the 100 s limit at step 20, after 75 s of training", text)
 
     def test_missing_runs_give_nulls_not_errors(self):
-        _, s = demo.headline({}, {}, "hook")
-        self.assertEqual((s["tta_ratio_vs_gloo"], s["replicas_identical"], s["gloo_finished"]), (None, False, False))
+        _, s = demo.headline({}, "hook")
+        self.assertEqual((s["tta_ratio_vs_gloo"], s["tta_ratio_vs_gloo_tuned"], s["replicas_identical"], s["gloo_finished"]),
+                         (None, None, False, False))
 
     def test_switch_trim_rates_per_interval(self):
         lines = [{"event": "listening"}, {"event": "interval", "t_ms": 100, "forwarded": 10, "forwarded_trimmed": 1},
