@@ -67,8 +67,21 @@ def augment(d):
                         and e.get("train_s") is not None and e.get("val_acc") is not None)
     p50 = s.get("iter_p50_ms")
     s["comm_share"] = 1 - s["compute_ms"] / p50 if s["compute_ms"] and p50 else None
+    s["bound_ms"] = step_bound_ms(s, run.get("ranks") or 2)
+    s["efficiency"] = round(s["bound_ms"] / p50, 3) if s["bound_ms"] and p50 else None
     (d / "summary.json").write_text(json.dumps(s) + "\n")
     return s
+
+
+def step_bound_ms(s, ranks):
+    """What no transport can beat at this point: the step's compute plus the bytes each rank must
+    push through its port (a ring allreduce: 2(N-1)/N of the gradient) at the rate the cross
+    traffic leaves. None where the compute time was not measured."""
+    rate, grad = s.get("rate_gbps"), s.get("grad_bytes")
+    if not (rate and grad and s.get("compute_ms") is not None):
+        return None
+    free_bps = rate * 1e9 * (1 - (s.get("cross_pct") or 0) / 100)
+    return round(s["compute_ms"] + 2 * (ranks - 1) / ranks * grad * 8 / free_bps * 1e3, 1)
 
 
 def point(r):
@@ -90,7 +103,8 @@ def load(root):
 
 COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
            ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
-           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("final acc", "val_acc", ".4f"),
+           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
+           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
            ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
            ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
 
@@ -316,6 +330,11 @@ def plot(runs, out, plt):
             if cross:
                 ax[0].plot(xs, [r.get("iter_p99_ms") for r in cross], "o-", label=f"{tr} p99")
                 ax[0].plot(xs, [r.get("iter_p50_ms") for r in cross], "x--", label=f"{tr} p50")
+                effs = [r.get("efficiency") for r in cross]
+                if any(effs):  # each transport's efficiency (bound / p50) at each point
+                    for x, r, e in zip(xs, cross, effs):
+                        if e:
+                            ax[0].annotate(f"{e:.2f}", (x, r["iter_p50_ms"]), fontsize=6, alpha=0.7)
                 ax[2].plot(xs, [r.get("time_to_target_s") for r in cross], "o-", label=tr)
             if loss:
                 ax[1].plot([r["loss_pct"] for r in loss], [r.get("iter_p99_ms") for r in loss], "o-", label=f"{tr} p99")
@@ -324,7 +343,11 @@ def plot(runs, out, plt):
             color = axes2[i].plot(*zip(*got), "o-", label=tr)[0].get_color() if got else None
             if miss:
                 axes2[i].plot(*zip(*miss), "x", color=color, markersize=9, label=f"{tr}: not reached (run length)")
-        finish(ax[0], f"{task}: iteration time vs cross load", "cross load (% of port rate)", "ms", 7)
+        bound = sorted({(r.get("cross_pct") or 0, r["bound_ms"]) for r in runs if r.get("task") == task
+                        and not r.get("loss_pct") and r.get("bound_ms")})
+        if bound:
+            ax[0].plot(*zip(*dict(bound).items()), "k:", label="bound (compute + bytes / free rate)")
+        finish(ax[0], f"{task}: iteration time vs cross load (numbers: bound / p50)", "cross load (% of port rate)", "ms", 7)
         finish(ax[1], f"{task}: iteration p99 vs random loss", "loss (%)", "ms", 7, xscale="log")
         finish(ax[2], f"{task}: time to target accuracy", "cross load (%)", "s", 7)
         target = next((r["target_acc"] for r in runs if r.get("task") == task and r.get("target_acc")), None)
@@ -347,6 +370,7 @@ def plot(runs, out, plt):
 
 
 KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
+        "bound_ms", "efficiency",
         "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate", "plugin_trim_rate",
         "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical", "compute_ms", "comm_share",
         "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]

@@ -32,6 +32,7 @@ from .scenarios import through_switch
 
 ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to 0.95", "steps_to_target", "d"),
         ("iteration p50 (ms)", "iter_p50_ms", ".0f"), ("iteration p99 (ms)", "iter_p99_ms", ".0f"),
+        ("step bound (ms)", "bound_ms", ".0f"), ("efficiency (bound / p50)", "efficiency", ".2f"),
         ("final val accuracy", "val_acc", ".4f"), ("steps run", "steps", "d"),
         ("trimmed share (switch)", "trim_rate", ".3f"), ("retransmissions (plugin)", "retx_plugin", "d"),
         ("TCP retransmitted segments", "retx_tcp", "d"), ("replicas identical", "params_identical", ""),
@@ -102,7 +103,7 @@ def headline(runs, tr):
     summary["replicas_identical"] = bool(t.get("params_identical") and all(r.get("params_identical") for r in finished))
     summary.update({"gloo_finished": g.get("status") == "ok", "gloo_tuned_finished": gt.get("status") == "ok",
                     "trim_rate": t.get("trim_rate")})
-    keep = ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps")
+    keep = ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "efficiency")
     summary.update({slug: {k: (runs.get(key) or {}).get(k) for k in (*keep, "retx_tcp")} for key, _, slug in BASELINES})
     summary["trim"] = {k: t.get(k) for k in (*keep, "retx_plugin")}
     if drop:

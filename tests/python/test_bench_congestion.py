@@ -300,6 +300,16 @@ def summary(transport, **kw):
     return {**s, **kw}
 
 
+class BoundTest(unittest.TestCase):
+    def test_the_step_bound_is_compute_plus_bytes_through_the_free_rate(self):
+        s = {"rate_gbps": 0.5, "cross_pct": 60.0, "grad_bytes": 11581480, "compute_ms": 30.0}
+        # 11.58 MB at 40 % of 0.5 Gbit/s is 463.3 ms; a 4-rank ring pushes 1.5x that per rank
+        self.assertEqual(congestion_report.step_bound_ms(s, 2), 493.3)
+        self.assertEqual(congestion_report.step_bound_ms(s, 4), 724.9)
+        self.assertEqual(congestion_report.step_bound_ms({**s, "cross_pct": 0.0}, 2), 215.3)
+        self.assertIsNone(congestion_report.step_bound_ms({**s, "compute_ms": None}, 2))
+
+
 class DemoSummaryTest(unittest.TestCase):
     def test_both_finished(self):
         runs = {"gloo": summary("gloo", time_to_target_s=40.0, iter_p99_ms=3200.0, val_acc=0.955),
