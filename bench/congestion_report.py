@@ -346,7 +346,8 @@ def plot(runs, out, plt):
         bound = sorted({(r.get("cross_pct") or 0, r["bound_ms"]) for r in runs if r.get("task") == task
                         and not r.get("loss_pct") and r.get("bound_ms")})
         if bound:
-            ax[0].plot(*zip(*dict(bound).items()), "k:", label="bound (compute + bytes / free rate)")
+            ax[0].plot(*zip(*dict(bound).items()), ":", color="k", marker="_", markersize=16,
+                       label="bound (compute + bytes / free rate)")
         finish(ax[0], f"{task}: iteration time vs cross load (numbers: bound / p50)", "cross load (% of port rate)", "ms", 7)
         finish(ax[1], f"{task}: iteration p99 vs random loss", "loss (%)", "ms", 7, xscale="log")
         finish(ax[2], f"{task}: time to target accuracy", "cross load (%)", "s", 7)
