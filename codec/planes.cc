@@ -1,4 +1,5 @@
-// Portable reference kernels and the dispatch to the vector ones (codec/planes_avx512.cc).
+// Portable reference kernels and the dispatch to the vector ones (codec/planes_avx512.cc,
+// codec/planes_avx2.cc).
 #include "codec/planes.h"
 
 #include <atomic>
@@ -56,10 +57,20 @@ inline void pack15(Get field, uint32_t n, uint8_t* out) {
   if (bits > 0) *out = static_cast<uint8_t>(acc);
 }
 
-const bool kHasAvx512 = avx512::supported();
+// The best kernels this CPU runs, found once: AVX-512 where it has it, else AVX2 for the fp32
+// hot path (planes_kernels_f32.inc; the other kernels stay scalar there).
+enum class Isa { kScalar, kAvx2, kAvx512 };
+const Isa kBestIsa = avx512::supported() ? Isa::kAvx512 : avx2::supported() ? Isa::kAvx2 : Isa::kScalar;
 std::atomic<bool> g_force_scalar{false};
 
-inline bool vector_path() { return kHasAvx512 && !g_force_scalar.load(std::memory_order_relaxed); }
+inline Isa isa() { return g_force_scalar.load(std::memory_order_relaxed) ? Isa::kScalar : kBestIsa; }
+inline bool vector_path() { return isa() == Isa::kAvx512; }
+
+// A kernel of planes_kernels_f32.inc on the best path.
+#define TRIM_PICK_F32(fn, ...)                     \
+  (isa() == Isa::kAvx512 ? avx512::fn(__VA_ARGS__) \
+   : isa() == Isa::kAvx2 ? avx2::fn(__VA_ARGS__)   \
+                         : scalar::fn(__VA_ARGS__))
 
 }  // namespace
 
@@ -152,23 +163,30 @@ void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float
   for (uint32_t i = 0; i < n; ++i) dst[i] -= (2.0f * rng_uniform(key, first + i) - 1.0f) * clip;
 }
 
-double sum_squares(const float* v, uint32_t n, bool* all_finite) {
+void add_norm_lanes(const float* v, uint32_t i, uint32_t n, double* sq, double* ab, bool* finite) {
   // Eight lanes keep the dependency chains short; a non-finite value is skipped (and
   // reported) so one NaN does not poison the scale of a whole row.
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  bool finite = true;
-  for (uint32_t i = 0; i < n; ++i) {
-    const bool ok = std::isfinite(v[i]);
-    finite &= ok;
-    acc[i & 7] += ok ? static_cast<double>(v[i]) * v[i] : 0.0;
+  for (; i < n; ++i) {
+    const double x = v[i];
+    if (sq != nullptr) {
+      const bool ok = std::isfinite(v[i]);
+      *finite = *finite && ok;
+      sq[i & 7] += ok ? x * x : 0.0;
+    }
+    if (ab != nullptr) ab[i & 7] += std::fabs(x);
   }
-  *all_finite = finite;
+}
+
+double sum_squares(const float* v, uint32_t n, bool* all_finite) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  *all_finite = true;
+  add_norm_lanes(v, 0, n, acc, nullptr, all_finite);
   return lanes_total(acc);
 }
 
 double sum_abs(const float* v, uint32_t n) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (uint32_t i = 0; i < n; ++i) acc[i & 7] += std::fabs(static_cast<double>(v[i]));
+  add_norm_lanes(v, 0, n, nullptr, acc, nullptr);
   return lanes_total(acc);
 }
 
@@ -205,29 +223,32 @@ void fill_heads2(const uint8_t* p0, const uint8_t* pq, uint32_t begin, uint32_t 
 
 }  // namespace scalar
 
-const char* kernels_isa() { return vector_path() ? "avx512" : "scalar"; }
+const char* kernels_isa() {
+  switch (isa()) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
 void kernels_force_scalar(bool force) { g_force_scalar.store(force); }
 
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms) {
-  vector_path() ? avx512::pack_f32_sign_layout(v, n, p0, p1, p2, norms)
-                : scalar::pack_f32_sign_layout(v, n, p0, p1, p2, norms);
+  TRIM_PICK_F32(pack_f32_sign_layout, v, n, p0, p1, p2, norms);
 }
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
-  vector_path() ? avx512::pack16_from32(v, n, shift, out) : scalar::pack16_from32(v, n, shift, out);
+  TRIM_PICK_F32(pack16_from32, v, n, shift, out);
 }
 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n,
                   float* dst) {
-  vector_path() ? avx512::assemble_f32(p0, p1, p2, value_layout, n, dst)
-                : scalar::assemble_f32(p0, p1, p2, value_layout, n, dst);
+  TRIM_PICK_F32(assemble_f32, p0, p1, p2, value_layout, n, dst);
 }
 void fill_heads(const uint8_t* p0, uint32_t begin, uint32_t end, float if_set, float if_clear, float* dst) {
-  vector_path() ? avx512::fill_heads(p0, begin, end, if_set, if_clear, dst)
-                : scalar::fill_heads(p0, begin, end, if_set, if_clear, dst);
+  TRIM_PICK_F32(fill_heads, p0, begin, end, if_set, if_clear, dst);
 }
 double sum_squares(const float* v, uint32_t n, bool* all_finite) {
-  return vector_path() ? avx512::sum_squares(v, n, all_finite) : scalar::sum_squares(v, n, all_finite);
+  return TRIM_PICK_F32(sum_squares, v, n, all_finite);
 }
-double sum_abs(const float* v, uint32_t n) { return vector_path() ? avx512::sum_abs(v, n) : scalar::sum_abs(v, n); }
+double sum_abs(const float* v, uint32_t n) { return TRIM_PICK_F32(sum_abs, v, n); }
 void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
   vector_path() ? avx512::widen16(v, n, bf16, out) : scalar::widen16(v, n, bf16, out);
 }

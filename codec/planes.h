@@ -84,8 +84,10 @@ double sum_squares(const float* v, uint32_t n, bool* all_finite);
 double sum_abs(const float* v, uint32_t n);
 
 // Every function above has a portable reference (namespace scalar) and, where the CPU has
-// AVX-512 (F, BW, DQ, VL, VBMI) and BMI2, a vector version picked once at startup. Tests
-// compare the two; kernels_isa() tells which one runs.
+// AVX-512 (F, BW, DQ, VL, VBMI) and BMI2, a vector version picked once at startup; on AVX2
+// CPUs without it (Zen 2/3, client Intel) the fp32 hot path (planes_kernels_f32.inc) has AVX2
+// versions and the rest stays scalar. Tests compare each with the reference, bit for bit;
+// kernels_isa() tells which one runs ("avx512", "avx2" or "scalar").
 const char* kernels_isa();
 void kernels_force_scalar(bool force);  // tests and benchmarks only
 
@@ -93,6 +95,10 @@ namespace scalar {
 // Building blocks of the fp32 sign-layout reference: plane 0 (bit 31), plane 1 (bits 30..16).
 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0);
 void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
+// The norms' lanes: adds elements [i, n) of a run, element j into lane j % 8, in order: the
+// squares of finite values to sq (a non-finite one clears *finite), |v| to ab; sq or ab may be
+// null. The vector kernels finish their runs with it, so every ISA rounds the same.
+void add_norm_lanes(const float* v, uint32_t i, uint32_t n, double* sq, double* ab, bool* finite);
 #include "codec/planes_kernels.inc"
 }  // namespace scalar
 
@@ -100,5 +106,10 @@ namespace avx512 {
 bool supported();
 #include "codec/planes_kernels.inc"
 }  // namespace avx512
+
+namespace avx2 {
+bool supported();  // AVX2, BMI1 and BMI2
+#include "codec/planes_kernels_f32.inc"
+}  // namespace avx2
 
 }  // namespace trim::codec

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codec/decoder.h"
@@ -31,14 +32,42 @@ class PlanesKernel : public ::testing::Test {
   }
 };
 
-TEST_F(PlanesKernel, PackMatchesReference) {
+// The fp32 hot-path kernels (planes_kernels_f32.inc) of one vector ISA: AVX-512 and AVX2 both
+// have them, and both must match the reference to the bit.
+struct F32Isa {
+  const char* name;
+  bool (*supported)();
+  decltype(&scalar::pack16_from32) pack16_from32;
+  decltype(&scalar::pack_f32_sign_layout) pack_f32_sign_layout;
+  decltype(&scalar::assemble_f32) assemble_f32;
+  decltype(&scalar::fill_heads) fill_heads;
+  decltype(&scalar::sum_squares) sum_squares;
+  decltype(&scalar::sum_abs) sum_abs;
+};
+#define TRIM_F32_ISA(ns)                                                                                           \
+  F32Isa { #ns, ns::supported, ns::pack16_from32, ns::pack_f32_sign_layout, ns::assemble_f32, ns::fill_heads, \
+           ns::sum_squares, ns::sum_abs }
+
+void PrintTo(const F32Isa& isa, std::ostream* os) { *os << isa.name; }
+
+class PlanesF32Kernel : public ::testing::TestWithParam<F32Isa> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().supported()) GTEST_SKIP() << "this CPU has no " << GetParam().name;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(PlanesIsa, PlanesF32Kernel, ::testing::Values(TRIM_F32_ISA(avx512), TRIM_F32_ISA(avx2)),
+                         [](const ::testing::TestParamInfo<F32Isa>& info) { return std::string(info.param.name); });
+
+TEST_P(PlanesF32Kernel, PackMatchesReference) {
+  const F32Isa& k = GetParam();
   for (uint32_t n : kSizes) {
     std::vector<float> v = values(n, n);
     const size_t bytes = 4 * n + 16;
     std::vector<uint8_t> a(bytes, 0xAA), b(bytes, 0xAA);
     for (int shift : {0, 16}) {
       scalar::pack16_from32(v.data(), n, shift, a.data());
-      avx512::pack16_from32(v.data(), n, shift, b.data());
+      k.pack16_from32(v.data(), n, shift, b.data());
       EXPECT_EQ(a, b) << "pack16 n=" << n;
     }
     // The fused kernel: same planes, and the same norms to the bit (the scale in every header
@@ -52,7 +81,7 @@ TEST_F(PlanesKernel, PackMatchesReference) {
     std::fill(b.begin(), b.end(), 0xAA);
     Norms na, nb;
     scalar::pack_f32_sign_layout(g.data(), n, a.data(), a.data() + p0, a.data() + p0 + p1, &na);
-    avx512::pack_f32_sign_layout(g.data(), n, b.data(), b.data() + p0, b.data() + p0 + p1, &nb);
+    k.pack_f32_sign_layout(g.data(), n, b.data(), b.data() + p0, b.data() + p0 + p1, &nb);
     EXPECT_EQ(a, b) << "fused n=" << n;
     EXPECT_EQ(na.sum_sq, nb.sum_sq) << "n=" << n;
     EXPECT_EQ(na.sum_abs, nb.sum_abs) << "n=" << n;
@@ -62,7 +91,7 @@ TEST_F(PlanesKernel, PackMatchesReference) {
     std::vector<uint8_t> ha(a.size(), 0x5C), hb(a.size(), 0x5C);
     Norms ma, mb;
     scalar::pack_f32_sign_layout(g.data(), n, ha.data(), nullptr, nullptr, &ma);
-    avx512::pack_f32_sign_layout(g.data(), n, hb.data(), nullptr, nullptr, &mb);
+    k.pack_f32_sign_layout(g.data(), n, hb.data(), nullptr, nullptr, &mb);
     EXPECT_EQ(ha, hb) << "heads only n=" << n;
     EXPECT_TRUE(std::equal(ha.begin(), ha.begin() + p0, a.begin())) << "n=" << n;
     EXPECT_TRUE(std::all_of(ha.begin() + p0, ha.end(), [](uint8_t x) { return x == 0x5C; })) << "n=" << n;
@@ -71,13 +100,14 @@ TEST_F(PlanesKernel, PackMatchesReference) {
     // Huge finite values overflow fp32 squares: the kernel must fall back, not report inf.
     g[0] = 3e30f;
     Norms huge;
-    avx512::pack_f32_sign_layout(g.data(), n, b.data(), b.data() + p0, b.data() + p0 + p1, &huge);
+    k.pack_f32_sign_layout(g.data(), n, b.data(), b.data() + p0, b.data() + p0 + p1, &huge);
     EXPECT_TRUE(std::isfinite(huge.sum_sq) && huge.finite);
     EXPECT_NEAR(huge.sum_sq, 9e60, 1e-5 * 9e60);
   }
 }
 
-TEST_F(PlanesKernel, AssembleAndHeadsMatchReference) {
+TEST_P(PlanesF32Kernel, AssembleAndHeadsMatchReference) {
+  const F32Isa& k = GetParam();
   for (uint32_t n : kSizes) {
     std::mt19937 rng(n + 100);
     std::vector<uint8_t> payload(5 * n + 64);
@@ -86,28 +116,132 @@ TEST_F(PlanesKernel, AssembleAndHeadsMatchReference) {
       const uint32_t p0 = (n + 7) / 8, p1 = value_layout ? 2 * n : (15 * n + 7) / 8;
       std::vector<float> a(n), b(n);
       scalar::assemble_f32(payload.data(), payload.data() + p0, payload.data() + p0 + p1, value_layout, n, a.data());
-      avx512::assemble_f32(payload.data(), payload.data() + p0, payload.data() + p0 + p1, value_layout, n, b.data());
+      k.assemble_f32(payload.data(), payload.data() + p0, payload.data() + p0 + p1, value_layout, n, b.data());
       for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << "n=" << n << " i=" << i;
     }
     for (uint32_t begin : {0u, 1u, 5u, 16u}) {
       if (begin > n) continue;
       std::vector<float> a(n - begin), b(n - begin);
       scalar::fill_heads(payload.data(), begin, n, 2.5f, -2.5f, a.data());
-      avx512::fill_heads(payload.data(), begin, n, 2.5f, -2.5f, b.data());
+      k.fill_heads(payload.data(), begin, n, 2.5f, -2.5f, b.data());
       EXPECT_EQ(a, b) << "heads n=" << n << " begin=" << begin;
     }
     std::vector<float> v = values(n, n + 7);
     bool fa = true, fb = true;
-    const double sa = scalar::sum_squares(v.data(), n, &fa), sb = avx512::sum_squares(v.data(), n, &fb);
+    const double sa = scalar::sum_squares(v.data(), n, &fa), sb = k.sum_squares(v.data(), n, &fb);
     EXPECT_EQ(fa, fb);
     EXPECT_EQ(sa, sb) << "n=" << n;
-    const double aa = scalar::sum_abs(v.data(), n), ab = avx512::sum_abs(v.data(), n);
+    const double aa = scalar::sum_abs(v.data(), n), ab = k.sum_abs(v.data(), n);
     EXPECT_TRUE((std::isnan(aa) && std::isnan(ab)) || aa == ab) << "n=" << n << ": " << aa << " vs " << ab;
     // And on finite data, where the value is used: the same to the bit.
     std::vector<float> g(n);
     std::normal_distribution<float> dist;
     for (float& x : g) x = dist(rng);
-    EXPECT_EQ(scalar::sum_abs(g.data(), n), avx512::sum_abs(g.data(), n)) << "n=" << n;
+    EXPECT_EQ(scalar::sum_abs(g.data(), n), k.sum_abs(g.data(), n)) << "n=" << n;
+  }
+}
+
+// Rows mixing Gaussian values with every special fp32 class: NaNs (quiet, signalling, negative,
+// with payloads), infinities, zeros of both signs, denormals, the extremes. finite_only: no NaN or
+// inf, so the norms are the values the header carries.
+std::vector<float> special_values(uint32_t n, uint32_t seed, bool finite_only) {
+  static const uint32_t kSpecials[] = {0x7FC00000u, 0x7F800001u, 0xFFC12345u, 0x7FBFFFFFu, 0x7F800000u, 0xFF800000u,
+                                       0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00400000u, 0x7F7FFFFFu,
+                                       0xFF7FFFFFu, 0x00800000u};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const uint32_t pick = rng() % 8;
+    if (pick == 0) {
+      x = bits_f32(kSpecials[rng() % (sizeof(kSpecials) / sizeof(kSpecials[0]))]);
+    } else if (pick == 1) {
+      x = bits_f32(rng());
+    } else {
+      x = g(rng) * (pick == 2 ? 1e-30f : 1.0f);
+    }
+    if (finite_only && !std::isfinite(x)) x = -0.0f;
+  }
+  return v;
+}
+
+// Bits of a double, so signed zeros compare exactly. A NaN sum (|NaN| added in) is any NaN: which
+// payload survives two NaNs meeting depends on the operand order the compiler picks, and the
+// encoder only asks whether the sum is finite (the row then goes as sign, scaled by sum_squares,
+// which skips non-finite values and so is never NaN).
+uint64_t f64_bits(double d) {
+  if (std::isnan(d)) return 0x7FF8000000000000ull;
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+
+// Every size 0..300 and two large ones, inputs and outputs at every offset 0..7 (elements for
+// floats, bytes for planes) and guard bytes after every output: planes, norms and decoded values
+// the same bits as the reference, nothing written past the end.
+TEST_P(PlanesF32Kernel, EverySizeAndAlignmentMatchesReference) {
+  const F32Isa& k = GetParam();
+  std::vector<uint32_t> sizes;
+  for (uint32_t n = 0; n <= 300; ++n) sizes.push_back(n);
+  sizes.push_back(4096 + 13);
+  sizes.push_back(65536 + 7);
+  for (uint32_t n : sizes) {
+    for (uint32_t off = 0; off < 8; off += n > 300 ? 3 : 1) {
+      const std::string at = "n=" + std::to_string(n) + " off=" + std::to_string(off);
+      for (bool finite_only : {false, true}) {
+        const std::vector<float> row = special_values(n, 7 * n + off, finite_only);
+        std::vector<float> in(off + n + 8, 1.0f);
+        std::copy(row.begin(), row.end(), in.begin() + off);
+        const float* v = in.data() + off;
+        const uint32_t p0 = (n + 7) / 8, p1 = (15 * n + 7) / 8;
+        for (bool heads_only : {false, true}) {
+          std::vector<uint8_t> a(off + p0 + p1 + 2 * n + 32, 0xA5), b = a;
+          Norms na, nb;
+          na.sum_sq = nb.sum_sq = 0.5;  // they add to what is there
+          uint8_t *pa = a.data() + off, *pb = b.data() + off;
+          scalar::pack_f32_sign_layout(v, n, pa, heads_only ? nullptr : pa + p0, pa + p0 + p1, &na);
+          k.pack_f32_sign_layout(v, n, pb, heads_only ? nullptr : pb + p0, pb + p0 + p1, &nb);
+          ASSERT_EQ(a, b) << at << " heads_only=" << heads_only;
+          ASSERT_EQ(f64_bits(na.sum_sq), f64_bits(nb.sum_sq)) << at;
+          ASSERT_EQ(f64_bits(na.sum_abs), f64_bits(nb.sum_abs)) << at << ": " << na.sum_abs << " vs " << nb.sum_abs;
+          ASSERT_EQ(na.finite, nb.finite) << at;
+        }
+        for (int shift : {0, 16}) {  // the shifts the encoder uses (AVX-512 takes any other as 16)
+          std::vector<uint8_t> a(off + 2 * n + 16, 0x3C), b = a;
+          scalar::pack16_from32(v, n, shift, a.data() + off);
+          k.pack16_from32(v, n, shift, b.data() + off);
+          ASSERT_EQ(a, b) << at << " shift=" << shift;
+        }
+        bool fa = false, fb = false;
+        const double sa = scalar::sum_squares(v, n, &fa), sb = k.sum_squares(v, n, &fb);
+        ASSERT_EQ(f64_bits(sa), f64_bits(sb)) << at;
+        ASSERT_EQ(fa, fb) << at;
+        ASSERT_EQ(f64_bits(scalar::sum_abs(v, n)), f64_bits(k.sum_abs(v, n))) << at;
+      }
+      // Decode: random planes (every head and field pattern) at a byte offset, into a row at an
+      // element offset.
+      std::mt19937 rng(n * 8 + off);
+      std::vector<uint8_t> payload(off + n / 8 + 1 + 4 * n);
+      for (uint8_t& x : payload) x = static_cast<uint8_t>(rng());
+      const uint8_t* pl = payload.data() + off;
+      for (bool value_layout : {false, true}) {
+        const uint32_t p0 = (n + 7) / 8, p1 = value_layout ? 2 * n : (15 * n + 7) / 8;
+        // Exactly the planes' bytes, so a read past plane 2 is a heap overflow (ASan).
+        std::vector<uint8_t> planes(pl, pl + p0 + p1 + 2 * n);
+        std::vector<float> a(off + n + 8, 7.0f), b = a;
+        scalar::assemble_f32(planes.data(), planes.data() + p0, planes.data() + p0 + p1, value_layout, n,
+                             a.data() + off);
+        k.assemble_f32(planes.data(), planes.data() + p0, planes.data() + p0 + p1, value_layout, n, b.data() + off);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size())) << at << " value_layout=" << value_layout;
+      }
+      for (uint32_t begin : {0u, 1u, 3u, 8u, 9u, 16u}) {
+        if (begin > n) continue;
+        std::vector<float> a(off + n - begin + 8, 7.0f), b = a;
+        scalar::fill_heads(pl, begin, n, -0.0f, 1.25f, a.data() + off);
+        k.fill_heads(pl, begin, n, -0.0f, 1.25f, b.data() + off);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size())) << at << " begin=" << begin;
+      }
+    }
   }
 }
 
@@ -236,17 +370,26 @@ TEST(Planes, PackAssembleIdentity) {
 namespace trim::codec {
 namespace {
 
-// A host without AVX-512 runs the portable kernels: it must put the same planes on the wire
-// and decode any packet to the same bits, so hosts with different CPUs interoperate. (Row
-// scales may differ in the last bit, since the norms are summed in another order; the scale
-// travels in the header, so both ends still agree.)
+// kernels_isa() names the path the dispatch takes: the best this CPU has, scalar when forced.
+TEST(PlanesPaths, IsaReported) {
+  const std::string best = avx512::supported() ? "avx512" : avx2::supported() ? "avx2" : "scalar";
+  EXPECT_EQ(best, kernels_isa());
+  kernels_force_scalar(true);
+  EXPECT_STREQ("scalar", kernels_isa());
+  kernels_force_scalar(false);
+  EXPECT_EQ(best, kernels_isa());
+}
+
+// A host without the vector kernels (AVX-512 or AVX2) runs the portable ones: it must put the
+// same bytes on the wire, headers (scale, norms) included, and decode any packet, trimmed or
+// not, to the same bits, so hosts with different CPUs interoperate.
 TEST(PlanesPaths, ScalarAndVectorCodecsAgree) {
-  if (!avx512::supported()) GTEST_SKIP() << "no AVX-512 here: only one path to run";
+  if (std::string(kernels_isa()) == "scalar") GTEST_SKIP() << "no AVX-512 or AVX2 here: only one path to run";
   std::mt19937 rng(11);
   std::normal_distribution<float> g;
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (uint8_t head_bits : {uint8_t{1}, uint8_t{2}}) {
-      for (Scheme scheme : {Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd, Scheme::kRotated}) {
+      for (Scheme scheme : {Scheme::kNone, Scheme::kSign, Scheme::kRht, Scheme::kSq, Scheme::kSd, Scheme::kRotated}) {
         if (head_bits == 2 && !sign_head(scheme)) continue;
         const uint32_t elems = 3001;
         std::vector<uint8_t> msg(elems * dtype_bytes(dt));
@@ -258,6 +401,12 @@ TEST(PlanesPaths, ScalarAndVectorCodecsAgree) {
             const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
             std::memcpy(&msg[2 * i], &h, 2);
           }
+        }
+        if (dt == DType::kF32) {
+          // Row 0 keeps a NaN (such rows go as sign), row 1 an inf; denormals and -0 in both.
+          const uint32_t specials[][2] = {
+              {17, 0x7FC01234u}, {2100, 0xFF800000u}, {5, 0x00000007u}, {2999, 0x80000000u}};
+          for (const auto& s : specials) std::memcpy(&msg[4 * s[0]], &s[1], 4);
         }
         CodecConfig cfg;
         cfg.scheme = scheme;
