@@ -4,7 +4,12 @@
 //
 // A packet arrives with enqueue(); the port serialises one packet at a time at the link rate,
 // header queue first (strict priority) or by weighted round robin, and a packet leaves the
-// far end of the link prop_delay_ns after its last bit was sent. advance(now) moves the
+// far end of the link prop_delay_ns after its last bit was sent.
+//
+// A third, optional class: enqueue_priority() puts another tenant's packets in their own queue,
+// served strictly before both header and data queue (a higher-priority traffic class on a real
+// switch). The training classes then share what it leaves, between themselves as before; it is
+// never trimmed and drops only beyond its own cap. Unused, the port behaves as without it. advance(now) moves the
 // port's clock; departed() lists what has finished serialisation by then, each with the time
 // it reaches the far end (which may still be ahead of now).
 #pragma once
@@ -37,6 +42,7 @@ struct PortConfig {
   uint64_t data_queue_bytes = 262144; // data queue cap in bytes (0: no byte cap)
   uint32_t data_queue_packets = 0;    // data queue cap in packets (0: no packet cap)
   uint64_t header_queue_bytes = 65536;
+  uint64_t prio_queue_bytes = 262144; // enqueue_priority()'s queue cap in bytes (0: no cap)
   Mode mode = Mode::kTrim;
   // Where a trim cuts: 0 = "plane0" (exactly the packet's own trim point, Packet::plane0_bytes);
   // else a fixed size as real switches use (64, 128, ... 1024): a packet no longer than it
@@ -70,6 +76,7 @@ struct Packet {
   bool trimmable = false;
   bool trimmed = false;       // set when the model trims it
   bool header_class = false;  // set when it travels in the header queue (trimmed, or small control)
+  bool priority_class = false;  // set by enqueue_priority(): the other tenant's strict class
   uint64_t tag = 0;           // opaque to the model: the driver's handle on the payload
 };
 static_assert(sizeof(Packet) == 40, "the queues and the simulator copy a packet per hop");
@@ -95,7 +102,13 @@ struct PortCounters {
   uint64_t dropped_packets = 0, dropped_bytes = 0;
   uint64_t dropped_header_packets = 0;
   uint64_t exact_cut_packets = 0;  // non-trimmable packets cut to their header (trim_exact_to_header)
-  std::string to_json() const;
+  // The priority class (enqueue_priority), also counted in the totals above: what training got
+  // is sent less prio_sent.
+  uint64_t prio_sent_packets = 0, prio_sent_bytes = 0;
+  uint64_t prio_dropped_packets = 0, prio_dropped_bytes = 0;
+  uint64_t max_prio_queue_bytes = 0;
+  // with_prio: append the priority class's counters (off: the golden traces' exact text).
+  std::string to_json(bool with_prio = false) const;
   // Totals over ports: the counts add up, the maxima take the larger.
   void add(const PortCounters& o);
 };
@@ -118,6 +131,8 @@ class alignas(64) EgressPort {
   void advance(uint64_t now_ns);
   // A packet arrives at now_ns (the port advances to it first).
   Verdict enqueue(Packet p, uint64_t now_ns);
+  // A packet of the strict-priority class arrives: kQueued, or kDropped beyond prio_queue_bytes.
+  Verdict enqueue_priority(Packet p, uint64_t now_ns);
   // When the next packet finishes serialisation (UINT64_MAX when the port is idle and empty).
   uint64_t next_event_ns() const {
     // busy_ ? wire_done_ns_ : UINT64_MAX, without a branch (whether a port is busy is as good as
@@ -142,6 +157,7 @@ class alignas(64) EgressPort {
 
   uint64_t data_queue_bytes() const { return data_bytes_; }
   uint64_t header_queue_bytes() const { return header_bytes_; }
+  uint64_t prio_queue_bytes() const { return prio_bytes_; }
   size_t data_queue_packets() const { return data_.size(); }
   const PortCounters& counters() const { return counters_; }
   const PortConfig& config() const { return cfg_; }
@@ -182,6 +198,7 @@ class alignas(64) EgressPort {
   Verdict to_header_queue(Packet p);
   void start_next();     // the link is free: pick the next packet to serialise
   void start_idle(const Packet& p);  // the same for a data packet arriving at an idle, empty port
+  void start_prio();     // start_next() while the priority queue waits
   inline uint64_t serialise_ns(uint32_t bytes);  // the memo (inlined into its two callers)
   __attribute__((noinline)) uint64_t serialise_new_ns(uint32_t bytes);  // a size not in it
 
@@ -201,6 +218,7 @@ class alignas(64) EgressPort {
   Mode mode_;                    // cfg_.mode
   Priority priority_;            // cfg_.priority
   bool busy_ = false;
+  bool prio_waiting_ = false;    // !prio_.empty(), in the line start_next() reads anyway
   Packet on_wire_;
   // The last two sizes serialised and their times (a port sees few sizes: MTU packets, headers):
   // the same ceil(bytes x 8 / rate) as computed, without a division per packet.
@@ -224,6 +242,8 @@ class alignas(64) EgressPort {
     size_t operator()(const TranscriptEntry& e) const { return e.flow * 1000003u ^ e.msg * 7919u ^ e.psn; }
   };
   std::unordered_set<TranscriptEntry, EntryHash> replay_;
+  PacketRing prio_;              // the priority class: cold unless used
+  uint64_t prio_bytes_ = 0;
 };
 
 }  // namespace trim::sw

@@ -299,6 +299,26 @@ TEST(SwitchLive, ReplayTrimsTheRecordedPackets) {
   EXPECT_EQ(line_set(slurp(replayed.path)), want);
 }
 
+// --cross ...:prio=high: the switch accepts it and reports the priority class per port and in
+// total. 1 Gbit/s of it into a 0.1 Gbit/s port with a 16 KiB cap: sent at the port's rate, the
+// rest dropped and counted; the shared cross source beside it gets nothing and is dropped.
+TEST(SwitchLive, PriorityCrossIsServedFirstAndCounted) {
+  SwitchProc sw({"--rate-gbps", "0.1", "--buffer-bytes", "65536", "--prio-buffer-bytes", "16384", "--cross",
+                 "const:1:127.0.0.1:9:prio=high", "--cross", "const:0.05:127.0.0.1:9"});
+  ASSERT_GT(sw.port(), 0) << sw.context();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::map<std::string, std::string> st = sw.stop();
+  ASSERT_EQ(sw.exit_code(), 0) << sw.context();
+  EXPECT_GT(num(st, "prio_sent"), 100) << sw.context();  // ~3 packets/ms at 0.1 Gbit/s
+  EXPECT_GT(num(st, "prio_dropped"), num(st, "prio_sent")) << sw.context();
+  EXPECT_LE(num(st, "prio_max_queue"), 16384) << sw.context();
+  EXPECT_GT(num(st, "dropped"), num(st, "prio_dropped")) << sw.context();  // the shared source's
+  EXPECT_EQ(num(st, "trimmed"), 0) << sw.context();
+  const std::string out = sw.context();
+  EXPECT_NE(out.find("\"prio_queue_bytes\":"), std::string::npos);
+  EXPECT_NE(out.find("\"max_prio_queue_bytes\":"), std::string::npos);
+}
+
 TEST(SwitchLive, BadFlagsExitTwoNamingTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -308,6 +328,8 @@ TEST(SwitchLive, BadFlagsExitTwoNamingTheFlag) {
       {{"--mode", "cut"}, "trim, drop, random or replay"},
       {{"--priority", "high"}, "strict or wrr"},
       {{"--cross", "const:1"}, "--cross"},
+      {{"--cross", "const:1:all:prio=high:trimmable=1"}, "prio=high"},
+      {{"--cross", "const:1:all:prio=low"}, "prio=low"},
       {{"--mode", "replay"}, "--replay"},
       {{"--bogus", "1"}, "--bogus"},
       {{"--loss-p", "2"}, "--loss-p"},

@@ -154,6 +154,10 @@ Status apply(Config* c, const std::string& name, const std::string& v, int depth
     Result<uint64_t> x = parse_uint(flag, v, 0, uint64_t{1} << 34);
     if (!x) return x.status();
     p.header_queue_bytes = *x;
+  } else if (name == "prio-buffer-bytes") {
+    Result<uint64_t> x = parse_uint(flag, v, 0, uint64_t{1} << 34);
+    if (!x) return x.status();
+    p.prio_queue_bytes = *x;
   } else if (name == "trim-bytes") {
     Result<uint64_t> x = parse_uint(flag, v, 0, 65535);
     if (!x) return x.status();
@@ -264,7 +268,7 @@ Result<CrossSpec> parse_cross(const std::string& text) {
   const std::string flag = "--cross";
   const std::string expect =
       "expected const:RATE_GBPS:DST, onoff:RATE_GBPS:ON_MS:OFF_MS:DST or incast:K:RATE_GBPS:DST "
-      "(DST = all or host:port), optionally followed by :trimmable=0|1 and :size=BYTES";
+      "(DST = all or host:port), optionally followed by :trimmable=0|1, :size=BYTES and :prio=high|shared";
   std::vector<std::string> f = split(text, ':');
   CrossSpec s;
   s.text = text;
@@ -315,7 +319,11 @@ Result<CrossSpec> parse_cross(const std::string& text) {
     i += 2;
   }
   for (; i < f.size(); ++i) {
-    if (f[i] == "trimmable=1") {
+    if (f[i] == "prio=high") {
+      s.priority = true;
+    } else if (f[i] == "prio=shared") {
+      s.priority = false;
+    } else if (f[i] == "trimmable=1") {
       s.trimmable = true;
     } else if (f[i] == "trimmable=0") {
       s.trimmable = false;
@@ -328,6 +336,8 @@ Result<CrossSpec> parse_cross(const std::string& text) {
       return bad(fmt::format("{} '{}': unknown option '{}': {}", flag, text, f[i], expect));
     }
   }
+  // The priority class is never trimmed: a trimmable one would claim what the model ignores.
+  if (s.priority && s.trimmable) return bad(fmt::format("{} '{}': prio=high traffic is never trimmed: drop trimmable=1", flag, text));
   return s;
 }
 
@@ -346,6 +356,8 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
   --buffer-packets N       data queue cap in packets, 0 = none (default 0)
   --header-buffer-bytes B  header (trimmed) queue cap (default 65536; 0 holds nothing:
                            every trim becomes a drop)
+  --prio-buffer-bytes B    cap of the queue of --cross ...:prio=high traffic, 0 = none
+                           (default 262144); beyond it such packets are dropped
   --trim-bytes B           0 = cut at the end of plane 0 (the header's trim point, default);
                            else a fixed size counted from the IP header, as switches do
                            (never below our 80-byte header: the forwarded packet keeps it)
@@ -369,7 +381,12 @@ here; anything that is not a valid data packet is counted as `bad` and dropped.
                              incast:K:RATE_GBPS:DST       K senders in step, RATE each
                            DST = all (every egress port seen, now or later) or host:port;
                            options :trimmable=0|1 (default 0) :size=BYTES (128..9216,
-                           default 4096). Cross packets use queue and link, then vanish.
+                           default 4096) :prio=high|shared (default shared: FIFO in the
+                           data queue with training; high: another tenant's strict-priority
+                           class, its own queue served before training's header and data
+                           queues, never trimmed, dropped beyond --prio-buffer-bytes, so
+                           training gets what it leaves and is trimmed/dropped as its data
+                           queue fills). Cross packets use queue and link, then vanish.
   --loss-p P               lose each real packet with probability P on arrival, before the
                            queue, whatever its protocol (a lossy link; seeded by --seed)
 Fabric mode (--fabric 1): a trimming switch as Spectrum-4/Cumulus, SONiC and Arista ship it;
@@ -415,8 +432,10 @@ bad = datagrams that were no valid data packet (bad_ctrl: control packets among 
 forwarded/forwarded_trimmed/forwarded_bytes = real packets sent on to receivers (UDP payload
 bytes); cross = synthetic packets enqueued; cross_skipped = cross instants skipped after a stall
 of the daemon over 10 ms. "ports" repeats them per destination with its current queue_bytes,
-queue_packets and header_queue_bytes and the model's own counters. Exit status 2 for a bad
-command line or config file, 1 for a runtime failure (bind, ...), 0 otherwise.
+queue_packets and header_queue_bytes and the model's own counters; prio_sent, prio_dropped,
+prio_max_queue (bytes) and prio_queue_bytes are the priority class's (also in the totals; the
+top level adds prio_sent, prio_dropped, prio_max_queue). Exit status 2 for a bad command line
+or config file, 1 for a runtime failure (bind, ...), 0 otherwise.
 )";
 }
 

@@ -26,6 +26,9 @@ struct CrossSpec {
   sockaddr_in dst{};          // otherwise this one (its port exists from the start)
   bool trimmable = false;     // whether the model may trim them (plane0 like a real packet)
   uint32_t packet_bytes = 4096;  // IP packet size; 4096, the MTU the demo and live scenarios pin
+  // :prio=high: another tenant in the port's strict-priority class (EgressPort::enqueue_priority),
+  // served before all training traffic; shared (default): FIFO in the training data queue.
+  bool priority = false;
   std::string text;           // the spec as given, for the stats
 };
 

@@ -165,10 +165,11 @@ void Switch::generate_cross(uint64_t now_ns) {
     while (src.next_ns() <= now_ns) {
       const uint64_t at = src.next_ns();
       const uint32_t n = src.count();
+      const bool prio = src.spec().priority;
       const Packet p = src.take();
       auto put = [&](Egress& e) {
         for (uint32_t k = 0; k < n; ++k) {
-          (void)e.port.enqueue(p, at);
+          (void)(prio ? e.port.enqueue_priority(p, at) : e.port.enqueue(p, at));
           ++e.cross_packets;
         }
       };
@@ -495,11 +496,12 @@ std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
         "{{\"dst\":\"{}\",\"received\":{},\"sent\":{},\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},"
         "\"bytes\":{},\"max_queue\":{},\"queue_bytes\":{},\"queue_packets\":{},\"header_queue_bytes\":{},"
         "\"forwarded\":{},\"forwarded_trimmed\":{},\"forwarded_bytes\":{},\"cross\":{},\"send_errors\":{},"
-        "\"model\":{}}}",
+        "\"prio_sent\":{},\"prio_dropped\":{},\"prio_max_queue\":{},\"prio_queue_bytes\":{},\"model\":{}}}",
         e.name, c.received_packets, c.sent_packets, c.trimmed_packets, c.dropped_packets, c.dropped_header_packets,
         c.sent_bytes, c.max_data_queue_bytes, e.port.data_queue_bytes(), e.port.data_queue_packets(),
         e.port.header_queue_bytes(), e.forwarded_packets, e.forwarded_trimmed, e.forwarded_bytes, e.cross_packets,
-        e.send_errors, c.to_json());
+        e.send_errors, c.prio_sent_packets, c.prio_dropped_packets, c.max_prio_queue_bytes, e.port.prio_queue_bytes(),
+        c.to_json(true));
   }
   // TUN mode: flat per-class keys (CLASS_received, ...), so one-level JSON readers find them.
   std::string extra;
@@ -532,11 +534,12 @@ std::string Switch::stats_json(const char* event, uint64_t now_ns) const {
       "\"trimmed\":{},\"dropped\":{},\"dropped_header\":{},\"bytes\":{},\"bad\":{},\"bad_ctrl\":{},"
       "\"max_queue\":{},\"datagrams\":{},\"forwarded\":{},\"forwarded_trimmed\":{},\"forwarded_bytes\":{},"
       "\"cross\":{},\"cross_skipped\":{},\"send_errors\":{},\"pool_exhausted\":{},\"flows\":{},"
-      "\"wakeups\":{},\"lost\":{}{},\"ports\":[{}]}}",
+      "\"wakeups\":{},\"lost\":{},\"prio_sent\":{},\"prio_dropped\":{},\"prio_max_queue\":{}{},\"ports\":[{}]}}",
       event, static_cast<double>(now_ns) / 1e6, mode_name(cfg_.port.mode), cfg_.port.rate_gbps,
       tot.received_packets, tot.sent_packets, tot.trimmed_packets, tot.dropped_packets, tot.dropped_header_packets,
       tot.sent_bytes, g_.bad, g_.bad_ctrl, tot.max_data_queue_bytes, g_.datagrams, fwd, fwd_trimmed, fwd_bytes, cross,
-      g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, g_.lost, extra, per_port);
+      g_.cross_skipped, send_err, g_.pool_exhausted, flows_.size(), g_.loop_wakeups, g_.lost, tot.prio_sent_packets,
+      tot.prio_dropped_packets, tot.max_prio_queue_bytes, extra, per_port);
 }
 
 }  // namespace trim::sw::daemon

@@ -190,6 +190,8 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   p.pkt.msg = s.msg;
   p.pkt.psn = psn;
   p.pkt.tag = idx;
+  // The port reads the class at every hop from the pool's copy (set here once).
+  p.pkt.priority_class = cfg_.bg_priority && (f.kind == FlowKind::kBgConstant || f.kind == FlowKind::kBgBursty);
   p.xmit_ns = now_ns_;
   p.gen = f.gen;
   const uint32_t spines = topo_.spines();
@@ -217,7 +219,7 @@ void Simulator::enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t 
   // a store-forwarding stall on every hop.
   sw::Packet& pkt = pool_[slot].pkt;
   pkt.tag = slot | static_cast<uint64_t>(hop) << 32;
-  const sw::Verdict v = ep.enqueue(pkt, t);
+  const sw::Verdict v = pkt.priority_class ? ep.enqueue_priority(pkt, t) : ep.enqueue(pkt, t);
   if (v == sw::Verdict::kDropped || v == sw::Verdict::kDroppedHeader) {
     ++ctr_.dropped;
     free_pkt(slot);

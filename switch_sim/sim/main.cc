@@ -77,6 +77,11 @@ Usage: trim-sim [flags]
                          at Poisson times giving --bg-load offered load, each at line rate
   --bg-load F            background load per host, fraction of link rate (default 0.15)
   --bg-flow B            bursty flow size (default 1M)
+  --bg-priority high|shared   shared (default): background queues FIFO with the workload's
+                         data; high: another tenant in every port's strict-priority class
+                         (trim-switch --cross ...:prio=high), served before the workload's
+                         header and data queues, never cut, dropped beyond a queue of the
+                         data queue's size: the workload gets what it leaves
   --window W             packets per flow window, 1..256 (default 16)
   --cc fixed|aimd        fixed window, or AIMD (+1/cwnd per ACK, halve on loss or trimmed ACK;
                          default aimd, starting at --window)
@@ -195,6 +200,10 @@ int main(int argc, char** argv) {
       else if (v == "constant") cfg.background = trim::sim::Background::kConstant;
       else if (v == "bursty") cfg.background = trim::sim::Background::kBursty;
       else bad(a, v, "none, constant, bursty");
+    } else if (a == "--bg-priority") {
+      if (v == "high") cfg.bg_priority = true;
+      else if (v == "shared") cfg.bg_priority = false;
+      else bad(a, v, "high, shared");
     } else if (a == "--bg-load") cfg.bg_load = to_double(a, v, 0.0, 1.0);
     else if (a == "--bg-flow") cfg.bg_flow_bytes = to_bytes(a, v);
     else if (a == "--window") cfg.window_pkts = static_cast<uint32_t>(to_u64(a, v, 1, trim::sim::kMaxWindow));

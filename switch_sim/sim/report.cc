@@ -85,7 +85,7 @@ bool parse_bytes(const std::string& s, uint64_t* out) {
 
 std::string Simulator::json(double wall_seconds) const {
   TierStats tiers[kTiers];
-  uint64_t port_violations = 0, trimmed_total = 0, exact_cut_total = 0;
+  uint64_t port_violations = 0, trimmed_total = 0, exact_cut_total = 0, prio_sent = 0, prio_dropped = 0;
   const double work_ns = static_cast<double>(std::max<uint64_t>(1, work_end_ns_ ? work_end_ns_ : end_ns_));
   for (size_t i = 0; i < topo_.ports.size(); ++i) {
     const sw::EgressPort& p = topo_.ports[i];
@@ -99,7 +99,10 @@ std::string Simulator::json(double wall_seconds) const {
     trimmed_total += c.trimmed_packets;
     exact_cut_total += c.exact_cut_packets;
     // Per port: every arrival left, was dropped (data or header queue), or is still queued.
-    const uint64_t queued = p.data_queue_packets() + (p.header_queue_bytes() > 0 ? 1 : 0) + (p.next_event_ns() != UINT64_MAX ? 1 : 0);
+    const uint64_t queued = p.data_queue_packets() + (p.header_queue_bytes() > 0 ? 1 : 0) +
+                            (p.prio_queue_bytes() > 0 ? 1 : 0) + (p.next_event_ns() != UINT64_MAX ? 1 : 0);
+    prio_sent += c.prio_sent_packets;
+    prio_dropped += c.prio_dropped_packets;
     if (c.received_packets != c.sent_packets + c.dropped_packets + c.dropped_header_packets + queued) ++port_violations;
   }
   const uint64_t in_flight = pool_.size() - free_pkts_.size();
@@ -134,13 +137,14 @@ std::string Simulator::json(double wall_seconds) const {
   tj += "}";
   return fmt::format(
       "{{\"hosts\":{},\"hosts_per_leaf\":{},\"leaves\":{},\"spines\":{},\"oversub\":{},\"uplink_gbps\":{:.3f},"
-      "\"workload\":\"{}\",\"mode\":\"{}\",\"routing\":\"{}\",\"background\":\"{}\",\"bg_load\":{},"
+      "\"workload\":\"{}\",\"mode\":\"{}\",\"routing\":\"{}\",\"background\":\"{}\",\"bg_load\":{},\"bg_priority\":\"{}\","
+      "\"prio_sent\":{},\"prio_dropped\":{},"
       "\"bytes\":{},\"iters\":{},\"mtu\":{},\"link_gbps\":{},\"buffer_bytes\":{},\"trim_bytes\":{},"
       "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"fabric\":{},\"trimmed_share\":{},\"header_cuts\":{},"
       "\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
       "\"jct_ms\":{},\"jct_p50_ms\":{:.4f},\"jct_p99_ms\":{:.4f},"
       "\"injected\":{},\"delivered\":{},\"dropped\":{},\"in_flight_end\":{},\"port_conservation_violations\":{},"
-      "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
+      "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"trimmable_trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
       "\"drop_rate\":{:.6f},"
       "\"retx\":{},\"retx_trimmable\":{},\"retx_nack\":{},\"retx_nack_trimmable\":{},\"retx_rto\":{},"
       "\"retx_rack\":{},\"retx_tlp\":{},\"rto_events\":{},\"duplicates\":{},\"delivered_trimmed\":{},"
@@ -150,12 +154,14 @@ std::string Simulator::json(double wall_seconds) const {
       "\"wall_seconds\":{:.3f}}}",
       cfg_.hosts, std::min(cfg_.hosts_per_leaf, cfg_.hosts), topo_.leaves(), topo_.spines(), cfg_.oversub,
       topo_.uplink_gbps, workload_name(cfg_.workload), sw::mode_name(cfg_.mode),
-      cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background), cfg_.bg_load, cfg_.bytes,
+      cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background), cfg_.bg_load,
+      cfg_.bg_priority ? "high" : "shared", prio_sent, prio_dropped, cfg_.bytes,
       cfg_.iters, cfg_.mtu_bytes, cfg_.link_gbps, cfg_.buffer_bytes, cfg_.trim_bytes, cfg_.window_pkts,
       cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact && !cfg_.fabric ? "true" : "false",
       cfg_.fabric ? "true" : "false", cfg_.trimmed_share, ctr_.header_cuts, cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
       cfg_.seed, jct, percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99), ctr_.injected, ctr_.delivered,
       ctr_.dropped, in_flight, port_violations, conserved ? "true" : "false", trimmed_total, trimmed_total / inj,
+      trimmed_total / std::max<double>(1, ctr_.injected_trimmable),
       exact_cut_total, exact_cut_total / inj,
       ctr_.dropped / inj, ctr_.retx, ctr_.retx_trimmable, ctr_.retx_nack, ctr_.retx_nack_trimmable, ctr_.retx_rto,
       ctr_.retx_rack, ctr_.retx_tlp, ctr_.rto_events, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets,

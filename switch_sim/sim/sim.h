@@ -69,6 +69,10 @@ struct Config {
   Background background = Background::kNone;
   double bg_load = 0.15;           // background offered load per host, fraction of link rate
   uint64_t bg_flow_bytes = 1ull << 20;
+  // --bg-priority high: background is another tenant in every port's strict-priority class
+  // (sw::EgressPort::enqueue_priority, as trim-switch --cross ...:prio=high), its own queue of
+  // the data queue's size, served before the workload's header and data queues and never cut.
+  bool bg_priority = false;
   uint32_t window_pkts = 16;
   Cc cc = Cc::kAimd;
   // Loss recovery as the plugin's send_proto.cc: minimum RTO (NCCL_TRIM_MIN_RTO_US, default

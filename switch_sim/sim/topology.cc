@@ -41,6 +41,7 @@ void Topology::build(const Config& cfg) {
   base.prop_delay_ns = cfg.prop_ns;
   base.data_queue_bytes = cfg.buffer_bytes;
   base.header_queue_bytes = cfg.header_buffer_bytes ? cfg.header_buffer_bytes : cfg.buffer_bytes;
+  base.prio_queue_bytes = cfg.buffer_bytes;  // --bg-priority high: the same room as the data queue
   base.mode = cfg.mode;
   base.trim_bytes = cfg.trim_bytes;
   // Exact packets of our class are cut to their bare header whatever the trim size, as
@@ -59,6 +60,7 @@ void Topology::build(const Config& cfg) {
     // A host does not drop its own packets: the sender's window bounds this queue unless
     // --nic-buffer caps it.
     nic.data_queue_bytes = cfg.nic_buffer_bytes;
+    nic.prio_queue_bytes = cfg.nic_buffer_bytes;
     nic.seed = cfg.seed * 1000003u + h;
     ports.emplace_back(nic);
     tier.push_back(Tier::kNic);
