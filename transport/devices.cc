@@ -252,13 +252,10 @@ int resolve_mtu(const NetIf& dev, int64_t mtu_param) {
 int route_mtu(uint32_t src_ip4_be, uint32_t dst_ip4_be) {
   sock::Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = src_ip4_be;
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return 0;
-  a.sin_addr.s_addr = dst_ip4_be;
-  a.sin_port = htons(9);  // any port: a UDP connect only looks the route up
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return 0;
+  const sockaddr_in src = sock::make_addr(src_ip4_be, 0);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0) return 0;
+  const sockaddr_in dst = sock::make_addr(dst_ip4_be, 9);  // any port: a UDP connect only looks the route up
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) return 0;
   int mtu = 0;
   socklen_t len = sizeof mtu;
   return ::getsockopt(fd.get(), IPPROTO_IP, IP_MTU, &mtu, &len) == 0 ? mtu : 0;
