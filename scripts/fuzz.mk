@@ -22,13 +22,22 @@ FLAGS := -std=c++17 -O1 -g -I. -MMD -MP -fsanitize=fuzzer-no-link,address,undefi
 SEED_FLAGS := -std=c++17 -O1 -I. -MMD -MP -Wall -Wextra -Werror
 FUZZ_ARGS := -max_total_time=$(FUZZ_SECONDS) -max_len=9000 -timeout=10 -print_final_stats=1
 
-.PHONY: run
-run: $(FB)/packet-fuzz $(FB)/make-seeds $(FB)/wire-fuzz $(FB)/wire-seeds $(FB)/cut-fuzz
-	@mkdir -p $(FB)/corpus $(FB)/corpus-wire $(FB)/corpus-cut
+# The three fuzzers run side by side (make -j): each is one process for FUZZ_SECONDS.
+.PHONY: run run-packet run-wire run-cut
+run: run-packet run-wire run-cut
+
+run-packet: $(FB)/packet-fuzz $(FB)/make-seeds
+	@mkdir -p $(FB)/corpus
 	$(FB)/make-seeds $(FB)/corpus
 	$(FB)/packet-fuzz $(FUZZ_ARGS) $(FB)/corpus
+
+run-wire: $(FB)/wire-fuzz $(FB)/wire-seeds
+	@mkdir -p $(FB)/corpus-wire
 	$(FB)/wire-seeds $(FB)/corpus-wire
 	$(FB)/wire-fuzz $(FUZZ_ARGS) $(FB)/corpus-wire
+
+run-cut: $(FB)/cut-fuzz
+	@mkdir -p $(FB)/corpus-cut
 	$(FB)/cut-fuzz $(FUZZ_ARGS) $(FB)/corpus-cut
 
 # spdlog is used header-only, in this one translation unit only (as in the main build).
