@@ -109,16 +109,18 @@ void Encoder::pack_random_heads(const RowCtx& c, Scheme scheme, const float* v, 
   random_heads(key, first, v, n, clip, scheme == Scheme::kSd, p0);
 }
 
-void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, bool heads_only, Norms* norms) {
+void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, const float* tails, Norms* norms) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
-  const PlaneBits bits = plane_bits(Scheme::kSign, DType::kF32, false, c.layout->head_bits());
+  const Scheme scheme = tails != nullptr ? Scheme::kRht : Scheme::kSign;
+  const PlaneBits bits = plane_bits(scheme, DType::kF32, false, c.layout->head_bits());
   PlaneBytes planes = plane_bytes(bits, epp);
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
-    if (heads_only) {
-      pack_f32_sign_layout(src + first, n, p0, nullptr, nullptr, norms);
+    if (tails != nullptr) {
+      uint8_t* p1 = p0 + planes.p1_offset();
+      pack_f32_rht(src + first, tails + first, n, p0, p1, p1 + 2 * n, norms);
     } else {
       pack_f32_sign_layout(src + first, n, p0, p0 + planes.p1_offset(), p0 + planes.p2_offset(), norms);
     }
@@ -194,7 +196,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       src = f32_.data();
     }
     Norms norms;
-    pack_sign_payloads(c, src, rht, &norms);
+    pack_sign_payloads(c, src, rht ? v : nullptr, &norms);
     if (!norms.finite) {
       // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
       // rotated block: such rows go per element, scaled by the RMS of their finite values.
@@ -203,7 +205,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
       scale = rms(norms.sum_sq, d);
       if (rht) {
         Norms unused;
-        pack_sign_payloads(c, v, false, &unused);
+        pack_sign_payloads(c, v, nullptr, &unused);
         log_unrotated(c);
       }
       scheme = Scheme::kSign;
@@ -211,7 +213,6 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
     } else if (rht || scheme == Scheme::kRotated) {
       // A rotated row is R(V) itself.
       scale = rotated_scale(norms.sum_sq, norms.sum_abs, d, cfg_.head_scale_mse);
-      if (rht) pack_value_tails(c, v);
     } else {
       scale = rms(norms.sum_sq, d);
     }

@@ -41,9 +41,10 @@ class Encoder {
   struct RowCtx;
   void encode_f32_row(const RowCtx& c, const float* v);
   static void log_unrotated(const RowCtx& c);
-  // Planes of every packet of an fp32 sign-layout row (headers not yet written); heads_only:
-  // plane 0 alone (rht's heads from the rotated row).
-  void pack_sign_payloads(const RowCtx& c, const float* src, bool heads_only, Norms* norms);
+  // Planes of every packet of an fp32 sign-layout row (headers not yet written), norms from
+  // src; tails != nullptr: an rht row, plane 0 from src (rotated), planes 1+2 from tails (the
+  // input), in one pass.
+  void pack_sign_payloads(const RowCtx& c, const float* src, const float* tails, Norms* norms);
   // Planes 1+2 of an fp32 value-layout row (sq, sd, rht): the input's bits 31..16 and 15..0.
   static void pack_value_tails(const RowCtx& c, const float* v);
   void encode_16_row(const RowCtx& c, const uint16_t* v);

@@ -157,7 +157,7 @@ int isa_index(const char* name) {
 void fwht_run_scalar(const float* in, float* out, int log2n, const uint64_t* sign_in,
                      const uint64_t* sign_out, float scale) {
 #if defined(__SSE2__)
-  if (log2n >= VSse2::kLog2W) return fwht_run<VSse2>(in, out, log2n, {sign_in, sign_out, scale});
+  if (log2n >= VSse2::kLog2W) return fwht_run<VSse2>(in, out, log2n, {sign_in, sign_out, scale, size_t{1} << log2n});
 #endif
   reference_run(in, out, log2n, sign_in, sign_out, scale);
 }

@@ -55,7 +55,7 @@ struct VAvx2 {
 void fwht_run_avx2(const float* in, float* out, int log2n, const uint64_t* sign_in,
                    const uint64_t* sign_out, float scale) {
   if (log2n < VAvx2::kLog2W) return fwht_run_scalar(in, out, log2n, sign_in, sign_out, scale);
-  fwht_run<VAvx2>(in, out, log2n, {sign_in, sign_out, scale});
+  fwht_run<VAvx2>(in, out, log2n, {sign_in, sign_out, scale, size_t{1} << log2n});
 }
 
 }  // namespace trim::codec::detail

@@ -63,7 +63,7 @@ struct VAvx512 {
 void fwht_run_avx512(const float* in, float* out, int log2n, const uint64_t* sign_in,
                      const uint64_t* sign_out, float scale) {
   if (log2n < VAvx512::kLog2W) return fwht_run_scalar(in, out, log2n, sign_in, sign_out, scale);
-  fwht_run<VAvx512>(in, out, log2n, {sign_in, sign_out, scale});
+  fwht_run<VAvx512>(in, out, log2n, {sign_in, sign_out, scale, size_t{1} << log2n});
 }
 
 }  // namespace trim::codec::detail

@@ -31,7 +31,13 @@ struct FwhtCtx {
   const uint64_t* sign_in;
   const uint64_t* sign_out;
   float scale;
+  size_t n;  // floats in the whole transform (the input's end, for the prefetch)
 };
+
+// The first pass reads the input this many floats ahead into L1 (4 KiB): the input is a
+// fresh message in L3 or DRAM, and the hardware prefetcher loses the stream while the
+// in-L1 passes run between blocks (AVX2 on Zen 3: 5.9 -> 7.4 GB/s for rows of 2^15).
+constexpr size_t kFwhtPrefetchFloats = 1024;
 
 // Sign bits i, i + 1, ... in the low bits of the result.
 TRIM_FWHT_INLINE uint64_t fwht_signs_at(const uint64_t* bits, size_t i) {
@@ -84,6 +90,10 @@ void fwht_pass_first(const float* in, float* out, size_t count, size_t base, con
   };
   for (size_t g = 0; g < count; g += kW * kR) {
     typename V::Reg v[kR];
+    if (base + g + kFwhtPrefetchFloats < cx.n) {
+#pragma GCC unroll 16
+      for (size_t j = 0; j < kW * kR; j += 16) __builtin_prefetch(in + g + kFwhtPrefetchFloats + j, 0, 3);
+    }
 #pragma GCC unroll 16
     for (size_t j = 0; j < kR; ++j) {
       v[j] = V::load(in + g + j * kW);

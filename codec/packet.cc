@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "common/le.h"
 
@@ -110,6 +115,61 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const uint8_t
 #endif
 
 #if defined(__x86_64__)
+// Folding with carry-less multiplies (VPCLMULQDQ on 256 bits): four accumulators of two 16-byte
+// blocks each take 128 bytes per step, every block multiplied forward by x^(8 * 128) mod P and
+// added to the block 128 bytes on; the eight are then folded into one 16-byte block, whose
+// CRC-32C from a zero register is the prefix's register (CRC is linear, and a 16-byte message's
+// CRC is M(x) x^32 mod P), so the SSE4.2 instruction both reduces it and takes the rest. The
+// constants are x^e mod P in the bit-reflected frame, e one less than the distance because the
+// product of two reflected 64-bit values lands one bit low. Zen 3: 17 -> 22 GB/s on a 1936-byte
+// plane, where the three crc32 lanes are bound by the instruction's one per cycle.
+uint64_t crc_fold_constant(uint32_t e) {
+  uint32_t v = 1u << 31;  // x^0
+  for (uint32_t i = 0; i < e; ++i) v = (v & 1u) ? (v >> 1) ^ 0x82F63B78u : v >> 1;
+  return static_cast<uint64_t>(v) << 32;  // bit j of the 64-bit frame holds x^(63 - j)
+}
+
+constexpr size_t kFoldStepBytes = 128, kFoldMinBytes = 2 * kFoldStepBytes;
+
+#define TRIM_CRC_FOLD __attribute__((target("avx2,pclmul,vpclmulqdq,sse4.2")))
+
+// a * x^(8 d) mod P per 128-bit lane, k holding x^(8 d + 63) and x^(8 d - 1) in each lane.
+TRIM_CRC_FOLD inline __m256i fold256(__m256i a, __m256i k) {
+  return _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k, 0x00), _mm256_clmulepi64_epi128(a, k, 0x11));
+}
+TRIM_CRC_FOLD inline __m128i fold128(__m128i a, __m128i k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+}
+TRIM_CRC_FOLD inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len) {
+  static const uint64_t k128h = crc_fold_constant(8 * kFoldStepBytes + 63), k128l = crc_fold_constant(8 * kFoldStepBytes - 1);
+  static const uint64_t k16h = crc_fold_constant(8 * 16 + 63), k16l = crc_fold_constant(8 * 16 - 1);
+  if (len < kFoldMinBytes) return crc32c_hw(crc, data, len);
+  const __m256i k128 = _mm256_set_epi64x(static_cast<int64_t>(k128l), static_cast<int64_t>(k128h),
+                                         static_cast<int64_t>(k128l), static_cast<int64_t>(k128h));
+  // The register enters as the first four bytes' xor (the crc32 instruction's own definition).
+  __m256i a0 = _mm256_xor_si256(load256(data), _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(~crc))));
+  __m256i a1 = load256(data + 32), a2 = load256(data + 64), a3 = load256(data + 96);
+  size_t i = kFoldStepBytes;
+  for (; i + kFoldStepBytes <= len; i += kFoldStepBytes) {
+    a0 = _mm256_xor_si256(fold256(a0, k128), load256(data + i));
+    a1 = _mm256_xor_si256(fold256(a1, k128), load256(data + i + 32));
+    a2 = _mm256_xor_si256(fold256(a2, k128), load256(data + i + 64));
+    a3 = _mm256_xor_si256(fold256(a3, k128), load256(data + i + 96));
+  }
+  const __m128i k16 = _mm_set_epi64x(static_cast<int64_t>(k16l), static_cast<int64_t>(k16h));
+  const __m128i blocks[8] = {_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1),
+                             _mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1),
+                             _mm256_castsi256_si128(a2), _mm256_extracti128_si256(a2, 1),
+                             _mm256_castsi256_si128(a3), _mm256_extracti128_si256(a3, 1)};
+  __m128i acc = blocks[0];
+  for (int j = 1; j < 8; ++j) acc = _mm_xor_si128(fold128(acc, k16), blocks[j]);
+  uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(acc)));
+  c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(acc, 1)));
+  return crc32c_hw(~static_cast<uint32_t>(c), data + i, len - i);
+}
+
 // The header's 76 bytes as nine words and a tail, the TRIMMED bit masked in the first word.
 __attribute__((target("sse4.2"))) uint32_t header_crc_hw(const uint8_t* h) {
   static_assert(kCrcOffset % 8 == 4, "nine words and four bytes");
@@ -200,10 +260,40 @@ PacketErrorCounters& packet_error_counters() {
   return counters;
 }
 
+namespace {
+
+// 2: PCLMUL folding, 1: SSE4.2 lanes, 0: table; the best this CPU runs, or what a test forced.
+int crc_best_path() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("pclmul") &&
+      __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("sse4.2")) {
+    return 2;
+  }
+  if (__builtin_cpu_supports("sse4.2")) return 1;
+#endif
+  return 0;
+}
+const int kCrcBestPath = crc_best_path();
+std::atomic<int> g_crc_path{kCrcBestPath};
+
+}  // namespace
+
+namespace detail {
+int crc32c_path() { return g_crc_path.load(std::memory_order_relaxed); }
+bool crc32c_force_path(int path) {
+  if (path < 0) path = kCrcBestPath;
+  if (path > kCrcBestPath) return false;  // each path's CPU needs include the lower ones'
+  g_crc_path.store(path, std::memory_order_relaxed);
+  return true;
+}
+}  // namespace detail
+
 uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len) {
 #if defined(__x86_64__)
-  static const bool hw = __builtin_cpu_supports("sse4.2");
-  if (hw) return crc32c_hw(crc, data, len);
+  const int path = g_crc_path.load(std::memory_order_relaxed);
+  if (path == 2) return crc32c_fold(crc, data, len);
+  if (path == 1) return crc32c_hw(crc, data, len);
 #endif
   return crc32c_sw(crc, data, len);
 }

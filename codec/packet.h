@@ -152,6 +152,13 @@ uint32_t verified_prefix(const uint8_t* h, const uint8_t* payload, uint32_t rece
 // CRC-32C of `crc`'s data followed by [data, data + len): crc32c_extend(0, d, n) = crc32c(d, n).
 uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len);
 
+namespace detail {
+// Which CRC-32C path runs (2: PCLMUL folding, 1: SSE4.2, 0: table), and a switch to force one
+// (-1: the best again; false, changing nothing, where this CPU lacks it). Tests and benchmarks.
+int crc32c_path();
+bool crc32c_force_path(int path);
+}  // namespace detail
+
 // Where a lossy packet's check points fall (payload prefix lengths, ascending, the last one
 // payload_bytes): the end of the trim point, `planned_cut` (the payload bytes a fixed-size fabric
 // trim keeps, 0: none), and points inside the heads. Returns how many (<= kCheckPoints).

@@ -88,6 +88,13 @@ void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, 
   norms->finite = norms->finite && finite;
 }
 
+void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                  Norms* norms) {
+  scalar::pack_f32_sign_layout(rot, n, p0, nullptr, nullptr, norms);
+  scalar::pack16_from32(v, n, 16, p1);
+  scalar::pack16_from32(v, n, 0, p2);
+}
+
 void pack_sign_bits32(const float* v, uint32_t n, uint8_t* p0) {
   for (uint32_t i = 0; i < n; i += 8) {
     uint32_t b = 0;
@@ -234,6 +241,13 @@ void kernels_force_scalar(bool force) { g_force_scalar.store(force); }
 
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms) {
   TRIM_PICK_F32(pack_f32_sign_layout, v, n, p0, p1, p2, norms);
+}
+void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                  Norms* norms) {
+  if (isa() == Isa::kAvx2) return avx2::pack_f32_rht(rot, v, n, p0, p1, p2, norms);
+  pack_f32_sign_layout(rot, n, p0, nullptr, nullptr, norms);
+  pack16_from32(v, n, 16, p1);
+  pack16_from32(v, n, 0, p2);
 }
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
   TRIM_PICK_F32(pack16_from32, v, n, shift, out);

@@ -36,6 +36,14 @@ struct Norms {
 // which is what rht takes from the rotated values (its planes 1+2 hold the input's bits).
 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2, Norms* norms);
 
+// One rht packet in one pass: plane 0 and the norms from the rotated values `rot` (as
+// pack_f32_sign_layout(rot, n, p0, nullptr, nullptr, norms)), planes 1+2 from the input `v`
+// (bits 31..16 to p1, bits 15..0 to p2, as pack16_from32 with shifts 16 and 0). When a value
+// of rot is not finite, norms->finite becomes false and the sums are unspecified (the encoder
+// then sends the row unrotated and recomputes them); otherwise every output is the reference's.
+void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                  Norms* norms);
+
 // Decode of whole fp32 elements [0, n) of a packet: sign layout (plane 0 = sign, plane 1 =
 // bits 30..16) or value layout (plane 1 = bits 31..16); plane 2 = bits 15..0.
 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, bool value_layout, uint32_t n, float* dst);
@@ -99,6 +107,8 @@ void pack15_from32(const float* v, uint32_t n, uint8_t* p1);
 // squares of finite values to sq (a non-finite one clears *finite), |v| to ab; sq or ab may be
 // null. The vector kernels finish their runs with it, so every ISA rounds the same.
 void add_norm_lanes(const float* v, uint32_t i, uint32_t n, double* sq, double* ab, bool* finite);
+void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                  Norms* norms);
 #include "codec/planes_kernels.inc"
 }  // namespace scalar
 
@@ -110,6 +120,9 @@ bool supported();
 namespace avx2 {
 bool supported();  // AVX2, BMI1 and BMI2
 #include "codec/planes_kernels_f32.inc"
+// The rht packet pass (AVX-512 runs the composition of its kernels instead).
+void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                  Norms* norms);
 }  // namespace avx2
 
 }  // namespace trim::codec

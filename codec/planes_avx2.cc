@@ -166,6 +166,51 @@ TRIM_AVX2 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uin
   norms->finite = norms->finite && finite;
 }
 
+// rht: 8 elements per step, both inputs read once. The norms skip the reference's finiteness
+// masks: a square of a finite float is exact in double and 2^32 of them stay far below double's
+// range, so the lanes end finite exactly when every value was, and then hold the reference's
+// sums (same lanes, same order). Plane 1+2: one byte shuffle splits each 128-bit half into its
+// low and high u16s, a quadword permute gathers the eight of each.
+TRIM_AVX2 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                            Norms* norms) {
+  __m256d sq_lo = _mm256_setzero_pd(), sq_hi = sq_lo, ab_lo = sq_lo, ab_hi = sq_lo;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r = _mm256_loadu_ps(rot + i);
+    p0[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(r));
+    const __m256 a = _mm256_and_ps(r, abs_mask);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    sq_lo = _mm256_add_pd(sq_lo, _mm256_mul_pd(lo, lo));
+    sq_hi = _mm256_add_pd(sq_hi, _mm256_mul_pd(hi, hi));
+    ab_lo = _mm256_add_pd(ab_lo, lo);
+    ab_hi = _mm256_add_pd(ab_hi, hi);
+    const __m256i x = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), split), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p2 + 2 * i), _mm256_castsi256_si128(x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + 2 * i), _mm256_extracti128_si256(x, 1));
+  }
+  if (i < n) {
+    scalar::pack_sign_bits32(rot + i, n - i, p0 + i / 8);
+    scalar::pack16_from32(v + i, n - i, 16, p1 + 2 * i);
+    scalar::pack16_from32(v + i, n - i, 0, p2 + 2 * i);
+  }
+  alignas(32) double sq[8], ab[8];
+  _mm256_store_pd(sq, sq_lo);
+  _mm256_store_pd(sq + 4, sq_hi);
+  _mm256_store_pd(ab, ab_lo);
+  _mm256_store_pd(ab + 4, ab_hi);
+  // All lanes finite <=> every square so far was (squares are >= 0: no inf - inf).
+  const __m256d all = _mm256_add_pd(sq_lo, sq_hi);
+  bool finite = _mm256_movemask_pd(_mm256_cmp_pd(all, _mm256_set1_pd(__builtin_inf()), _CMP_LT_OQ)) == 0xF;
+  scalar::add_norm_lanes(rot, i, n, sq, ab, &finite);
+  norms->sum_sq += lanes_total(sq);
+  norms->sum_abs += lanes_total(ab);
+  norms->finite = norms->finite && finite;
+}
+
 // Sign layout, 8 elements per step: field j of a group sits at bit 15j of its 15 bytes; a byte
 // shuffle (the group in both 128-bit halves) brings bytes [15j/8, 15j/8 + 3) into lane j and a
 // variable shift aligns it.

@@ -125,25 +125,34 @@ uint32_t crc32c_bitwise(uint32_t crc, const uint8_t* d, size_t n) {
   return ~crc;
 }
 
+// Every path this CPU runs (PCLMUL folding: 128-byte steps from 256 bytes on, then SSE4.2).
 TEST(Packet, Crc32cMatchesTheBitwiseDefinitionOnEveryLength) {
   std::mt19937 rng(5);
   std::vector<uint8_t> data(2 * 3072 + 3 * 384 + 64);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   std::vector<size_t> lengths;
-  for (size_t n = 0; n <= 64; ++n) lengths.push_back(n);
-  for (size_t block : {384u, 768u, 3072u, 3072u + 384u, 3072u + 2 * 384u + 383u, 6144u, 6144u + 384u}) {
+  for (size_t n = 0; n <= 640; ++n) lengths.push_back(n);
+  for (size_t block : {768u, 1936u, 3072u, 3072u + 384u, 3072u + 2 * 384u + 383u, 6144u, 6144u + 384u}) {
     for (size_t n = block - 9; n <= block + 9 && n <= data.size(); ++n) lengths.push_back(n);
   }
-  for (size_t n : {777u, 1000u, 2048u, 4000u, 4700u}) lengths.push_back(n);
-  for (size_t n : lengths) {
-    for (size_t off : {0u, 1u, 3u}) {
-      if (off + n > data.size()) continue;
-      const uint32_t want = crc32c_bitwise(0, data.data() + off, n);
-      ASSERT_EQ(crc32c(data.data() + off, n), want) << "length " << n << " offset " << off;
-      const size_t cut = n * 2 / 5;
-      ASSERT_EQ(crc32c_extend(crc32c(data.data() + off, cut), data.data() + off + cut, n - cut), want) << n;
+  for (size_t n : {777u, 1000u, 2048u, 3993u, 4000u, 4700u}) lengths.push_back(n);
+  for (int path = 0; path <= 2; ++path) {
+    if (!detail::crc32c_force_path(path)) continue;
+    for (size_t n : lengths) {
+      for (size_t off : {0u, 1u, 3u}) {
+        if (off + n > data.size()) continue;
+        const std::string at = "path " + std::to_string(path) + " length " + std::to_string(n) + " offset " +
+                               std::to_string(off);
+        const uint32_t want = crc32c_bitwise(0, data.data() + off, n);
+        ASSERT_EQ(crc32c(data.data() + off, n), want) << at;
+        const size_t cut = n * 2 / 5;
+        ASSERT_EQ(crc32c_extend(crc32c(data.data() + off, cut), data.data() + off + cut, n - cut), want) << at;
+        ASSERT_EQ(crc32c_extend(0xFFFFFFFFu, data.data() + off, n), crc32c_bitwise(0xFFFFFFFFu, data.data() + off, n))
+            << at;
+      }
     }
   }
+  ASSERT_TRUE(detail::crc32c_force_path(-1));
 }
 
 TEST(Packet, HeaderCrcIsCrc32cOfTheFirst76Bytes) {

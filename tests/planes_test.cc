@@ -245,6 +245,53 @@ TEST_P(PlanesF32Kernel, EverySizeAndAlignmentMatchesReference) {
   }
 }
 
+// rht's one-pass packet kernel (AVX2, and the dispatched one whatever the CPU): planes 0-2 the
+// reference's bytes always, norms the reference's bits when every rotated value is finite, and
+// the finiteness always. Rows: every size 0..300 and two large ones at offsets 0..7, with
+// specials (most such rows hold a NaN or inf somewhere, vector part or scalar tail), finite
+// rows, and rows finite but one value, placed at every position of the first 40.
+TEST(PlanesRht, OnePassMatchesReference) {
+  using Fn = void (*)(const float*, const float*, uint32_t, uint8_t*, uint8_t*, uint8_t*, Norms*);
+  std::vector<std::pair<const char*, Fn>> kernels = {{"dispatch", pack_f32_rht}};
+  if (avx2::supported()) kernels.emplace_back("avx2", avx2::pack_f32_rht);
+  std::vector<uint32_t> sizes;
+  for (uint32_t n = 0; n <= 300; ++n) sizes.push_back(n);
+  sizes.push_back(4096 + 13);
+  sizes.push_back(65536 + 7);
+  for (const auto& [name, fn] : kernels) {
+    for (uint32_t n : sizes) {
+      for (uint32_t off = 0; off < 8; off += n > 300 ? 3 : 1) {
+        for (int kind = 0; kind < 3; ++kind) {
+          const std::string at = std::string(name) + " n=" + std::to_string(n) + " off=" + std::to_string(off) +
+                                 " kind=" + std::to_string(kind);
+          std::vector<float> rot(off + n + 8, 1.0f), in(off + n + 8, 2.0f);
+          const std::vector<float> r = special_values(n, 11 * n + off, kind != 0), x = special_values(n, 13 * n + off, false);
+          std::copy(r.begin(), r.end(), rot.begin() + off);
+          std::copy(x.begin(), x.end(), in.begin() + off);
+          if (kind == 2 && n > 0) rot[off + (n * 7 + off) % std::min(n, 40u)] = off % 2 ? -INFINITY : NAN;
+          const uint32_t p0 = (n + 7) / 8;
+          std::vector<uint8_t> a(off + p0 + 4 * n + 32, 0xA5), b = a;
+          Norms na, nb;
+          na.sum_sq = nb.sum_sq = 0.5;  // they add to what is there
+          na.sum_abs = nb.sum_abs = 0.25;
+          uint8_t *pa = a.data() + off, *pb = b.data() + off;
+          scalar::pack_f32_rht(rot.data() + off, in.data() + off, n, pa, pa + p0, pa + p0 + 2 * n, &na);
+          fn(rot.data() + off, in.data() + off, n, pb, pb + p0, pb + p0 + 2 * n, &nb);
+          ASSERT_EQ(a, b) << at;
+          ASSERT_EQ(na.finite, nb.finite) << at;
+          if (kind != 0 && n > 0) {
+            ASSERT_EQ(kind == 1, na.finite) << at;  // the rows are what they claim
+          }
+          if (na.finite) {
+            ASSERT_EQ(f64_bits(na.sum_sq), f64_bits(nb.sum_sq)) << at;
+            ASSERT_EQ(f64_bits(na.sum_abs), f64_bits(nb.sum_abs)) << at;
+          }
+        }
+      }
+    }
+  }
+}
+
 // 2-bit heads: plane Q and the bins' sums (to the bit: every encoder sends the same levels),
 // on every bit pattern (NaN and inf: a bin bit, never a sum) and on Gaussian rows; the decode of
 // signs and bins, with the bins cut anywhere (nq) and rows starting anywhere (begin).

@@ -1,13 +1,24 @@
 // Shared pieces of trim-bench: timing, JSON lines, flags.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstring>
 #include <string>
 
 namespace trim::bench {
 
+// `trim-bench codec --cpu-time`: time by this thread's CPU clock, so the time it spends
+// descheduled on a loaded shared machine does not count (cache and core contention still do).
+inline bool g_thread_cpu_clock = false;
+
 inline double now_s() {
+  if (g_thread_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 

@@ -174,6 +174,7 @@ int run_codec_bench(int argc, char** argv) {
   Setup s;
   s.json = has_flag(argc, argv, "--json");
   const bool quick = has_flag(argc, argv, "--quick");
+  trim::bench::g_thread_cpu_clock = has_flag(argc, argv, "--cpu-time");
   s.total_bytes = quick ? (16ull << 20) : (64ull << 20);
   s.reps = quick ? 2 : 3;
   const char* only = nullptr;  // --scheme NAME runs one scheme

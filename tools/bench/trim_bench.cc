@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "profiler") == 0) return run_profiler_bench(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "cuda") == 0) return run_cuda_bench(argc - 1, argv + 1);
   std::fprintf(stderr,
-               "usage: trim-bench codec [--quick] [--json]   encode/decode per scheme vs memcpy\n"
+               "usage: trim-bench codec [--quick] [--json] [--scheme S] [--head-bits B] [--cpu-time]\n"
+               "                                            encode/decode per scheme vs memcpy\n"
                "       trim-bench fwht  [--quick] [--json]   Walsh-Hadamard transform vs memcpy\n"
                "       trim-bench profiler [--quick] [--json]  per-isend cost of asking NCCL's profiler chain\n"
                "       trim-bench cuda  [--quick] [--json] [--row-log2 L] [--reps N] [--check]\n"
