@@ -5,7 +5,7 @@
           one line a run (cached in --out), a table of the ratio per RTO, one JSON line
   scale   the ring AllReduce at 16, 64, 256 and 1024 hosts (--sizes) in four transports: trimming,
           our transport on tail-drop switches, and a TCP-like baseline (trim-sim --transport tcp:
-          cumulative ACKs, SACK fast recovery, RTO) with a 1 ms (tuned) and a 200 ms (Linux default)
+          cumulative ACKs, SACK and RACK fast recovery, RTO) with a 1 ms (tuned) and a 200 ms (Linux default)
           minimum RTO; the congestion is the ring's own: ranks placed at random on 4-host leaves with
           2:1 uplinks, so most ring hops cross the spine and collide there at every size (no background:
           a 200 ms stall costs no simulated packets). One JSON line a run (cached in --out), a table of

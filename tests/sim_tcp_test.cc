@@ -1,9 +1,9 @@
 // trim-sim's TCP-like baseline (switch_sim/sim/tcp.h) on its own: one sender and one receiver
 // over a lossless pipe of fixed delay and rate, with chosen segments lost on their first
 // transmission(s). Checks the properties the baseline stands on: a single loss with 3 or more
-// segments after it is repaired by fast retransmit (no timeout), a tail loss waits the minimum
-// RTO (doubling when the resend is lost too), the window halves on a loss, and data reaches the
-// application in order.
+// segments after it is repaired by fast retransmit (no timeout), and with RACK one with fewer, or
+// a lost resend; a tail loss waits the minimum RTO (doubling when the resend is lost too); the
+// window halves on a loss; data reaches the application in order.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -30,9 +30,10 @@ struct Result {
 };
 
 // Sends `total` segments; segment s is lost on its first lose[s] transmissions.
-Result run(uint32_t total, std::map<uint32_t, int> lose, uint64_t min_rto_ns) {
+Result run(uint32_t total, std::map<uint32_t, int> lose, uint64_t min_rto_ns, bool rack = true) {
   TcpConfig cfg;
   cfg.min_rto_ns = min_rto_ns;
+  cfg.rack = rack;
   cfg.handshake_rtt_ns = 2 * kOneWayNs;
   TcpSender snd(cfg);
   TcpReceiver rcv;
@@ -50,8 +51,8 @@ Result run(uint32_t total, std::map<uint32_t, int> lose, uint64_t min_rto_ns) {
       link_free_ns = std::max(link_free_ns, now) + kSegNs;
       if (r.sends[n.seq]++ >= lose[n.seq]) q.emplace(link_free_ns + kOneWayNs, order++, kData, n.seq, 0, false);
     }
-    if (snd.rto_deadline_ns() != 0 && snd.rto_deadline_ns() != timer_at) {
-      timer_at = snd.rto_deadline_ns();
+    if (snd.next_deadline_ns() != 0 && snd.next_deadline_ns() != timer_at) {
+      timer_at = snd.next_deadline_ns();
       q.emplace(timer_at, order++, kTimer, 0, 0, false);
     }
   };
@@ -109,29 +110,57 @@ TEST(SimTcp, SingleLossIsRepairedByFastRetransmitWithoutTimeout) {
   }
 }
 
-// Three segments SACKed above a hole start fast recovery; two do not, and the hole waits for the
-// timeout: the boundary of Linux's dupthresh of 3.
+// A loss with nothing delivered after it (the stream's last segment) waits for the minimum RTO,
+// with or without RACK; then cwnd is 1.
 TEST(SimTcp, TailLossWaitsTheMinimumRto) {
   for (const uint64_t min_rto : {1'000'000ull, 200'000'000ull}) {
-    for (const uint32_t lost : {99u, 97u}) {  // the last segment; or the third last (2 after it)
-      const Result r = run(100, {{lost, 1}}, min_rto);
-      EXPECT_EQ(r.timeouts, 1u) << lost;
-      EXPECT_EQ(r.fast_recoveries, 0u) << lost;
-      EXPECT_GE(r.done_ns, min_rto) << lost;
-      EXPECT_LT(r.done_ns, min_rto + clean_ns(100) + 2 * 2 * kOneWayNs) << lost;
+    for (const bool rack : {true, false}) {
+      const Result r = run(100, {{99, 1}}, min_rto, rack);
+      EXPECT_EQ(r.timeouts, 1u) << rack;
+      EXPECT_EQ(r.fast_recoveries, 0u) << rack;
+      EXPECT_GE(r.done_ns, min_rto) << rack;
+      EXPECT_LT(r.done_ns, min_rto + clean_ns(100) + 2 * 2 * kOneWayNs) << rack;
       EXPECT_EQ(r.cwnd_after_timeout, 1.0);
     }
-    const Result fast = run(100, {{96, 1}}, min_rto);  // 3 segments after it
-    EXPECT_EQ(fast.timeouts, 0u);
-    EXPECT_EQ(fast.fast_recoveries, 1u);
-    EXPECT_LT(fast.done_ns, clean_ns(100) + 4 * 2 * kOneWayNs);
   }
+}
+
+// Without RACK, three segments SACKed above a hole start fast recovery and two do not (the hole
+// waits for the timeout): the boundary of Linux's dupthresh of 3. With RACK (Linux's default),
+// one segment delivered after the hole is enough, a round trip and a quarter later.
+TEST(SimTcp, DupthreshWithoutRackAndRackWithFewerSacks) {
+  const uint64_t min_rto = 200'000'000;
+  const Result reno2 = run(100, {{97, 1}}, min_rto, false);  // 2 segments after it
+  EXPECT_EQ(reno2.timeouts, 1u);
+  EXPECT_EQ(reno2.fast_recoveries, 0u);
+  EXPECT_GE(reno2.done_ns, min_rto);
+  const Result reno3 = run(100, {{96, 1}}, min_rto, false);  // 3 segments after it
+  EXPECT_EQ(reno3.timeouts, 0u);
+  EXPECT_EQ(reno3.fast_recoveries, 1u);
+  EXPECT_LT(reno3.done_ns, clean_ns(100) + 4 * 2 * kOneWayNs);
+  const Result rack1 = run(100, {{98, 1}}, min_rto, true);  // 1 segment after it
+  EXPECT_EQ(rack1.timeouts, 0u);
+  EXPECT_EQ(rack1.fast_recoveries, 1u);
+  EXPECT_LT(rack1.done_ns, clean_ns(100) + 4 * 2 * kOneWayNs);
+}
+
+// A resend lost again: without RACK only the timeout finds it; RACK finds it once a later send
+// is delivered (here the new data that follows), with no timeout.
+TEST(SimTcp, LostResendFoundByRackOnly) {
+  const uint64_t min_rto = 200'000'000;
+  const Result reno = run(300, {{40, 2}}, min_rto, false);
+  EXPECT_EQ(reno.timeouts, 1u);
+  EXPECT_EQ(reno.sends.at(40), 3);
+  const Result rack = run(300, {{40, 2}}, min_rto, true);
+  EXPECT_EQ(rack.timeouts, 0u);
+  EXPECT_EQ(rack.sends.at(40), 3);
+  EXPECT_LT(rack.done_ns, clean_ns(300) + 8 * 2 * kOneWayNs);
 }
 
 // The resend lost too: the second timeout comes twice the minimum RTO after the first.
 TEST(SimTcp, TimeoutBacksOffExponentially) {
   const uint64_t min_rto = 1'000'000;
-  const Result r = run(50, {{49, 2}}, min_rto);
+  const Result r = run(50, {{49, 2}}, min_rto);  // the last segment: no later send to tell
   EXPECT_EQ(r.timeouts, 2u);
   EXPECT_EQ(r.sends.at(49), 3);
   EXPECT_GE(r.done_ns, 3 * min_rto);

@@ -339,7 +339,8 @@ namespace {
 // --transport tcp, the TCP-like baseline, in the whole simulator: every flow completes with its
 // packets accounted for, losses are repaired both by fast recovery and by timeouts, nothing is
 // trimmed, and the minimum RTO is what a stall costs: 200 ms (Linux's default) makes the ring
-// far slower than 1 ms (tuned), and trimming beats the tuned one. It needs --mode drop.
+// far slower than 1 ms (tuned), and trimming beats the tuned one. RACK (on by default, as in
+// Linux) spares most timeouts. It needs --mode drop.
 TEST(SimRun, TcpBaselineRecoversAndItsMinimumRtoSetsTheStall) {
   const std::string args =
       "--hosts 32 --hosts-per-leaf 4 --oversub 2 --ring random --bytes 4M --iters 3 --seed 2 --max-sim-ms 100000 --json ";
@@ -361,6 +362,12 @@ TEST(SimRun, TcpBaselineRecoversAndItsMinimumRtoSetsTheStall) {
   EXPECT_GT(num(slow.json, "jct_p50_ms"), 200) << "at least one 200 ms stall an iteration";
   EXPECT_GT(num(slow.json, "jct_p99_ms"), 10 * num(fast.json, "jct_p99_ms"));
   EXPECT_LT(num(trim.json, "jct_p99_ms"), num(fast.json, "jct_p99_ms"));
+  // Without RACK (Reno + SACK only) a hole needs 3 SACKs or the timeout: far more timeouts.
+  const SimRunResult reno = run_sim(args + "--mode drop --transport tcp --rto-us 1000 --tcp-rack 0");
+  ASSERT_EQ(reno.rc, 0) << reno.out;
+  EXPECT_EQ(num(reno.json, "tcp_rack"), 0);
+  EXPECT_EQ(num(fast.json, "tcp_rack"), 1);
+  EXPECT_GT(num(reno.json, "rto_events"), 5 * num(fast.json, "rto_events")) << reno.json << "\n" << fast.json;
   const SimRunResult bad = run_sim("--transport tcp");  // trim mode
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.out.find("--mode drop"), std::string::npos) << bad.out;

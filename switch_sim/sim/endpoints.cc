@@ -221,7 +221,7 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   if (cfg_.transport == Transport::kTcp) {
     TcpSender& snd = tcp_[fid].snd;
     snd.on_sent(psn, retx, now_ns_);
-    arm_timer(fid, snd.rto_deadline_ns());
+    arm_timer(fid, snd.next_deadline_ns());
   } else {
     f.rec.on_send(now_ns_, !retx, true);
     arm_timer(fid, f.rec.next_deadline_ns());

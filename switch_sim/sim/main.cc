@@ -93,7 +93,10 @@ Usage: trim-sim [flags]
                          recovery once 3 segments are SACKed above a hole (cwnd and ssthresh
                          halve; holes with 3 SACKed above, and NewReno's partial ACKs, are
                          resent), RTO = max(--rto-us, srtt + 4 rttvar) doubling to cwnd 1; no
-                         tail loss probe, no RACK; --window, --cc and --tlp do not apply
+                         tail loss probe; --window, --cc and --tlp do not apply
+  --tcp-rack 0|1         --transport tcp: RACK loss detection as Linux's default (1, default:
+                         a hole is lost once a later-sent segment was delivered and its RTT plus
+                         min_rtt/4 passed; finds lost resends too) or Reno + SACK only (0)
   --slice B              ring step slice (NCCL SIMPLE step; default 512K)
   --ring linear|random   ring order: host order (topology-aware, as NCCL) or shuffled
   --seed S               (default 1)
@@ -220,6 +223,7 @@ int main(int argc, char** argv) {
       else bad(a, v, "fixed, aimd");
     } else if (a == "--rto-us") cfg.rto_ns = to_u64(a, v, 1, 10000000) * 1000;
     else if (a == "--tlp") cfg.tlp = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--tcp-rack") cfg.tcp_rack = to_u64(a, v, 0, 1) == 1;
     else if (a == "--transport") {
       if (v == "own") cfg.transport = trim::sim::Transport::kOwn;
       else if (v == "tcp") cfg.transport = trim::sim::Transport::kTcp;

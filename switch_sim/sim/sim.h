@@ -85,6 +85,7 @@ struct Config {
   uint64_t rto_ns = 10'000'000;
   bool tlp = true;
   Transport transport = Transport::kOwn;
+  bool tcp_rack = true;  // --transport tcp: RACK loss detection, as Linux (tcp.h)
   uint64_t slice_bytes = 512ull << 10;  // NCCL SIMPLE step size: 4 MiB buffer / 8 steps
   RingOrder ring = RingOrder::kLinear;
   uint64_t seed = 1;

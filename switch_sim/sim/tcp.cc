@@ -113,7 +113,18 @@ void TcpSender::on_ack(uint32_t cum_ack, uint32_t seq, bool dup, uint64_t now_ns
   const bool in_window = seq - snd_una_ < snd_nxt_ - snd_una_;
   if (!dup && in_window) {
     Seg& g = seg(seq);
-    if (!g.resent) rtt_sample(now_ns - g.xmit_ns);  // Karn: a resend's ACK is ambiguous
+    const uint64_t rtt = now_ns - g.xmit_ns;
+    if (!g.resent) rtt_sample(rtt);  // Karn: a resend's ACK is ambiguous
+    if (!g.resent) min_rtt_ns_ = std::min(min_rtt_ns_, rtt);
+    // RACK's delivered segment: a resend counts only when its ACK cannot be the original's.
+    if (!g.resent || rtt >= min_rtt_ns_) {
+      if (!rack_valid_ || g.xmit_ns > rack_xmit_ns_ || (g.xmit_ns == rack_xmit_ns_ && seq - rack_seq_ < (1u << 31))) {
+        rack_xmit_ns_ = g.xmit_ns;
+        rack_seq_ = seq;
+      }
+      rack_rtt_ns_ = rtt;
+      rack_valid_ = true;
+    }
     if (seq - snd_una_ >= cum_ack - snd_una_ && !g.sacked) {  // above the cumulative ACK: SACKed
       g.sacked = true;
       ++sacked_out_;
@@ -139,14 +150,8 @@ void TcpSender::on_ack(uint32_t cum_ack, uint32_t seq, bool dup, uint64_t now_ns
     if (state_ == State::kRecovery) cwnd_ = ssthresh_;
     state_ = State::kOpen;
   }
-  if (state_ == State::kOpen && sacked_out_ >= cfg_.dupthresh) {
-    ssthresh_ = std::max(cwnd_ / 2, 2.0);
-    cwnd_ = ssthresh_;
-    recover_ = snd_nxt_;
-    state_ = State::kRecovery;
-    fast_rexmit_ = true;
-    ++fast_recoveries_;
-  }
+  if (cfg_.rack) rack_detect(now_ns);
+  maybe_enter_recovery();
   if (state_ != State::kOpen && sacked_out_ > 0) mark_holes_lost();
   if (state_ == State::kRecovery) {
     // NewReno's partial ACK: the next hole is lost too, whatever SACK says about it.
@@ -163,7 +168,54 @@ void TcpSender::on_ack(uint32_t cum_ack, uint32_t seq, bool dup, uint64_t now_ns
   }
 }
 
+void TcpSender::maybe_enter_recovery() {
+  // Linux's tcp_time_to_recover: a segment marked lost (RACK), or dupthresh SACKed.
+  if (state_ != State::kOpen || (sacked_out_ < cfg_.dupthresh && lost_out_ == 0)) return;
+  ssthresh_ = std::max(cwnd_ / 2, 2.0);
+  cwnd_ = ssthresh_;
+  recover_ = snd_nxt_;
+  state_ = State::kRecovery;
+  fast_rexmit_ = true;
+  ++fast_recoveries_;
+}
+
+void TcpSender::rack_detect(uint64_t now_ns) {
+  rack_timer_ns_ = 0;
+  if (!rack_valid_) return;
+  const uint64_t reo_wnd = min_rtt_ns_ == UINT64_MAX ? 0 : min_rtt_ns_ / 4;
+  uint64_t next = 0;
+  for (uint32_t s = snd_una_; s != snd_nxt_; ++s) {
+    Seg& g = seg(s);
+    // New segments leave in seq order, resends later: past the delivered one, nothing sent
+    // once was sent before it.
+    const bool before = g.xmit_ns < rack_xmit_ns_ || (g.xmit_ns == rack_xmit_ns_ && rack_seq_ - s - 1 < (1u << 31));
+    if (!before) {
+      if (!g.resent) break;
+      continue;
+    }
+    if (g.sacked || (g.lost && !g.retrans)) continue;
+    const uint64_t deadline = g.xmit_ns + rack_rtt_ns_ + reo_wnd;
+    if (now_ns >= deadline) {
+      if (g.retrans) {  // a lost resend: resent again
+        g.retrans = false;
+        --retrans_out_;
+        retx_hint_ = std::min(retx_hint_, s);
+      } else {
+        mark_lost(s);
+      }
+      ++sack_marks_;
+    } else if (next == 0 || deadline < next) {
+      next = deadline;
+    }
+  }
+  rack_timer_ns_ = next;
+}
+
 bool TcpSender::on_timer(uint64_t now_ns) {
+  if (rack_timer_ns_ != 0 && now_ns >= rack_timer_ns_) {
+    rack_detect(now_ns);
+    maybe_enter_recovery();
+  }
   if (rto_deadline_ns_ == 0 || now_ns < rto_deadline_ns_) return false;
   if (snd_una_ == snd_nxt_) {
     rto_deadline_ns_ = 0;
@@ -187,6 +239,7 @@ bool TcpSender::on_timer(uint64_t now_ns) {
     }
   }
   retx_hint_ = snd_una_;
+  rack_timer_ns_ = 0;
   backoff_ = std::min<uint32_t>(backoff_ * 2, 1u << 16);
   rto_deadline_ns_ = now_ns + rto_ns();
   return true;

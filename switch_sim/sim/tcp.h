@@ -23,9 +23,15 @@
 //   cumulative progress, restarted by every ACK that advances. On expiry: ssthresh halves (once
 //   per episode), cwnd = 1, every segment not SACKed is marked lost and resent in slow start
 //   (Linux's tcp_enter_loss, SACK kept).
-// - No tail loss probe and no RACK: a loss at the end of a burst, with fewer than 3 segments
-//   after it, waits for the RTO. (Linux's TLP fires at 2 srtt + 2 ms but never after the RTO, so
-//   with a 1 ms minimum RTO it would not change when a tail is repaired.) No delayed ACKs.
+// - RACK (rack = true, Linux's default since 4.18, RFC 8985): a segment not SACKed, sent before
+//   the most recently sent segment known delivered, is lost once that one's round trip plus a
+//   reordering window of min_rtt / 4 has passed since it was sent (a timer catches the rest);
+//   this also finds a lost retransmission, and a hole with fewer than 3 segments SACKed above it.
+//   A segment it marks starts fast recovery as the 3 SACKs do. rack = false: Reno + SACK only,
+//   where such losses wait for the RTO.
+// - No tail loss probe: a loss with nothing delivered after it waits for the RTO. (Linux's TLP
+//   fires at about 2 srtt + 2 ms, never after the RTO, so with a 1 ms minimum RTO it would not
+//   repair a tail sooner; with 200 ms it would, so that baseline is pessimistic.) No delayed ACKs.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,7 @@ struct TcpConfig {
   uint32_t dupthresh = 3;
   uint32_t initial_cwnd = 10;
   uint32_t max_window = 256;  // the receive window, in segments: the span [snd_una, snd_nxt)
+  bool rack = true;
 };
 
 class TcpSender {
@@ -68,6 +75,11 @@ class TcpSender {
   bool on_timer(uint64_t now_ns);
 
   uint64_t rto_deadline_ns() const { return rto_deadline_ns_; }  // 0: not armed
+  // When on_timer is due next, the RTO or RACK's reorder timer (0: neither armed).
+  uint64_t next_deadline_ns() const {
+    if (rack_timer_ns_ == 0 || (rto_deadline_ns_ != 0 && rto_deadline_ns_ < rack_timer_ns_)) return rto_deadline_ns_;
+    return rack_timer_ns_;
+  }
   uint64_t rto_ns() const;
   double cwnd() const { return cwnd_; }
   double ssthresh() const { return ssthresh_; }
@@ -95,6 +107,8 @@ class TcpSender {
   void mark_holes_lost();  // RFC 6675's IsLost over the scoreboard
   void rtt_sample(uint64_t rtt_ns);
   void grow(uint32_t acked);
+  void rack_detect(uint64_t now_ns);  // marks what RACK finds lost; arms its timer for the rest
+  void maybe_enter_recovery();
 
   TcpConfig cfg_;
   std::vector<Seg> board_;  // max_window, indexed seq % max_window, valid in [snd_una, snd_nxt)
@@ -109,6 +123,10 @@ class TcpSender {
   bool have_rtt_ = false;
   uint32_t backoff_ = 1;
   uint64_t rto_deadline_ns_ = 0;
+  // RACK: the most recently sent segment known delivered (send time, seq), its round trip.
+  bool rack_valid_ = false;
+  uint64_t rack_xmit_ns_ = 0, rack_rtt_ns_ = 0, min_rtt_ns_ = UINT64_MAX, rack_timer_ns_ = 0;
+  uint32_t rack_seq_ = 0;
   uint64_t sack_marks_ = 0, rto_marks_ = 0, fast_recoveries_ = 0, timeouts_ = 0;
 };
 

@@ -14,6 +14,7 @@ void Simulator::tcp_new_flow(uint32_t fid) {
   TcpConfig c;
   c.min_rto_ns = cfg_.rto_ns;
   c.max_window = kMaxWindow;
+  c.rack = cfg_.tcp_rack;
   // Linux takes an RTT sample from the handshake: the path's unloaded round trip.
   c.handshake_rtt_ns = 2 * flows_[fid].ack_delay_ns;
   c.max_rto_ns = std::min<uint64_t>(c.max_rto_ns, cfg_.max_sim_ns);
@@ -68,7 +69,7 @@ void Simulator::tcp_on_ack(const PktState& p, uint64_t t) {
   snd.on_ack(p.cum_ack, p.pkt.psn, p.dup, t);
   ctr_.retx_rack += snd.sack_marks() - sack_before;
   ctr_.tcp_fast_recoveries += snd.fast_recoveries() - fr_before;
-  if (snd.rto_deadline_ns() != 0) arm_timer(fid, snd.rto_deadline_ns());
+  if (snd.next_deadline_ns() != 0) arm_timer(fid, snd.next_deadline_ns());
   tcp_try_send(fid);
   recycle_if_finished(fid);
 }
@@ -80,7 +81,7 @@ void Simulator::tcp_on_timer(uint32_t fid, uint64_t t) {
     ++ctr_.rto_events;
     ctr_.retx_rto += snd.rto_marks() - marks_before;
   }
-  if (snd.rto_deadline_ns() != 0) arm_timer(fid, snd.rto_deadline_ns());
+  if (snd.next_deadline_ns() != 0) arm_timer(fid, snd.next_deadline_ns());
   tcp_try_send(fid);
 }
 
