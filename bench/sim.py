@@ -9,7 +9,9 @@
           minimum RTO; the congestion is the ring's own: ranks placed at random on 4-host leaves with
           2:1 uplinks, so most ring hops cross the spine and collide there at every size (no background:
           a 200 ms stall costs no simulated packets). One JSON line a run (cached in --out), a table of
-          p50/p99 and trim/tcp-1ms, one summary JSON line
+          p50/p99 and trim/tcp-1ms, one summary JSON line. With the default 8M a host, a 1024-host ring
+          step is one 8 KB packet a rank and nothing collides (no trim, no drop): run 1024 with
+          --bytes 32M --iters 3 (the 256-host chunk of 32 KB; ~2 min a run)
   htsim   the same workloads in trim-sim and in htsim's NDP (Broadcom/csg-htsim, built by the user:
           `cd sim && make && cd datacenter && make htsim_ndp`) on the same leaf-spine, side by side.
           NDP is receiver-pulled and bounces trimmed headers to the sender; trim-sim pushes with a

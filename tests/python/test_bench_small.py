@@ -2,6 +2,7 @@
 the configurations each plans, their summary arithmetic on made-up runs, and quick real runs with
 build/bin's binaries (skipped with the reason when the build is missing)."""
 
+import json
 import os
 import py_compile
 import stat
@@ -208,6 +209,17 @@ class RealRunTest(unittest.TestCase):
             last = out.splitlines()[-1]
             self.assertIn('"bench":"sim_recovery_curve","hosts":16', last)
             self.assertIn('"rto_us":1000,"seeds":1', last)
+
+    @needs("trim-sim")
+    def test_a_tiny_scale_sweep(self):
+        with tempfile.TemporaryDirectory() as d:
+            rc, out, _ = call(sim.main, ["scale", "--sizes", "8,16", "--bytes", "1M", "--iters", "2", "--out", d])
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(len(list(Path(d).glob("*.json"))), 8)  # 2 sizes x 4 transports
+            last = json.loads(out.splitlines()[-1])
+            self.assertEqual(([r["hosts"] for r in last["rows"]], last["bench"]), ([8, 16], "sim_scale"))
+            tcp = json.loads(Path(d, "tcp_1ms_n16_b1M_i2_seed1.json").read_text())
+            self.assertEqual((tcp["transport"], tcp["rto_us"], tcp["mode"], tcp["conservation_ok"]), ("tcp", 1000, "drop", True))
 
     @needs("trim-sim")
     def test_htsim_against_a_stand_in(self):
