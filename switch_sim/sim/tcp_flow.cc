@@ -52,11 +52,13 @@ void Simulator::tcp_deliver(PktState& p, uint64_t t) {
       f.kind != FlowKind::kBgBursty) {
     ++ctr_.rs_packets;  // never trimmed (--mode drop): counted so rs_packets compares across runs
   }
-  if (p.cum_ack == before) return;  // out of order: held until the hole is filled
+  // Read before any hand-over: one may send packets, and growing the pool moves `p`.
+  const uint32_t rcv_nxt = p.cum_ack;
+  if (rcv_nxt == before) return;  // out of order: held until the hole is filled
   // The stream moved on: every message now wholly below rcv_nxt is handed over, in order.
   while (tf.rcv_msg < f.msgs.size()) {
     Msg& m = f.msgs[tf.rcv_msg];
-    if (p.cum_ack - m.first_psn < m.packets) break;  // rcv_nxt <= its last segment
+    if (rcv_nxt - m.first_psn < m.packets) break;  // rcv_nxt <= its last segment
     m.received = m.packets;
     on_msg_complete(fid, tf.rcv_msg++, t);
   }
