@@ -204,8 +204,8 @@ $(BUILD)/bin/trim-%: $(BUILD)/obj/tools/trim_%.o $(ARCHIVES)
 
 # The plugin tests dlopen the built library (and libtrim-rht.so), so they come with the test
 # binary; the rotation tests link RHT_OBJS statically. The simulator's event queue is
-# unit-tested on its own (SimEventQueue.*), so its object comes too.
-SIM_QUEUE_OBJ := $(BUILD)/obj/switch_sim/sim/event_queue.o
+# unit-tested on its own (SimEventQueue.*), so its object comes too, and so does its TCP model (SimTcp.*).
+SIM_QUEUE_OBJ := $(BUILD)/obj/switch_sim/sim/event_queue.o $(BUILD)/obj/switch_sim/sim/tcp.o
 $(TESTS): $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(A_COLL) $(ARCHIVES) | $(PLUGIN) $(BUILD)/lib/libnccl-net.so $(RHT_LIB) $(COLL_LIB) $(TOOLS)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJS) $(SIM_QUEUE_OBJ) $(SW_ARCHIVE) $(RHT_OBJS) $(A_COLL) $(ARCHIVES) $(LDFLAGS) $(CUDA_LDLIBS) \

@@ -3,6 +3,15 @@
   curve   trim/drop p99 over the baseline's loss-recovery clock and seeds: a ring AllReduce (16 MiB
           a host, 4:1 leaves, bursty background) in both modes at each minimum RTO (probe at RTO/4);
           one line a run (cached in --out), a table of the ratio per RTO, one JSON line
+  scale   the ring AllReduce at 16, 64, 256 and 1024 hosts (--sizes) in four transports: trimming,
+          our transport on tail-drop switches, and a TCP-like baseline (trim-sim --transport tcp:
+          cumulative ACKs, SACK and RACK fast recovery, RTO) with a 1 ms (tuned) and a 200 ms (Linux default)
+          minimum RTO; the congestion is the ring's own: ranks placed at random on 4-host leaves with
+          2:1 uplinks, so most ring hops cross the spine and collide there at every size (no background:
+          a 200 ms stall costs no simulated packets). One JSON line a run (cached in --out), a table of
+          p50/p99 and trim/tcp-1ms, one summary JSON line. With the default 8M a host, a 1024-host ring
+          step is one 8 KB packet a rank and nothing collides (no trim, no drop): run 1024 with
+          --bytes 32M --iters 3 (the 256-host chunk of 32 KB; ~2 min a run)
   htsim   the same workloads in trim-sim and in htsim's NDP (Broadcom/csg-htsim, built by the user:
           `cd sim && make && cd datacenter && make htsim_ndp`) on the same leaf-spine, side by side.
           NDP is receiver-pulled and bounces trimmed headers to the sender; trim-sim pushes with a
@@ -26,9 +35,9 @@ import sys
 from pathlib import Path
 
 from . import build_dir
-from .codec import built, options, parser, positive
+from .codec import built, int_list, options, parser, positive
 from .jsonio import emit, load_json, parse_jsonl, write_json
-from .report import fmt, ratio
+from .report import fmt, ratio, table as text_table
 
 
 def table(name, hosts):
@@ -107,6 +116,74 @@ def curve(a):
                      separators=(",", ":")))
 
 
+# The scale sweep's transports (trim-sim flags) and its fabric: what makes ring hops collide at every size.
+SCALE_VARIANTS = {"trim": ["--mode", "trim"], "drop": ["--mode", "drop"],
+                  "tcp_1ms": ["--mode", "drop", "--transport", "tcp", "--rto-us", 1000],
+                  "tcp_200ms": ["--mode", "drop", "--transport", "tcp", "--rto-us", 200000]}
+SCALE_FABRIC = ["--hosts-per-leaf", 4, "--oversub", 2, "--ring", "random", "--max-sim-ms", 1000000]
+
+
+def scale_args(hosts, variant, seed, a):
+    """trim-sim's arguments for one run of the scale sweep."""
+    return ["--hosts", hosts, *SCALE_FABRIC, "--workload", "allreduce", "--bytes", a.bytes, "--iters", a.iters,
+            "--seed", seed, *SCALE_VARIANTS[variant]]
+
+
+def scale_rows(runs):
+    """Per host count: each transport's p50 and p99 JCT (ms; the median over the seeds that ran all
+    four) and trimming's ratio to tuned TCP. RUNS: trim-sim JSON lines with "variant" added."""
+    by = {}
+    for j in runs:
+        by.setdefault(j["hosts"], {}).setdefault(j["seed"], {})[j["variant"]] = j
+    rows = []
+    for hosts, seeds in sorted(by.items()):
+        full = [v for _, v in sorted(seeds.items()) if set(v) >= set(SCALE_VARIANTS)]
+        if not full:
+            continue
+        row = {"hosts": hosts, "seeds": len(full), "hung": any(v[k]["hung"] for v in full for k in SCALE_VARIANTS)}
+        for k in SCALE_VARIANTS:
+            for q in ("p50", "p99"):
+                row[f"{k}_{q}_ms"] = round(statistics.median(v[k][f"jct_{q}_ms"] for v in full), 3)
+        for q in ("p50", "p99"):
+            row[f"trim_over_tcp_1ms_{q}"] = ratio(row[f"trim_{q}_ms"], row[f"tcp_1ms_{q}_ms"])
+        rows.append(row)
+    return rows
+
+
+def falls(values):
+    """Whether VALUES fall strictly from each one to the next (at least two of them)."""
+    return len(values) >= 2 and all(b < a for a, b in zip(values, values[1:]))
+
+
+def scale_table(rows):
+    """The sweep's table as text: p50/p99 per transport, and the trim/tcp-1ms ratios."""
+    heads = ["hosts"] + [f"{k} p50/p99 ms" for k in SCALE_VARIANTS] + ["trim/tcp1ms p50", "trim/tcp1ms p99"]
+    cells = [[r["hosts"], *(f"{r[f'{k}_p50_ms']:.2f}/{r[f'{k}_p99_ms']:.2f}" for k in SCALE_VARIANTS),
+              fmt(r["trim_over_tcp_1ms_p50"]), fmt(r["trim_over_tcp_1ms_p99"])] for r in rows]
+    return text_table(heads, cells)
+
+
+def scale(a):
+    out = Path(a.out or build_dir(a.build) / "sim_scale")
+    out.mkdir(parents=True, exist_ok=True)
+    for hosts, seed, variant in itertools.product(a.sizes, a.seeds, SCALE_VARIANTS):
+        f = out / f"{variant}_n{hosts}_b{a.bytes}_i{a.iters}_seed{seed}.json"
+        if load_json(f) is None:  # what an earlier run left is kept
+            j = trim_sim(a.build, scale_args(hosts, variant, seed, a), check=True)
+            write_json(f, {**j, "variant": variant})
+        j = load_json(f)
+        print(json.dumps({k: j[k] for k in ("variant", "hosts", "seed", "jct_p50_ms", "jct_p99_ms", "drop_rate",
+                                            "trim_rate", "retx", "rto_events", "tcp_fast_recoveries", "hung",
+                                            "wall_seconds")}), flush=True)
+    runs = [load_json(out / f"{v}_n{h}_b{a.bytes}_i{a.iters}_seed{s}.json")
+            for h, s, v in itertools.product(a.sizes, a.seeds, SCALE_VARIANTS)]
+    rows = scale_rows([j for j in runs if j])
+    print("\n" + scale_table(rows))
+    trend = [r["trim_over_tcp_1ms_p99"] for r in rows]
+    print(json.dumps({"bench": "sim_scale", "bytes": a.bytes, "iters": a.iters, "rows": rows,
+                      "p99_ratio_falls": falls(trend)}, separators=(",", ":")))
+
+
 # htsim's two-tier fat tree as trim-sim builds its leaf-spine: 16 hosts a leaf, 4 uplinks a leaf (4:1).
 TOPO = """Nodes {n}\nTiers 2\nPodsize {n}\n\nTier 0\nDownlink_speed_Gbps 100\nRadix_Down 16\nRadix_Up 4
 Downlink_Latency_ns 500\nSwitch_Latency_ns 0\nOversubscribed 4\n\nTier 1\nDownlink_speed_Gbps 100\nRadix_Down {leaves}
@@ -165,18 +242,24 @@ def parse(argv):
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = options(sub.add_parser("curve", help="trim/drop p99 over the minimum RTO and seeds"), hosts=256,
                 rto_us=[100, 500, 1000, 2500, 10000], seeds=[1, 2, 3])
+    sc = options(sub.add_parser("scale", help="ring p50/p99: trimming against TCP-like baselines, 16..1024 hosts"),
+                 bytes="8M", iters=10, seeds=[1])
+    sc.add_argument("--sizes", type=int_list, default=[16, 64, 256, 1024], help="host counts (each >= 2)")
     h = sub.add_parser("htsim", help="trim-sim against htsim's NDP")
     h.add_argument("htsim_dir", help="the folder holding the built htsim_ndp (csg-htsim's sim/datacenter)")
     h.add_argument("--hosts", type=positive, default=64, help="a multiple of 16 (hosts per leaf)")
     h.add_argument("--queue-pkts", type=positive, default=10, help="htsim's data queue (trim-sim's 1 BDP is 9.6 packets)")
     options(h, bytes="16M")
-    for p in (c, h):
-        p.add_argument("--out", default="", help="results folder (default BUILD/sim_curve_HOSTS, BUILD/htsim_crosscheck_HOSTS)")
+    for p in (c, h, sc):
+        p.add_argument("--out", default="", help="results folder (default BUILD/sim_curve_HOSTS, "
+                                                   "BUILD/htsim_crosscheck_HOSTS, BUILD/sim_scale)")
     for name in ("incast", "allreduce_bursts", "oversub", "trim_size", "buffer"):
         options(sub.add_parser(name, help="a trim-sim table"), hosts=64)
     for p in sub.choices.values():
         options(p, build="build")
     a = ap.parse_args(argv)
+    if a.cmd == "scale" and min(a.sizes) < 2:
+        ap.error(f"--sizes {','.join(map(str, a.sizes))}: every host count must be >= 2")
     if a.cmd == "htsim" and a.hosts % 16:
         ap.error(f"--hosts {a.hosts} is not a multiple of 16 (hosts per leaf)")
     return a
@@ -186,5 +269,5 @@ def main(argv):
     a = parse(argv)
     if not built("sim", a.build, "bin/trim-sim"):
         return 1
-    {"curve": curve, "htsim": htsim}.get(a.cmd, print_table)(a)
+    {"curve": curve, "htsim": htsim, "scale": scale}.get(a.cmd, print_table)(a)
     return 0

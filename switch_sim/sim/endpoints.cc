@@ -101,6 +101,7 @@ uint32_t Simulator::new_flow(uint32_t src, uint32_t dst, FlowKind kind) {
   const uint64_t ack_ser_ns = static_cast<uint64_t>(std::ceil(kAckBytes * 8.0 / cfg_.link_gbps));
   f.ack_delay_ns = topo_.hops(src, dst) * (cfg_.prop_ns + ack_ser_ns);
   hops_[fid] = FlowHop{f.gen, topo_.path(src, dst)};
+  if (cfg_.transport == Transport::kTcp) tcp_new_flow(fid);
   return fid;
 }
 
@@ -127,7 +128,47 @@ void Simulator::arm_timer(uint32_t fid, uint64_t at) {
   }
 }
 
+bool Simulator::new_packet_ready(uint32_t fid) {
+  Flow& f = flows_[fid];
+  if (f.send_msg >= f.msgs.size()) {
+    // Constant background keeps going while the workload runs.
+    if (f.kind != FlowKind::kBgConstant || work_done_) return false;
+    add_msg(f, cfg_.bg_flow_bytes, false, true);
+    ctr_.bg_bytes += cfg_.bg_flow_bytes;
+  }
+  if (!f.msgs[f.send_msg].ready) return false;
+  if (f.pace_ns != 0 && now_ns_ < f.next_send_ns) {
+    if (f.pace_at != f.next_send_ns) {
+      f.pace_at = f.next_send_ns;
+      q_.push(f.pace_at, EventKind::kPace, fid);
+    }
+    return false;
+  }
+  return true;
+}
+
+uint32_t Simulator::take_new_packet(Flow& f) {
+  if (f.pace_ns != 0) f.next_send_ns = std::max(now_ns_, f.next_send_ns) + f.pace_ns;
+  Msg& m = f.msgs[f.send_msg];
+  const uint32_t psn = f.next_psn++;
+  const uint32_t i = psn - m.first_psn;
+  const uint32_t pay = payload_bytes();
+  const uint64_t off = static_cast<uint64_t>(i) * pay;
+  Slot& s = f.slots[psn % kMaxWindow];
+  s = Slot{};
+  s.psn = psn;
+  s.msg = f.send_msg;
+  s.bytes = static_cast<uint16_t>(m.bytes > off ? std::min<uint64_t>(pay, m.bytes - off) : 0);
+  s.trimmable = m.trimmable;
+  if (i + 1 == m.packets) ++f.send_msg;
+  return psn;
+}
+
 void Simulator::try_send(uint32_t fid) {
+  if (cfg_.transport == Transport::kTcp) {
+    tcp_try_send(fid);
+    return;
+  }
   Flow& f = flows_[fid];
   size_t rtx_head = 0;
   for (;;) {
@@ -139,37 +180,8 @@ void Simulator::try_send(uint32_t fid) {
       continue;
     }
     const uint32_t win = std::min<uint32_t>(kMaxWindow, std::max<uint32_t>(1, static_cast<uint32_t>(f.cwnd)));
-    if (f.next_psn - f.snd_una >= win) break;
-    if (f.send_msg >= f.msgs.size()) {
-      // Constant background keeps going while the workload runs.
-      if (f.kind != FlowKind::kBgConstant || work_done_) break;
-      add_msg(f, cfg_.bg_flow_bytes, false, true);
-      ctr_.bg_bytes += cfg_.bg_flow_bytes;
-    }
-    Msg& m = f.msgs[f.send_msg];
-    if (!m.ready) break;
-    if (f.pace_ns != 0) {
-      if (now_ns_ < f.next_send_ns) {
-        if (f.pace_at != f.next_send_ns) {
-          f.pace_at = f.next_send_ns;
-          q_.push(f.pace_at, EventKind::kPace, fid);
-        }
-        break;
-      }
-      f.next_send_ns = std::max(now_ns_, f.next_send_ns) + f.pace_ns;
-    }
-    const uint32_t psn = f.next_psn++;
-    const uint32_t i = psn - m.first_psn;
-    const uint32_t pay = payload_bytes();
-    const uint64_t off = static_cast<uint64_t>(i) * pay;
-    Slot& s = f.slots[psn % kMaxWindow];
-    s = Slot{};
-    s.psn = psn;
-    s.msg = f.send_msg;
-    s.bytes = static_cast<uint16_t>(m.bytes > off ? std::min<uint64_t>(pay, m.bytes - off) : 0);
-    s.trimmable = m.trimmable;
-    if (i + 1 == m.packets) ++f.send_msg;
-    send_packet(fid, psn, false);
+    if (f.next_psn - f.snd_una >= win || !new_packet_ready(fid)) break;
+    send_packet(fid, take_new_packet(f), false);
   }
   f.rtx.erase(f.rtx.begin(), f.rtx.begin() + static_cast<std::ptrdiff_t>(rtx_head));
 }
@@ -206,8 +218,14 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
     ++ctr_.retx;
     if (s.trimmable) ++ctr_.retx_trimmable;
   }
-  f.rec.on_send(now_ns_, !retx, true);
-  arm_timer(fid, f.rec.next_deadline_ns());
+  if (cfg_.transport == Transport::kTcp) {
+    TcpSender& snd = tcp_[fid].snd;
+    snd.on_sent(psn, retx, now_ns_);
+    arm_timer(fid, snd.next_deadline_ns());
+  } else {
+    f.rec.on_send(now_ns_, !retx, true);
+    arm_timer(fid, f.rec.next_deadline_ns());
+  }
   enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, 0, now_ns_);
 }
 
@@ -300,6 +318,10 @@ void Simulator::deliver(uint32_t slot, uint64_t t) {
   const char* sender = reinterpret_cast<const char*>(&f);
   for (size_t at = 64; at < offsetof(Flow, pace_ns); at += 64) __builtin_prefetch(sender + at);
   __builtin_prefetch(&f.slots[p.pkt.psn % kMaxWindow]);
+  if (cfg_.transport == Transport::kTcp) {
+    tcp_deliver(p, t);
+    return;
+  }
   // Heads of exact data are useless: ask for the packet again.
   if (p.pkt.trimmed && p.exact) {
     p.nack = true;
@@ -355,6 +377,10 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   free_pkt(slot);
   Flow& f = flows_[p.flow()];
   if (p.gen != f.gen || !f.live) return;
+  if (cfg_.transport == Transport::kTcp) {
+    tcp_on_ack(p, t);
+    return;
+  }
   Slot& s = f.slots[p.pkt.psn % kMaxWindow];
   if (s.psn != p.pkt.psn || s.state == SlotState::kFree || s.state == SlotState::kAcked) return;
   if (p.nack) {
@@ -392,6 +418,10 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
   if (f.rec.next_deadline_ns() != UINT64_MAX) arm_timer(p.flow(), f.rec.next_deadline_ns());
   const uint32_t fid = p.flow();
   try_send(fid);
+  recycle_if_finished(fid);
+}
+
+void Simulator::recycle_if_finished(uint32_t fid) {
   Flow& g = flows_[fid];
   if (g.kind == FlowKind::kBgBursty && flow_finished(g)) {
     g.live = false;
@@ -429,6 +459,10 @@ void Simulator::on_timer(uint32_t fid, uint64_t t) {
   Flow& f = flows_[fid];
   if (f.timer_at != t || !f.live) return;
   f.timer_at = UINT64_MAX;
+  if (cfg_.transport == Transport::kTcp) {
+    tcp_on_timer(fid, t);
+    return;
+  }
   const transport::Recovery::Fired fired = f.rec.on_timer(t, f.snd_una != f.next_psn);
   if (fired.rack) rack_detect(f, t);
   if (fired.probe) {

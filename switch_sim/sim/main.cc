@@ -87,6 +87,16 @@ Usage: trim-sim [flags]
                          default aimd, starting at --window)
   --rto-us T             minimum retransmission timeout, as NCCL_TRIM_MIN_RTO_US (default 10000)
   --tlp 0|1              tail loss probes after max(2 srtt, RTO/4), as the plugin (default 1)
+  --transport own|tcp    own (default): the transport below; tcp (with --mode drop): a TCP-like
+                         baseline for every flow (switch_sim/sim/tcp.h): cumulative ACKs and
+                         in-order delivery, slow start from 10 segments then +1 a window, fast
+                         recovery once 3 segments are SACKed above a hole (cwnd and ssthresh
+                         halve; holes with 3 SACKed above, and NewReno's partial ACKs, are
+                         resent), RTO = max(--rto-us, srtt + 4 rttvar) doubling to cwnd 1; no
+                         tail loss probe; --window, --cc and --tlp do not apply
+  --tcp-rack 0|1         --transport tcp: RACK loss detection as Linux's default (1, default:
+                         a hole is lost once a later-sent segment was delivered and its RTT plus
+                         min_rtt/4 passed; finds lost resends too) or Reno + SACK only (0)
   --slice B              ring step slice (NCCL SIMPLE step; default 512K)
   --ring linear|random   ring order: host order (topology-aware, as NCCL) or shuffled
   --seed S               (default 1)
@@ -213,6 +223,12 @@ int main(int argc, char** argv) {
       else bad(a, v, "fixed, aimd");
     } else if (a == "--rto-us") cfg.rto_ns = to_u64(a, v, 1, 10000000) * 1000;
     else if (a == "--tlp") cfg.tlp = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--tcp-rack") cfg.tcp_rack = to_u64(a, v, 0, 1) == 1;
+    else if (a == "--transport") {
+      if (v == "own") cfg.transport = trim::sim::Transport::kOwn;
+      else if (v == "tcp") cfg.transport = trim::sim::Transport::kTcp;
+      else bad(a, v, "own, tcp");
+    }
     else if (a == "--trim-exact") cfg.nack_exact = to_u64(a, v, 0, 1) == 1;
     else if (a == "--fabric") cfg.fabric = to_u64(a, v, 0, 1) == 1;
     else if (a == "--trim-size") fabric_size = static_cast<uint32_t>(to_u64(a, v, 64, 9216));
@@ -236,6 +252,11 @@ int main(int argc, char** argv) {
   }
   if (!cfg.fabric && cfg.trim_bytes != 0 && cfg.trim_bytes < 64) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "0, plane0 or >= 64");
   if (cfg.trim_bytes >= cfg.mtu_bytes) bad("--trim-bytes", std::to_string(cfg.trim_bytes), "less than --mtu");
+  if (cfg.transport == trim::sim::Transport::kTcp) {
+    // TCP has no use for a trimmed packet: its baseline runs on tail-drop switches.
+    if (cfg.mode != trim::sw::Mode::kDrop || cfg.fabric) bad("--transport", "tcp", "with --mode drop and --fabric 0");
+    cfg.tlp = false;
+  }
   if (cfg.slice_bytes == 0) bad("--slice", "0", "a positive byte count");
   if (cfg.bg_flow_bytes == 0) bad("--bg-flow", "0", "a positive byte count");
   if (cfg.bytes == 0 || cfg.bytes > (1ull << 32)) bad("--bytes", std::to_string(cfg.bytes), "1 .. 4G");

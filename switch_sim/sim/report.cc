@@ -141,7 +141,7 @@ std::string Simulator::json(double wall_seconds) const {
       "\"prio_sent\":{},\"prio_dropped\":{},"
       "\"bytes\":{},\"iters\":{},\"mtu\":{},\"link_gbps\":{},\"buffer_bytes\":{},\"trim_bytes\":{},"
       "\"window\":{},\"cc\":\"{}\",\"nack_exact\":{},\"fabric\":{},\"trimmed_share\":{},\"header_cuts\":{},"
-      "\"rto_us\":{},\"tlp\":{},\"ring\":\"{}\",\"seed\":{},"
+      "\"rto_us\":{},\"tlp\":{},\"transport\":\"{}\",\"tcp_rack\":{},\"tcp_fast_recoveries\":{},\"ring\":\"{}\",\"seed\":{},"
       "\"jct_ms\":{},\"jct_p50_ms\":{:.4f},\"jct_p99_ms\":{:.4f},"
       "\"injected\":{},\"delivered\":{},\"dropped\":{},\"in_flight_end\":{},\"port_conservation_violations\":{},"
       "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"trimmable_trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
@@ -158,7 +158,9 @@ std::string Simulator::json(double wall_seconds) const {
       cfg_.bg_priority ? "high" : "shared", prio_sent, prio_dropped, cfg_.bytes,
       cfg_.iters, cfg_.mtu_bytes, cfg_.link_gbps, cfg_.buffer_bytes, cfg_.trim_bytes, cfg_.window_pkts,
       cfg_.cc == Cc::kFixed ? "fixed" : "aimd", cfg_.nack_exact && !cfg_.fabric ? "true" : "false",
-      cfg_.fabric ? "true" : "false", cfg_.trimmed_share, ctr_.header_cuts, cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false", cfg_.ring == RingOrder::kLinear ? "linear" : "random",
+      cfg_.fabric ? "true" : "false", cfg_.trimmed_share, ctr_.header_cuts, cfg_.rto_ns / 1000.0, cfg_.tlp ? "true" : "false",
+      cfg_.transport == Transport::kTcp ? "tcp" : "own",
+      cfg_.transport == Transport::kTcp && cfg_.tcp_rack ? "true" : "false", ctr_.tcp_fast_recoveries, cfg_.ring == RingOrder::kLinear ? "linear" : "random",
       cfg_.seed, jct, percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99), ctr_.injected, ctr_.delivered,
       ctr_.dropped, in_flight, port_violations, conserved ? "true" : "false", trimmed_total, trimmed_total / inj,
       trimmed_total / std::max<double>(1, ctr_.injected_trimmable),
@@ -173,10 +175,11 @@ std::string Simulator::json(double wall_seconds) const {
 std::string Simulator::summary() const {
   std::string s = fmt::format(
       "trim-sim: {} hosts ({} leaves x {} hosts, {} spines, uplinks {:.1f} Gb/s, {}:1), {} {} x{}, mode {}, "
-      "routing {}, background {}\n",
+      "routing {}, background {}{}\n",
       cfg_.hosts, topo_.leaves(), std::min(cfg_.hosts_per_leaf, cfg_.hosts), topo_.spines(), topo_.uplink_gbps,
       cfg_.oversub, workload_name(cfg_.workload), cfg_.bytes, cfg_.iters, sw::mode_name(cfg_.mode),
-      cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background));
+      cfg_.routing == Routing::kEcmp ? "ecmp" : "spray", background_name(cfg_.background),
+      cfg_.transport == Transport::kTcp ? ", transport tcp" : "");
   s += "  JCT per iteration (ms):";
   for (uint64_t j : jct_ns_) s += fmt::format(" {:.3f}", j / 1e6);
   s += fmt::format("\n  p50 {:.3f} ms, p99 {:.3f} ms\n", percentile_ms(jct_ns_, 0.5), percentile_ms(jct_ns_, 0.99));

@@ -17,6 +17,7 @@
 
 #include "switch_sim/port.h"
 #include "switch_sim/sim/event_queue.h"
+#include "switch_sim/sim/tcp.h"
 #include "transport/recovery.h"
 
 namespace trim::sim {
@@ -26,6 +27,9 @@ enum class Background { kNone, kConstant, kBursty };
 enum class Routing { kEcmp, kSpray };
 enum class RingOrder { kLinear, kRandom };
 enum class Cc { kFixed, kAimd };
+// own: our transport (selective ACKs, RACK, probes; trimming-aware); tcp: the TCP-like baseline
+// of tcp.h (cumulative ACKs, in-order delivery, SACK fast recovery, RTO), with --mode drop.
+enum class Transport { kOwn, kTcp };
 
 // Wire overhead of one codec packet: IPv4+UDP (28) and our header (80, wire version 2), as
 // codec/packet.h.
@@ -80,6 +84,8 @@ struct Config {
   // max(2 x srtt, rto_ns / 4), repeated at doubling intervals while the RTO is ahead.
   uint64_t rto_ns = 10'000'000;
   bool tlp = true;
+  Transport transport = Transport::kOwn;
+  bool tcp_rack = true;  // --transport tcp: RACK loss detection, as Linux (tcp.h)
   uint64_t slice_bytes = 512ull << 10;  // NCCL SIMPLE step size: 4 MiB buffer / 8 steps
   RingOrder ring = RingOrder::kLinear;
   uint64_t seed = 1;
@@ -188,6 +194,7 @@ struct alignas(64) PktState {
   bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
+  uint32_t cum_ack = 0;  // --transport tcp: the receiver's cumulative ACK, carried by the ACK
   uint32_t flow() const { return static_cast<uint32_t>(pkt.flow); }
 };
 static_assert(sizeof(PktState) == 64, "a pool slot is one cache line");
@@ -209,6 +216,7 @@ struct Counters {
   uint64_t events = 0;
   uint64_t bg_flows = 0, bg_bytes = 0;
   double rs_err_weight = 0;                 // sum over trimmed RS packets of nmse x (s+1)/n
+  uint64_t tcp_fast_recoveries = 0;         // --transport tcp (retx_rack: SACK marks, retx_rto: RTO marks)
 };
 
 class Simulator {
@@ -245,6 +253,17 @@ class Simulator {
   void on_ack(uint32_t slot, uint64_t t);
   void on_timer(uint32_t fid, uint64_t t);
   void mark_lost(Flow& f, Slot& s, uint64_t* ctr);
+  // A new packet of the flow's current message, if one may leave now (false: none ready, or
+  // pacing holds it; a paced flow's wake-up is then queued).
+  bool new_packet_ready(uint32_t fid);
+  uint32_t take_new_packet(Flow& f);  // fills its window slot; returns its psn
+  void recycle_if_finished(uint32_t fid);  // a finished bursty background flow's id is reused
+  // tcp_flow.cc: the same events for --transport tcp
+  void tcp_new_flow(uint32_t fid);
+  void tcp_try_send(uint32_t fid);
+  void tcp_deliver(PktState& p, uint64_t t);
+  void tcp_on_ack(const PktState& p, uint64_t t);
+  void tcp_on_timer(uint32_t fid, uint64_t t);
   void rack_detect(Flow& f, uint64_t t);  // RACK's pass; arms its reorder timer
   void arm_timer(uint32_t fid, uint64_t at);
   void enqueue_at(uint32_t port, uint32_t slot, uint32_t hop, uint64_t t);
@@ -278,6 +297,12 @@ class Simulator {
   std::vector<PktState> pool_;
   std::vector<uint32_t> free_pkts_;
   std::vector<Flow> flows_;
+  struct TcpFlow {  // --transport tcp: beside flows_, by flow id
+    TcpSender snd;
+    TcpReceiver rcv;
+    uint32_t rcv_msg = 0;  // the next message to complete in order
+  };
+  std::vector<TcpFlow> tcp_;
   std::vector<uint32_t> free_flows_;
   std::vector<uint32_t> ring_;         // rank -> host
   std::vector<uint32_t> ring_flow_;    // rank -> flow id (rank -> rank+1)

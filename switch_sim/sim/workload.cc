@@ -65,6 +65,7 @@ void Simulator::start_iteration(uint64_t t) {
       f.msgs.clear();
       f.send_msg = 0;
       f.msgs_done = 0;
+      if (cfg_.transport == Transport::kTcp) tcp_[ring_flow_[r]].rcv_msg = 0;
       for (uint32_t s = 0; s < steps; ++s) {
         for (uint32_t j = 0; j < S; ++j) {
           const uint64_t off = static_cast<uint64_t>(j) * cfg_.slice_bytes;

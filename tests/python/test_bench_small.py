@@ -2,6 +2,7 @@
 the configurations each plans, their summary arithmetic on made-up runs, and quick real runs with
 build/bin's binaries (skipped with the reason when the build is missing)."""
 
+import json
 import os
 import py_compile
 import stat
@@ -27,7 +28,7 @@ class ArgumentTest(unittest.TestCase):
                  (codec.main, ["--rounds", "0"], "'0'"), (transport.main, ["--iters", "-1"], "'-1'"),
                  (fabric.main, ["--size", "big"], "'big'"), (fabric.main, ["rx-cut", "--bytes", "2X"], "'2X'"),
                  (sim.main, ["htsim", "/x", "--hosts", "20"], "--hosts 20"), (sim.main, ["curve", "--rto-us", "1,a"], "'1,a'"),
-                 (sim.main, ["nosuch"], "nosuch"), (scenarios.main, ["incast", "nosuch"], "nosuch"),
+                 (sim.main, ["nosuch"], "nosuch"), (sim.main, ["scale", "--sizes", "16,1"], "--sizes 16,1"), (scenarios.main, ["incast", "nosuch"], "nosuch"),
                  (scenarios.main, ["incast", "--trim-exact", "2"], "'2'")]
         for main, argv, named in cases:
             with self.subTest(argv=argv):
@@ -50,6 +51,8 @@ class ArgumentTest(unittest.TestCase):
         self.assertEqual((a.bytes, a.iters, a.rounds, a.ranks, a.scheme), ("64M", 5, 3, 2, "rht"))
         a = sim.parse(["curve"])
         self.assertEqual((a.hosts, a.rto_us, a.seeds), (256, [100, 500, 1000, 2500, 10000], [1, 2, 3]))
+        a = sim.parse(["scale"])
+        self.assertEqual((a.sizes, a.bytes, a.iters, a.seeds), ([16, 64, 256, 1024], "8M", 10, [1]))
         a = sim.parse(["htsim", "/d"])
         self.assertEqual((a.hosts, a.bytes, a.queue_pkts), (64, "16M", 10))
 
@@ -148,6 +151,30 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(sim.curve_points(runs), [{"rto_us": 100, "seeds": 2, "ratio_median": 0.65, "ratio_min": 0.5,
                          "ratio_max": 0.8, "trim_p99_ms_median": 7.0, "drop_p99_ms_median": 11.0}])
 
+    def test_scale_rows_and_table(self):
+        def run(variant, hosts, seed, p50, p99, hung=False):
+            return {"variant": variant, "hosts": hosts, "seed": seed, "jct_p50_ms": p50, "jct_p99_ms": p99, "hung": hung}
+        runs = []
+        for hosts, seed, trim, tcp in ((16, 1, 4.0, 10.0), (16, 2, 6.0, 12.0), (64, 1, 5.0, 25.0)):
+            runs += [run("trim", hosts, seed, trim, trim + 1), run("drop", hosts, seed, 50.0, 60.0),
+                     run("tcp_1ms", hosts, seed, tcp, 2 * tcp), run("tcp_200ms", hosts, seed, 2000.0, 3000.0, hosts == 64)]
+        runs.append(run("trim", 256, 1, 1.0, 1.0))  # a size without its baselines: left out
+        rows = sim.scale_rows(runs)
+        self.assertEqual([r["hosts"] for r in rows], [16, 64])
+        r16, r64 = rows
+        # 16 hosts: medians over two seeds, trim 5/6 ms against tcp 11/22 ms
+        self.assertEqual((r16["seeds"], r16["trim_p50_ms"], r16["trim_p99_ms"], r16["tcp_1ms_p99_ms"]), (2, 5.0, 6.0, 22.0))
+        self.assertEqual((r16["trim_over_tcp_1ms_p50"], r16["trim_over_tcp_1ms_p99"], r16["hung"]), (0.455, 0.273, False))
+        self.assertEqual((r64["trim_over_tcp_1ms_p99"], r64["tcp_200ms_p50_ms"], r64["hung"]), (0.12, 2000.0, True))
+        self.assertTrue(sim.falls([0.273, 0.12]))
+        self.assertFalse(sim.falls([0.273, 0.3, 0.12]))
+        self.assertFalse(sim.falls([0.2]))
+        lines = sim.scale_table(rows).splitlines()
+        self.assertEqual(lines[0].split()[:3], ["hosts", "trim", "p50/p99"])
+        self.assertEqual(lines[1].split(), ["16", "5.00/6.00", "50.00/60.00", "11.00/22.00", "2000.00/3000.00", "0.455", "0.273"])
+        self.assertEqual(sim.scale_args(64, "tcp_200ms", 3, SimpleNamespace(bytes="8M", iters=10))[-6:],
+                         ["--mode", "drop", "--transport", "tcp", "--rto-us", 200000])
+
     def test_live_pairs(self):
         def r(label, p50, p99, retx):
             return {"label": label, "p50_ms": p50, "p99_ms": p99, "retransmits": retx}
@@ -182,6 +209,17 @@ class RealRunTest(unittest.TestCase):
             last = out.splitlines()[-1]
             self.assertIn('"bench":"sim_recovery_curve","hosts":16', last)
             self.assertIn('"rto_us":1000,"seeds":1', last)
+
+    @needs("trim-sim")
+    def test_a_tiny_scale_sweep(self):
+        with tempfile.TemporaryDirectory() as d:
+            rc, out, _ = call(sim.main, ["scale", "--sizes", "8,16", "--bytes", "1M", "--iters", "2", "--out", d])
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(len(list(Path(d).glob("*.json"))), 8)  # 2 sizes x 4 transports
+            last = json.loads(out.splitlines()[-1])
+            self.assertEqual(([r["hosts"] for r in last["rows"]], last["bench"]), ([8, 16], "sim_scale"))
+            tcp = json.loads(Path(d, "tcp_1ms_n16_b1M_i2_seed1.json").read_text())
+            self.assertEqual((tcp["transport"], tcp["rto_us"], tcp["mode"], tcp["conservation_ok"]), ("tcp", 1000, "drop", True))
 
     @needs("trim-sim")
     def test_htsim_against_a_stand_in(self):
