@@ -165,37 +165,51 @@ TEST(ZeroCopyLedger, CopiesForGoodAtTheFirstCopiedCompletion) {
   EXPECT_FALSE(off.active());
 }
 
+// Two UDP sockets on loopback: `tx` sends to `rx` (port `rport`).
+struct LoopbackPair {
+  LoopbackPair() {
+    uint16_t port = 0;
+    Result<sock::Fd> t = sock::open_udp(htonl(INADDR_LOOPBACK), &port);
+    Result<sock::Fd> r = sock::open_udp(htonl(INADDR_LOOPBACK), &rport);
+    if (t.is_ok() && r.is_ok()) {
+      tx = std::move(t).value();
+      rx = std::move(r).value();
+    }
+  }
+  sock::Fd tx, rx;
+  uint16_t rport = 0;
+};
+
 // The kernel's side on loopback: a MSG_ZEROCOPY send of 64 KiB arrives exact, its completion
 // comes through the error queue (read without blocking), and the kernel reports it copied: the
-// packet was delivered inside this host, which copies zero-copy pages (why the engine copies again from then on).
+// packet was delivered inside this host, which copies zero-copy pages (why the engine then
+// copies again).
 TEST(ZeroCopyKernel, LoopbackCompletesAndReportsCopied) {
-  uint16_t port = 0, rport = 0;
-  Result<sock::Fd> tx = sock::open_udp(htonl(INADDR_LOOPBACK), &port);
-  Result<sock::Fd> rx = sock::open_udp(htonl(INADDR_LOOPBACK), &rport);
-  ASSERT_TRUE(tx.is_ok() && rx.is_ok());
-  ZeroCopy zc(tx->get(), ZeroCopy::Mode::kOn);
+  LoopbackPair lp;
+  ASSERT_TRUE(lp.tx.valid() && lp.rx.valid());
+  ZeroCopy zc(lp.tx.get(), ZeroCopy::Mode::kOn);
   ASSERT_TRUE(zc.active());
   std::vector<uint8_t> payload(60000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 3);
-  const sockaddr_in to = sock::make_addr(htonl(INADDR_LOOPBACK), rport);
+  const sockaddr_in to = sock::make_addr(htonl(INADDR_LOOPBACK), lp.rport);
   iovec iov{payload.data(), payload.size()};
   msghdr h{};
   h.msg_name = const_cast<sockaddr_in*>(&to);
   h.msg_namelen = sizeof to;
   h.msg_iov = &iov;
   h.msg_iovlen = 1;
-  ASSERT_EQ(sendmsg(tx->get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), static_cast<ssize_t>(payload.size()))
+  ASSERT_EQ(sendmsg(lp.tx.get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), static_cast<ssize_t>(payload.size()))
       << std::strerror(errno);
   auto hold = std::make_shared<ZcHold>();
   zc.sent(&hold, 1);
   std::vector<uint8_t> got(65536);
-  pollfd p{rx->get(), POLLIN, 0};
+  pollfd p{lp.rx.get(), POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 2000), 1);
-  ASSERT_EQ(recv(rx->get(), got.data(), got.size(), 0), static_cast<ssize_t>(payload.size()));
+  ASSERT_EQ(recv(lp.rx.get(), got.data(), got.size(), 0), static_cast<ssize_t>(payload.size()));
   got.resize(payload.size());
   EXPECT_EQ(got, payload);
   for (int i = 0; i < 2000 && hold->pending > 0; ++i) {
-    pollfd e{tx->get(), 0, 0};  // POLLERR: the error queue has the completion
+    pollfd e{lp.tx.get(), 0, 0};  // POLLERR: the error queue has the completion
     poll(&e, 1, 1);
     zc.reap();
   }
@@ -208,11 +222,9 @@ TEST(ZeroCopyKernel, LoopbackCompletesAndReportsCopied) {
 // runs to fit (headers and payload slices are separate pieces). One page more and the kernel
 // refuses the send (EMSGSIZE), which the engine then sends again copied.
 TEST(ZeroCopyKernel, PagesPerSendAreLimitedAsTheEngineCounts) {
-  uint16_t port = 0, rport = 0;
-  Result<sock::Fd> tx = sock::open_udp(htonl(INADDR_LOOPBACK), &port);
-  Result<sock::Fd> rx = sock::open_udp(htonl(INADDR_LOOPBACK), &rport);
-  ASSERT_TRUE(tx.is_ok() && rx.is_ok());
-  ZeroCopy zc(tx->get(), ZeroCopy::Mode::kOn);
+  LoopbackPair lp;
+  ASSERT_TRUE(lp.tx.valid() && lp.rx.valid());
+  ZeroCopy zc(lp.tx.get(), ZeroCopy::Mode::kOn);
   ASSERT_TRUE(zc.active());
   std::vector<uint8_t> buf(40 * 4096, 0x33);
   uint8_t* page0 = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 4095) & ~uintptr_t{4095});
@@ -221,16 +233,16 @@ TEST(ZeroCopyKernel, PagesPerSendAreLimitedAsTheEngineCounts) {
   EXPECT_EQ(ZeroCopy::frags(iov[0]), 1u);
   EXPECT_EQ(ZeroCopy::frags(iovec{page0 + 4000, 200}), 2u) << "across a page boundary";
   EXPECT_EQ(ZeroCopy::frags(iovec{page0, 0}), 0u);
-  const sockaddr_in to = sock::make_addr(htonl(INADDR_LOOPBACK), rport);
+  const sockaddr_in to = sock::make_addr(htonl(INADDR_LOOPBACK), lp.rport);
   msghdr h{};
   h.msg_name = const_cast<sockaddr_in*>(&to);
   h.msg_namelen = sizeof to;
   h.msg_iov = iov.data();
   h.msg_iovlen = ZeroCopy::kMaxFrags;
-  EXPECT_EQ(sendmsg(tx->get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), 200 * static_cast<ssize_t>(ZeroCopy::kMaxFrags))
+  EXPECT_EQ(sendmsg(lp.tx.get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), 200 * static_cast<ssize_t>(ZeroCopy::kMaxFrags))
       << std::strerror(errno);
   h.msg_iovlen = ZeroCopy::kMaxFrags + 1;
-  ASSERT_EQ(sendmsg(tx->get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), -1) << "a kernel with MAX_SKB_FRAGS > 17?";
+  ASSERT_EQ(sendmsg(lp.tx.get(), &h, MSG_ZEROCOPY | MSG_DONTWAIT), -1) << "a kernel with MAX_SKB_FRAGS > 17?";
   EXPECT_EQ(errno, EMSGSIZE);
   EXPECT_TRUE(zc.refused(errno));
 }
