@@ -8,23 +8,57 @@ size: warm-up calls, then about 1.5 s of timed float32 SUM all_reduces, every ca
 configuration (an extra row, not the headline). One JSON line per (round, ranks, backend, size):
 median s per call, algbw and busbw (2(n-1)/n x bytes / time) in GB/s, rank 0's CPU s per call (all
 its threads); per size a summary line: each variant's speed relative to gloo. Needs torch; the
-plugin from NCCL_TRIM_LIB_DIR (default build/lib)."""
+plugin from NCCL_TRIM_LIB_DIR (default build/lib).
+
+--netns-mtu 1500,9000: as on two hosts joined by one link at that MTU (root): the 2 ranks in two
+network namespaces joined by a veth pair (scripts/netns_bottleneck.sh --veth), Gloo's TCP over
+the same pair (GLOO_SOCKET_IFNAME, which Gloo needs there) and no NCCL_TRIM_* (the plugin picks
+the veth by itself). Rows carry the MTU and rank 0's CPU s per GB it moved (2(n-1)/n x bytes a
+call); the summary, trim's CPU per byte relative to gloo's against issue 39's goal (<= 1.3x at
+MTU 1500, <= 1.0x at 9000)."""
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from . import REPO
+from . import REPO, SCRIPTS
 from .ddp import free_port
-from .jsonio import emit
+from .jsonio import emit, parse_jsonl
 
 POINT_S = 1.5  # timed calls per point: about this long, at least 5 and at most 400
 # What each --backends name runs: the torch backend and the plugin's environment.
 LOOPBACK = {"NCCL_TRIM_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 VARIANTS = {"gloo": ("gloo", {}), "trim": ("trim", {}), "trim-raw": ("trim", {"NCCL_TRIM_SCHEME": "none"}),
             "gloo-lo": ("gloo", LOOPBACK), "trim-lo": ("trim", LOOPBACK)}
+# Issue 39's goals, per MTU: trim's CPU per byte at most this many times TCP's (gloo's).
+CPU_GOAL = {1500: 1.3, 9000: 1.0}
+NETNS_PORT = 29500  # each run's namespaces are new: nothing else listens there
+
+
+def bus_bytes(n, nbytes):
+    """Bytes each rank sends (and receives) in one ring all_reduce of NBYTES over N ranks."""
+    return 2 * (n - 1) / n * nbytes
+
+
+def cpu_s_per_gb(cpu_s_per_call, n, nbytes):
+    """A rank's CPU seconds per GB (1e9 bytes) it moved."""
+    return cpu_s_per_call / (bus_bytes(n, nbytes) / 1e9)
+
+
+def parse_mtus(text):
+    """--netns-mtu: a list of MTUs (576..65535), or [] for ''."""
+    if not text:
+        return []
+    mtus = [int(x) for x in text.split(",")]
+    if any(not 576 <= m <= 65535 for m in mtus):
+        raise ValueError(text)
+    return mtus
 
 
 def parse_bytes(text):
@@ -32,9 +66,9 @@ def parse_bytes(text):
     return int(float(t[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]]) if t[-1:] in ("K", "M", "G") else int(t)
 
 
-def worker(rank, n, port, variant, sizes, q):
+def worker(rank, n, port, variant, sizes, q, master="127.0.0.1"):
     backend, env = VARIANTS[variant]
-    os.environ.update(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(env, MASTER_ADDR=master, MASTER_PORT=str(port))
     import torch
     import torch.distributed as dist
     import nccl_trim  # noqa: F401 - registers "trim"
@@ -87,24 +121,121 @@ def run_point(n, backend, sizes):
     return results
 
 
+class _PrintResults:
+    """A rank in a namespace hands its results back on stdout (one JSON line)."""
+    @staticmethod
+    def put(results):
+        print(json.dumps({"rank_results": results}), flush=True)
+
+
+def netns_command(mtu, variant, sizes, out_prefix, build="build"):
+    """(netns_bottleneck.sh --veth with its options, then each rank's command)."""
+    return [str(SCRIPTS / "netns_bottleneck.sh"), "--veth", "--mtu", str(mtu), "--ranks", "2", "--build", str(build),
+            "--per-rank", "--rank-output", str(out_prefix), "--", sys.executable, "-m", "bench", "backend",
+            "--rank", "{rank}", "--master", "{addr0}", "--port", str(NETNS_PORT), "--variant", variant,
+            "--sizes", ",".join(str(s) for s in sizes)]
+
+
+def run_netns_point(mtu, backend, sizes):
+    """Rank 0's results of one run of BACKEND with its 2 ranks in namespaces joined at MTU."""
+    with tempfile.TemporaryDirectory(prefix="bench-backend-") as d:
+        p = subprocess.run(netns_command(mtu, backend, sizes, Path(d) / "rank"), cwd=REPO, capture_output=True,
+                           text=True, timeout=1800)
+        out = Path(d) / "rank0.out"
+        rows = [r["rank_results"] for r in parse_jsonl(out.read_text() if out.exists() else "") if "rank_results" in r]
+        if p.returncode != 0 or not rows:
+            logs = "".join(f"\n-- rank {k}: {(Path(d) / f'rank{k}.log').read_text()[-1500:]}" for k in (0, 1)
+                           if (Path(d) / f"rank{k}.log").exists())
+            raise SystemExit(f"bench backend: {backend} at MTU {mtu} failed (exit {p.returncode}): "
+                             f"{p.stderr.strip()[-800:]}{logs}")
+        return rows[-1]
+
+
+def netns_summary(mtu, nbytes, rows):
+    """The summary line of one (MTU, size): ROWS are its emitted rows, every round and backend."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["backend"], []).append(r)
+    line = {"bench": "backend_netns_summary", "mtu": mtu, "ranks": 2, "bytes": nbytes}
+    med = {b: (statistics.median(x["busbw_gbs"] for x in rs), statistics.median(x["cpu_s_per_gb"] for x in rs))
+           for b, rs in by.items()}
+    for b, (busbw, cpu) in med.items():
+        line.update({f"{b}_busbw_gbs": round(busbw, 4), f"{b}_cpu_s_per_gb": round(cpu, 4)})
+    if "gloo" in med:
+        goal = CPU_GOAL.get(mtu)
+        for b in (b for b in med if b != "gloo"):
+            ratio = med[b][1] / med["gloo"][1]
+            line[f"{b}_cpu_vs_gloo"] = round(ratio, 3)
+            line[f"{b}_busbw_vs_gloo"] = round(med[b][0] / med["gloo"][0], 3)
+            if goal is not None:
+                line.update({"cpu_goal": goal, f"{b}_meets_cpu_goal": ratio <= goal})
+    return line
+
+
+def main_netns(args, backends, sizes, mtus):
+    rows = []
+    for mtu in mtus:
+        for rnd in range(args.rounds):
+            for backend in backends:
+                for r in run_netns_point(mtu, backend, sizes):
+                    s, algbw = r["median_s"], r["bytes"] / r["median_s"] / 1e9
+                    row = {"bench": "backend_allreduce", "mtu": mtu, "round": rnd, "ranks": 2, "backend": backend,
+                           "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
+                           "algbw_gbs": round(algbw, 4), "busbw_gbs": round(bus_bytes(2, algbw), 4),
+                           "cpu_s_per_call": round(r["cpu_s_per_call"], 7),
+                           "cpu_s_per_gb": round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4),
+                           "replicas_identical": r["replicas_identical"]}
+                    emit(row)
+                    rows.append(row)
+        for nbytes in sorted({r["bytes"] for r in rows if r["mtu"] == mtu}):
+            emit(netns_summary(mtu, nbytes, [r for r in rows if r["mtu"] == mtu and r["bytes"] == nbytes]))
+    return 0
+
+
 def main(argv):
-    ap = argparse.ArgumentParser(prog="python3 -m bench backend", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python3 -m bench backend", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--sizes", default="4K,1M,4M,16M,64M,256M")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backends", default="gloo,trim,trim-raw", help=f"of {','.join(VARIANTS)}; gloo first")
+    ap.add_argument("--netns-mtu", default="", help="e.g. 1500,9000: 2 ranks in namespaces joined by a veth "
+                    "pair at each MTU (root; see above)")
+    # One rank of a --netns-mtu run, inside its namespace (netns_bottleneck.sh starts it).
+    ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
     bad = [b for b in backends if b not in VARIANTS]
     if bad:
         ap.error(f"--backends: unknown backend '{bad[0]}' (known: {', '.join(VARIANTS)})")
+    if args.rounds < 1:
+        ap.error(f"--rounds: '{args.rounds}' (expected 1 or more)")
     try:
         sizes = [parse_bytes(s) for s in args.sizes.split(",")]
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, KeyError):
         ap.error(f"--sizes: '{args.sizes}' is not a list of sizes like 4K,1M")
+    try:
+        mtus = parse_mtus(args.netns_mtu)
+    except ValueError:
+        ap.error(f"--netns-mtu: '{args.netns_mtu}' is not a list of MTUs (576..65535) like 1500,9000")
+    pinned = [b for b in backends if b.endswith("-lo")]
+    if mtus and pinned:
+        ap.error(f"--netns-mtu: '{pinned[0]}' is pinned to loopback, which a namespace keeps to itself")
+    if mtus and args.ranks != "2":
+        ap.error(f"--netns-mtu: --ranks '{args.ranks}' (one veth pair joins two namespaces: 2)")
     os.environ.setdefault("NCCL_TRIM_LIB_DIR", str(REPO / "build" / "lib"))
     sys.path.insert(0, str(REPO / "python"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(REPO), os.environ.get("PYTHONPATH", "")])
+    if args.rank >= 0:
+        if args.variant not in VARIANTS:
+            ap.error(f"--variant: unknown backend '{args.variant}'")
+        worker(args.rank, 2, args.port, args.variant, sizes, _PrintResults, args.master)
+        return 0
+    if mtus:
+        return main_netns(args, backends, sizes, mtus)
     medians = {}
     for n in (int(x) for x in args.ranks.split(",")):
         for rnd in range(args.rounds):

@@ -51,6 +51,10 @@ inline HookPrecondition hook_precondition(const Params& p) { return static_cast<
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }
 
+// NCCL_TRIM_ZEROCOPY: auto|on|off
+enum class Zerocopy : int { kAuto = 0, kOn = 1, kOff = 2 };
+inline Zerocopy zerocopy(const Params& p) { return static_cast<Zerocopy>(p.zerocopy); }
+
 // NCCL_TRIM_UDP_CHECKSUM: auto|zero|kernel
 enum class UdpChecksum : int { kAuto = 0, kZero = 1, kKernel = 2 };
 inline UdpChecksum udp_checksum(const Params& p) { return static_cast<UdpChecksum>(p.udp_checksum); }

@@ -20,6 +20,11 @@
 #                        once in the caller's namespace (trim-harness --netns {netns})
 #   --rank-output PREFIX with --per-rank: rank K's stdout/stderr into PREFIX<K>.out/.log
 #   --print-only         print the switch's and the command(s)' lines; set nothing up (no root)
+#   --veth               no switch: the two namespaces (--ranks 2) joined by a veth pair at --mtu,
+#                        as two hosts on one link (bench backend --netns-mtu); the command gets
+#                        GLOO_SOCKET_IFNAME = NCCL_SOCKET_IFNAME = the veth's name and no
+#                        NCCL_TRIM_IFNAME (the plugin picks the veth by itself). Ignores the
+#                        switch's options (rate, buffer, cross traffic, loss).
 # Placeholders in CMD: {netns} (NS0,NS1,...), {ranks}, {addr0}; with --per-rank {rank}, {addr}.
 # The command gets NCCL_TRIM_IFNAME = NCCL_SOCKET_IFNAME = the TUN's name, TRIM_BN_NETNS,
 # TRIM_BN_ADDR0, TRIM_BN_RANKS (and TRIM_BN_RANK). Prints {"event":"bottleneck_ready",...} once
@@ -31,7 +36,7 @@
 set -euo pipefail
 
 BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 PERIOD_MS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
-LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn RTO_MIN_US=0
+LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn RTO_MIN_US=0 VETH=0 VETH_NAME=trimveth
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -53,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --per-rank) PER_RANK=1; shift ;;
     --rank-output) RANK_OUT=$2; shift 2 ;;
     --print-only) PRINT_ONLY=1; shift ;;
+    --veth) VETH=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     --) shift; break ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -65,6 +71,8 @@ done
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
 [[ $RTO_MIN_US =~ ^[0-9]+$ ]] || die "--tcp-rto-min-us $RTO_MIN_US: expected whole microseconds"
+[[ $MTU =~ ^[0-9]+$ && $MTU -ge 576 && $MTU -le 65535 ]] || die "--mtu $MTU: expected 576..65535"
+((VETH == 0 || RANKS == 2)) || die "--veth joins two namespaces: --ranks $RANKS (expected 2)"
 
 # Names unique per run (PID), so parallel runs never share a namespace.
 NS=()
@@ -103,7 +111,11 @@ fill() {
 
 # --print-only: the lines --dry-run would print, nothing set up.
 if ((PRINT_ONLY)); then
-  echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
+  if ((VETH)); then
+    echo "+ veth $VETH_NAME: ${NS[0]} $(addr_of 0)/24 <-> ${NS[1]} $(addr_of 1)/24, mtu $MTU" >&2
+  else
+    echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
+  fi
   if ((PER_RANK)); then
     for ((k = 0; k < RANKS; k++)); do
       fill "$k" "$@"
@@ -119,13 +131,15 @@ fi
 # What this machine must offer; 77 (skip) with the reason when it does not.
 skip() { echo "netns_bottleneck: SKIP: $*" >&2; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "not root (network namespaces and TUN devices need CAP_NET_ADMIN/CAP_SYS_ADMIN)"
-[[ -c /dev/net/tun ]] || skip "no /dev/net/tun"
 command -v ip >/dev/null || skip "no ip (iproute2)"
-[[ -x $BUILD/bin/trim-switch ]] || { echo "netns_bottleneck: no $BUILD/bin/trim-switch: run 'make -j2 all' first" >&2; exit 1; }
+if ((!VETH)); then
+  [[ -c /dev/net/tun ]] || skip "no /dev/net/tun"
+  [[ -x $BUILD/bin/trim-switch ]] || { echo "netns_bottleneck: no $BUILD/bin/trim-switch: run 'make -j2 all' first" >&2; exit 1; }
+fi
 
 TMPLOG=""
 if [[ -z $LOG ]]; then TMPLOG=$(mktemp /tmp/netns_bottleneck.XXXXXX); LOG=$TMPLOG; fi
-SW_PID="" CMD_PIDS=() CREATED=()
+SW_PID="" CMD_PIDS=() CREATED=() VETH_TMP=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -146,6 +160,8 @@ cleanup() {
     grep '"event":"final"' "$LOG" 2>/dev/null | tail -1 || true
   fi
   for p in "${CREATED[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+  # A veth pair goes with its namespaces; one still here failed before it moved.
+  [[ -n $VETH_TMP ]] && ip link del "${VETH_TMP}a" 2>/dev/null || true
   [[ -n $TMPLOG ]] && rm -f "$TMPLOG" "$TMPLOG.err"
   exit "$rc"
 }
@@ -160,19 +176,35 @@ for n in "${NS[@]}"; do
   ip netns exec "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
 done
 
-echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
-"$BUILD/bin/trim-switch" "${SW_ARGS[@]}" >"$LOG" 2>"$LOG.err" &
-SW_PID=$!
-for _ in $(seq 100); do
-  grep -q '"event":"listening"' "$LOG" 2>/dev/null && break
-  kill -0 "$SW_PID" 2>/dev/null || break
-  sleep 0.05
-done
-if ! grep -q '"event":"listening"' "$LOG" 2>/dev/null; then
-  echo "netns_bottleneck: trim-switch did not come up: $(cat "$LOG.err" 2>/dev/null)" >&2
-  exit 1
+if ((VETH)); then
+  # Two hosts on one link: a veth pair, one end in each namespace, made under names unique to
+  # this run and renamed as it moves in.
+  VETH_TMP=tbv$$
+  echo "+ veth $VETH_NAME: ${NS[0]} $(addr_of 0)/24 <-> ${NS[1]} $(addr_of 1)/24, mtu $MTU" >&2
+  ip link add "${VETH_TMP}a" mtu "$MTU" type veth peer name "${VETH_TMP}b" mtu "$MTU" ||
+    { echo "netns_bottleneck: could not make a veth pair" >&2; exit 1; }
+  for k in 0 1; do
+    end=${VETH_TMP}$([[ $k == 0 ]] && echo a || echo b)
+    ip link set "$end" netns "${NS[$k]}" name "$VETH_NAME"
+    ip -n "${NS[$k]}" addr add "$(addr_of "$k")/24" dev "$VETH_NAME"
+    ip -n "${NS[$k]}" link set "$VETH_NAME" up
+    ip -n "${NS[$k]}" link set lo up
+  done
+else
+  echo "+ $BUILD/bin/trim-switch ${SW_ARGS[*]}" >&2
+  "$BUILD/bin/trim-switch" "${SW_ARGS[@]}" >"$LOG" 2>"$LOG.err" &
+  SW_PID=$!
+  for _ in $(seq 100); do
+    grep -q '"event":"listening"' "$LOG" 2>/dev/null && break
+    kill -0 "$SW_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  if ! grep -q '"event":"listening"' "$LOG" 2>/dev/null; then
+    echo "netns_bottleneck: trim-switch did not come up: $(cat "$LOG.err" 2>/dev/null)" >&2
+    exit 1
+  fi
+  rm -f "$LOG.err"
 fi
-rm -f "$LOG.err"
 
 # TCP as a datacenter operator tunes it: the per-namespace sysctl, else (older kernels) the
 # routes' rto_min (whole milliseconds), now that the TUN devices and their routes exist.
@@ -194,10 +226,18 @@ fi
 
 # Always the TUN: a namespace has nothing else but lo, and an inherited NCCL_TRIM_IFNAME=lo
 # (the harness's default, or a caller's) would bypass the bottleneck.
-export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
+# With --veth the plugin picks its interface by itself (the veth: lo is left only when nothing else is up).
+if ((VETH)); then
+  unset NCCL_TRIM_IFNAME
+  export GLOO_SOCKET_IFNAME=$VETH_NAME NCCL_SOCKET_IFNAME=$VETH_NAME
+  IFNAME=$VETH_NAME
+else
+  export NCCL_TRIM_IFNAME=$TUN_NAME NCCL_SOCKET_IFNAME=$TUN_NAME
+  IFNAME=$TUN_NAME
+fi
 export TRIM_BN_NETNS=$NS_LIST TRIM_BN_ADDR0=$ADDR0 TRIM_BN_RANKS=$RANKS
-printf '{"event":"bottleneck_ready","netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"tcp_rto_min_us":%d,"switch_log":"%s"}\n' \
-  "$NS_LIST" "$RANKS" "$ADDR0" "$TUN_NAME" "$RATE" "$BUFFER" "$CROSS" "$PERIOD_MS" "$LOSS" "$MODE" "$SEED" "$RTO_MIN_US" "$LOG"
+printf '{"event":"bottleneck_ready","veth":%d,"mtu":%d,"netns":"%s","ranks":%d,"addr0":"%s","ifname":"%s","rate_gbps":%s,"buffer_bytes":%s,"cross_pct":%s,"cross_period_ms":%s,"loss_pct":%s,"mode":"%s","seed":%s,"tcp_rto_min_us":%d,"switch_log":"%s"}\n' \
+  "$VETH" "$MTU" "$NS_LIST" "$RANKS" "$ADDR0" "$IFNAME" "$RATE" "$BUFFER" "$CROSS" "$PERIOD_MS" "$LOSS" "$MODE" "$SEED" "$RTO_MIN_US" "$LOG"
 
 rc=0
 if [[ $PER_RANK -eq 0 ]]; then

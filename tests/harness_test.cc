@@ -404,6 +404,18 @@ TEST(HarnessFaults, LossRepairWithoutSegmentationOffload) {
   expect_exact(run_harness("--mode sendrecv --bytes 6M --iters 2 --drop 0.01 --reorder 0.05"));
 }
 
+TEST(HarnessFaults, ZeroCopyOnLoopbackCopiesAgainAndStaysExact) {
+  // NCCL_TRIM_ZEROCOPY=on over loopback, with loss (resends of pinned packets): the kernel copies
+  // at local delivery and says so, so each engine goes back to copying after its first
+  // completions; every byte arrives exact and every send completes.
+  trim::testing::EnvGuard on{"NCCL_TRIM_ZEROCOPY", "on"};
+  HarnessRun r = run_harness("--mode sendrecv --bytes 6M --iters 2 --drop 0.01");
+  expect_exact(r);
+  EXPECT_GT(r.count("zerocopy_sends"), 0) << r.context();
+  EXPECT_GT(r.count("zerocopy_copied"), 0) << r.context();
+  EXPECT_LT(r.count("zerocopy_sends") * 20, r.count("sent_packets")) << "it went on pinning" << r.context();
+}
+
 TEST(HarnessFaults, KilledPeerIsReportedInTime) {
   HarnessRun r = run_harness("--mode sendrecv --bytes 8M --kill-peer --timeout-ms 1000");
   EXPECT_EQ(r.exit_code, 3) << r.context();

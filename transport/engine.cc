@@ -39,6 +39,9 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
   c.trimmable_no_check = transport::trimmable_no_check(p);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
+  // auto: off. Measured on loopback and veth, where the kernel copies at delivery, it only
+  // costs (docs/BENCHMARKS.md); no path where it helped has been measured yet.
+  c.zerocopy = param::zerocopy(p) == param::Zerocopy::kOn ? ZeroCopy::Mode::kOn : ZeroCopy::Mode::kOff;
   switch (param::rx_cut(p)) {
     case param::RxCut::kOff: c.rx_cut = RxCut::kOff; break;
     case param::RxCut::kPacket: c.rx_cut = RxCut::kRequired; break;
@@ -74,8 +77,20 @@ uint32_t Engine::Tx::run_end(uint32_t first) const {
   auto same_dst = [](const sockaddr_in& a, const sockaddr_in& b) {
     return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
   };
+  const bool pinned = holds_[first] != nullptr;
+  // Without the copy every page of every piece is a fragment of the one skb the kernel builds.
+  const bool zerocopy = pinned && zc_.active();
+  uint32_t frags = zerocopy ? ZeroCopy::frags(iov_[2 * first]) + ZeroCopy::frags(iov_[2 * first + 1]) : 0;
+  auto frags_fit = [&](uint32_t d) {
+    if (!zerocopy) return true;
+    const uint32_t f = ZeroCopy::frags(iov_[2 * d]) + ZeroCopy::frags(iov_[2 * d + 1]);
+    if (frags + f > ZeroCopy::kMaxFrags) return false;
+    frags += f;
+    return true;
+  };
   while (end < n_ && end - first < kMaxGsoSegments && cls_[end] == cls_[first] && bytes_[end] <= seg &&
-         total + bytes_[end] <= kMaxGsoBytes && same_dst(to_[end], to_[first])) {
+         (holds_[end] != nullptr) == pinned &&
+         total + bytes_[end] <= kMaxGsoBytes && same_dst(to_[end], to_[first]) && frags_fit(end)) {
     total += bytes_[end];
     // Only the last segment may be shorter.
     if (bytes_[end++] < seg) break;
@@ -101,8 +116,12 @@ uint32_t Engine::Tx::send_some(uint32_t first) {
   // configured), the rest with.
   set_no_check(no_check_class(cls_[first]));
   const bool no_check = no_check_class(cls_[first]);  // false if the kernel just refused it
+  // ...and of one kind: pinned datagrams (without a copy, while the kernel lets us) or not.
+  const bool pinned = holds_[first] != nullptr;
+  const bool zerocopy = pinned && zc_.active();
   uint32_t groups = 0;
-  for (uint32_t d = first; d < n_ && no_check_class(cls_[d]) == no_check; ++groups) {
+  for (uint32_t d = first; d < n_ && no_check_class(cls_[d]) == no_check && (holds_[d] != nullptr) == pinned;
+       ++groups) {
     const uint32_t end = run_end(d);
     msghdr& h = mmsg_[groups].msg_hdr;
     h = msghdr{};
@@ -136,15 +155,19 @@ uint32_t Engine::Tx::send_some(uint32_t first) {
       h.msg_controllen = used;
     }
     run_[groups] = end - d;
+    first_[groups] = d;
     d = end;
   }
-  const int r = sendmmsg(fd_, mmsg_, groups, MSG_DONTWAIT);
+  const int r = sendmmsg(fd_, mmsg_, groups, MSG_DONTWAIT | (zerocopy ? MSG_ZEROCOPY : 0));
+  last_zerocopy_ = zerocopy;
   if (r <= 0) return 0;
   uint32_t sent = 0, super = 0;
   for (int i = 0; i < r; ++i) {
     sent += run_[i];
     super += run_[i] > 1 ? 1 : 0;
+    if (zerocopy) zc_.sent(&holds_[first_[i]], run_[i]);
   }
+  zc_.sent_any();
   if (super > 0) global_stats().gso_sends.fetch_add(super, std::memory_order_relaxed);
   return sent;
 }
@@ -159,6 +182,7 @@ void Engine::Tx::flush() {
       continue;
     }
     if (errno == EINTR) continue;
+    if (last_zerocopy_ && zc_.refused(errno)) continue;  // at once, copied
     if ((errno == EAGAIN || errno == ENOBUFS) && stalls++ < 100) {
       pollfd p{fd_, POLLOUT, 0};
       poll(&p, 1, 1);
@@ -174,6 +198,7 @@ void Engine::Tx::flush() {
     // retransmission logic owns what happens next.
     done += run_end(done);
   }
+  for (uint32_t i = 0; i < n_; ++i) holds_[i].reset();  // the ledger keeps what the kernel holds
   n_ = 0;
 }
 
@@ -420,6 +445,11 @@ void Engine::run() {
       }
     }
     busy |= rx_batch(now, &tx);
+    if (tx.zerocopy().reap()) {
+      for (Conn* c : conns_) {
+        if (c->send && !c->dead) c->send->on_kernel_released();
+      }
+    }
     heard_until_ns_ = now;  // what arrived before `now` has been read, and stamped no earlier
     now = now_ns();
     uint64_t deadline = now + kMaxSleepNs;
@@ -470,7 +500,8 @@ std::string GlobalStats::to_json() const {
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
-      "\"ef_recorded\":{},\"ef_conns\":{},\"unrotated_messages\":{}}}",
+      "\"ef_recorded\":{},\"ef_conns\":{},\"unrotated_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
+      "\"zerocopy_refused\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -480,7 +511,8 @@ std::string GlobalStats::to_json() const {
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
-      ef_conns.load(), unrotated_messages.load());
+      ef_conns.load(), unrotated_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
+      zerocopy_refused.load());
 }
 
 GlobalStats& global_stats() {

@@ -23,6 +23,7 @@
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
 #include "transport/socket.h"
+#include "transport/zerocopy.h"
 
 namespace trim::transport {
 
@@ -75,6 +76,8 @@ struct EngineConfig {
   // Trimmable datagrams leave with UDP checksum 0, one by one (NCCL_TRIM_UDP_CHECKSUM).
   bool trimmable_no_check = false;
   bool udp_offload = true;  // GSO sends, GRO receives
+  // NCCL_TRIM_ZEROCOPY: large exact messages leave without a copy (transport/zerocopy.h).
+  ZeroCopy::Mode zerocopy = ZeroCopy::Mode::kOff;
   // NCCL_TRIM_RX_CUT: also read the cut datagrams the kernel drops for their lengths from a
   // packet socket (cut_rx.h). kTry (auto): off, said once, where it cannot be opened; kRequired
   // (packet): an error at start.
@@ -198,6 +201,9 @@ struct GlobalStats {
       // socket and handed to the data path; frames it passed that were not such datagrams.
       cut_received{0}, cut_rejected{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
+      // NCCL_TRIM_ZEROCOPY: sends the kernel took without a copy, those it reported copied after
+      // all (local delivery), and those it refused to pin (sent again copied).
+      zerocopy_sends{0}, zerocopy_copied{0}, zerocopy_refused{0},
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // Cut packets the receivers named in their ACKs (and those named too late to feed back);
       // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.

@@ -8,17 +8,21 @@
 // SO_NO_CHECK, set around their sends): a switch that cuts one need not fix a checksum for the
 // receiving kernel to take it; our header's check points guard what survives. The kernel
 // refuses GSO without a checksum, so they leave packet by packet.
+// Payloads of large exact messages may leave without a copy (MSG_ZEROCOPY, transport/zerocopy.h):
+// one sendmmsg carries either such datagrams only or none, since its flags cover every message.
 #pragma once
 
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 
+#include <memory>
 #include <vector>
 
 #include "codec/packet.h"
 #include "common/log.h"
 #include "transport/engine.h"
+#include "transport/zerocopy.h"
 
 namespace trim::transport {
 
@@ -30,18 +34,24 @@ class Engine::Tx final : public TxSink {
         tos_trimmable_(cfg.tos_trimmable),
         tos_exact_(cfg.tos_exact),
         trimmable_no_check_(cfg.trimmable_no_check),
+        zc_(fd, cfg.zerocopy),
         ctrl_(kBatch * kCtrlBytes) {}
   void bind(Conn* c) { conn_ = c; }
   void data(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes) override {
     // The class is the packet's own: its header's TRIMMABLE flag.
     const bool trimmable = head_bytes > 3 && (head[3] & codec::kFlagTrimmable) != 0;
-    push(head, head_bytes, rest, rest_bytes, conn_->data_dst, trimmable ? Class::kTrimmable : Class::kExact);
+    push(head, head_bytes, rest, rest_bytes, conn_->data_dst, trimmable ? Class::kTrimmable : Class::kExact, nullptr);
+  }
+  void data_pinned(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
+                   const std::shared_ptr<ZcHold>& hold) override {
+    // Only exact messages are pinned (their payload is NCCL's buffer itself).
+    push(head, head_bytes, rest, rest_bytes, conn_->data_dst, Class::kExact, zc_.active() ? &hold : nullptr);
   }
   void ctrl(const CtrlPacket& p) override {
     if (n_ == kBatch) flush();
     uint8_t* b = ctrl_.data() + static_cast<size_t>(n_) * kCtrlBytes;
     write_ctrl(p, b);
-    push(b, kCtrlBytes, nullptr, 0, conn_->peer_udp, Class::kCtrl);
+    push(b, kCtrlBytes, nullptr, 0, conn_->peer_udp, Class::kCtrl, nullptr);
   }
   void frame(const Frame& f) override {
     if (!conn_->tcp_open) return;
@@ -52,14 +62,20 @@ class Engine::Tx final : public TxSink {
   }
   void flush();
   bool gso() const { return gso_; }
+  ZeroCopy& zerocopy() { return zc_; }
 
  private:
   enum class Class : uint8_t { kCtrl, kExact, kTrimmable };
   // Datagram i owns iov_[2i] (head) and iov_[2i + 1] (rest, maybe empty), so a run of
   // datagrams is one contiguous iovec array.
   void push(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
-            const sockaddr_in& to, Class cls) {
+            const sockaddr_in& to, Class cls, const std::shared_ptr<ZcHold>* hold) {
     if (n_ == kBatch) flush();
+    if (hold != nullptr) {
+      holds_[n_] = *hold;
+    } else {
+      holds_[n_].reset();
+    }
     iov_[2 * n_] = iovec{const_cast<uint8_t*>(head), head_bytes};
     iov_[2 * n_ + 1] = iovec{const_cast<uint8_t*>(rest), rest_bytes};
     to_[n_] = to;
@@ -81,12 +97,16 @@ class Engine::Tx final : public TxSink {
   bool trimmable_no_check_;
   bool no_check_ = false;       // the socket's SO_NO_CHECK as last set
   bool no_check_ok_ = true;     // false once the kernel refused it: trimmable packets keep checksums
+  bool last_zerocopy_ = false;  // the last sendmmsg went with MSG_ZEROCOPY
   Conn* conn_ = nullptr;
   uint32_t n_ = 0;
   iovec iov_[2 * kBatch];
   sockaddr_in to_[kBatch];
   uint32_t bytes_[kBatch];
   Class cls_[kBatch];
+  std::shared_ptr<ZcHold> holds_[kBatch];  // pinned datagrams: may leave without a copy
+  uint32_t first_[kBatch];                 // first datagram of each mmsg_ entry
+  ZeroCopy zc_;
   mmsghdr mmsg_[kBatch];
   uint32_t run_[kBatch];  // datagrams in each mmsg_ entry
   alignas(cmsghdr) uint8_t cmsg_[kBatch][CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "codec/layout.h"
@@ -78,6 +79,14 @@ inline bool overlaps(const void* data, uint64_t bytes, uintptr_t lo, uintptr_t h
   return bytes > 0 && a < hi && lo < a + bytes;
 }
 
+// The kernel's references to a message's buffer (MSG_ZEROCOPY): a send of it the sink made
+// without copying counts one until the kernel's completion for it arrives. The message is not
+// handed back to NCCL while any is left. Engine thread only; shared with the sink because a
+// failed connection forgets its messages while completions are still to come.
+struct ZcHold {
+  uint32_t pending = 0;
+};
+
 // Where a state machine puts what it wants sent. Data packets are already stamped.
 class TxSink {
  public:
@@ -85,6 +94,13 @@ class TxSink {
   // One datagram: `head` then `rest` (zero-copy packets: the header, then the payload straight
   // from NCCL's buffer; staged packets pass rest_bytes = 0).
   virtual void data(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes) = 0;
+  // The same, where `rest` may leave without a copy (MSG_ZEROCOPY), counted against `hold`.
+  // By default it is copied like any other.
+  virtual void data_pinned(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
+                           const std::shared_ptr<ZcHold>& hold) {
+    (void)hold;
+    data(head, head_bytes, rest, rest_bytes);
+  }
   virtual void ctrl(const CtrlPacket& p) = 0;
   virtual void frame(const Frame& f) = 0;  // on the connection's TCP stream
 };

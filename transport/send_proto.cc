@@ -27,6 +27,9 @@ struct SendProto::Msg {
   // buffer. Encoded (trimmable) messages are staged: every packet kept until acknowledged.
   bool zero_copy = false;
   uint32_t zc_row = 0;              // row of packet `next`
+  // Large zero-copy messages: the sink may send them without copying (MSG_ZEROCOPY); the
+  // message completes only once the kernel let go of every such send (null: always copied).
+  std::shared_ptr<ZcHold> pinned;
   std::vector<uint8_t> staging;
   std::vector<uint32_t> sizes;
   bool prepared = false;
@@ -42,6 +45,10 @@ struct SendProto::Msg {
 
 namespace {
 constexpr uint32_t kIpUdpBytes = 28;
+// Below this a message is always copied: pinning its pages and reading the completion cost
+// more than copying a few packets (the kernel's guidance: MSG_ZEROCOPY pays off above ~10 KB a
+// send; ours are GSO runs of up to 64 KB).
+constexpr uint64_t kPinnedMinBytes = 64 * 1024;
 
 }  // namespace
 
@@ -125,7 +132,10 @@ Status SendProto::prepare(Msg* m) {
   m->layout.row_first_packets(&m->row_first);
   m->prepared = true;
   m->zero_copy = scheme == codec::Scheme::kNone;
-  if (m->zero_copy) return Status::ok();
+  if (m->zero_copy) {
+    if (op.bytes >= kPinnedMinBytes) m->pinned = std::make_shared<ZcHold>();
+    return Status::ok();
+  }
   m->src = op.data;
   // Per-hop rht on a connection with no trim reported lately: no rotation. Nothing is lost
   // while nothing is cut (the tails are the values' own bits either way), and a trim still
@@ -213,7 +223,11 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
   Msg* m = s.msg;
   uint32_t bytes;
   if (m->zero_copy) {
-    sink->data(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes);
+    if (m->pinned) {
+      sink->data_pinned(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes, m->pinned);
+    } else {
+      sink->data(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes);
+    }
     bytes = codec::kHeaderBytes + s.payload_bytes;
   } else {
     uint8_t* pkt = m->packets() + static_cast<size_t>(s.pkt) * params_.codec.packet_bytes;
@@ -475,7 +489,9 @@ uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
 void SendProto::complete_finished() {
   for (auto it = msgs_.begin(); it != msgs_.end();) {
     Msg* m = it->get();
-    if (m->sent_all && m->acked == m->npackets) {
+    // Acknowledged is not enough while the kernel may still read NCCL's buffer (MSG_ZEROCOPY).
+    const bool kernel_done = !m->pinned || m->pinned->pending == 0;
+    if (m->sent_all && m->acked == m->npackets && kernel_done) {
       if (ef_ && !m->cuts.empty()) feed_back(m);  // may read NCCL's buffer: before it goes back
       m->op->result.finish(m->op->bytes);
       if (m->staging.capacity() > 0 && staging_pool_.size() < 4) staging_pool_.push_back(std::move(m->staging));

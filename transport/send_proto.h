@@ -41,6 +41,9 @@ class SendProto {
   // Retransmissions first, then new packets while the window (and pacing) allow; at most
   // `budget` packets. Returns how many were emitted.
   uint32_t poll_tx(uint64_t now_ns, uint32_t budget, TxSink* sink);
+  // The kernel let go of zero-copy sends (MSG_ZEROCOPY completions): messages that only waited
+  // for that complete now.
+  void on_kernel_released() { complete_finished(); }
   // The retransmission timer.
   void on_timer(uint64_t now_ns);
   // The earliest time poll_tx/on_timer has something to do (UINT64_MAX: nothing pending).

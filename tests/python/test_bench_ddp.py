@@ -62,6 +62,56 @@ class Arguments(unittest.TestCase):
         self.assertEqual((rc, "nccl" in err), (2, True))
         self.assertEqual([backend.parse_bytes(s) for s in ("4K", "1M", "16MiB", "300")], [4096, 1 << 20, 16 << 20, 300])
 
+    def test_backend_netns_bad_arguments(self):
+        for argv, word in ((["--netns-mtu", "1500,x", "--ranks", "2"], "'1500,x'"),
+                           (["--netns-mtu", "100", "--ranks", "2"], "'100'"),
+                           (["--netns-mtu", "1500", "--ranks", "2", "--backends", "gloo,trim-lo"], "trim-lo"),
+                           (["--netns-mtu", "9000"], "--ranks '2,4'"), (["--rounds", "0"], "'0'")):
+            rc, _, err = call(backend.main, argv)
+            self.assertEqual(rc, 2, argv)
+            self.assertIn(word, err, argv)
+        self.assertEqual(backend.parse_mtus(""), [])
+        self.assertEqual(backend.parse_mtus("1500,9000"), [1500, 9000])
+
+    def test_backend_netns_command_places_each_rank_on_the_veth(self):
+        cmd = backend.netns_command(9000, "trim", [16 << 20, 64 << 20], "/tmp/x/rank")
+        self.assertEqual(cmd[1:6], ["--veth", "--mtu", "9000", "--ranks", "2"])
+        rank = cmd[cmd.index("--") + 1:]
+        self.assertEqual(rank[1:4], ["-m", "bench", "backend"])
+        self.assertEqual(rank[rank.index("--rank") + 1], "{rank}")
+        self.assertEqual(rank[rank.index("--master") + 1], "{addr0}")
+        self.assertEqual(rank[rank.index("--sizes") + 1], f"{16 << 20},{64 << 20}")
+        self.assertNotIn("NCCL_TRIM", " ".join(cmd))  # the plugin picks the veth by itself
+        # The script fills the placeholders per rank without setting anything up (no root needed).
+        p = subprocess.run([*cmd[:1], "--print-only", *cmd[1:]], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("veth trimveth", p.stderr)
+        self.assertIn("mtu 9000", p.stderr)
+        self.assertRegex(p.stderr, r"\[rank 1\] TRIM_BN_RANK=1 ip netns exec \S+ .* --rank 1 --master 198\.18\.0\.1 ")
+        p = subprocess.run([*cmd[:1], "--print-only", *cmd[1:4], "--ranks", "3", "--", "true"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--ranks 3", p.stderr)
+
+    def test_backend_netns_cpu_per_byte_and_goals(self):
+        self.assertEqual(backend.bus_bytes(2, 1000), 1000)
+        self.assertEqual(backend.bus_bytes(4, 1000), 1500)
+        self.assertAlmostEqual(backend.cpu_s_per_gb(0.01, 2, 20_000_000), 0.5)
+
+        def row(b, busbw, cpu):
+            return {"backend": b, "busbw_gbs": busbw, "cpu_s_per_gb": cpu}
+        rows = [row("gloo", 2.0, 1.0), row("gloo", 3.0, 1.2), row("gloo", 1.0, 0.8),
+                row("trim", 4.0, 1.2), row("trim", 5.0, 1.5), row("trim", 3.0, 1.1)]
+        s = backend.netns_summary(1500, 16 << 20, rows)
+        self.assertEqual((s["gloo_busbw_gbs"], s["gloo_cpu_s_per_gb"], s["trim_busbw_gbs"], s["trim_cpu_s_per_gb"]),
+                         (2.0, 1.0, 4.0, 1.2))  # medians of the rounds
+        self.assertEqual((s["trim_cpu_vs_gloo"], s["trim_busbw_vs_gloo"], s["cpu_goal"]), (1.2, 2.0, 1.3))
+        self.assertTrue(s["trim_meets_cpu_goal"])
+        s = backend.netns_summary(9000, 16 << 20, rows)
+        self.assertEqual(s["cpu_goal"], 1.0)
+        self.assertFalse(s["trim_meets_cpu_goal"])
+        self.assertNotIn("cpu_goal", backend.netns_summary(4000, 1, rows))
+
     def test_backend_headline_variants_pin_nothing(self):
         # as users run it: only the extra *-lo rows choose an interface
         pinned = {v for v, (_, env) in backend.VARIANTS.items() if "NCCL_TRIM_IFNAME" in env or "GLOO_SOCKET_IFNAME" in env}

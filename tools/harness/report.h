@@ -33,6 +33,7 @@ struct PluginStats {
   // NCCL_TRIM_RX_CUT: cut datagrams read from the packet socket (the switch left their lengths),
   // and frames it passed that were none.
   int64_t cut_received = 0, cut_rejected = 0;
+  int64_t zerocopy_sends = 0, zerocopy_copied = 0, zerocopy_refused = 0;  // NCCL_TRIM_ZEROCOPY
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
