@@ -194,9 +194,16 @@ void Engine::Tx::flush() {
       gso_ = false;
       continue;
     }
-    // One datagram the kernel refuses (e.g. an unreachable switch): skip it; the
-    // retransmission logic owns what happens next.
-    done += run_end(done);
+    // A run the kernel refuses (e.g. an unreachable switch): skip it, counted and said once
+    // per engine; the retransmission logic owns what happens next.
+    const uint32_t skipped = run_end(done);
+    global_stats().send_refused.fetch_add(skipped, std::memory_order_relaxed);
+    if (!refusal_logged_) {
+      refusal_logged_ = true;
+      TRIM_WARN("NET/Trim: the kernel refused {} datagram(s) ({}); they are resent by loss recovery "
+                "(counter send_refused)", skipped, std::strerror(errno));
+    }
+    done += skipped;
   }
   for (uint32_t i = 0; i < n_; ++i) holds_[i].reset();  // the ledger keeps what the kernel holds
   n_ = 0;
@@ -501,7 +508,7 @@ std::string GlobalStats::to_json() const {
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
       "\"ef_recorded\":{},\"ef_conns\":{},\"unrotated_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
-      "\"zerocopy_refused\":{}}}",
+      "\"zerocopy_refused\":{},\"send_refused\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -512,7 +519,7 @@ std::string GlobalStats::to_json() const {
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
       ef_conns.load(), unrotated_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
-      zerocopy_refused.load());
+      zerocopy_refused.load(), send_refused.load());
 }
 
 GlobalStats& global_stats() {

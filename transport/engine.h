@@ -204,6 +204,7 @@ struct GlobalStats {
       // NCCL_TRIM_ZEROCOPY: sends the kernel took without a copy, those it reported copied after
       // all (local delivery), and those it refused to pin (sent again copied).
       zerocopy_sends{0}, zerocopy_copied{0}, zerocopy_refused{0},
+      send_refused{0},  // datagrams the kernel refused outright (skipped: recovery resends them)
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // Cut packets the receivers named in their ACKs (and those named too late to feed back);
       // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.

@@ -98,6 +98,7 @@ class Engine::Tx final : public TxSink {
   bool no_check_ = false;       // the socket's SO_NO_CHECK as last set
   bool no_check_ok_ = true;     // false once the kernel refused it: trimmable packets keep checksums
   bool last_zerocopy_ = false;  // the last sendmmsg went with MSG_ZEROCOPY
+  bool refusal_logged_ = false;  // the first refused run is logged (WARN); all are counted
   Conn* conn_ = nullptr;
   uint32_t n_ = 0;
   iovec iov_[2 * kBatch];
