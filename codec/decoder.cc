@@ -50,11 +50,10 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   return Status::ok();
 }
 
-Status Decoder::begin_combine(const Layout& layout, const MessageId& id, void* dst, RedType type, RedOp op) {
+Status Decoder::check_combine(const Layout& layout, RedType type, RedOp op) {
   if (!valid_red_type(static_cast<int>(type)) || !valid_red_op(static_cast<int>(op))) {
     return Status(Code::kInvalidArgument, "combine: unknown type or op");
   }
-  if (dst == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "combine destination is null");
   const size_t esize = red_type_bytes(type);
   const bool same = (layout.dtype() == DType::kF32 && type == RedType::kF32) ||
                     (layout.dtype() == DType::kF16 && type == RedType::kF16) ||
@@ -64,19 +63,25 @@ Status Decoder::begin_combine(const Layout& layout, const MessageId& id, void* d
                                               " message cannot combine as NCCL type " +
                                               std::to_string(static_cast<int>(type)));
   }
-  // Every row and packet must start on an element (raw rows and packets are multiples of 8
-  // bytes but the last), and no tail row may hold a part of one.
+  // Every row must start on an element and no tail row may hold a part of one. Packets may cut
+  // elements (raw packets are sized in bytes): those decode into the scratch and combine with
+  // their row.
   bool whole = layout.bytes() % esize == 0 && (layout.rows() == 0 || !layout.row(layout.rows() - 1).tail);
   for (uint32_t r = 0; whole && r < layout.rows(); ++r) {
     const RowInfo info = layout.row(r);
-    whole = info.byte_offset % esize == 0 &&
-            static_cast<uint64_t>(info.elems_per_packet) * dtype_bytes(layout.dtype()) % esize == 0;
+    whole = info.byte_offset % esize == 0;
   }
   if (!whole) {
     return Status(Code::kInvalidArgument, "combine: a message of " + std::to_string(layout.bytes()) +
                                               " bytes does not cut into whole elements of " +
                                               std::to_string(esize) + " bytes");
   }
+  return Status::ok();
+}
+
+Status Decoder::begin_combine(const Layout& layout, const MessageId& id, void* dst, RedType type, RedOp op) {
+  TRIM_RETURN_IF_ERROR(check_combine(layout, type, op));
+  if (dst == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "combine destination is null");
   scratch_.resize(layout.bytes());  // every element is written before its row is combined
   TRIM_RETURN_IF_ERROR(begin(layout, id, scratch_.data()));
   combine_ = true;
@@ -204,10 +209,12 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
     const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
     uint8_t* dst = out_ + info.byte_offset + static_cast<size_t>(h.first_elem) * esize;
     const uint32_t whole = std::min<uint32_t>(h.elem_count, p.payload_received / esize);
-    if (combine_ && whole == h.elem_count) {  // exact and final: no need to stage it
+    const uint64_t off = info.byte_offset + static_cast<uint64_t>(h.first_elem) * esize;
+    const uint64_t cesize = red_type_bytes(combine_type_);
+    if (combine_ && whole == h.elem_count && off % cesize == 0 && static_cast<uint64_t>(whole) * esize % cesize == 0) {
+      // Exact, final and in whole elements: combined from the payload, no staging.
       direct_[row_first_slot_[h.row] + h.first_elem / info.elems_per_packet] = 1;
-      combine_bytes(info.byte_offset + static_cast<size_t>(h.first_elem) * esize, p.payload,
-                    static_cast<uint64_t>(whole) * esize);
+      combine_bytes(off, p.payload, static_cast<uint64_t>(whole) * esize);
       return;
     }
     std::memcpy(dst, p.payload, static_cast<size_t>(whole) * esize);

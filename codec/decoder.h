@@ -39,6 +39,8 @@ class Decoder {
   // combine_into(dst, buf). fp32/fp16/bf16 messages combine as their own type; raw (exact) ones
   // as any type whose elements the message's packets and rows do not split.
   Status begin_combine(const Layout& layout, const MessageId& id, void* dst, RedType type, RedOp op);
+  // Whether a message of `layout` can combine as `type` (what begin_combine checks first).
+  static Status check_combine(const Layout& layout, RedType type, RedOp op);
   // Starts a message whose packets are decoded elsewhere (the GPU): only admit() may be used,
   // which validates and counts each packet as add() does.
   void begin_collect(const Layout& layout, const MessageId& id);

@@ -167,12 +167,18 @@ TEST(DecoderCombine, SameBitsAsDecodeThenCombine) {
 }
 
 TEST(DecoderCombine, ExactMessagesOfEveryWidth) {
-  const CodecConfig cfg = config(Scheme::kNone, 1500, 2048);
-  for (uint64_t seed : {1, 2}) {
+  // Raw packets are sized in bytes: at MTU 1502 and 9000 they cut 4- and 8-byte elements.
+  for (uint32_t mtu : {1500u, 1502u, 9000u}) {
+    const CodecConfig cfg = config(Scheme::kNone, mtu, 2048);
+    const Result<Layout> l = Layout::make(cfg, DType::kRaw, Scheme::kNone, 8 * 3001);
+    ASSERT_TRUE(l.is_ok());
+    std::printf("mtu %u: %u bytes a packet\n", mtu, l.value().row(0).elems_per_packet);
+    for (uint64_t seed : {1, 2}) {
     expect_same_bits(cfg, DType::kRaw, random_bytes(4 * 7001, seed), RedType::kF32, seed);
     expect_same_bits(cfg, DType::kRaw, random_bytes(8 * 3001, seed), RedType::kI64, seed);
     expect_same_bits(cfg, DType::kRaw, random_bytes(2 * 5003, seed), RedType::kBF16, seed);
     expect_same_bits(cfg, DType::kRaw, random_bytes(1 * 6007, seed), RedType::kU8, seed);
+    }
   }
 }
 
