@@ -50,7 +50,50 @@ Status Decoder::begin(const Layout& layout, const MessageId& id, void* out) {
   return Status::ok();
 }
 
+Status Decoder::check_combine(const Layout& layout, RedType type, RedOp op) {
+  if (!valid_red_type(static_cast<int>(type)) || !valid_red_op(static_cast<int>(op))) {
+    return Status(Code::kInvalidArgument, "combine: unknown type or op");
+  }
+  const size_t esize = red_type_bytes(type);
+  const bool same = (layout.dtype() == DType::kF32 && type == RedType::kF32) ||
+                    (layout.dtype() == DType::kF16 && type == RedType::kF16) ||
+                    (layout.dtype() == DType::kBF16 && type == RedType::kBF16);
+  if (layout.dtype() != DType::kRaw && !same) {
+    return Status(Code::kInvalidArgument, "combine: a " + std::string(dtype_name(layout.dtype())) +
+                                              " message cannot combine as NCCL type " +
+                                              std::to_string(static_cast<int>(type)));
+  }
+  // Every row must start on an element and no tail row may hold a part of one. Packets may cut
+  // elements (raw packets are sized in bytes): those decode into the scratch and combine with
+  // their row.
+  bool whole = layout.bytes() % esize == 0 && (layout.rows() == 0 || !layout.row(layout.rows() - 1).tail);
+  for (uint32_t r = 0; whole && r < layout.rows(); ++r) {
+    const RowInfo info = layout.row(r);
+    whole = info.byte_offset % esize == 0;
+  }
+  if (!whole) {
+    return Status(Code::kInvalidArgument, "combine: a message of " + std::to_string(layout.bytes()) +
+                                              " bytes does not cut into whole elements of " +
+                                              std::to_string(esize) + " bytes");
+  }
+  return Status::ok();
+}
+
+Status Decoder::begin_combine(const Layout& layout, const MessageId& id, void* dst, RedType type, RedOp op) {
+  TRIM_RETURN_IF_ERROR(check_combine(layout, type, op));
+  if (dst == nullptr && layout.bytes() != 0) return Status(Code::kInvalidArgument, "combine destination is null");
+  scratch_.resize(layout.bytes());  // every element is written before its row is combined
+  TRIM_RETURN_IF_ERROR(begin(layout, id, scratch_.data()));
+  combine_ = true;
+  combine_dst_ = static_cast<uint8_t*>(dst);
+  combine_type_ = type;
+  combine_op_ = op;
+  direct_.assign(got_.size(), 0);
+  return Status::ok();
+}
+
 void Decoder::begin_collect(const Layout& layout, const MessageId& id) {
+  combine_ = false;
   layout_ = layout;
   id_ = id;
   out_ = nullptr;
@@ -166,6 +209,14 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
     const uint32_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
     uint8_t* dst = out_ + info.byte_offset + static_cast<size_t>(h.first_elem) * esize;
     const uint32_t whole = std::min<uint32_t>(h.elem_count, p.payload_received / esize);
+    const uint64_t off = info.byte_offset + static_cast<uint64_t>(h.first_elem) * esize;
+    const uint64_t cesize = red_type_bytes(combine_type_);
+    if (combine_ && whole == h.elem_count && off % cesize == 0 && static_cast<uint64_t>(whole) * esize % cesize == 0) {
+      // Exact, final and in whole elements: combined from the payload, no staging.
+      direct_[row_first_slot_[h.row] + h.first_elem / info.elems_per_packet] = 1;
+      combine_bytes(off, p.payload, static_cast<uint64_t>(whole) * esize);
+      return;
+    }
     std::memcpy(dst, p.payload, static_cast<size_t>(whole) * esize);
     std::memset(dst + static_cast<size_t>(whole) * esize, 0, static_cast<size_t>(h.elem_count - whole) * esize);
     return;
@@ -263,7 +314,32 @@ void Decoder::finish_row(uint32_t r) {
       std::memset(out_ + info.byte_offset + static_cast<size_t>(first) * esize, 0, static_cast<size_t>(n) * esize);
     }
   }
+  if (combine_) combine_row(info);
   row.finished = true;
+}
+
+void Decoder::combine_bytes(uint64_t off, const uint8_t* src, uint64_t bytes) const {
+  combine_into(combine_dst_ + off, src, bytes / red_type_bytes(combine_type_), combine_type_, combine_op_);
+}
+
+void Decoder::combine_row(const RowInfo& info) {
+  const uint64_t esize = info.tail ? 1 : dtype_bytes(layout_.dtype());
+  const uint32_t first_slot = row_first_slot_[info.row];
+  // Runs of slots not combined from their payload, each combined from the scratch in one call.
+  uint32_t k = 0;
+  while (k < info.packets) {
+    if (direct_[first_slot + k] != 0) {
+      ++k;
+      continue;
+    }
+    uint32_t end = k + 1;
+    while (end < info.packets && direct_[first_slot + end] == 0) ++end;
+    const uint64_t lo = static_cast<uint64_t>(k) * info.elems_per_packet;
+    const uint64_t hi = std::min<uint64_t>(info.elems, static_cast<uint64_t>(end) * info.elems_per_packet);
+    const uint64_t off = info.byte_offset + lo * esize;
+    combine_bytes(off, out_ + off, (hi - lo) * esize);
+    k = end;
+  }
 }
 
 void Decoder::estimate_rht_row(const RowInfo& info, const RowState& row) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "codec/combine.h"
 #include "codec/layout.h"
 
 namespace trim::codec {
@@ -30,6 +31,16 @@ class Decoder {
   // Starts a message; `out` receives layout.bytes() bytes (and holds rotated fp32 rows until
   // they are finished).
   Status begin(const Layout& layout, const MessageId& id, void* out);
+  // Starts a message whose values are combined into `dst` (dst = value (op) dst, coll's
+  // reduce_into) instead of stored: rows decode into the decoder's scratch and each row is
+  // combined once, by finish_row, when its values are final (a slot decoded again after a
+  // retransmission, the fills of what never arrived); a whole exact packet (scheme none) is
+  // combined straight from its payload. The bits are those of begin(buf) + finish() +
+  // combine_into(dst, buf). fp32/fp16/bf16 messages combine as their own type; raw (exact) ones
+  // as any type whose elements the message's packets and rows do not split.
+  Status begin_combine(const Layout& layout, const MessageId& id, void* dst, RedType type, RedOp op);
+  // Whether a message of `layout` can combine as `type` (what begin_combine checks first).
+  static Status check_combine(const Layout& layout, RedType type, RedOp op);
   // Starts a message whose packets are decoded elsewhere (the GPU): only admit() may be used,
   // which validates and counts each packet as add() does.
   void begin_collect(const Layout& layout, const MessageId& id);
@@ -47,7 +58,8 @@ class Decoder {
   uint64_t slots_filled() const { return slots_filled_; }
   // Whether every packet of row r has arrived, whole or trimmed.
   bool row_complete(uint32_t r) const;
-  // Estimates what never arrived (and, for rht, what lost its tail). Later packets of the row are ignored.
+  // Estimates what never arrived (and, for rht, what lost its tail); when combining, combines
+  // the row into the destination. Later packets of the row are ignored.
   void finish_row(uint32_t r);
   // Finishes every row. `estimated`, when given, gets one byte per output element of the
   // message (elements of the dtype, then the tail bytes): 1 where the value is not exact.
@@ -79,11 +91,20 @@ class Decoder {
   // The coordinates of an rht row without their own bits (head only or missing), from R^-1 of
   // the scaled signs.
   void estimate_rht_row(const RowInfo& info, const RowState& row);
+  // Combine mode: element bytes [off, off + bytes) of the message, from `src` into the destination.
+  void combine_bytes(uint64_t off, const uint8_t* src, uint64_t bytes) const;
+  void combine_row(const RowInfo& info);
 
   CodecConfig cfg_;
   Layout layout_;
   MessageId id_;
-  uint8_t* out_ = nullptr;
+  uint8_t* out_ = nullptr;      // where rows decode: the message, or scratch_ when combining
+  bool combine_ = false;
+  uint8_t* combine_dst_ = nullptr;
+  RedType combine_type_ = RedType::kF32;
+  RedOp combine_op_ = RedOp::kSum;
+  std::vector<uint8_t> scratch_;  // combine mode: the decoded message, a row combined at a time
+  std::vector<uint8_t> direct_;   // combine mode, per slot: 1 = combined from its payload already
   std::vector<RowState> rows_;
   std::vector<uint32_t> row_first_slot_;
   std::vector<int32_t> got_;          // per packet slot: payload bytes received, -1 = none

@@ -129,6 +129,9 @@ NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) 
   stats_fn_ = reinterpret_cast<int (*)(char*, int)>(dlsym(dl_, "ncclTrimStatsJson"));
   // Optional too: another plugin has no such call.
   declare_fn_ = reinterpret_cast<int (*)(void*)>(dlsym(dl_, "ncclTrimDeclareSendBuffers"));
+  // Optional: without it the ring stages reduce-scatter receives and reduces them itself.
+  combine_fn_ = reinterpret_cast<int (*)(void*, void*, size_t, int, void*, void*, int, int, void**)>(
+      dlsym(dl_, "ncclTrimIrecvCombine"));
 }
 
 NetPlugin::~NetPlugin() {
@@ -322,6 +325,28 @@ Status NetPlugin::declare_send_buffers(void* send_comm) {
   const int r = declare_fn_(send_comm);
   if (r != ncclSuccess) return Status(Code::kUnavailable, "ncclTrimDeclareSendBuffers returned " + result_name(r));
   return Status::ok();
+}
+
+namespace {
+std::atomic<bool> g_combine_disabled{false};
+std::atomic<uint64_t> g_combined_recvs{0};
+}  // namespace
+
+void testing::set_combine_disabled(bool disabled) { g_combine_disabled.store(disabled); }
+uint64_t testing::combined_recvs() { return g_combined_recvs.load(); }
+
+bool NetPlugin::can_combine() const {
+  return combine_fn_ != nullptr && !g_combine_disabled.load(std::memory_order_relaxed);
+}
+
+ncclResult_t NetPlugin::irecv_combine(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
+                                      void* phandle, int datatype, int op, void** request) {
+  *request = nullptr;
+  if (combine_fn_ == nullptr) return ncclInvalidUsage;
+  const ncclResult_t r = static_cast<ncclResult_t>(
+      combine_fn_(recv_comm, data, capacity_bytes, tag, mhandle, phandle, datatype, op, request));
+  if (r == ncclSuccess && *request != nullptr) g_combined_recvs.fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 bool NetPlugin::stats_json(std::string* out) const {

@@ -127,6 +127,12 @@ class NetPlugin {
   Status declare_send_buffers(void* send_comm);
   // ncclTrimStatsJson if the library exports it; false (and nothing written) when absent.
   bool stats_json(std::string* out) const;
+  // Whether the library exports ncclTrimIrecvCombine: a receive that combines what arrives into
+  // its buffer with NCCL's (datatype, op) on the plugin's threads.
+  bool can_combine() const;
+  // That receive (one buffer of at most capacity_bytes); *request null: no slot, retry.
+  ncclResult_t irecv_combine(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
+                             void* phandle, int datatype, int op, void** request);
 
  private:
   NetPlugin(void* dl, Api api, const void* table);
@@ -142,6 +148,14 @@ class NetPlugin {
   ncclNetCommConfig_v10_t config_{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int (*stats_fn_)(char*, int) = nullptr;
   int (*declare_fn_)(void*) = nullptr;
+  int (*combine_fn_)(void*, void*, size_t, int, void*, void*, int, int, void**) = nullptr;
 };
+
+namespace testing {
+// Test only: every NetPlugin acts as if the library had no ncclTrimIrecvCombine (the fallback).
+void set_combine_disabled(bool disabled);
+// Combining receives posted in this process (NetPlugin::irecv_combine that got a request).
+uint64_t combined_recvs();
+}  // namespace testing
 
 }  // namespace trim::coll

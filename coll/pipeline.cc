@@ -114,18 +114,22 @@ class Pipeline {
       }
       // Directly into the work buffer only after the op's descriptor check (a peer that
       // disagrees must not write the caller's memory) and once nothing still reads that place.
-      char* direct = b_.work_recv_mh != nullptr && gate_done_ ? s_.recv_direct(i) : nullptr;
-      if (direct != nullptr && !s_.apply_ready(i, send_done_)) break;
+      const bool in_work = b_.work_recv_mh != nullptr && gate_done_;
+      char* direct = in_work ? s_.recv_direct(i) : nullptr;
+      int dtype = 0, op = 0;
+      char* combine = in_work && direct == nullptr && l_.net->can_combine() ? s_.recv_combine(i, &dtype, &op) : nullptr;
+      if ((direct != nullptr || combine != nullptr) && !s_.apply_ready(i, send_done_)) break;
       void* req = nullptr;
-      ncclResult_t r = direct != nullptr
-                           ? l_.net->irecv(l_.recv_comm, direct, s_.recv_bytes(i), prev, b_.work_recv_mh,
-                                           recv_op_.phandle(step(i)), &req)
-                           : l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh,
-                                           recv_op_.phandle(step(i)), &req);
+      void* const ph = recv_op_.phandle(step(i));
+      ncclResult_t r =
+          direct != nullptr    ? l_.net->irecv(l_.recv_comm, direct, s_.recv_bytes(i), prev, b_.work_recv_mh, ph, &req)
+          : combine != nullptr ? l_.net->irecv_combine(l_.recv_comm, combine, s_.recv_bytes(i), prev, b_.work_recv_mh,
+                                                       ph, dtype, op, &req)
+                               : l_.net->irecv(l_.recv_comm, slot(i), b_.slot_bytes, prev, b_.staging_mh, ph, &req);
       if (r != ncclSuccess) return plugin_error(peer_call("irecv", false).c_str(), r);
       if (req == nullptr) break;
       recv_op_.record_step(step(i), kStepRecvWait, 0);
-      recv_direct_[i % kMaxInFlight] = direct != nullptr;
+      recv_direct_[i % kMaxInFlight] = direct != nullptr || combine != nullptr;  // no apply() on receipt
       recv_reqs_.push_back(req);
       ++recv_posted_;
       *moved = true;

@@ -93,6 +93,12 @@ class Schedule {
   // apply() is skipped. Such a receive is posted only once apply_ready() holds, since its data
   // lands when it arrives.
   virtual char* recv_direct(size_t) const { return nullptr; }
+  // Where receive i is combined into the work buffer, and as what (NCCL's datatype and op), when
+  // the plugin can combine on receipt (NetPlugin::can_combine): then apply() is skipped and the
+  // plugin's threads reduce. nullptr: staged and applied here. The caller posts it only after
+  // the descriptor check and once apply_ready() holds; nothing may read that place until it
+  // completes (the ring sends a reduced segment only after its receive).
+  virtual char* recv_combine(size_t, int* /*datatype*/, int* /*op*/) const { return nullptr; }
 };
 
 // What must finish before the op's first receive is applied (the op descriptor check of

@@ -7,24 +7,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/combine.h"
+
 namespace trim::coll {
 
-enum class DType : int {
-  kI8 = 0,
-  kU8 = 1,
-  kI32 = 2,
-  kU32 = 3,
-  kI64 = 4,
-  kU64 = 5,
-  kF16 = 6,
-  kF32 = 7,
-  kF64 = 8,
-  kBF16 = 9,
-};
-inline constexpr int kNumDTypes = 10;
-
-enum class RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
-inline constexpr int kNumRedOps = 5;
+// NCCL's numbering; the arithmetic is codec/combine.h's, shared with the transport's combining
+// receive.
+using DType = codec::RedType;
+inline constexpr int kNumDTypes = codec::kNumRedTypes;
+using RedOp = codec::RedOp;
+inline constexpr int kNumRedOps = codec::kNumRedOps;
 
 bool valid_dtype(int d);
 bool valid_op(int op);
@@ -39,7 +31,7 @@ const char* op_name(RedOp op);
 // dst[e] = in[e] (op) dst[e] for e < n: the received partial result combined with this rank's
 // own value, in that order (the ring's summation order, which the tests' references replay).
 // kAvg combines as kSum (see scale_for_avg / finish_avg).
-void reduce_into(void* dst, const void* in, size_t n, DType d, RedOp op);
+inline void reduce_into(void* dst, const void* in, size_t n, DType d, RedOp op) { codec::combine_into(dst, in, n, d, op); }
 
 // AVG as NCCL does it: floats are multiplied by 1/nranks before the sum (premultiplied sum);
 // integers are summed and divided (truncating toward zero) after.

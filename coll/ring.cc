@@ -6,6 +6,9 @@
 //               allgather half of an AllReduce, the send that last read that slice ((N-1)S
 //               transfers earlier) finished. In a ReduceScatter or AllGather no earlier send
 //               reads what a receive writes (the segment received at step t is sent at t+1).
+// A reduce-scatter receive the plugin combines itself (NetPlugin::can_combine) writes the work
+// buffer while in flight: safe for the same reason, since the segment it reduces is read only by
+// the send of the next step, which waits for the receive to complete.
 // Broadcast: a chain root -> root+1 -> ... -> root-1, each forward waiting for its receive.
 #include "coll/ring.h"
 
@@ -119,8 +122,17 @@ class RingSchedule : public Schedule {
     }
   }
 
+  char* recv_combine(size_t i, int* dtype, int* op) const override {
+    if (!geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;
+    Segment s;
+    const size_t bytes = bytes_of(i, geo_.recv_seg(rank_, geo_.step_of(i)), &s);
+    *dtype = static_cast<int>(dtype_);
+    *op = static_cast<int>(op_);
+    return bytes == 0 ? nullptr : work_ + s.first * geo_.elem_bytes();  // an empty slice keeps its slot
+  }
+
   char* recv_direct(size_t i) const override {
-    if (geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;  // combined on receipt (apply)
+    if (geo_.is_reduce_scatter(geo_.step_of(i))) return nullptr;  // combined on receipt
     Segment s;
     const size_t bytes = bytes_of(i, geo_.recv_seg(rank_, geo_.step_of(i)), &s);
     return bytes == 0 ? nullptr : work_ + s.first * geo_.elem_bytes();  // an empty slice keeps its slot

@@ -748,4 +748,34 @@ __attribute__((visibility("default"))) int ncclTrimDeclareSendBuffers(void* send
   }
   return report("ncclTrimDeclareSendBuffers", net::declare_send_buffers(comm));
 }
+
+// Not part of NCCL's ABI: the nccl_trim collectives' (coll/) reduce-scatter receive. Like irecv
+// with one buffer, but what arrives is combined into `data` with NCCL's datatype and op
+// (data = received (op) data, AVG as SUM) on the transport's threads, each element once; size is
+// the most bytes accepted. Trimmed values combine as they decode. NCCL never calls it; coll looks
+// it up with dlsym and keeps its own staging and reduction when it is absent.
+__attribute__((visibility("default"))) int ncclTrimIrecvCombine(void* recv_comm, void* data, size_t size, int tag,
+                                                                void* mhandle, void* phandle, int datatype, int op,
+                                                                void** request) {
+  if (request == nullptr) return null_arg("ncclTrimIrecvCombine", "request");
+  *request = nullptr;
+  if (recv_comm == nullptr) return null_arg("ncclTrimIrecvCombine", "recvComm");
+  if (data == nullptr && size != 0) return null_arg("ncclTrimIrecvCombine", "data");
+  net::RecvComm* comm = recv_comm_of(recv_comm);
+  if (comm == nullptr) {
+    return report("ncclTrimIrecvCombine", Status(Code::kInvalidArgument, "comm is not a receive comm"));
+  }
+  net::RecvBuffer b;
+  b.data = data;
+  b.capacity_bytes = size;
+  b.tag = tag;
+  b.mem = static_cast<net::MemHandle*>(mhandle);
+  b.profiler_op = phandle;
+  b.combine_type = datatype < 0 ? INT32_MAX : datatype;  // negative is not "store": refused as unknown
+  b.combine_op = op;
+  trim::Result<net::Request*> r = net::irecv(comm, 1, &b, false);
+  if (!r) return report("ncclTrimIrecvCombine", r.status());
+  *request = r.value();  // null: no slot, retry
+  return ncclSuccess;
+}
 }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll/net_plugin.h"
 #include "coll/reduce.h"
 #include "coll/ring.h"
 #include "coll/trim_coll.h"
@@ -184,6 +185,30 @@ TEST(Coll, LargeFloatSumSpansLoopsBitExact) {
   // 3 MiB + 5 floats: several loops of 4 x 2 x 1 MiB, a short last loop with uneven segments.
   check_all_reduce(ring, DType::kF32, RedOp::kSum, (size_t{3} << 20) / 4 * 4 + 5, 99);
   check_all_reduce(ring, DType::kBF16, RedOp::kSum, (size_t{5} << 20) + 3, 100);
+}
+
+// Reduce-scatter receives are combined by the plugin (ncclTrimIrecvCombine) when it offers that,
+// and staged and reduced here when it does not: the same bits either way.
+TEST(Coll, ReduceScatterCombinesOnReceiptOrFallsBack) {
+  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+  for (bool disabled : {false, true}) {
+    trim::coll::testing::set_combine_disabled(disabled);
+    const uint64_t before = trim::coll::testing::combined_recvs();
+    {
+      Ring ring(3);
+      check_all_reduce(ring, DType::kF32, RedOp::kSum, 300001, 5);
+      check_all_reduce(ring, DType::kBF16, RedOp::kMax, 1001, 6);
+      check_all_reduce(ring, DType::kI64, RedOp::kProd, 777, 7);
+      check_all_reduce(ring, DType::kF16, RedOp::kAvg, 1001, 8);
+    }
+    const uint64_t used = trim::coll::testing::combined_recvs() - before;
+    if (disabled) {
+      EXPECT_EQ(used, 0u);
+    } else {
+      EXPECT_GT(used, 0u);  // 4 ops x 3 ranks x 2 reduce-scatter steps x 2 slices, at least
+    }
+  }
+  trim::coll::testing::set_combine_disabled(false);
 }
 
 TEST(Coll, ReduceScatterAndAllGatherInRankBlocks) {

@@ -22,6 +22,7 @@ namespace trim::transport {
 void CodecWork::prepare(Kind k, const codec::CodecConfig& c, const codec::Layout& l, const codec::MessageId& m,
                         Waker* w, std::shared_ptr<InFlight> count) {
   kind = k;
+  combine = false;
   cfg = c;
   layout = l;
   id = m;
@@ -111,7 +112,8 @@ std::string encode_rows(CodecWork* w, uint32_t first, uint32_t end) {
 
 std::string decode_rows(CodecWork* w, uint32_t first, uint32_t end) {
   codec::Decoder& dec = thread_decoder(w->cfg);
-  Status st = dec.begin(w->layout, w->id, w->dst);
+  Status st = w->combine ? dec.begin_combine(w->layout, w->id, w->dst, w->combine_type, w->combine_op)
+                         : dec.begin(w->layout, w->id, w->dst);
   if (!st.is_ok()) return st.message();
   for (uint32_t s = w->row_first[first]; s < w->row_first[end]; ++s) {
     const codec::ParsedPacket& p = w->parsed[s];

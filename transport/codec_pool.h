@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/combine.h"
 #include "codec/layout.h"
 #include "codec/packet.h"
 
@@ -51,6 +52,10 @@ struct CodecWork {
   // so that it lives as long as the tasks that read it, even past an abandoned message.
   std::vector<float> src_copy;
   uint8_t* dst = nullptr;        // decode: the message (NCCL's buffer)
+  // decode: combine into dst (Decoder::begin_combine) instead of storing.
+  bool combine = false;
+  codec::RedType combine_type = codec::RedType::kF32;
+  codec::RedOp combine_op = codec::RedOp::kSum;
   size_t stride = 0;             // bytes per packet slot in `packets`
   // encode: the packets, slot j at j * stride, and their sizes. decode: the payloads that
   // arrived (slot j's at j * stride) and, per slot, the parsed packet with its payload pointer

@@ -133,6 +133,10 @@ struct RecvBuffer {
   int tag = 0;
   MemHandle* mem = nullptr;
   void* profiler_op = nullptr;  // NCCL's per-op profiler handle, or null
+  // >= 0: a combining receive (ncclTrimIrecvCombine): what arrives is combined into `data` with
+  // NCCL's datatype combine_type and op combine_op (data = received (op) data) instead of stored.
+  int combine_type = -1;
+  int combine_op = 0;
 };
 
 // What test() reports; sizes are only meaningful once done.

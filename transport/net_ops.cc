@@ -73,9 +73,18 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
   }
   Conn* c = comm->core.conn.get();
   if (c->dead.load(std::memory_order_acquire)) return c->dead_status;
+  const RecvBuffer& b = buffers[0];
+  const bool combine = b.combine_type >= 0;
+  if (combine && (!codec::valid_red_type(b.combine_type) || !codec::valid_red_op(b.combine_op))) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("irecv: cannot combine NCCL datatype {} with op {}", b.combine_type, b.combine_op));
+  }
   Request* r = comm->core.free_slot(comm);
   if (r == nullptr) return static_cast<Request*>(nullptr);
   transport::RecvOp& op = r->recv;
+  op.combine = combine;
+  op.combine_type = static_cast<codec::RedType>(combine ? b.combine_type : 0);
+  op.combine_op = static_cast<codec::RedOp>(b.combine_op);
   op.data = static_cast<uint8_t*>(buffers[0].data);
   op.capacity = buffers[0].capacity_bytes;
   op.seq = comm->core.next_seq++;

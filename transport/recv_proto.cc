@@ -42,6 +42,15 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
   const codec::Scheme scheme = h.dtype == codec::DType::kRaw ? codec::Scheme::kNone : params_.codec.scheme;
   Result<codec::Layout> layout = codec::Layout::make(params_.codec, h.dtype, scheme, h.msg_bytes);
   if (!layout) return false;
+  if (m->op->combine) {
+    const Status ok = codec::Decoder::check_combine(layout.value(), m->op->combine_type, m->op->combine_op);
+    if (!ok.is_ok()) {
+      m->failed = true;
+      m->op->result.fail(Status(Code::kInvalidArgument,
+                                fmt::format("combining receive (seq {}): {}", m->op->seq, ok.message())));
+      return false;
+    }
+  }
   const uint32_t idx = m->op->seq % kMaxPostedRecvs;
   if (!decoders_[idx]) decoders_[idx] = std::make_unique<codec::Decoder>(params_.codec);
   codec::MessageId id{params_.cookie, m->op->seq, h.trimmable()};
@@ -49,7 +58,10 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
   if (params_.pool != nullptr && scheme != codec::Scheme::kNone) {
     decoders_[idx]->begin_collect(layout.value(), id);
     begin_pooled(m, id);
-  } else if (!decoders_[idx]->begin(layout.value(), id, m->op->data).is_ok()) {
+  } else if (!(m->op->combine ? decoders_[idx]->begin_combine(layout.value(), id, m->op->data, m->op->combine_type,
+                                                              m->op->combine_op)
+                               : decoders_[idx]->begin(layout.value(), id, m->op->data))
+                  .is_ok()) {
     return false;
   }
   m->started = true;
@@ -62,6 +74,9 @@ void RecvProto::begin_pooled(Msg* m, const codec::MessageId& id) {
   const codec::Layout& l = m->layout;
   w.prepare(CodecWork::Kind::kDecode, params_.codec, l, id, params_.waker, in_flight_);
   w.dst = m->op->data;
+  w.combine = m->op->combine;
+  w.combine_type = m->op->combine_type;
+  w.combine_op = m->op->combine_op;
   w.packets.resize(static_cast<size_t>(l.packets()) * w.stride);  // payloads only: no need to clear
   w.parsed.assign(l.packets(), codec::ParsedPacket());
   m->task_missing.resize(w.tasks);
@@ -166,6 +181,9 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   }
   if (p.trimmed) note_trim(psn, p.payload_received);
   ack_due_ = true;
+  // Combining on the engine: a row is combined as soon as all of it arrived, while it is still
+  // in cache (a later, fuller copy of one of its packets is then ignored, as on the pool).
+  if (!m->work && m->op->combine && dec.row_complete(p.hdr.row)) dec.finish_row(p.hdr.row);
   // Complete on distinct slots, not packets: a peer repeating a filled slot under a fresh psn
   // must not complete a receive with data missing.
   if (!m->work && dec.slots_filled() == m->layout.packets()) {

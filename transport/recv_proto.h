@@ -21,6 +21,12 @@ struct RecvOp {
   uint8_t* data = nullptr;
   uint64_t capacity = 0;
   uint32_t seq = 0;
+  // A combining receive (ncclTrimIrecvCombine): data = received (op) data, element by element,
+  // done by the codec workers (trimmable) or the engine (exact), each element once. What arrived
+  // is never visible on its own; a failed receive may leave data partly combined.
+  bool combine = false;
+  codec::RedType combine_type = codec::RedType::kF32;
+  codec::RedOp combine_op = codec::RedOp::kSum;
   OpResult result;
 };
 
