@@ -7,7 +7,8 @@ size: warm-up calls, then about 1.5 s of timed float32 SUM all_reduces, every ca
 (the transport alone); gloo-lo and trim-lo: both pinned to loopback, the project's earlier
 configuration (an extra row, not the headline). One JSON line per (round, ranks, backend, size):
 median s per call, algbw and busbw (2(n-1)/n x bytes / time) in GB/s, rank 0's CPU s per call (all
-its threads); per size a summary line: each variant's speed relative to gloo. Needs torch; the
+its threads) and its context switches per call and per MiB moved (all threads; voluntary ones are
+the wake-ups, issue 39 item 4); per size a summary line: each variant's speed relative to gloo. Needs torch; the
 plugin from NCCL_TRIM_LIB_DIR (default build/lib).
 
 --netns-mtu 1500,9000: as on two hosts joined by one link at that MTU (root): the 2 ranks in two
@@ -20,6 +21,7 @@ MTU 1500, <= 1.0x at 9000)."""
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,6 +51,14 @@ def bus_bytes(n, nbytes):
 def cpu_s_per_gb(cpu_s_per_call, n, nbytes):
     """A rank's CPU seconds per GB (1e9 bytes) it moved."""
     return cpu_s_per_call / (bus_bytes(n, nbytes) / 1e9)
+
+
+def switches(vcsw, ivcsw, calls, n, nbytes):
+    """A rank's context switches (all its threads) per call and per MiB it moved: voluntary ones
+    are its wake-ups (a thread that slept), involuntary ones preemptions."""
+    mib = bus_bytes(n, nbytes) / (1 << 20)
+    return {"vcsw_per_call": round(vcsw / calls, 1), "ivcsw_per_call": round(ivcsw / calls, 1),
+            "vcsw_per_mib": round(vcsw / calls / mib, 2) if mib else None}
 
 
 def parse_mtus(text):
@@ -86,20 +96,23 @@ def worker(rank, n, port, variant, sizes, q, master="127.0.0.1"):
         # Every rank must make the same number of calls: the slowest rank's warm-up decides.
         probe = torch.tensor([(time.perf_counter() - t0) / 3])
         dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=sync)
-        times, cpu_s = [], 0.0
+        times, cpu_s, vcsw, ivcsw = [], 0.0, 0, 0
         for _ in range(max(5, min(400, int(POINT_S / max(float(probe), 1e-6))))):
             t.copy_(x)
             dist.barrier(group=sync)
-            c0, t0 = time.process_time(), time.perf_counter()
+            r0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - t0)
             cpu_s += time.process_time() - c0
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            vcsw, ivcsw = vcsw + r1.ru_nvcsw - r0.ru_nvcsw, ivcsw + r1.ru_nivcsw - r0.ru_nivcsw
         # The same inputs every call, so every rank ends with the same sum: replicas must match.
         digest = torch.tensor([float(t.double().sum()), float(t.double().abs().sum())])
         parts = [torch.empty(2, dtype=digest.dtype) for _ in range(n)]
         dist.all_gather(parts, digest, group=sync)
         results.append({"bytes": t.numel() * 4, "median_s": statistics.median(times), "calls": len(times),
                         "cpu_s_per_call": cpu_s / len(times),
+                        **switches(vcsw, ivcsw, len(times), n, t.numel() * 4),
                         "replicas_identical": all(torch.equal(p, parts[0]) for p in parts)})
     dist.destroy_process_group()
     if rank == 0:

@@ -112,6 +112,13 @@ class Arguments(unittest.TestCase):
         self.assertFalse(s["trim_meets_cpu_goal"])
         self.assertNotIn("cpu_goal", backend.netns_summary(4000, 1, rows))
 
+    def test_backend_switches_per_call_and_per_mib(self):
+        # 2 ranks, 4 MiB: each rank moves 4 MiB a call; 30 calls, 600 voluntary, 90 involuntary.
+        s = backend.switches(600, 90, 30, 2, 4 << 20)
+        self.assertEqual((s["vcsw_per_call"], s["ivcsw_per_call"], s["vcsw_per_mib"]), (20.0, 3.0, 5.0))
+        self.assertEqual(backend.switches(600, 90, 30, 4, 4 << 20)["vcsw_per_mib"], round(20 / 6, 2))
+        self.assertIsNone(backend.switches(1, 0, 1, 2, 0)["vcsw_per_mib"])
+
     def test_backend_headline_variants_pin_nothing(self):
         # as users run it: only the extra *-lo rows choose an interface
         pinned = {v for v, (_, env) in backend.VARIANTS.items() if "NCCL_TRIM_IFNAME" in env or "GLOO_SOCKET_IFNAME" in env}
