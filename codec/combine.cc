@@ -1,9 +1,28 @@
 #include "codec/combine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace trim::codec {
 namespace {
+
+// A NaN operand decides a float sum or product, the received one first, quieted: what x86's
+// addps/mulps give with the received value as the first source (the AVX2 kernels), stated here
+// so the reference does not depend on which operand order the compiler picks (GCC at -O1 and
+// -O2 differ), and with it which NaN's payload survives.
+template <typename T>
+bool nan_first(T a, T b, T* r) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const T* pick = std::isnan(a) ? &a : std::isnan(b) ? &b : nullptr;
+  if (pick == nullptr) return false;
+  U bits;
+  std::memcpy(&bits, pick, sizeof bits);
+  bits |= U{1} << (sizeof(T) == 4 ? 22 : 51);  // the quiet bit
+  std::memcpy(r, &bits, sizeof bits);
+  return true;
+}
 
 // Integers wrap, as NCCL's do: in the unsigned type, where overflow is defined.
 template <typename T>
@@ -12,7 +31,8 @@ T wrap_add(T a, T b) {
     using U = std::make_unsigned_t<T>;
     return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
-    return a + b;
+    T r;
+    return nan_first(a, b, &r) ? r : a + b;
   }
 }
 template <typename T>
@@ -21,7 +41,8 @@ T wrap_mul(T a, T b) {
     using U = std::make_unsigned_t<T>;
     return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
   } else {
-    return a * b;
+    T r;
+    return nan_first(a, b, &r) ? r : a * b;
   }
 }
 

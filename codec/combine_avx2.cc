@@ -27,11 +27,12 @@ bool combine_supported() {
 
 namespace {
 
-// in + d and in * d as the reference compiles them (fp32: d first; with two NaNs x86 returns
-// the first source's payload, and the test compares NaN bits too). Written in asm because the compiler
-// may swap a commutative intrinsic's operands. std::max(in, d) is (in < d) ? d : in, which is
-// _mm256_max_ps(d, in) (d > in ? d : in; the second operand on NaN); std::min(in, d) is
-// (d < in) ? d : in, _mm256_min_ps(d, in): not commutative, so kept in order.
+// in + d and in * d with the received value as the first source: with two NaNs x86 returns the
+// first source's payload, which is the reference's rule (nan_first in combine.cc; the test
+// compares NaN bits too). Written in asm because the compiler may swap a commutative
+// intrinsic's operands. std::max(in, d) is (in < d) ? d : in, which is _mm256_max_ps(d, in)
+// (d > in ? d : in; the second operand on NaN); std::min(in, d) is (d < in) ? d : in,
+// _mm256_min_ps(d, in): not commutative, so kept in order.
 // a + b with a as the first source (its payload when both are NaN).
 TRIM_AVX2 inline __m256 add_first(__m256 a, __m256 b) {
   __m256 r;
@@ -46,10 +47,10 @@ TRIM_AVX2 inline __m256 mul_first(__m256 a, __m256 b) {
 
 template <RedOp kOp>
 TRIM_AVX2 inline __m256 op8(__m256 in, __m256 d) {
-  if constexpr (kOp == RedOp::kProd) return mul_first(d, in);
+  if constexpr (kOp == RedOp::kProd) return mul_first(in, d);
   if constexpr (kOp == RedOp::kMax) return _mm256_max_ps(d, in);
   if constexpr (kOp == RedOp::kMin) return _mm256_min_ps(d, in);
-  return add_first(d, in);
+  return add_first(in, d);
 }
 
 template <RedOp kOp>
@@ -87,7 +88,7 @@ TRIM_AVX2 inline __m128i narrow_bf16(__m256 v) {
 TRIM_AVX2 void bf16_sum(uint16_t* d, const uint16_t* in, size_t n) {
   size_t e = 0;
   for (; e + 8 <= n; e += 8) {
-    // The reference's bf16 sum compiles with the received value first (its NaN wins).
+    // The received value first (its NaN wins), as the reference's rule says.
     const __m256 s = add_first(widen_bf16(in + e), widen_bf16(d + e));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + e), narrow_bf16(s));
   }
