@@ -197,7 +197,7 @@ def main_netns(args, backends, sizes, mtus):
                            "algbw_gbs": round(algbw, 4), "busbw_gbs": round(bus_bytes(2, algbw), 4),
                            "cpu_s_per_call": round(r["cpu_s_per_call"], 7),
                            "cpu_s_per_gb": round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4),
-                           "replicas_identical": r["replicas_identical"]}
+                           **{k: r[k] for k in ("vcsw_per_call", "ivcsw_per_call", "vcsw_per_mib") if k in r}, "replicas_identical": r["replicas_identical"]}
                     emit(row)
                     rows.append(row)
         for nbytes in sorted({r["bytes"] for r in rows if r["mtu"] == mtu}):
@@ -258,7 +258,8 @@ def main(argv):
                     emit({"bench": "backend_allreduce", "round": rnd, "ranks": n, "backend": backend,
                           "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
                           "algbw_gbs": round(algbw, 4), "busbw_gbs": round(algbw * 2 * (n - 1) / n, 4),
-                          "cpu_s_per_call": round(r["cpu_s_per_call"], 7), "replicas_identical": r["replicas_identical"]})
+                          "cpu_s_per_call": round(r["cpu_s_per_call"], 7), **{k: r[k] for k in ("vcsw_per_call", "ivcsw_per_call", "vcsw_per_mib") if k in r},
+                          "replicas_identical": r["replicas_identical"]})
                     medians.setdefault((n, backend, r["bytes"]), []).append(s)
         if "gloo" not in backends:
             continue
