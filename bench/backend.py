@@ -164,6 +164,17 @@ def run_netns_point(mtu, backend, sizes):
         return rows[-1]
 
 
+def result_row(r, n, rnd, backend, **extra):
+    """The JSON row of one (round, backend, size) from rank 0's result R of an N-rank run."""
+    algbw = r["bytes"] / r["median_s"] / 1e9
+    return {"bench": "backend_allreduce", **extra, "round": rnd, "ranks": n, "backend": backend,
+            "bytes": r["bytes"], "median_s": round(r["median_s"], 7), "calls": r["calls"],
+            "algbw_gbs": round(algbw, 4), "busbw_gbs": round(bus_bytes(n, algbw), 4),
+            "cpu_s_per_call": round(r["cpu_s_per_call"], 7),
+            **{k: r[k] for k in ("vcsw_per_call", "ivcsw_per_call", "vcsw_per_mib") if k in r},
+            "replicas_identical": r["replicas_identical"]}
+
+
 def netns_summary(mtu, nbytes, rows):
     """The summary line of one (MTU, size): ROWS are its emitted rows, every round and backend."""
     by = {}
@@ -191,13 +202,8 @@ def main_netns(args, backends, sizes, mtus):
         for rnd in range(args.rounds):
             for backend in backends:
                 for r in run_netns_point(mtu, backend, sizes):
-                    s, algbw = r["median_s"], r["bytes"] / r["median_s"] / 1e9
-                    row = {"bench": "backend_allreduce", "mtu": mtu, "round": rnd, "ranks": 2, "backend": backend,
-                           "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
-                           "algbw_gbs": round(algbw, 4), "busbw_gbs": round(bus_bytes(2, algbw), 4),
-                           "cpu_s_per_call": round(r["cpu_s_per_call"], 7),
-                           "cpu_s_per_gb": round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4),
-                           **{k: r[k] for k in ("vcsw_per_call", "ivcsw_per_call", "vcsw_per_mib") if k in r}, "replicas_identical": r["replicas_identical"]}
+                    row = result_row(r, 2, rnd, backend, mtu=mtu)
+                    row["cpu_s_per_gb"] = round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4)
                     emit(row)
                     rows.append(row)
         for nbytes in sorted({r["bytes"] for r in rows if r["mtu"] == mtu}):
@@ -254,13 +260,8 @@ def main(argv):
         for rnd in range(args.rounds):
             for backend in backends:
                 for r in run_point(n, backend, sizes):
-                    s, algbw = r["median_s"], r["bytes"] / r["median_s"] / 1e9
-                    emit({"bench": "backend_allreduce", "round": rnd, "ranks": n, "backend": backend,
-                          "bytes": r["bytes"], "median_s": round(s, 7), "calls": r["calls"],
-                          "algbw_gbs": round(algbw, 4), "busbw_gbs": round(algbw * 2 * (n - 1) / n, 4),
-                          "cpu_s_per_call": round(r["cpu_s_per_call"], 7), **{k: r[k] for k in ("vcsw_per_call", "ivcsw_per_call", "vcsw_per_mib") if k in r},
-                          "replicas_identical": r["replicas_identical"]})
-                    medians.setdefault((n, backend, r["bytes"]), []).append(s)
+                    emit(result_row(r, n, rnd, backend))
+                    medians.setdefault((n, backend, r["bytes"]), []).append(r["median_s"])
         if "gloo" not in backends:
             continue
         for nbytes in sorted({k[2] for k in medians if k[0] == n}):

@@ -119,6 +119,16 @@ class Arguments(unittest.TestCase):
         self.assertEqual(backend.switches(600, 90, 30, 4, 4 << 20)["vcsw_per_mib"], round(20 / 6, 2))
         self.assertIsNone(backend.switches(1, 0, 1, 2, 0)["vcsw_per_mib"])
 
+    def test_backend_result_row(self):
+        r = {"bytes": 4_000_000, "median_s": 0.004, "calls": 9, "cpu_s_per_call": 0.002,
+             "vcsw_per_call": 5.0, "replicas_identical": True}
+        row = backend.result_row(r, 4, 1, "trim", mtu=1500)
+        self.assertEqual((row["mtu"], row["ranks"], row["round"], row["algbw_gbs"], row["busbw_gbs"]),
+                         (1500, 4, 1, 1.0, 1.5))  # 4 MB in 4 ms; busbw 2(n-1)/n of it
+        self.assertEqual(row["vcsw_per_call"], 5.0)
+        self.assertNotIn("ivcsw_per_call", row)  # only what the rank reported
+        self.assertNotIn("mtu", backend.result_row(r, 2, 0, "gloo"))
+
     def test_backend_headline_variants_pin_nothing(self):
         # as users run it: only the extra *-lo rows choose an interface
         pinned = {v for v, (_, env) in backend.VARIANTS.items() if "NCCL_TRIM_IFNAME" in env or "GLOO_SOCKET_IFNAME" in env}
