@@ -328,7 +328,10 @@ Status NetPlugin::declare_send_buffers(void* send_comm) {
 }
 
 namespace {
-std::atomic<bool> g_combine_disabled{false};
+// Off by default for now: under injected trims (test_backend's trimmed DDP run) a tagged group's
+// NMSE came out 0.34 once with combining receives against ~0.11 staged; until that is explained
+// the ring stages its receives as before, and only tests turn combining on.
+std::atomic<bool> g_combine_disabled{true};
 std::atomic<uint64_t> g_combined_recvs{0};
 }  // namespace
 

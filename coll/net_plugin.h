@@ -152,7 +152,7 @@ class NetPlugin {
 };
 
 namespace testing {
-// Test only: every NetPlugin acts as if the library had no ncclTrimIrecvCombine (the fallback).
+// Whether the ring uses ncclTrimIrecvCombine (off by default; see net_plugin.cc): tests turn it on.
 void set_combine_disabled(bool disabled);
 // Combining receives posted in this process (NetPlugin::irecv_combine that got a request).
 uint64_t combined_recvs();
