@@ -1,7 +1,9 @@
 """The congestion head-to-head (issues 20, 25): DDP training (bench/workloads/ddp_train.py) through
 ONE emulated bottleneck that TCP and the plugin's UDP cross alike (scripts/netns_bottleneck.sh: a
 namespace per rank, trim-switch routing between them). Every run of a point (TASK:cN, N % cross
-load in line-rate bursts, or TASK:lN, N % random loss) gets the same port, cross traffic, loss and
+load in line-rate bursts sharing training's queue; TASK:pN, the same bursts as another tenant's
+strict-priority class, so training gets what it leaves and is trimmed hard; or TASK:lN, N % random
+loss) gets the same port, cross traffic, loss and
 seed; only the transport changes (TRANSPORTS). The plan's order is the priority: --budget-s skips
 a point's transports together. Estimate per run: startup + steps x (compute + comm) x 1.05, comm =
 grad_bytes x 8 / (rate x 0.7) / (1 - cross) x (1 + 0.5 x loss%). --calibrate (GPU presets): when
@@ -43,12 +45,13 @@ TRANSPORTS = {
     "trim": {"switch": "trim", "plugin": 1},
     "trim16": {"switch": "trim", "plugin": 16, "mode": "trim"},
     "hook": {"switch": "trim", "plugin": 1, "mode": "trim", "hook": True},
+    "hook2": {"switch": "trim", "plugin": 2, "mode": "trim", "hook": True},
 }
 TARGET = {"digits": 0.95, "widemlp": 0.95, "charlm": 0.45}
 COMPUTE_MS = {"digits": 8, "widemlp": 5, "charlm": 15}  # assumed until measured
 TASK_ARGS = {"digits": ["--eval-every", "10"], "widemlp": ["--measure-compute", "10"], "charlm": []}
 TRAIN = REPO / "bench" / "workloads" / "ddp_train.py"
-ITEM = re.compile(r"^(digits|widemlp|charlm):([cl])(\d+(?:\.\d+)?)$")
+ITEM = re.compile(r"^(digits|widemlp|charlm):([clp])(\d+(?:\.\d+)?)$")
 
 
 def parse(argv):
@@ -58,14 +61,14 @@ def parse(argv):
                                 epilog="presets: " + "; ".join(f"{k}: {v}" for k, v in PRESETS.items()))
     p.add_argument("--quick", action="store_true", help="the short GPU preset")
     p.add_argument("--cpu", action="store_true", help="CPU tensors: gloo the baseline, the plugin through the trim backend")
-    p.add_argument("--plan", help="TASK:POINT,... in run order, e.g. widemlp:c60,digits:l1")
+    p.add_argument("--plan", help="TASK:POINT,... in run order, e.g. widemlp:c60,digits:l1 (pN: high-priority cross)")
     p.add_argument("--tasks", help="instead of a plan, with --cross/--loss [widemlp,digits]")
     p.add_argument("--cross", help="cross loads, %% [0,60,90,30]")
     p.add_argument("--loss", help="random losses, %% [1,0.1]")
     p.add_argument("--transports", help="in this order within every point [socket,drop,trim,trim16; --cpu gloo,drop,trim,hook]")
     p.add_argument("--rate-gbps", type=float, help="[2.5; --cpu 0.5]")
     p.add_argument("--prop-delay-us", type=float, default=20)
-    for opt, default in (("--ranks", 2), ("--buffer-bytes", 131072), ("--cross-period-ms", 10), ("--seed", 7),
+    for opt, default in (("--ranks", 2), ("--buffer-bytes", 131072), ("--cross-period-ms", 10), ("--seed", 7), ("--train-seed", 0),
                          ("--epochs", None), ("--max-steps", None), ("--budget-s", 0), ("--timeout-s", 1800)):
         p.add_argument(opt, type=int, default=default, metavar="N", help=f"[{default}]" if default is not None else None)
     p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, help="[on in the GPU presets]")
@@ -104,8 +107,11 @@ def parse(argv):
     if not a.dry_run and not (a.build / ddp.PLUGIN).exists():
         p.error(f"no {a.build / ddp.PLUGIN}: run 'make -j2 all' first (or pass --build)")
     a.compute_ms = dict(COMPUTE_MS)
-    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) * (m[2] == "c"), "loss": float(m[3]) * (m[2] == "l"),
-               "label": f"{m[1]}_{tr}_c{float(m[3]) * (m[2] == 'c'):g}_l{float(m[3]) * (m[2] == 'l'):g}"}
+    if {m[2] for it in a.plan for m in [ITEM.match(it)]} >= {"c", "p"}:
+        p.error("--plan: cN and pN points in one plan (the report compares by cross load): give pN its own --out")
+    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) * (m[2] in "cp"), "loss": float(m[3]) * (m[2] == "l"),
+               "prio": m[2] == "p",
+               "label": f"{m[1]}_{tr}_{'p' if m[2] == 'p' else 'c'}{float(m[3]) * (m[2] in 'cp'):g}_l{float(m[3]) * (m[2] == 'l'):g}"}
               for it in a.plan for m in [ITEM.match(it)] for tr in a.transports]
     a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {r["task"] for r in a.runs}}
     return a
@@ -113,10 +119,15 @@ def parse(argv):
 
 def task_args(a, task):
     """ddp_train.py's arguments for TASK (before the caller's extra ones)."""
-    args = ["--task", task, "--seed", "0", "--deterministic", "--target-acc", str(TARGET[task])]
+    args = ["--task", task, "--seed", str(a.train_seed), "--deterministic", "--target-acc", str(TARGET[task])]
     args += ["--epochs", str(a.epochs)] if a.epochs else []
     args += ["--max-steps", str(a.max_steps)] if a.max_steps else []
     args += ["--max-steps", "160"] if task == "digits" and not (a.epochs or a.max_steps) else []
+    # widemlp's defaults (128 a rank, 12 epochs) are tuned at 2 ranks: at N ranks the same global
+    # batch of 256 keeps the optimizer's trajectory, so every rank count runs the same ~60 steps
+    # (at 4 ranks 128 a rank stopped at 24 steps, short of the target).
+    if task == "widemlp" and a.ranks != 2 and "--batch-size" not in a.extra:
+        args += ["--batch-size", str(max(1, 256 // a.ranks))]
     args += TASK_ARGS[task]
     args += ["--digits-csv", os.environ["DDP_DIGITS_CSV"]] if os.environ.get("DDP_DIGITS_CSV") and task != "charlm" else []
     return args + a.extra
@@ -124,7 +135,8 @@ def task_args(a, task):
 
 def estimate_s(a, r):
     size = a.sizes[r["task"]]
-    comm_ms = size["grad_bytes"] * 8 / (a.rate_gbps * 1e9 * 0.7) * 1000 / (1 - r["cross"] / 100) * (1 + 0.5 * r["loss"])
+    ring_bytes = size["grad_bytes"] * 2 * (a.ranks - 1) / a.ranks  # what each rank's port carries
+    comm_ms = ring_bytes * 8 / (a.rate_gbps * 1e9 * 0.7) * 1000 / (1 - r["cross"] / 100) * (1 + 0.5 * r["loss"])
     return int(a.startup_s + size["steps"] * (a.compute_ms[r["task"]] + comm_ms) / 1000 * 1.05 + 0.999)
 
 
@@ -145,7 +157,7 @@ def commands(a, r, run_dir, limit):
     bn = [str(SCRIPTS / "netns_bottleneck.sh"), "--build", str(a.build), "--ranks", str(a.ranks),
           "--rate-gbps", f"{a.rate_gbps:g}", "--buffer-bytes", str(a.buffer_bytes), "--prop-delay-us", f"{a.prop_delay_us:g}",
           "--cross", f"{r['cross']:g}", "--cross-period-ms", str(a.cross_period_ms), "--loss", f"{r['loss']:g}",
-          "--mode", t["switch"], "--seed", str(a.seed), "--per-rank",
+          "--mode", t["switch"], "--seed", str(a.seed), "--per-rank", *(["--cross-prio", "high"] if r["prio"] else []),
           *(["--tcp-rto-min-us", str(t["tcp_rto_min_us"])] if "tcp_rto_min_us" in t else []),
           "--switch-arg", "--stats-interval-ms", "--switch-arg", "1000"]
     return bn, rank
@@ -203,7 +215,9 @@ def run_one(a, r, est, limit):
         "transport": r["transport"], "scheme": ("rotated" if t.get("hook") else "rht") if plugin else None,
         "head_bits": t.get("plugin"), "phase": "reduce_scatter" if plugin else None, "trim_p": None,
         "estimate_s": est, "limit_s": limit,
-        "bottleneck": {"cross_pct": r["cross"], "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
+        "train_seed": a.train_seed,
+        "bottleneck": {"cross_pct": r["cross"], "cross_prio": "high" if r["prio"] else "shared",
+                       "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
                        "rate_gbps": a.rate_gbps, "buffer_bytes": a.buffer_bytes, "seed": a.seed,
                        "prop_delay_us": float(a.prop_delay_us), "tcp_rto_min_us": t.get("tcp_rto_min_us")}})
     print(f"congestion: {r['label']} -> {d} (estimate {est} s, limit {limit} s)", file=sys.stderr, flush=True)

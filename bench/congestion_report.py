@@ -89,7 +89,8 @@ def point(r):
 
 
 def point_name(r):
-    return f"loss {r['loss_pct']:g} %" if r.get("loss_pct") else f"cross {r.get('cross_pct') or 0:g} %"
+    prio = "high-priority " if r.get("cross_prio") == "high" else ""
+    return f"loss {r['loss_pct']:g} %" if r.get("loss_pct") else f"{prio}cross {r.get('cross_pct') or 0:g} %"
 
 
 def load(root):

@@ -10,6 +10,8 @@
 #   --build DIR [build]  --ranks N [2, 2..16]  --rate-gbps G [1]  --buffer-bytes B [262144]
 #   --cross PCT [0]      cross traffic into every port, PCT % of the rate on average
 #   --cross-period-ms P  0 [default]: constant; else line-rate bursts, PCT % of every P ms
+#   --cross-prio high|shared  shared [default]: the cross traffic queues with training's (FIFO);
+#                        high: another tenant's strict-priority class served first (never trimmed)
 #   --loss PCT [0]  --mode trim|drop [trim]  --seed N [1]  --prop-delay-us US [5]  --mtu BYTES [9000]
 #   --tcp-rto-min-us US  TCP's minimum RTO in every namespace (0 [default]: Linux's 200 ms): the
 #                        per-namespace sysctl net.ipv4.tcp_rto_min_us where the kernel has it
@@ -36,7 +38,7 @@
 set -euo pipefail
 
 BUILD=build RANKS=2 RATE=1 BUFFER=262144 CROSS=0 PERIOD_MS=0 LOSS=0 MODE=trim SEED=1 PROP=5 MTU=9000
-LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn RTO_MIN_US=0 VETH=0 VETH_NAME=trimveth
+LOG="" PER_RANK=0 PRINT_ONLY=0 RANK_OUT="" TUN_NAME=trimbn RTO_MIN_US=0 VETH=0 PRIO=shared VETH_NAME=trimveth
 SW_EXTRA=()
 die() { echo "netns_bottleneck: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -47,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --buffer-bytes) BUFFER=$2; shift 2 ;;
     --cross) CROSS=$2; shift 2 ;;
     --cross-period-ms) PERIOD_MS=$2; shift 2 ;;
+    --cross-prio) PRIO=$2; shift 2 ;;
     --loss) LOSS=$2; shift 2 ;;
     --mode) MODE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
@@ -67,6 +70,8 @@ done
 [[ $# -gt 0 ]] || die "no command after -- (see --help)"
 [[ $RANKS =~ ^[0-9]+$ && $RANKS -ge 2 && $RANKS -le 16 ]] || die "--ranks $RANKS: expected 2..16"
 [[ $CROSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$CROSS" 'BEGIN{exit !(c < 100)}' || die "--cross $CROSS: expected a percentage below 100"
+[[ $PRIO == high || $PRIO == shared ]] || die "--cross-prio $PRIO: expected high or shared"
+PRIO_OPT=$([[ $PRIO == high ]] && echo ":prio=high" || true)
 [[ $PERIOD_MS =~ ^[0-9]+$ ]] || die "--cross-period-ms $PERIOD_MS: expected whole milliseconds"
 [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$LOSS" 'BEGIN{exit !(c <= 100)}' || die "--loss $LOSS: expected a percentage 0..100"
 [[ $MODE == trim || $MODE == drop ]] || die "--mode $MODE: expected trim or drop"
@@ -87,9 +92,9 @@ if awk -v c="$CROSS" 'BEGIN{exit !(c > 0)}'; then
   if awk -v b="$PERIOD_MS" 'BEGIN{exit !(b > 0)}'; then
     read -r on_ms off_ms < <(awk -v c="$CROSS" -v p="$PERIOD_MS" 'BEGIN{on = int(p * c / 100 + 0.5); if (on < 1) on = 1; print on, p - on}')
     ((off_ms >= 0)) || die "--cross-period-ms $PERIOD_MS: shorter than its 1-ms burst"
-    SW_ARGS+=(--cross "onoff:$RATE:$on_ms:$off_ms:all")
+    SW_ARGS+=(--cross "onoff:$RATE:$on_ms:$off_ms:all$PRIO_OPT")
   else
-    SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all")
+    SW_ARGS+=(--cross "const:$(awk -v c="$CROSS" -v r="$RATE" 'BEGIN{printf "%.6g", c / 100 * r}'):all$PRIO_OPT")
   fi
 fi
 if awk -v c="$LOSS" 'BEGIN{exit !(c > 0)}'; then

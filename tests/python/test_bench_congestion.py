@@ -129,6 +129,29 @@ class DryRunTest(unittest.TestCase):
         self.assertIn("--rate-gbps 0.5 --buffer-bytes 131072", " ".join(runs[0]["switch"]))
         self.assertIn("--cross onoff:0.5:6:4:all", " ".join(runs[0]["switch"]))
 
+    def test_high_priority_cross_is_another_tenant(self):
+        runs, _ = dry_plan(self.dry("--cpu", "--plan", "widemlp:p60", "--transports", "gloo-tuned,hook2"))
+        self.assertEqual([r["label"] for r in runs], ["widemlp_gloo-tuned_p60_l0", "widemlp_hook2_p60_l0"])
+        sw = " ".join(runs[1]["switch"])
+        self.assertIn("--cross onoff:0.5:6:4:all:prio=high", sw)
+        self.assertIn("NCCL_TRIM_HEAD_BITS=2", runs[1]["ranks"][0])
+        self.assertIn("-m nccl_trim._boot --trim-cpu", runs[1]["ranks"][0])
+        self.assertNotIn("prio", " ".join(dry_plan(self.dry("--cpu", "--plan", "widemlp:c60"))[0][0]["switch"]))
+        with self.assertRaises(SystemExit):  # one plan compares by cross load: not both kinds
+            self.parse("--cpu", "--plan", "widemlp:c60,widemlp:p60")
+
+    def test_more_ranks_keep_the_global_batch_and_the_ring_bytes(self):
+        two, four = self.parse("--cpu", "--plan", "widemlp:c60"), self.parse("--cpu", "--plan", "widemlp:c60", "--ranks", "4")
+        self.assertNotIn("--batch-size", congestion.task_args(two, "widemlp"))
+        args = congestion.task_args(four, "widemlp")
+        self.assertEqual(args[args.index("--batch-size") + 1], "64")
+        self.assertEqual(two.sizes["widemlp"]["steps"], four.sizes["widemlp"]["steps"])
+        # each port carries 2(N-1)/N of the gradient: 1.5x at 4 ranks what it carries at 2
+        r2, r4 = two.runs[0], four.runs[0]
+        self.assertGreater(congestion.estimate_s(four, r4), 1.3 * congestion.estimate_s(two, r2) - 10)
+        args = congestion.task_args(self.parse("--cpu", "--plan", "widemlp:c0", "--train-seed", "3"), "widemlp")
+        self.assertEqual(args[args.index("--seed") + 1], "3")
+
     def test_tasks_cross_loss_make_the_plan(self):
         a = self.parse("--tasks", "digits", "--cross", "0,60", "--loss", "0,2", "--transports", "socket,trim")
         self.assertEqual(a.plan, ["digits:c0", "digits:c60", "digits:l2"])
