@@ -328,10 +328,10 @@ Status NetPlugin::declare_send_buffers(void* send_comm) {
 }
 
 namespace {
-// Off by default for now: under injected trims (test_backend's trimmed DDP run) a tagged group's
-// NMSE came out 0.34 once with combining receives against ~0.11 staged; until that is explained
-// the ring stages its receives as before, and only tests turn combining on.
-std::atomic<bool> g_combine_disabled{true};
+// On. (820c013 had it off after test_backend's tagged group once measured NMSE 0.34; that op's
+// receives are posted before its descriptor check and stage, staged runs reach 0.32 too: the
+// spread came from a new connection's unrotated messages. docs/ARCHITECTURE.md.)
+std::atomic<bool> g_combine_disabled{false};
 std::atomic<uint64_t> g_combined_recvs{0};
 }  // namespace
 

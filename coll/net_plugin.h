@@ -152,7 +152,7 @@ class NetPlugin {
 };
 
 namespace testing {
-// Whether the ring uses ncclTrimIrecvCombine (off by default; see net_plugin.cc): tests turn it on.
+// Whether the ring uses ncclTrimIrecvCombine (on by default): tests turn it off for the fallback.
 void set_combine_disabled(bool disabled);
 // Combining receives posted in this process (NetPlugin::irecv_combine that got a request).
 uint64_t combined_recvs();

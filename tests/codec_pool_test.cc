@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec/combine.h"
 #include "codec/packet.h"
 #include "tests/codec_util.h"
 #include "tests/stalled_workers.h"
@@ -69,14 +70,19 @@ std::vector<std::vector<uint8_t>> send_all(const ConnParams& p, codec::DType dty
 }
 
 // The message the receiver rebuilds from `packets` (each cut to `keep[k]` bytes of payload when
-// keep[k] >= 0), delivered in the given order.
+// keep[k] >= 0), delivered in the given order; with `own`, a combining receive (RecvOp::combine,
+// sum as `type`) into a copy of it instead.
 std::vector<uint8_t> receive_all(const ConnParams& p, size_t bytes, const std::vector<std::vector<uint8_t>>& packets,
-                                 const std::vector<int64_t>& keep, const std::vector<size_t>& order) {
+                                 const std::vector<int64_t>& keep, const std::vector<size_t>& order,
+                                 const std::vector<uint8_t>* own = nullptr, codec::RedType type = codec::RedType::kF32) {
   RecvProto r(p);
   std::vector<uint8_t> out(bytes + 64, 0xEE);
+  if (own != nullptr) std::copy(own->begin(), own->end(), out.begin());
   RecvOp op;
   op.data = out.data();
   op.capacity = out.size();
+  op.combine = own != nullptr;
+  op.combine_type = type;
   Capture tx;
   EXPECT_TRUE(r.post(&op, &tx).is_ok());
   for (size_t k : order) {
@@ -160,6 +166,60 @@ TEST(CodecPool, PooledReceivesDecodeExactlyAsTheEngineDecoderInAnyOrder) {
     if (c.elems > 1000) {
 
       EXPECT_NE(pooled_out, msg) << "the trims must have cost something";
+    }
+  }
+}
+
+// A combining receive (RecvProto on the engine, rows combined as soon as they are complete; or
+// the pool's tasks) leaves own + the message exactly as a staged receive followed by
+// combine_into does, whatever mix of whole and cut packets arrives in whatever order: cuts at
+// the trim point and at any length (a row's packets at different levels), rows with no trim at
+// all, and the unrotated (sign) rows a quiet rht connection sends before a trim is reported.
+TEST(CodecPool, CombiningReceivesEqualStagedThenCombined) {
+  CodecPool* pool = CodecPool::instance(3);
+  std::mt19937_64 rng(7);
+  const std::vector<Case> all = cases();
+  for (const Case& c : all) {
+    if (c.extra != 0) continue;  // a raw tail cannot combine (check_combine refuses the receive)
+    const codec::RedType type = c.dtype == codec::DType::kF32    ? codec::RedType::kF32
+                                : c.dtype == codec::DType::kBF16 ? codec::RedType::kBF16
+                                                                 : codec::RedType::kF16;
+    for (uint64_t quiet_ns : {uint64_t{0}, uint64_t{1'000'000'000'000}}) {
+      SCOPED_TRACE(::testing::Message() << codec::scheme_name(c.scheme) << " elems " << c.elems << " quiet "
+                                        << quiet_ns);
+      ConnParams send_params = params(c.scheme, nullptr);
+      send_params.quiet_ns = quiet_ns;  // rht: the message goes unrotated (no trim reported yet)
+      const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, 0, c.elems + 3, true);
+      const std::vector<uint8_t> own = codec::testing::message_bytes(c.dtype, c.elems, 0, c.elems + 4, false);
+      const auto pkts = send_all(send_params, c.dtype, msg);
+      std::vector<size_t> order(pkts.size());
+      for (size_t k = 0; k < pkts.size(); ++k) order[k] = k;
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<int64_t> keep(pkts.size(), -1);
+      size_t sign_rows = 0;
+      for (size_t k = 0; k < pkts.size(); ++k) {
+        codec::ParsedPacket h;
+        ASSERT_EQ(codec::parse_packet(pkts[k].data(), pkts[k].size(), &h), codec::PacketError::kOk);
+        sign_rows += h.hdr.scheme == codec::Scheme::kSign && h.hdr.first_elem == 0;
+        const uint64_t die = rng() % 4;
+        if (die == 0) keep[k] = h.hdr.trim_bytes;  // trimmed
+        if (die == 1) keep[k] = static_cast<int64_t>(rng() % (h.hdr.payload_bytes + 1));  // cut anywhere
+      }
+      if (c.scheme == codec::Scheme::kRht && quiet_ns > 0) {
+        EXPECT_GT(sign_rows, 0u) << "no unrotated row was sent";
+      }
+      std::vector<uint8_t> want = own;
+      const std::vector<uint8_t> staged = receive_all(params(c.scheme, nullptr), msg.size(), pkts, keep, order);
+      if (c.elems > 1000) {
+        EXPECT_NE(staged, msg) << "the cuts must have cost something";
+      }
+      codec::combine_into(want.data(), staged.data(), msg.size() / codec::red_type_bytes(type), type,
+                          codec::RedOp::kSum);
+      for (CodecPool* with : {static_cast<CodecPool*>(nullptr), pool}) {
+        const std::vector<uint8_t> got =
+            receive_all(params(c.scheme, with), msg.size(), pkts, keep, order, &own, type);
+        EXPECT_TRUE(got == want) << (with != nullptr ? "pool" : "engine");
+      }
     }
   }
 }

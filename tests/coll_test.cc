@@ -211,7 +211,7 @@ TEST(Coll, ReduceScatterCombinesOnReceiptOrFallsBack) {
       EXPECT_GT(used, 0u);  // the f32 op's second loop, at least
     }
   }
-  trim::coll::testing::set_combine_disabled(true);  // the default
+  trim::coll::testing::set_combine_disabled(false);  // the default
 }
 
 TEST(Coll, ReduceScatterAndAllGatherInRankBlocks) {
