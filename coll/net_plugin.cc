@@ -335,10 +335,14 @@ namespace {
 // the ring stages its receives as before, and only tests turn combining on.
 std::atomic<bool> g_combine_disabled{true};
 std::atomic<uint64_t> g_combined_recvs{0};
+std::atomic<bool> g_wait_disabled{false};
+std::atomic<uint64_t> g_waits{0};
 }  // namespace
 
 void testing::set_combine_disabled(bool disabled) { g_combine_disabled.store(disabled); }
 uint64_t testing::combined_recvs() { return g_combined_recvs.load(); }
+void testing::set_wait_disabled(bool disabled) { g_wait_disabled.store(disabled); }
+uint64_t testing::waits() { return g_waits.load(); }
 
 bool NetPlugin::can_combine() const {
   return combine_fn_ != nullptr && !g_combine_disabled.load(std::memory_order_relaxed);
@@ -353,14 +357,6 @@ ncclResult_t NetPlugin::irecv_combine(void* recv_comm, void* data, size_t capaci
   if (r == ncclSuccess && *request != nullptr) g_combined_recvs.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
-
-namespace {
-std::atomic<bool> g_wait_disabled{false};
-std::atomic<uint64_t> g_waits{0};
-}  // namespace
-
-void testing::set_wait_disabled(bool disabled) { g_wait_disabled.store(disabled); }
-uint64_t testing::waits() { return g_waits.load(); }
 
 bool NetPlugin::can_wait() const { return wait_fn_ != nullptr && !g_wait_disabled.load(std::memory_order_relaxed); }
 
