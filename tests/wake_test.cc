@@ -83,6 +83,33 @@ TEST(CompletionSignal, OneWakePerArmingNoneWhenNobodyWaits) {
   EXPECT_EQ(signal.wakes(), 1u);
 }
 
+// The engine's turn defers its wakes to the turn's end: none before flush(), one after (and
+// what is left is flushed when the scope closes).
+TEST(CompletionSignal, AnEngineTurnWakesOnceAtItsEnd) {
+  CompletionSignal signal;
+  OpResult a, b;
+  a.reset(&signal);
+  b.reset(&signal);
+  const uint32_t gen = signal.arm();
+  {
+    transport::DeferredWakes wakes;
+    a.finish(1);
+    b.finish(2);
+    EXPECT_EQ(signal.wakes(), 0u);
+    wakes.flush();
+    EXPECT_EQ(signal.wakes(), 1u);
+    (void)signal.arm();
+    OpResult c;
+    c.reset(&signal);
+    c.finish(3);
+    EXPECT_EQ(signal.wakes(), 1u);
+  }
+  EXPECT_EQ(signal.wakes(), 2u);
+  const auto t0 = Clock::now();
+  signal.wait(gen, 2'000'000'000);  // the generation moved on: no wait
+  EXPECT_LT(seconds_since(t0), 0.5);
+}
+
 TEST(CompletionSignal, AWaitEndsAtItsTimeoutWhenNothingCompletes) {
   CompletionSignal signal;
   const uint32_t gen = signal.arm();
@@ -103,18 +130,8 @@ TEST(CompletionSignal, AWaitEndsAtItsTimeoutWhenNothingCompletes) {
 
 class WaitAny : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Result<Context*> c = init(InitOptions());
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    ctx_ = c.value();
-    testing::connect_pair(ctx_, ctx_, &send_, &recv_, &listen_);
-  }
-  void TearDown() override {
-    testing::close_pair(&send_, &recv_, &listen_);
-    if (ctx_ != nullptr) {
-      EXPECT_TRUE(finalize(ctx_).is_ok());
-    }
-  }
+  void SetUp() override { testing::open_loopback(&ctx_, &send_, &recv_, &listen_); }
+  void TearDown() override { testing::close_loopback(&ctx_, &send_, &recv_, &listen_); }
   // Blocks in wait_any until `r` is done (each wait at most 2 s); the completed size, -1 on error.
   static int64_t wait_done(Request* r, int* waits) {
     for (;;) {

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace trim::transport {
@@ -20,7 +21,42 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ti
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
 }
 
+// The open DeferredWakes scope's list on this thread (null: none).
+thread_local std::vector<CompletionSignal*>* t_deferred = nullptr;
+
 }  // namespace
+
+void CompletionSignal::notify_armed() {
+  if (t_deferred != nullptr) {
+    if (std::find(t_deferred->begin(), t_deferred->end(), this) == t_deferred->end()) t_deferred->push_back(this);
+    return;
+  }
+  signal_now();
+}
+
+void CompletionSignal::signal_now() {
+  if (armed_.exchange(0, std::memory_order_seq_cst) == 0) return;
+  gen_.fetch_add(1, std::memory_order_seq_cst);
+  wake_all();
+}
+
+DeferredWakes::DeferredWakes() { t_deferred = &notified_; }
+
+DeferredWakes::~DeferredWakes() {
+  flush();
+  t_deferred = nullptr;
+}
+
+void DeferredWakes::flush() {
+  for (CompletionSignal* s : notified_) s->signal_now();
+  notified_.clear();
+}
+
+void DeferredWakes::flush_this_thread() {
+  if (t_deferred == nullptr) return;
+  for (CompletionSignal* s : *t_deferred) s->signal_now();
+  t_deferred->clear();
+}
 
 void CompletionSignal::wait(uint32_t gen, int64_t timeout_ns) {
   if (timeout_ns <= 0) return;

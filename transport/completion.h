@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace trim::transport {
 
@@ -15,15 +16,15 @@ namespace trim::transport {
 // C < R < A < L and L sees the completion: the waiter does not block. If R sees A (or a later
 // arm), the completer bumps gen_ after the waiter read it, and the futex wait either finds gen_
 // changed or is woken. One completion disarms: the others of the same engine batch, until the
-// waiter arms again, cost a load each and no system call.
+// waiter arms again, cost a load each and no system call. (DeferredWakes only moves the bump
+// and wake later on the completer's thread, after C.)
 class CompletionSignal {
  public:
-  // After the operation's state was stored (seq_cst). Any thread; never blocks.
+  // After the operation's state was stored (seq_cst). Any thread; never blocks. On a thread
+  // inside a DeferredWakes scope (the engine's turn) the wake waits for the scope's flush().
   void notify() {
     if (armed_.load(std::memory_order_seq_cst) == 0) return;
-    if (armed_.exchange(0, std::memory_order_seq_cst) == 0) return;
-    gen_.fetch_add(1, std::memory_order_seq_cst);
-    wake_all();
+    notify_armed();
   }
   // Waiter: the generation to pass to wait(); the waiter then rechecks what it waits for.
   uint32_t arm() {
@@ -38,10 +39,33 @@ class CompletionSignal {
   uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
  private:
+  friend class DeferredWakes;
+  void notify_armed();
+  void signal_now();
   void wake_all();
   std::atomic<uint32_t> armed_{0};
   std::atomic<uint32_t> gen_{0};
   std::atomic<uint64_t> wakes_{0};
+};
+
+// The engine's turn: completions it makes (a receive batch can finish several operations, an ACK
+// several sends) wake their waiters once, at flush(), after the turn's sends went out, rather
+// than each in the middle of the batch (a woken caller would preempt the engine on a busy core).
+// Deferring is safe: flush() does what notify() would have, later; the waiter that armed before
+// the completion stays blocked until then, or its timeout. One per thread at a time.
+class DeferredWakes {
+ public:
+  DeferredWakes();
+  ~DeferredWakes();
+  DeferredWakes(const DeferredWakes&) = delete;
+  DeferredWakes& operator=(const DeferredWakes&) = delete;
+  void flush();
+  // The open scope's flush() on this thread, if any (before the engine tells a command's waiter
+  // it is done: the waiter may then free the signals).
+  static void flush_this_thread();
+
+ private:
+  std::vector<CompletionSignal*> notified_;  // each once
 };
 
 }  // namespace trim::transport
