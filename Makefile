@@ -234,7 +234,7 @@ asan:
 # The threaded code under ThreadSanitizer: the transport (engines, codec pool, close and
 # deregMr), the plugin, the harness's multi-process runs (their ranks load build-tsan's .so) and
 # coll/'s communicators, several to a process on their own threads (Coll.*).
-TSAN_TESTS ?= ErrorFeedbackScope.*:CollLog.*:CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:ErrorFeedback.*:QuietConnection.*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*:Coll.*:FabricTransport.*:CutRx*
+TSAN_TESTS ?= ErrorFeedbackScope.*:CollLog.*:CodecPool.*:CodecCancel.*:Loopback.*:Close*:Proto*:Wire*:ErrorFeedback.*:QuietConnection.*:Mtu*:HandshakeVersion.*:HookTag.*:PluginTest.*:Harness*:Coll.*:FabricTransport.*:CutRx*:CompletionSignal.*:WaitAny.*
 tsan:
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-tsan TSAN=1 all build-tsan/bin/trim-tests
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 allocator_may_return_null=1" \

@@ -159,6 +159,13 @@ class DescGate : public Gate {
     return Status::ok();
   }
 
+  int pending(void** out) const override {
+    int n = 0;
+    if (!send_done_) out[n++] = send_req_;
+    if (!recv_done_) out[n++] = recv_req_;
+    return n;
+  }
+
  private:
   Status check(size_t bytes) {
     OpDesc theirs;

@@ -132,6 +132,8 @@ NetPlugin::NetPlugin(void* dl, Api api, const void* table) : dl_(dl), api_(api) 
   // Optional: without it the ring stages reduce-scatter receives and reduces them itself.
   combine_fn_ = reinterpret_cast<int (*)(void*, void*, size_t, int, void*, void*, int, int, void**)>(
       dlsym(dl_, "ncclTrimIrecvCombine"));
+  // Optional: without it the caller sleep-polls test() (Backoff).
+  wait_fn_ = reinterpret_cast<int (*)(void* const*, int, int64_t, int*)>(dlsym(dl_, "ncclTrimWaitRequests"));
 }
 
 NetPlugin::~NetPlugin() {
@@ -333,10 +335,14 @@ namespace {
 // spread came from a new connection's unrotated messages. docs/ARCHITECTURE.md.)
 std::atomic<bool> g_combine_disabled{false};
 std::atomic<uint64_t> g_combined_recvs{0};
+std::atomic<bool> g_wait_disabled{false};
+std::atomic<uint64_t> g_waits{0};
 }  // namespace
 
 void testing::set_combine_disabled(bool disabled) { g_combine_disabled.store(disabled); }
 uint64_t testing::combined_recvs() { return g_combined_recvs.load(); }
+void testing::set_wait_disabled(bool disabled) { g_wait_disabled.store(disabled); }
+uint64_t testing::waits() { return g_waits.load(); }
 
 bool NetPlugin::can_combine() const {
   return combine_fn_ != nullptr && !g_combine_disabled.load(std::memory_order_relaxed);
@@ -350,6 +356,15 @@ ncclResult_t NetPlugin::irecv_combine(void* recv_comm, void* data, size_t capaci
       combine_fn_(recv_comm, data, capacity_bytes, tag, mhandle, phandle, datatype, op, request));
   if (r == ncclSuccess && *request != nullptr) g_combined_recvs.fetch_add(1, std::memory_order_relaxed);
   return r;
+}
+
+bool NetPlugin::can_wait() const { return wait_fn_ != nullptr && !g_wait_disabled.load(std::memory_order_relaxed); }
+
+ncclResult_t NetPlugin::wait_any(void* const* requests, int n, int64_t timeout_ns) {
+  if (wait_fn_ == nullptr) return ncclInvalidUsage;
+  g_waits.fetch_add(1, std::memory_order_relaxed);
+  int ready = 0;
+  return static_cast<ncclResult_t>(wait_fn_(requests, n, timeout_ns, &ready));
 }
 
 bool NetPlugin::stats_json(std::string* out) const {

@@ -133,6 +133,11 @@ class NetPlugin {
   // That receive (one buffer of at most capacity_bytes); *request null: no slot, retry.
   ncclResult_t irecv_combine(void* recv_comm, void* data, size_t capacity_bytes, int tag, void* mhandle,
                              void* phandle, int datatype, int op, void** request);
+  // Whether the library exports ncclTrimWaitRequests: a wait, on the caller's thread, for one of
+  // its pending requests (or any of the context's) to complete.
+  bool can_wait() const;
+  // That wait (n >= 1 requests, none reported done yet), at most timeout_ns; the caller tests after.
+  ncclResult_t wait_any(void* const* requests, int n, int64_t timeout_ns);
 
  private:
   NetPlugin(void* dl, Api api, const void* table);
@@ -149,6 +154,7 @@ class NetPlugin {
   int (*stats_fn_)(char*, int) = nullptr;
   int (*declare_fn_)(void*) = nullptr;
   int (*combine_fn_)(void*, void*, size_t, int, void*, void*, int, int, void**) = nullptr;
+  int (*wait_fn_)(void* const*, int, int64_t, int*) = nullptr;
 };
 
 namespace testing {
@@ -156,6 +162,10 @@ namespace testing {
 void set_combine_disabled(bool disabled);
 // Combining receives posted in this process (NetPlugin::irecv_combine that got a request).
 uint64_t combined_recvs();
+// Whether the ring ignores ncclTrimWaitRequests and sleep-polls as with a plugin without it.
+void set_wait_disabled(bool disabled);
+// NetPlugin::wait_any calls in this process.
+uint64_t waits();
 }  // namespace testing
 
 }  // namespace trim::coll

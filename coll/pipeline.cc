@@ -35,6 +35,20 @@ void Backoff::idle() {
   nanosleep(&ts, nullptr);
 }
 
+Status Backoff::idle(NetPlugin* net, void* const* requests, int n, int64_t deadline_ns) {
+  if (net == nullptr || n == 0 || !net->can_wait()) {
+    idle();
+    return Status::ok();
+  }
+  if (idle_passes_++ < kYieldPasses) {
+    sched_yield();
+    return Status::ok();
+  }
+  const int64_t left_ns = deadline_ns - mono_ns();
+  const ncclResult_t r = net->wait_any(requests, n, left_ns < kMaxSleepNs ? left_ns : kMaxSleepNs);
+  return r == ncclSuccess ? Status::ok() : plugin_error("ncclTrimWaitRequests", r);
+}
+
 namespace {
 
 class Pipeline {
@@ -55,7 +69,12 @@ class Pipeline {
       TRIM_RETURN_IF_ERROR(test_oldest_send(&moved));
       TRIM_RETURN_IF_ERROR(test_oldest_recv(&moved));
       TRIM_RETURN_IF_ERROR(apply_ready(&moved, what));
-      if (moved) backoff.progressed(); else backoff.idle();
+      if (moved) {
+        backoff.progressed();
+      } else {
+        void* waits[4];
+        TRIM_RETURN_IF_ERROR(backoff.idle(l_.net, waits, pending(waits), deadline_ns));
+      }
       const bool aborted = l_.abort != nullptr && l_.abort->load(std::memory_order_relaxed);
       if (aborted || mono_ns() > deadline_ns) {
         return Status(Code::kUnavailable, std::string(aborted ? "aborted" : "deadline") + " in " + what + ": sends " +
@@ -69,6 +88,14 @@ class Pipeline {
 
  private:
   static int step(size_t i) { return static_cast<int>(i); }
+  // The requests whose completion the next pass would act on: the oldest of each connection
+  // (the only ones tested) and the gate's.
+  int pending(void** out) const {
+    int n = gate_done_ ? 0 : gate_->pending(out);
+    if (!send_reqs_.empty()) out[n++] = send_reqs_.front();
+    if (!recv_reqs_.empty()) out[n++] = recv_reqs_.front();
+    return n;
+  }
   // "test(send) to rank 3": which neighbour a failed call was about.
   std::string peer_call(const char* call, bool send) const {
     const int peer = send ? (l_.rank + 1) % l_.nranks : (l_.rank + l_.nranks - 1) % l_.nranks;

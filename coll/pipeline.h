@@ -32,12 +32,19 @@ Status plugin_error(const char* call, ncclResult_t r);
 // time spent idle (a twentieth of it, 20 us to 2 ms), so a loop that waits long (a peer still
 // computing, a p2p receiver with nothing to receive) costs ~500 wake-ups a second instead of
 // ~8000, and a wait pays at most ~5 % of its length on waking.
+// Where the plugin can wait (NetPlugin::can_wait) and the loop has requests pending, idle(net,
+// ...) blocks until one completes instead: a wake-up per completion rather than per sleep (issue
+// 39 item 4), still at most kMaxSleepNs at a time so that aborts and deadlines are seen as before.
 class Backoff {
  public:
   static constexpr int64_t kMinSleepNs = 20000;
   static constexpr int64_t kMaxSleepNs = 2000000;
+  // Idle passes that only yield before a wait blocks: a completion often follows at once.
+  static constexpr int kYieldPasses = 1;
   void progressed() { idle_passes_ = 0; }
   void idle();
+  // `requests`: those whose completion the loop waits for (n may be 0: idle()).
+  Status idle(NetPlugin* net, void* const* requests, int n, int64_t deadline_ns);
   // The sleep after `idle_ns` without progress (tests).
   static int64_t sleep_ns(int64_t idle_ns);
 
@@ -108,6 +115,8 @@ class Gate {
  public:
   virtual ~Gate() = default;
   virtual Status poll(bool* done, bool* moved) = 0;
+  // Its requests still pending (at most 2 written to `out`), for Backoff's wait.
+  virtual int pending(void** out) const = 0;
 };
 
 // Runs `s` to completion; `what` names the operation in errors. Stops each ProxyOp after its

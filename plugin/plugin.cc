@@ -778,4 +778,22 @@ __attribute__((visibility("default"))) int ncclTrimIrecvCombine(void* recv_comm,
   *request = r.value();  // null: no slot, retry
   return ncclSuccess;
 }
+
+// Not part of NCCL's ABI: the nccl_trim collectives' (coll/) wait between passes of test():
+// blocks until one of `requests` (n >= 1, of one context, none yet reported done by test) is no
+// longer pending, another operation of that context completed, or timeout_ns passed. *ready = 1:
+// one was done already. Instead of sleep-polling, the caller is woken by the completion. NCCL
+// never calls it (its proxy must not block); coll looks it up with dlsym and keeps its sleeps
+// when it is absent.
+__attribute__((visibility("default"))) int ncclTrimWaitRequests(void* const* requests, int n, int64_t timeout_ns,
+                                                                int* ready) {
+  if (ready == nullptr) return null_arg("ncclTrimWaitRequests", "ready");
+  *ready = 0;
+  if (requests == nullptr) return null_arg("ncclTrimWaitRequests", "requests");
+  bool r = false;
+  const Status st = net::wait_any(reinterpret_cast<net::Request* const*>(requests), n, timeout_ns, &r);
+  if (!st.is_ok()) return report("ncclTrimWaitRequests", st);
+  *ready = r ? 1 : 0;
+  return ncclSuccess;
+}
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coll/net_plugin.h"
+#include "coll/pipeline.h"
 #include "coll/reduce.h"
 #include "coll/ring.h"
 #include "coll/trim_coll.h"
@@ -454,6 +455,44 @@ TEST(Coll, BadArgumentsAreRefusedBeforeAnythingIsSent) {
   EXPECT_NE(std::string(trim_coll_last_error()).find("/nonexistent/libnccl-net-trim.so"), std::string::npos)
       << trim_coll_last_error();
   EXPECT_EQ(c, nullptr);
+}
+
+// Issue 39 item 4: the ring's caller blocks in ncclTrimWaitRequests until a request completes
+// (instead of sleep-polling test()), stays bit exact, and still ends promptly on abort; without
+// the extension (a plugin that lacks it) it sleep-polls as before, just as exact.
+TEST(Coll, TheRingBlocksOnCompletionsOrSleepsWithoutTheExtension) {
+  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+  struct WaitOff {
+    WaitOff() { trim::coll::testing::set_wait_disabled(true); }
+    ~WaitOff() { trim::coll::testing::set_wait_disabled(false); }
+  };
+  {
+    Ring ring(3);
+    const uint64_t w0 = trim::coll::testing::waits();
+    check_all_reduce(ring, DType::kF32, RedOp::kSum, 3000001, 11);
+    EXPECT_GT(trim::coll::testing::waits(), w0) << "the ring never blocked on a completion";
+    WaitOff off;
+    const uint64_t w1 = trim::coll::testing::waits();
+    check_all_reduce(ring, DType::kF32, RedOp::kSum, 3000001, 12);
+    check_all_reduce(ring, DType::kI64, RedOp::kMax, 1001, 13);
+    EXPECT_EQ(trim::coll::testing::waits(), w1);
+  }
+  Ring ring(2);
+  const uint64_t w0 = trim::coll::testing::waits();
+  std::atomic<int64_t> aborted_ns{0};
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    aborted_ns.store(trim::coll::mono_ns());
+    EXPECT_EQ(trim_coll_abort(ring.comm(0)), TRIM_COLL_OK);
+  });
+  std::vector<float> v(1 << 16, 1.0f);
+  EXPECT_EQ(trim_coll_all_reduce(ring.comm(0), v.data(), v.size(), TRIM_COLL_FLOAT32, TRIM_COLL_SUM, kTimeoutMs),
+            TRIM_COLL_EABORTED)
+      << trim_coll_last_error();
+  const int64_t late_ns = trim::coll::mono_ns() - aborted_ns.load();
+  aborter.join();
+  EXPECT_GT(trim::coll::testing::waits(), w0) << "the lone rank never blocked in a wait";
+  EXPECT_LT(late_ns, 100'000'000) << "the abort was seen " << late_ns / 1000000 << " ms late";
 }
 
 }  // namespace

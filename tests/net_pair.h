@@ -56,4 +56,21 @@ inline void close_pair(SendComm** send, RecvComm** recv, ListenComm** listen) {
   *listen = nullptr;
 }
 
+// A context of default options with a connected pair on it (a test fixture's SetUp), and its
+// teardown: the pair closed, then the context finalized.
+inline void open_loopback(Context** ctx, SendComm** send, RecvComm** recv, ListenComm** listen) {
+  Result<Context*> c = net::init(net::InitOptions());
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  *ctx = c.value();
+  connect_pair(*ctx, *ctx, send, recv, listen);
+}
+
+inline void close_loopback(Context** ctx, SendComm** send, RecvComm** recv, ListenComm** listen) {
+  close_pair(send, recv, listen);
+  if (*ctx != nullptr) {
+    EXPECT_TRUE(net::finalize(*ctx).is_ok());
+  }
+  *ctx = nullptr;
+}
+
 }  // namespace trim::testing

@@ -42,19 +42,8 @@ uint8_t peek_first(const uint8_t* p) {
 
 class Loopback : public ::testing::Test {
  protected:
-  void SetUp() override {
-    InitOptions opt;
-    Result<Context*> c = init(opt);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    ctx_ = c.value();
-    testing::connect_pair(ctx_, ctx_, &send_, &recv_, &listen_);
-  }
-  void TearDown() override {
-    testing::close_pair(&send_, &recv_, &listen_);
-    if (ctx_ != nullptr) {
-      EXPECT_TRUE(finalize(ctx_).is_ok());
-    }
-  }
+  void SetUp() override { testing::open_loopback(&ctx_, &send_, &recv_, &listen_); }
+  void TearDown() override { testing::close_loopback(&ctx_, &send_, &recv_, &listen_); }
 
   Request* post_send(const void* data, size_t bytes) {
     for (;;) {

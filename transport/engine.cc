@@ -342,6 +342,7 @@ void Engine::apply_commands(Tx* tx) {
       if (c->tcp_open) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
     }
   }
+  DeferredWakes::flush_this_thread();  // what a released connection failed
   std::lock_guard<std::mutex> lock(cmd_mu_);
   cmds_applied_ += cmds.size();
   cmd_cv_.notify_all();
@@ -441,6 +442,7 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
 
 void Engine::run() {
   Tx tx(udp_.get(), cfg_.udp_offload, cfg_);
+  DeferredWakes wakes;  // a turn's completions wake their waiters once, after its sends
   while (running_.load(std::memory_order_relaxed)) {
     if (has_cmds_.load(std::memory_order_acquire)) apply_commands(&tx);
     uint64_t now = now_ns();
@@ -474,6 +476,7 @@ void Engine::run() {
       if (!c->dead) deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
     tx.flush();
+    wakes.flush();
     sleep_until(busy ? now : deadline, now);
   }
 }

@@ -194,6 +194,11 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
 Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers);
 // Polls a request. Once it reports done the request is freed and must not be used again.
 Status test(Request* request, Completion* out);
+// Not NCCL's (ncclTrimWaitRequests): blocks the calling thread until one of `requests` (n >= 1,
+// posted on comms of one context, not yet reported done) is no longer pending, another operation
+// of the context completed, or `timeout_ns` passed. *ready: one of them was already done. The
+// caller then test()s as usual. Never called by NCCL's proxy, which must not block.
+Status wait_any(Request* const* requests, int n, int64_t timeout_ns, bool* ready);
 // Hint for the ops that follow on this context (v11 only; older NCCL never calls it).
 Status set_op_attr(Context* ctx, const OpAttr& attr);
 

@@ -26,6 +26,8 @@ class Context {
   std::atomic<uint32_t> attr{0};  // packed OpAttr: func | algo << 8 | proto << 16
   std::unique_ptr<transport::SendClassifier> classifier;
   transport::CodecPool* pool = nullptr;  // null: the codec runs on the progress engine's thread
+  // Woken when one of this context's operations completes while a wait_any() is armed.
+  transport::CompletionSignal completions;
 };
 
 class Comm {

@@ -54,7 +54,7 @@ Result<Request*> isend(SendComm* comm, const void* data, size_t bytes, int tag, 
   }
   (void)mem;  // host memory only: nothing to look up
   op.dtype = cls.dtype;
-  op.result.reset();
+  op.result.reset(&ctx.completions);
   {
     std::lock_guard<std::mutex> lock(c->mu);
     c->posted_sends.push_back(&op);
@@ -88,7 +88,7 @@ Result<Request*> irecv(RecvComm* comm, int n, const RecvBuffer* buffers, bool co
   op.data = static_cast<uint8_t*>(buffers[0].data);
   op.capacity = buffers[0].capacity_bytes;
   op.seq = comm->core.next_seq++;
-  op.result.reset();
+  op.result.reset(&comm->ctx()->completions);
   {
     std::lock_guard<std::mutex> lock(c->mu);
     c->posted_recvs.push_back(&op);
@@ -127,6 +127,33 @@ Status test(Request* request, Completion* out) {
     }
   }
   return Status(Code::kInternal, "test: corrupt request state");
+}
+
+Status wait_any(Request* const* requests, int n, int64_t timeout_ns, bool* ready) {
+  if (ready == nullptr) return null_argument("wait_any", "ready");
+  *ready = false;
+  if (requests == nullptr || n < 1) return Status(Code::kInvalidArgument, "wait_any: no requests");
+  Context* ctx = nullptr;
+  for (int i = 0; i < n; ++i) {
+    const Request* r = requests[i];
+    if (r == nullptr || !r->in_use) return Status(Code::kInvalidArgument, "wait_any: a request is not in use");
+    if (ctx != nullptr && r->owner->ctx() != ctx) {
+      return Status(Code::kInvalidArgument, "wait_any: requests of different contexts");
+    }
+    ctx = r->owner->ctx();
+  }
+  transport::CompletionSignal& signal = ctx->completions;
+  const uint32_t gen = signal.arm();
+  for (int i = 0; i < n; ++i) {
+    const Request* r = requests[i];
+    const transport::OpResult& res = r->owner->kind() == Comm::Kind::kSend ? r->send.result : r->recv.result;
+    if (!res.pending_seq_cst()) {
+      *ready = true;
+      return Status::ok();
+    }
+  }
+  signal.wait(gen, timeout_ns);
+  return Status::ok();
 }
 
 Status set_op_attr(Context* ctx, const OpAttr& attr) {

@@ -12,6 +12,7 @@
 #include "codec/layout.h"
 #include "common/status.h"
 #include "transport/codec_pool.h"
+#include "transport/completion.h"
 #include "transport/wire.h"
 
 namespace trim::transport {
@@ -44,26 +45,35 @@ struct ConnParams {
 inline constexpr uint64_t kCodecPollNs = 200'000;
 
 // Completion of one isend/irecv, written by the engine thread, polled by NCCL's proxy thread.
+// The state is stored seq_cst, then the signal (if any) notified: see CompletionSignal.
 class OpResult {
  public:
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
   void finish(uint64_t bytes) {
+    CompletionSignal* const signal = signal_;  // read first: the op may be reused once it is done
     bytes_ = bytes;
-    state_.store(kDone, std::memory_order_release);
+    state_.store(kDone, std::memory_order_seq_cst);
+    if (signal != nullptr) signal->notify();
   }
   void fail(Status error) {
     if (state_.load(std::memory_order_relaxed) != kPending) return;
+    CompletionSignal* const signal = signal_;
     error_ = std::move(error);
-    state_.store(kFailed, std::memory_order_release);
+    state_.store(kFailed, std::memory_order_seq_cst);
+    if (signal != nullptr) signal->notify();
   }
   State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  // The waiter's recheck (CompletionSignal: it must be seq_cst).
+  bool pending_seq_cst() const { return state_.load(std::memory_order_seq_cst) == kPending; }
   bool pending() const { return state() == kPending; }
   // Valid once state() != kPending.
   uint64_t bytes() const { return bytes_; }
   const Status& error() const { return error_; }
-  void reset() {
+  // Before the op is posted; `signal`: whom its completion wakes (null: nobody).
+  void reset(CompletionSignal* signal = nullptr) {
     bytes_ = 0;
     error_ = Status::ok();
+    signal_ = signal;
     state_.store(kPending, std::memory_order_relaxed);
   }
 
@@ -71,6 +81,7 @@ class OpResult {
   std::atomic<int> state_{kPending};
   uint64_t bytes_ = 0;
   Status error_;
+  CompletionSignal* signal_ = nullptr;
 };
 
 // Whether the buffer [data, data + bytes) overlaps [lo, hi).
