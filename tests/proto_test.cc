@@ -236,30 +236,6 @@ TEST(ProtoSend, PacketsOfABurstBehindTheOneDeliveredAreNotJudgedByIt) {
   EXPECT_EQ(two.s.counters().fast_retransmits, 2u);  // psn 3 and 4
 }
 
-// An exact packet trimmed behind another tenant's burst is NACKed and resent to the back of a
-// full queue. Its timeout runs from that resend (as Linux's, from the head's transmission), not
-// from the last cumulative progress: counted from there it fired while the resend waited and
-// resent, spuriously, everything queued behind it (issue 36, p75: ~300 timeouts a run).
-TEST(ProtoSend, ResendingTheOldestPacketRestartsTheTimeout) {
-  OneSend one(1 << 20, 12, params(codec::Scheme::kRht, 10'000'000));
-  auto& [s, tx, msg, op] = one;
-  ASSERT_EQ(s.poll_tx(0, 4, &tx), 4u);  // psn 0..3 at t = 0: the timeout is due at 10 ms
-  CtrlPacket a = ack_upto(0);
-  for (uint32_t p = 1; p < 4; ++p) a.set_sack(p);
-  a.nack_count = 1;
-  a.nacks[0] = 0;  // psn 0 was cut: resend it
-  a.accepted_total = 3;
-  a.trimmed_nacked_total = 1;
-  s.on_ack(a, 8'000'000);  // three 8 ms samples: srtt 8 ms, rttvar 2.25 ms, RTO 17 ms
-  tx.packets.clear();
-  ASSERT_EQ(s.poll_tx(8'000'000, 1, &tx), 1u);
-  ASSERT_EQ(psn_of(tx.packets[0]), 0u);
-  for (uint64_t t = 8'000'000; t < 25'000'000; t += 500'000) s.on_timer(t);
-  EXPECT_EQ(s.counters().rto_events, 0u);  // the resend's own timeout is not due before 8 + 17 ms
-  s.on_timer(25'000'000);
-  EXPECT_EQ(s.counters().rto_events, 1u);
-}
-
 TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
   OneSend one(20000, 5, params(codec::Scheme::kRht, 10'000'000));
   auto& [s, tx, msg, op] = one;

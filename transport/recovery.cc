@@ -4,8 +4,8 @@
 
 namespace trim::transport {
 
-void Recovery::on_send(uint64_t now_ns, bool first, bool outstanding, bool oldest) {
-  if (rto_deadline_ns_ == 0 || (oldest && !first)) rto_deadline_ns_ = now_ns + rto_ns();
+void Recovery::on_send(uint64_t now_ns, bool first, bool outstanding) {
+  if (rto_deadline_ns_ == 0) rto_deadline_ns_ = now_ns + rto_ns();
   if (first) arm_probe(now_ns, outstanding);
 }
 

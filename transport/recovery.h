@@ -46,12 +46,8 @@ class Recovery {
   // ---- what happened
   // A packet left at now_ns (first: its first transmission). Arms the timeout if it is not
   // armed, and a first transmission re-arms the tail probe (outstanding: packets still
-  // unacknowledged after this one went out, itself included). A resend of the oldest packet
-  // outstanding (oldest) restarts the timeout from now, as Linux does when it retransmits the
-  // head (tcp_xmit_retransmit_queue): a NACKed or RACK-repaired head queued behind a full
-  // queue gets a whole timeout, where one counted from the last cumulative progress fired
-  // while it waited and resent everything queued behind it.
-  void on_send(uint64_t now_ns, bool first, bool outstanding, bool oldest = false);
+  // unacknowledged after this one went out, itself included).
+  void on_send(uint64_t now_ns, bool first, bool outstanding);
   // A packet sent at sent_ns was acknowledged at now_ns. A first transmission gives an RTT
   // sample (Karn: a resend's ACK is ambiguous). RACK's state, the most recently sent packet
   // known delivered and its round trip, advances — by a resend only when its ACK came back at

@@ -247,7 +247,7 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
     const double ns = static_cast<double>(bytes + kIpUdpBytes) * 8.0 / params_.rate_gbps;
     pace_next_ns_ = std::max(pace_next_ns_, now_ns) + static_cast<uint64_t>(ns);
   }
-  rec_.on_send(now_ns, !retransmit, outstanding_ > 0, psn == snd_una_);
+  rec_.on_send(now_ns, !retransmit, outstanding_ > 0);
 }
 
 SendProto::Msg* SendProto::next_to_send() {

@@ -223,7 +223,7 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
     snd.on_sent(psn, retx, now_ns_);
     arm_timer(fid, snd.next_deadline_ns());
   } else {
-    f.rec.on_send(now_ns_, !retx, true, psn == f.snd_una);
+    f.rec.on_send(now_ns_, !retx, true);
     arm_timer(fid, f.rec.next_deadline_ns());
   }
   enqueue_at(topo_.port_at(f.src, f.dst, p.spine, 0), idx, 0, now_ns_);
