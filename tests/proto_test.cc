@@ -175,6 +175,67 @@ TEST(ProtoSend, TrimmedPacketsOvertakingQueuedDataDoNotTriggerResends) {
   }
 }
 
+// Behind another tenant's strict-priority class (issue 36, pN points) the data queue waits for
+// milliseconds while trimmed headers, served first when the port frees, arrive long before data
+// sent ahead of them: a packet the receiver reports accepted cut says nothing about the data
+// path, so it neither moves RACK nor gives an RTT sample.
+TEST(ProtoSend, TrimReportedPacketsNeitherDeclareQueuedDataLostNorSampleTheRtt) {
+  OneSend one(1 << 20, 8, params(codec::Scheme::kRht, 10'000'000));  // RACK floor 2.5 ms, RTO 10 ms
+  auto& [s, tx, msg, op] = one;
+  ASSERT_EQ(s.poll_tx(0, 4, &tx), 4u);  // psn 0..3: a 2 ms round trip
+  CtrlPacket a = ack_upto(4);
+  a.accepted_total = 4;
+  s.on_ack(a, 2'000'000);
+  ASSERT_EQ(s.srtt_ns(), 2'000'000u);
+  ASSERT_EQ(s.poll_tx(2'000'000, 1, &tx), 1u);  // psn 4: queued behind the other tenant
+  ASSERT_EQ(s.poll_tx(4'600'000, 1, &tx), 1u);  // psn 5: trimmed, overtakes it
+  tx.packets.clear();
+  CtrlPacket b = ack_upto(4);
+  b.set_sack(1);  // psn 5
+  b.accepted_total = 5;
+  b.trimmed_accepted_total = 1;
+  b.trim_count = 1;
+  b.trims[0] = TrimReport{5, 1, 100};
+  s.on_ack(b, 5'000'000);
+  EXPECT_EQ(s.srtt_ns(), 2'000'000u);  // the header's 0.4 ms is not the data's round trip
+  for (uint64_t t = 5'000'000; t < 8'000'000; t += 100'000) s.on_timer(t);
+  // psn 4, sent 2.6 ms before psn 5, is still queued, not lost: nothing to resend.
+  EXPECT_EQ(s.counters().fast_retransmits, 0u);
+  EXPECT_EQ(s.counters().tail_probes, 0u);
+  s.poll_tx(8'000'000, 1, &tx);
+  ASSERT_EQ(tx.packets.size(), 1u);
+  EXPECT_EQ(psn_of(tx.packets[0]), 6u);  // new data, not a resend
+  EXPECT_EQ(s.counters().retransmitted, 0u);
+}
+
+// One poll stamps a burst with one send time. Behind another tenant's strict-priority burst
+// (issue 36, p75 at 4 ms: 3 ms on) the packets queued behind the first ones delivered arrive
+// 3 ms later: longer than RACK's wait, but they left after the packet delivered, so its round
+// trip says nothing about them (RFC 8985's tie-break on the sequence number).
+TEST(ProtoSend, PacketsOfABurstBehindTheOneDeliveredAreNotJudgedByIt) {
+  OneSend one(1 << 20, 10, params(codec::Scheme::kRht, 10'000'000));  // RACK floor 2.5 ms, RTO 10 ms
+  auto& [s, tx, msg, op] = one;
+  ASSERT_EQ(s.poll_tx(0, 8, &tx), 8u);  // psn 0..7, all stamped t = 0
+  CtrlPacket a = ack_upto(3);
+  a.accepted_total = 3;
+  s.on_ack(a, 500'000);  // psn 0..2 before the burst; 3..7 wait behind it
+  for (uint64_t t = 500'000; t <= 3'400'000; t += 100'000) s.on_timer(t);
+  EXPECT_EQ(s.counters().fast_retransmits, 0u);
+  CtrlPacket b = ack_upto(8);
+  b.accepted_total = 8;
+  s.on_ack(b, 3'500'000);
+  EXPECT_EQ(s.counters().fast_retransmits, 0u);
+  // A packet of the burst before the one delivered is still judged: a hole below psn 5 is lost.
+  OneSend two(1 << 20, 11, params(codec::Scheme::kRht, 10'000'000));
+  ASSERT_EQ(two.s.poll_tx(0, 8, &two.tx), 8u);
+  CtrlPacket c = ack_upto(3);
+  c.set_sack(2);  // psn 5
+  c.accepted_total = 4;
+  two.s.on_ack(c, 500'000);
+  two.s.on_timer(3'000'000);  // 0 + 0.5 ms + 2.5 ms
+  EXPECT_EQ(two.s.counters().fast_retransmits, 2u);  // psn 3 and 4
+}
+
 TEST(ProtoSend, TailLossIsRepairedByAProbeBeforeTheTimeout) {
   OneSend one(20000, 5, params(codec::Scheme::kRht, 10'000'000));
   auto& [s, tx, msg, op] = one;

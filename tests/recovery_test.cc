@@ -109,6 +109,37 @@ TEST(Recovery, RackOrdersBySendTimeAndTimesWhatWasSentTogether) {
   EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
 }
 
+// A packet delivered trimmed took the switch's header queue, ahead of the data: its round trip
+// is not the data's and its send time orders nothing.
+TEST(Recovery, ATrimmedDeliveryNeitherSamplesTheRttNorMovesRack) {
+  Recovery r(config());
+  r.on_delivered(0, 2 * kMs, false);
+  r.on_delivered(1 * kMs, 3 * kMs, false);  // RACK: sent at 1 ms
+  const uint64_t srtt = r.srtt_ns(), rttvar = r.rttvar_ns();
+  r.on_delivered(5 * kMs, 5200 * kUs, false, true);
+  EXPECT_EQ(r.srtt_ns(), srtt);
+  EXPECT_EQ(r.rttvar_ns(), rttvar);
+  EXPECT_EQ(r.rack_deadline_ns(2 * kMs, 5200 * kUs), UINT64_MAX);  // sent after RACK's packet: not judged
+  r.on_delivered(5 * kMs, 7 * kMs, false);  // the same send time delivered whole: it counts
+  EXPECT_EQ(r.rack_deadline_ns(2 * kMs, 7 * kMs), 0u);
+}
+
+// RFC 8985's RACK_sent_after: of packets sent at the same time, the later sequence number
+// left later (modulo 2^32), so it is not judged by the delivery of an earlier one.
+TEST(Recovery, RackBreaksSendTimeTiesBySequence) {
+  Recovery r(config());
+  r.on_delivered(1 * kMs, 2 * kMs, false, false, 5);
+  EXPECT_EQ(r.rack_deadline_ns(1 * kMs, 2 * kMs, 7), UINT64_MAX);  // behind it in the burst
+  EXPECT_EQ(r.rack_deadline_ns(1 * kMs, 2 * kMs, 3), 1 * kMs + 1 * kMs + 250 * kUs);  // ahead of it
+  r.on_delivered(1 * kMs, 2100 * kUs, false, false, 3);  // an earlier one of the burst: RACK stays
+  EXPECT_EQ(r.rack_deadline_ns(1 * kMs, 2 * kMs, 4), 1 * kMs + 1 * kMs + r.reorder_window_ns(2 * kMs));
+  Recovery w(config());
+  w.on_delivered(1 * kMs, 2 * kMs, false, false, 0xFFFFFFFFu);
+  EXPECT_EQ(w.rack_deadline_ns(1 * kMs, 2 * kMs, 1), UINT64_MAX);  // psn 1 after the wrap
+  EXPECT_TRUE(trim::transport::sent_after(2, 0, 1, 9));
+  EXPECT_FALSE(trim::transport::sent_after(1, 9, 1, 9));
+}
+
 // The plugin's configuration: the timed rule waits at least RTO/4 (the host's noise).
 TEST(Recovery, ThePluginsTimedRuleWaitsAtLeastAQuarterOfTheMinimumRto) {
   Recovery r(RecoveryConfig::plugin(10 * kMs));

@@ -9,7 +9,8 @@ void Recovery::on_send(uint64_t now_ns, bool first, bool outstanding) {
   if (first) arm_probe(now_ns, outstanding);
 }
 
-void Recovery::on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted) {
+void Recovery::on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted, bool trimmed, uint32_t seq) {
+  if (trimmed) return;
   if (!retransmitted && now_ns >= sent_ns) {
     const uint64_t rtt = now_ns - sent_ns;
     if (srtt_ns_ == 0) {
@@ -21,9 +22,11 @@ void Recovery::on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitte
       srtt_ns_ = (7 * srtt_ns_ + rtt) / 8;
     }
   }
-  if ((!retransmitted || now_ns - sent_ns >= srtt_ns_ / 2) && (!rack_valid_ || sent_ns >= rack_xmit_ns_)) {
+  if ((!retransmitted || now_ns - sent_ns >= srtt_ns_ / 2) &&
+      (!rack_valid_ || !sent_after(rack_xmit_ns_, rack_seq_, sent_ns, seq))) {
     rack_valid_ = true;
     rack_xmit_ns_ = sent_ns;
+    rack_seq_ = seq;
     rack_rtt_ns_ = now_ns >= sent_ns ? now_ns - sent_ns : 0;
   }
 }

@@ -32,6 +32,12 @@ struct RecoveryConfig {
   }
 };
 
+// Whether a packet sent at (t1, seq1) left after one sent at (t2, seq2): later, or at the same
+// time with a later sequence number (modulo 2^32).
+inline bool sent_after(uint64_t t1, uint32_t seq1, uint64_t t2, uint32_t seq2) {
+  return t1 > t2 || (t1 == t2 && static_cast<int32_t>(seq1 - seq2) > 0);
+}
+
 class Recovery {
  public:
   Recovery() = default;
@@ -45,8 +51,15 @@ class Recovery {
   // A packet sent at sent_ns was acknowledged at now_ns. A first transmission gives an RTT
   // sample (Karn: a resend's ACK is ambiguous). RACK's state, the most recently sent packet
   // known delivered and its round trip, advances — by a resend only when its ACK came back at
-  // least srtt/2 after it, so it cannot be the original's.
-  void on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted);
+  // least srtt/2 after it, so it cannot be the original's. A trimmed packet (its header
+  // delivered cut) does neither: a trimming switch serves its header queue ahead of the data
+  // queue, so its round trip is not the data's and it overtakes data sent before it; behind a
+  // strict-priority tenant the data waits for milliseconds more than the headers, and counting
+  // the headers declared most of that data lost while it was queued (issue 36, p75: 85 % of
+  // the retransmissions arrived as duplicates).
+  // `seq` (the packet's sequence number) orders packets sent at the same time (RFC 8985's
+  // RACK.end_seq): the sender stamps a whole burst with one clock reading.
+  void on_delivered(uint64_t sent_ns, uint64_t now_ns, bool retransmitted, bool trimmed = false, uint32_t seq = 0);
   // The receiver reported newly trimmed packets: a trimming switch sends trimmed packets
   // through its header queue, past the data queued ahead of them, so for a while reordering
   // by up to a round trip is normal, not loss.
@@ -71,16 +84,25 @@ class Recovery {
   // otherwise once that packet's round trip plus max(window, timer floor) has passed since it
   // was sent: the timed rule, which alone catches a loss in a window sent in one burst (GSO,
   // 100 Gbit/s), where every send time is the same.
-  bool rack_lost(uint64_t sent_ns, uint64_t now_ns) const { return now_ns >= rack_deadline_ns(sent_ns, now_ns); }
+  // Of packets sent at the same time, one with a later `seq` counts as sent after (RFC 8985
+  // §6.2, RACK_sent_after): in a burst stamped with one time, the packets behind the one
+  // delivered may wait behind another tenant's traffic for longer than any reordering window
+  // (a 3 ms strict-priority burst), and judging them by its round trip resent them spuriously.
+  bool rack_lost(uint64_t sent_ns, uint64_t now_ns, uint32_t seq = 0) const {
+    return now_ns >= rack_deadline_ns(sent_ns, now_ns, seq);
+  }
   // When that packet will count as lost (UINT64_MAX: not while nothing sent after it is delivered).
-  uint64_t rack_deadline_ns(uint64_t sent_ns, uint64_t now_ns) const { return rack_pass(now_ns).deadline_ns(sent_ns); }
+  uint64_t rack_deadline_ns(uint64_t sent_ns, uint64_t now_ns, uint32_t seq = 0) const {
+    return rack_pass(now_ns).deadline_ns(sent_ns, seq);
+  }
   // The rule of one detection pass at now_ns, for a whole window of packets: the reordering
   // window is worked out once, not per packet.
   struct RackPass {
     bool valid = false;
     uint64_t xmit_ns = 0, rtt_ns = 0, window_ns = 0, wait_ns = 0;
-    uint64_t deadline_ns(uint64_t sent_ns) const {
-      if (!valid || sent_ns > xmit_ns) return UINT64_MAX;
+    uint32_t xmit_seq = 0;
+    uint64_t deadline_ns(uint64_t sent_ns, uint32_t seq = 0) const {
+      if (!valid || sent_after(sent_ns, seq, xmit_ns, xmit_seq)) return UINT64_MAX;
       if (sent_ns + window_ns < xmit_ns) return 0;
       return sent_ns + rtt_ns + wait_ns;
     }
@@ -89,6 +111,7 @@ class Recovery {
     RackPass r;
     r.valid = rack_valid_;
     r.xmit_ns = rack_xmit_ns_;
+    r.xmit_seq = rack_seq_;
     r.rtt_ns = rack_rtt_ns_;
     r.window_ns = reorder_window_ns(now_ns);
     r.wait_ns = std::max(r.window_ns, cfg_.timer_floor_ns);
@@ -130,6 +153,7 @@ class Recovery {
   uint64_t probe_armed_ns_ = 0;
   bool rack_valid_ = false;         // a packet is known delivered
   uint64_t rack_xmit_ns_ = 0;       // the most recently sent of them
+  uint32_t rack_seq_ = 0;           // its sequence number
   uint64_t rack_rtt_ns_ = 0;        // its round trip
   uint64_t rack_timer_ns_ = 0;      // 0: not armed
   uint64_t trim_seen_ns_ = 0;

@@ -328,7 +328,7 @@ void SendProto::mark_acked(uint32_t psn, uint64_t now_ns) {
   s.acked = true;
   ++s.msg->acked;
   --outstanding_;
-  rec_.on_delivered(s.sent_ns, now_ns, s.transmissions > 1);
+  rec_.on_delivered(s.sent_ns, now_ns, s.transmissions > 1, s.trimmed, psn);
 }
 
 void SendProto::queue_retx(uint32_t psn) {
@@ -400,11 +400,16 @@ void SendProto::note_trims(const CtrlPacket& ack) {
   for (uint32_t i = 0; i < ack.trim_count && i < kMaxTrimReports; ++i) {
     const TrimReport& t = ack.trims[i];
     counters_.trims_reported += t.count;
-    if (!ef_) continue;
     for (uint32_t k = 0; k < t.count; ++k) {
       const uint32_t p = t.psn + k;
       // An acknowledged packet's message may be complete and gone: only live slots count.
-      if (!in_flight_psn(p) || slot(p).acked || slot(p).msg->zero_copy) {
+      if (!in_flight_psn(p) || slot(p).acked) {
+        if (ef_) ++counters_.trims_unmatched;
+        continue;
+      }
+      slot(p).trimmed = true;
+      if (!ef_) continue;
+      if (slot(p).msg->zero_copy) {
         ++counters_.trims_unmatched;
         continue;
       }
@@ -431,10 +436,11 @@ void SendProto::rack_detect(uint64_t now_ns) {
   // was lost again; what is not lost yet sets the reorder timer.
   bool lost = false;
   uint64_t next = UINT64_MAX;
+  const Recovery::RackPass rule = rec_.rack_pass(now_ns);  // queue_retx leaves rec_ alone
   for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
     Slot& s = slot(p);
     if (s.acked || s.queued) continue;
-    const uint64_t deadline = rec_.rack_deadline_ns(s.sent_ns, now_ns);
+    const uint64_t deadline = rule.deadline_ns(s.sent_ns, p);
     if (now_ns >= deadline) {
       queue_retx(p);
       ++counters_.fast_retransmits;

@@ -80,6 +80,7 @@ class SendProto {
     uint16_t transmissions = 0;
     bool acked = true;
     bool queued = false;  // in retx_
+    bool trimmed = false;  // the receiver reported it accepted cut (no RTT sample, no RACK)
     uint64_t payload_offset = 0;  // zero-copy packets: the payload's place in the message
     uint32_t payload_bytes = 0;
   };

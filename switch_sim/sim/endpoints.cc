@@ -392,7 +392,7 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
     return;
   }
   s.state = SlotState::kAcked;
-  f.rec.on_delivered(p.xmit_ns, t, s.retx > 0);
+  f.rec.on_delivered(p.xmit_ns, t, s.retx > 0, p.pkt.trimmed, p.pkt.psn);
   if (p.pkt.trimmed) f.rec.on_trims_reported(t);
   if (cfg_.cc == Cc::kAimd) {
     if (p.pkt.trimmed && p.pkt.psn >= f.recover_psn) {
@@ -445,7 +445,7 @@ void Simulator::rack_detect(Flow& f, uint64_t t) {
     if (o.psn != psn) continue;
     if (!o.resent && o.xmit_ns > rule.xmit_ns) break;
     if (o.state != SlotState::kOut) continue;
-    const uint64_t deadline = rule.deadline_ns(o.xmit_ns);
+    const uint64_t deadline = rule.deadline_ns(o.xmit_ns, psn);
     if (t >= deadline) {
       mark_lost(f, o, &ctr_.retx_rack);
     } else {
