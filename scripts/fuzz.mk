@@ -8,9 +8,10 @@ FB := build-fuzz
 CLANG := clang++
 SRCS := $(wildcard common/*.cc codec/*.cc)
 # Only what the protocol state machines need: no sockets, engine or plugin.
-# (codec_pool: the state machines hand encoded messages to it when a pool is configured.)
+# (codec_pool: the state machines hand encoded messages to it when a pool is configured;
+# completion: a finished request wakes a caller blocked in ncclTrimWaitRequests.)
 WIRE_SRCS := transport/wire.cc transport/send_proto.cc transport/recv_proto.cc transport/congestion.cc transport/codec_pool.cc \
-             transport/feedback.cc \
+             transport/feedback.cc transport/completion.cc \
              transport/recovery.cc
 # The packet socket's frame parser (cut_rx.cc needs devices.cc for the interface lookup).
 CUT_SRCS := transport/cut_rx.cc transport/devices.cc
