@@ -47,15 +47,15 @@ DeferredWakes::~DeferredWakes() {
   t_deferred = nullptr;
 }
 
-void DeferredWakes::flush() {
-  for (CompletionSignal* s : notified_) s->signal_now();
-  notified_.clear();
-}
+void DeferredWakes::flush() { signal_all(&notified_); }
 
 void DeferredWakes::flush_this_thread() {
-  if (t_deferred == nullptr) return;
-  for (CompletionSignal* s : *t_deferred) s->signal_now();
-  t_deferred->clear();
+  if (t_deferred != nullptr) signal_all(t_deferred);
+}
+
+void DeferredWakes::signal_all(std::vector<CompletionSignal*>* signals) {
+  for (CompletionSignal* s : *signals) s->signal_now();
+  signals->clear();
 }
 
 void CompletionSignal::wait(uint32_t gen, int64_t timeout_ns) {

@@ -65,6 +65,7 @@ class DeferredWakes {
   static void flush_this_thread();
 
  private:
+  static void signal_all(std::vector<CompletionSignal*>* signals);
   std::vector<CompletionSignal*> notified_;  // each once
 };
 

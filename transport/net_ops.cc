@@ -105,12 +105,18 @@ Result<Request*> iflush(RecvComm* comm, int n, const RecvBuffer* buffers) {
   return static_cast<Request*>(nullptr);
 }
 
+namespace {
+// The completion a request reports: its send's or its receive's.
+const transport::OpResult& result_of(const Request* request) {
+  return request->owner->kind() == Comm::Kind::kSend ? request->send.result : request->recv.result;
+}
+}  // namespace
+
 Status test(Request* request, Completion* out) {
   if (request == nullptr) return null_argument("test", "request");
   if (out == nullptr) return null_argument("test", "completion");
   if (!request->in_use) return Status(Code::kInvalidArgument, "test: request is not in use (tested after done?)");
-  const bool is_send = request->owner->kind() == Comm::Kind::kSend;
-  const transport::OpResult& res = is_send ? request->send.result : request->recv.result;
+  const transport::OpResult& res = result_of(request);
   *out = Completion();
   switch (res.state()) {
     case transport::OpResult::kPending: return Status::ok();
@@ -145,9 +151,7 @@ Status wait_any(Request* const* requests, int n, int64_t timeout_ns, bool* ready
   transport::CompletionSignal& signal = ctx->completions;
   const uint32_t gen = signal.arm();
   for (int i = 0; i < n; ++i) {
-    const Request* r = requests[i];
-    const transport::OpResult& res = r->owner->kind() == Comm::Kind::kSend ? r->send.result : r->recv.result;
-    if (!res.pending_seq_cst()) {
+    if (!result_of(requests[i]).pending_seq_cst()) {
       *ready = true;
       return Status::ok();
     }
