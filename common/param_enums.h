@@ -23,6 +23,10 @@ inline HeadScale head_scale(const Params& p) { return static_cast<HeadScale>(p.h
 enum class ErrorFeedback : int { k0 = 0, k1 = 1 };
 inline ErrorFeedback error_feedback(const Params& p) { return static_cast<ErrorFeedback>(p.error_feedback); }
 
+// NCCL_TRIM_QUIET_LAYOUT: exact|unrotated
+enum class QuietLayout : int { kExact = 0, kUnrotated = 1 };
+inline QuietLayout quiet_layout(const Params& p) { return static_cast<QuietLayout>(p.quiet_layout); }
+
 // NCCL_TRIM_LOG_LEVEL: trace|debug|info|warn|error|off
 enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarn = 3, kError = 4, kOff = 5 };
 inline LogLevel log_level(const Params& p) { return static_cast<LogLevel>(p.log_level); }

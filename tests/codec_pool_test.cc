@@ -63,7 +63,6 @@ std::vector<std::vector<uint8_t>> send_all(const ConnParams& p, codec::DType dty
   }
   EXPECT_EQ(op.result.state(), OpResult::kDone);
   if (p.pool != nullptr) {
-
     EXPECT_GT(s.counters().codec_tasks + s.counters().codec_inline, 0u);
   }
   return tx.packets;
@@ -85,12 +84,14 @@ std::vector<uint8_t> receive_all(const ConnParams& p, size_t bytes, const std::v
   op.combine_type = type;
   Capture tx;
   EXPECT_TRUE(r.post(&op, &tx).is_ok());
+  bool encoded = false;  // exact messages (scheme none) never use the pool
   for (size_t k : order) {
     codec::ParsedPacket parsed;
     const std::vector<uint8_t>& pkt = packets[k];
     size_t len = pkt.size();
     if (keep[k] >= 0) len = std::min(len, codec::kHeaderBytes + static_cast<size_t>(keep[k]));
     EXPECT_EQ(codec::parse_packet(pkt.data(), len, &parsed), codec::PacketError::kOk);
+    encoded = encoded || parsed.hdr.scheme != codec::Scheme::kNone;
     r.on_data(parsed, 0);
   }
   const auto deadline = Clock::now() + std::chrono::seconds(20);
@@ -100,8 +101,7 @@ std::vector<uint8_t> receive_all(const ConnParams& p, size_t bytes, const std::v
   }
   EXPECT_EQ(op.result.state(), OpResult::kDone);
   EXPECT_EQ(r.counters().bad_packets, 0u);
-  if (p.pool != nullptr) {
-
+  if (p.pool != nullptr && encoded) {
     EXPECT_GT(r.counters().codec_tasks + r.counters().codec_inline, 0u);
   }
   out.resize(bytes);
@@ -184,11 +184,15 @@ TEST(CodecPool, CombiningReceivesEqualStagedThenCombined) {
     const codec::RedType type = c.dtype == codec::DType::kF32    ? codec::RedType::kF32
                                 : c.dtype == codec::DType::kBF16 ? codec::RedType::kBF16
                                                                  : codec::RedType::kF16;
-    for (uint64_t quiet_ns : {uint64_t{0}, uint64_t{1'000'000'000'000}}) {
+    // 0: encoded; 1: quiet, unrotated (rht); 2: quiet, exact (rht: raw values, never cut here,
+    // as a cut one would be asked for again).
+    for (int quiet = 0; quiet < 3; ++quiet) {
       SCOPED_TRACE(::testing::Message() << codec::scheme_name(c.scheme) << " elems " << c.elems << " quiet "
-                                        << quiet_ns);
+                                        << quiet);
       ConnParams send_params = params(c.scheme, nullptr);
-      send_params.quiet_ns = quiet_ns;  // rht: the message goes unrotated (no trim reported yet)
+      send_params.quiet_ns = quiet > 0 ? 1'000'000'000'000 : 0;  // no trim reported yet: quiet
+      send_params.start_quiet = true;
+      send_params.quiet_exact = quiet == 2;
       const std::vector<uint8_t> msg = codec::testing::message_bytes(c.dtype, c.elems, 0, c.elems + 3, true);
       const std::vector<uint8_t> own = codec::testing::message_bytes(c.dtype, c.elems, 0, c.elems + 4, false);
       const auto pkts = send_all(send_params, c.dtype, msg);
@@ -196,21 +200,26 @@ TEST(CodecPool, CombiningReceivesEqualStagedThenCombined) {
       for (size_t k = 0; k < pkts.size(); ++k) order[k] = k;
       std::shuffle(order.begin(), order.end(), rng);
       std::vector<int64_t> keep(pkts.size(), -1);
-      size_t sign_rows = 0;
+      size_t sign_rows = 0, exact_rows = 0;
       for (size_t k = 0; k < pkts.size(); ++k) {
         codec::ParsedPacket h;
         ASSERT_EQ(codec::parse_packet(pkts[k].data(), pkts[k].size(), &h), codec::PacketError::kOk);
         sign_rows += h.hdr.scheme == codec::Scheme::kSign && h.hdr.first_elem == 0;
-        const uint64_t die = rng() % 4;
+        exact_rows += h.hdr.scheme == codec::Scheme::kNone && !h.hdr.tail() && h.hdr.first_elem == 0;
+        const uint64_t die = h.hdr.trimmable() ? rng() % 4 : 3;
         if (die == 0) keep[k] = h.hdr.trim_bytes;  // trimmed
         if (die == 1) keep[k] = static_cast<int64_t>(rng() % (h.hdr.payload_bytes + 1));  // cut anywhere
       }
-      if (c.scheme == codec::Scheme::kRht && quiet_ns > 0) {
+      const bool exact = c.scheme == codec::Scheme::kRht && quiet == 2;
+      if (c.scheme == codec::Scheme::kRht && quiet == 1) {
         EXPECT_GT(sign_rows, 0u) << "no unrotated row was sent";
       }
+      EXPECT_EQ(exact_rows > 0, exact) << "exact rows exactly when quiet and exact";
       std::vector<uint8_t> want = own;
       const std::vector<uint8_t> staged = receive_all(params(c.scheme, nullptr), msg.size(), pkts, keep, order);
-      if (c.elems > 1000) {
+      if (exact) {
+        EXPECT_EQ(staged, msg) << "an exact message arrives bit exact";
+      } else if (c.elems > 1000) {
         EXPECT_NE(staged, msg) << "the cuts must have cost something";
       }
       codec::combine_into(want.data(), staged.data(), msg.size() / codec::red_type_bytes(type), type,

@@ -47,8 +47,11 @@ struct StepsRun {
   ConnCounters sent, received;
 };
 
-// `trim_p` per step: the last value repeats.
-StepsRun run_steps(const ConnParams& params, int steps, std::vector<double> trim_p, uint32_t seed) {
+// `trim_p` per step: the last value repeats. cut_exact: exact packets are cut to their header
+// with the same probability (trim-switch's trim_exact_to_header: the receiver asks for them
+// again); drop_p: any data packet is lost with this probability (a resend may be lost again).
+StepsRun run_steps(const ConnParams& params, int steps, std::vector<double> trim_p, uint32_t seed,
+                   bool cut_exact = false, double drop_p = 0.0) {
   SendProto s(params);
   RecvProto r(params);
   Capture stx, rtx;
@@ -78,8 +81,11 @@ StepsRun run_steps(const ConnParams& params, int steps, std::vector<double> trim
       s.on_timer(now);
       s.poll_tx(now, 1000, &stx);
       r.poll_codec();
-      if (stx.packets.empty()) {  // codec pool tasks running: the fake clock waits for them
-        std::this_thread::yield();
+      if (stx.packets.empty()) {
+        // Codec pool tasks running: the fake clock waits for them. Else the connection waits on
+        // a timer (a lost tail: the probe or the timeout), and the clock moves on.
+        if (params.pool != nullptr) std::this_thread::yield();
+        else now += 100'000;
         continue;
       }
       now += 100'000;
@@ -87,8 +93,9 @@ StepsRun run_steps(const ConnParams& params, int steps, std::vector<double> trim
         codec::ParsedPacket parsed;
         size_t len = pkt.size();
         EXPECT_EQ(codec::parse_packet(pkt.data(), len, &parsed), codec::PacketError::kOk);
-        result.schemes.back().insert(parsed.hdr.scheme);
-        if (parsed.hdr.trimmable() && u(cut) < p_cut) {
+        if (!parsed.hdr.tail()) result.schemes.back().insert(parsed.hdr.scheme);
+        if (drop_p > 0 && u(cut) < drop_p) continue;
+        if ((parsed.hdr.trimmable() || cut_exact) && u(cut) < p_cut) {
           len = codec::kHeaderBytes + parsed.hdr.trim_bytes;
           EXPECT_EQ(codec::parse_packet(pkt.data(), len, &parsed), codec::PacketError::kOk);
         }
@@ -239,12 +246,15 @@ TEST(ErrorFeedback, ReceiverReportsEveryCutInTheAckThatCoversIt) {
   EXPECT_EQ(s.counters().trims_unmatched - before, named);
 }
 
-// NCCL_TRIM_QUIET_MS: a connection that has seen no trim sends rht messages unrotated (sign rows
-// in rht's packets), exact when untrimmed; the first trim reported turns the rotation back on from
-// the next message, and it stays on while trims keep coming.
+// NCCL_TRIM_QUIET_MS: a connection that has seen no trim sends rht messages as
+// NCCL_TRIM_QUIET_LAYOUT says; the first trim reported turns the rotation back on from the next
+// message, and it stays on while trims keep coming. unrotated: sign rows in rht's packets, exact
+// when untrimmed, sign estimates when cut.
 TEST(QuietConnection, SendsUnrotatedUntilATrimIsReported) {
   ConnParams p = feedback_params(codec::Scheme::kRht, false);
   p.quiet_ns = 3'600'000'000'000ull;  // an hour: no test runs long enough to fall quiet again
+  p.start_quiet = true;
+  p.quiet_exact = false;
   const StepsRun run = run_steps(p, 4, {0.0, 0.5}, 11);
   using S = std::set<codec::Scheme>;
   EXPECT_EQ(run.schemes[0], S{codec::Scheme::kSign}) << "no trim yet: every row unrotated";
@@ -253,12 +263,43 @@ TEST(QuietConnection, SendsUnrotatedUntilATrimIsReported) {
   EXPECT_GT(run.nmse[1], 0.05) << "its trims cost accuracy: sign estimates";
   EXPECT_EQ(run.schemes[2], S{codec::Scheme::kRht});
   EXPECT_EQ(run.schemes[3], S{codec::Scheme::kRht});
-  EXPECT_EQ(run.sent.unrotated_messages, 2u);
+  EXPECT_EQ(run.sent.quiet_messages, 2u);
   // quiet_ns 0 (NCCL_TRIM_QUIET_MS=0, and ConnParams' default): rotated from the first message.
   const StepsRun always = run_steps(feedback_params(codec::Scheme::kRht, false), 2, {0.0}, 11);
   EXPECT_EQ(always.schemes[0], S{codec::Scheme::kRht});
   EXPECT_EQ(always.nmse[0], 0.0);
-  EXPECT_EQ(always.sent.unrotated_messages, 0u);
+  EXPECT_EQ(always.sent.quiet_messages, 0u);
+}
+
+// NCCL_TRIM_QUIET_LAYOUT=exact (the default): a quiet connection's rht and rotated messages go
+// as exact packets, and a cut of one is answered by a resend, so they arrive bit exact however
+// the path treats them; the first cut (NACK) or loss reported makes the next message encoded.
+TEST(QuietConnection, SendsExactUntilATrimOrLossIsReported) {
+  using S = std::set<codec::Scheme>;
+  for (const codec::Scheme scheme : {codec::Scheme::kRht, codec::Scheme::kRotated}) {
+    SCOPED_TRACE(codec::scheme_name(scheme));
+    ConnParams p = feedback_params(scheme, false);
+    p.quiet_ns = 3'600'000'000'000ull;
+    p.start_quiet = true;
+    const StepsRun cut = run_steps(p, 4, {0.0, 0.5}, 11, /*cut_exact=*/true);
+    EXPECT_EQ(cut.schemes[0], S{codec::Scheme::kNone}) << "quiet: exact packets";
+    EXPECT_EQ(cut.nmse[0], 0.0);
+    EXPECT_EQ(cut.schemes[1], S{codec::Scheme::kNone}) << "laid out before its own cuts were reported";
+    EXPECT_EQ(cut.nmse[1], 0.0) << "its cut packets were asked for again and resent";
+    EXPECT_GT(cut.received.trimmed_nacked, 0u);
+    EXPECT_GT(cut.sent.nacks_received, 0u);
+    EXPECT_EQ(cut.schemes[2], S{scheme}) << "a cut was reported: encoded again";
+    EXPECT_EQ(cut.schemes[3], S{scheme});
+    EXPECT_GT(cut.nmse[3], 0.05) << "and its own cuts are estimates, not resent";
+    EXPECT_EQ(cut.sent.quiet_messages, 2u);
+    // A loss ends the quiet too (a path that drops rather than trims): 5 % of the packets of
+    // every message lost, resent by loss recovery, every message exact.
+    const StepsRun lost = run_steps(p, 3, {0.0}, 12, false, 0.05);
+    EXPECT_EQ(lost.schemes[0], S{codec::Scheme::kNone});
+    EXPECT_GT(lost.sent.fast_retransmits + lost.sent.rto_events, 0u);
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(lost.nmse[t], 0.0) << "step " << t;
+    EXPECT_EQ(lost.schemes[2], S{scheme}) << "losses were reported: encoded again";
+  }
 }
 
 TEST(WireCtrl, TrimReportsRoundTripAndMalformedOnesAreRejected) {

@@ -498,7 +498,7 @@ void GlobalStats::add(const ConnCounters& c) {
   trims_unmatched += c.trims_unmatched;
   ef_applied += c.ef_applied;
   ef_recorded += c.ef_recorded;
-  unrotated_messages += c.unrotated_messages;
+  quiet_messages += c.quiet_messages;
 }
 
 std::string GlobalStats::to_json() const {
@@ -510,7 +510,7 @@ std::string GlobalStats::to_json() const {
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
-      "\"ef_recorded\":{},\"ef_conns\":{},\"unrotated_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
+      "\"ef_recorded\":{},\"ef_conns\":{},\"quiet_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
       "\"zerocopy_refused\":{},\"send_refused\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
@@ -521,7 +521,7 @@ std::string GlobalStats::to_json() const {
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
-      ef_conns.load(), unrotated_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
+      ef_conns.load(), quiet_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
       zerocopy_refused.load(), send_refused.load());
 }
 
@@ -536,12 +536,12 @@ std::string ConnCounters::to_string() const {
       "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
       "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {}); cuts reported to us {} "
-      "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; rht "
-      "messages sent unrotated (no trim lately) {}",
+      "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; "
+      "messages sent quiet (no trim or loss lately: exact or unrotated) {}",
       sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline, trims_reported, trims_unmatched, ef_applied, ef_recorded,
-      unrotated_messages);
+      quiet_messages);
 }
 
 }  // namespace trim::transport

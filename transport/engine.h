@@ -210,7 +210,7 @@ struct GlobalStats {
       // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.
       trims_reported{0}, trims_unmatched{0}, ef_applied{0}, ef_recorded{0},
       ef_conns{0},  // send connections with error feedback on (their owner declared its buffers)
-      unrotated_messages{0},  // rht messages sent unrotated: no trim reported lately (NCCL_TRIM_QUIET_MS)
+      quiet_messages{0},  // rht/rotated messages sent quiet (NCCL_TRIM_QUIET_MS, _LAYOUT): exact or unrotated
       // The comm hook's communicators (NCCL_TRIM_HOOK_TRAFFIC_CLASS): live counts, not per close.
       hook_comms{0}, hook_send_conns{0}, rotated_messages{0},
       hook_undeclared_conns{0},  // send connections of that class sent as rht: no hook declared it

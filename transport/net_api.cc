@@ -219,6 +219,7 @@ transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engi
   cp.udp_checksummed = !transport::trimmable_no_check(ctx.params);
   cp.error_feedback = false;  // only a send comm whose owner declares its buffers (declare_send_buffers)
   cp.quiet_ns = static_cast<uint64_t>(ctx.params.quiet_ms) * 1'000'000;
+  cp.quiet_exact = param::quiet_layout(ctx.params) == param::QuietLayout::kExact;
   cp.pool = ctx.pool;
   cp.waker = engine;
   return cp;

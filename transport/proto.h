@@ -32,8 +32,14 @@ struct ConnParams {
   bool udp_checksummed = true;
   // NCCL_TRIM_ERROR_FEEDBACK, where the caller's buffers keep their meaning (transport/feedback.h).
   bool error_feedback = false;
-  // NCCL_TRIM_QUIET_MS: rht messages go unrotated while no trim was reported for this long (0: never).
+  // NCCL_TRIM_QUIET_MS: no trim or loss reported for this long makes the connection quiet (0:
+  // never); NCCL_TRIM_QUIET_LAYOUT: its rht and rotated messages then go exact (true) or, rht
+  // only, unrotated.
   uint64_t quiet_ns = 0;
+  bool quiet_exact = true;
+  // A new connection is encoded until it has been quiet for quiet_ns (the plugin's), or starts
+  // quiet (tests of the quiet layouts).
+  bool start_quiet = false;
   // Codec worker pool for trimmable messages (null: encode/decode on the engine's thread) and
   // what its workers wake when a task is done (the engine; null in tests that poll).
   CodecPool* pool = nullptr;
@@ -130,7 +136,7 @@ struct ConnCounters {
   uint64_t trims_reported = 0;  // cut packets of ours the receiver named in its ACKs
   uint64_t trims_unmatched = 0;  // named after their packet was acknowledged (a reordered ACK): not fed back
   uint64_t ef_applied = 0, ef_recorded = 0;  // error feedback: messages sent with a residual, and leaving one
-  uint64_t unrotated_messages = 0;  // rht messages sent unrotated: no trim reported lately (NCCL_TRIM_QUIET_MS)
+  uint64_t quiet_messages = 0;  // rht/rotated messages sent quiet (NCCL_TRIM_QUIET_MS, _LAYOUT): exact or unrotated
   std::string to_string() const;
 };
 

@@ -38,8 +38,12 @@ bool RecvProto::begin_msg(Msg* m, const codec::PacketHeader& h) {
                                                             h.msg_bytes, m->op->capacity, m->op->seq)));
     return false;
   }
-  // Exact messages travel as raw bytes; trimmable ones in the connection's scheme.
-  const codec::Scheme scheme = h.dtype == codec::DType::kRaw ? codec::Scheme::kNone : params_.codec.scheme;
+  // Exact messages travel as raw bytes; trimmable ones in the connection's scheme, or exact too
+  // while the sender's connection is quiet (NCCL_TRIM_QUIET_LAYOUT=exact): rows of scheme none,
+  // whose values a combining receive still reduces. (A message's raw tail row is scheme none
+  // in every layout: it says nothing.)
+  const bool exact = h.dtype == codec::DType::kRaw || (h.scheme == codec::Scheme::kNone && !h.tail());
+  const codec::Scheme scheme = exact ? codec::Scheme::kNone : params_.codec.scheme;
   Result<codec::Layout> layout = codec::Layout::make(params_.codec, h.dtype, scheme, h.msg_bytes);
   if (!layout) return false;
   if (m->op->combine) {

@@ -60,7 +60,9 @@ SendProto::SendProto(const ConnParams& params)
       ring_(kSackBits),
       headers_(static_cast<size_t>(kSackBits) * codec::kHeaderBytes),
       rec_(RecoveryConfig::plugin(params.min_rto_ns)),
-      ef_(params.error_feedback ? std::make_unique<ErrorFeedback>(params.codec) : nullptr) {}
+      ef_(params.error_feedback ? std::make_unique<ErrorFeedback>(params.codec) : nullptr) {
+  if (!params.start_quiet) note_congestion();  // encoded until quiet_ns have passed
+}
 
 SendProto::~SendProto() = default;
 
@@ -123,7 +125,22 @@ Status SendProto::start(Msg* m) {
 
 Status SendProto::prepare(Msg* m) {
   const SendOp& op = *m->op;
-  const codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
+  codec::Scheme scheme = op.trimmable ? params_.codec.scheme : codec::Scheme::kNone;
+  // A quiet connection (no trim or loss reported lately, NCCL_TRIM_QUIET_MS) sends its rht and
+  // rotated messages exact (NCCL_TRIM_QUIET_LAYOUT=exact): raw values, no encoding, each cut
+  // answered by a resend; or rht unrotated, as sign rows within rht's packets, exact untrimmed
+  // and still sign heads when cut. The first trim or loss reported ends the quiet from the next
+  // message on.
+  // Error feedback keeps to the encoded layouts (an exact message would leave its residual behind).
+  const bool exact = params_.quiet_exact && !ef_;
+  const bool quiet = (scheme == codec::Scheme::kRht || (scheme == codec::Scheme::kRotated && exact)) &&
+                     params_.quiet_ns > 0 &&
+                     (last_congestion_ns_ == 0 || sock::now_ns() - last_congestion_ns_ > params_.quiet_ns);
+  if (quiet) {
+    ++counters_.quiet_messages;
+    if (exact) scheme = codec::Scheme::kNone;
+    m->rotate = false;
+  }
   Result<codec::Layout> layout = codec::Layout::make(params_.codec, op.dtype, scheme, op.bytes);
   if (!layout) return layout.status();
   m->layout = layout.value();
@@ -137,14 +154,6 @@ Status SendProto::prepare(Msg* m) {
     return Status::ok();
   }
   m->src = op.data;
-  // Per-hop rht on a connection with no trim reported lately: no rotation. Nothing is lost
-  // while nothing is cut (the tails are the values' own bits either way), and a trim still
-  // delivers sign heads; the first trim reported turns the rotation on from the next message.
-  if (params_.codec.scheme == codec::Scheme::kRht && params_.quiet_ns > 0 &&
-      (last_trim_ns_ == 0 || sock::now_ns() - last_trim_ns_ > params_.quiet_ns)) {
-    m->rotate = false;
-    ++counters_.unrotated_messages;
-  }
   if (ef_ && op.dtype == codec::DType::kF32) {
     m->src = ef_->source(op.data, op.bytes, op.seq, &m->ef_scratch);
     if (m->src != op.data) ++counters_.ef_applied;
@@ -331,6 +340,8 @@ void SendProto::mark_acked(uint32_t psn, uint64_t now_ns) {
   rec_.on_delivered(s.sent_ns, now_ns, s.transmissions > 1, s.trimmed, psn);
 }
 
+void SendProto::note_congestion() { last_congestion_ns_ = sock::now_ns(); }
+
 void SendProto::queue_retx(uint32_t psn) {
   Slot& s = slot(psn);
   if (s.queued || s.acked) return;
@@ -376,10 +387,8 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
   // the latest-sent packet the peer has now acknowledged is lost. Unlike a duplicate
   // threshold it works at any window, and also catches a resend that was lost again.
   if (ack.trimmed_accepted_total > last_trimmed_) rec_.on_trims_reported(now_ns);
-  // The path trims (a trimmable packet, or an exact one, which it will resend): rotate again.
-  if (ack.trimmed_accepted_total > last_trimmed_ || ack.trimmed_nacked_total > last_nacked_) {
-    last_trim_ns_ = sock::now_ns();  // the clock prepare() reads (on_ack's may be a test's)
-  }
+  // The path trims (a trimmable packet, or an exact one, which it will resend): not quiet.
+  if (ack.trimmed_accepted_total > last_trimmed_ || ack.trimmed_nacked_total > last_nacked_) note_congestion();
   rack_detect(now_ns);
   // Congestion signal: what the receiver accepted and how much of it was trimmed, from its
   // running totals (robust to lost and reordered ACKs).
@@ -450,7 +459,10 @@ void SendProto::rack_detect(uint64_t now_ns) {
     }
   }
   rec_.arm_rack(next);
-  if (lost) cc_.on_loss();
+  if (lost) {
+    cc_.on_loss();
+    note_congestion();
+  }
 }
 
 void SendProto::on_timer(uint64_t now_ns) {
@@ -472,6 +484,7 @@ void SendProto::on_timer(uint64_t now_ns) {
   if (!fired.timeout) return;
   ++counters_.rto_events;
   cc_.on_timeout();
+  note_congestion();
   bool queued = false;
   for (uint32_t p = snd_una_; p != snd_nxt_; ++p) {
     Slot& s = slot(p);

@@ -128,7 +128,10 @@ class SendProto {
   std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>(0);
   bool codec_waiting_ = false;  // the next packet waits for a pool task
   std::unique_ptr<ErrorFeedback> ef_;  // NCCL_TRIM_ERROR_FEEDBACK, else null
-  uint64_t last_trim_ns_ = 0;  // when an ACK last reported a trim (NCCL_TRIM_QUIET_MS); 0: never
+  // When a trim or loss was last reported (NCCL_TRIM_QUIET_MS), on the clock prepare() reads
+  // (on_ack's and on_timer's may be a test's); 0: never.
+  uint64_t last_congestion_ns_ = 0;
+  void note_congestion();
 };
 
 }  // namespace trim::transport

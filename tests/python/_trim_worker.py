@@ -367,13 +367,13 @@ def tagged_all_reduce(rank, gloo):
     dist.all_reduce(exact, group=gloo)
     loaded = plugin.loaded_plugin()
     before = (loaded.undeclared_conns(), loaded.hook_send_conns(), loaded.rotated_messages())
-    unrotated = loaded.stats()["unrotated_messages"]
+    unrotated = loaded.stats()["quiet_messages"]
     group = dist.new_group(backend="trim", pg_options=Options(traffic_class=plugin.hook_traffic_class()))
-    # A new rht connection sends unrotated (sign rows) until a trim is reported (NCCL_TRIM_QUIET_MS):
-    # on this spiky data a trimmed unrotated row loses most of its spikes, and whether the
-    # reduce-scatter's second message still goes unrotated depends on when the first one's ACK
-    # comes back (measured NMSE 0.06-0.39 over 16 runs, staged or combining receives alike). One
-    # all_reduce first, so that the one measured is rotated.
+    # A connection that has seen no trim for NCCL_TRIM_QUIET_MS goes quiet (exact, or with
+    # NCCL_TRIM_QUIET_LAYOUT=unrotated sign rows, which on this spiky data lose most of their
+    # spikes when trimmed: NMSE 0.06-0.39 measured when new connections started quiet). A new one
+    # is encoded; one all_reduce first all the same, so that the one measured runs on warm
+    # connections whose trims have been reported.
     warm = x.clone()
     dist.all_reduce(warm, group=group)
     got = x.clone()
@@ -383,7 +383,7 @@ def tagged_all_reduce(rank, gloo):
     nmse = ((got.double() - exact.double()).pow(2).sum() / exact.double().pow(2).sum()).item()
     return {"nmse": nmse, "undeclared_conns": after[0] - before[0], "rotated_conns": after[1] - before[1],
             "rotated_messages": after[2] - before[2],
-            "unrotated_messages": loaded.stats()["unrotated_messages"] - unrotated}
+            "quiet_messages": loaded.stats()["quiet_messages"] - unrotated}
 
 
 def trimmed(rank, world, gloo):
