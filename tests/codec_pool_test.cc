@@ -233,6 +233,28 @@ TEST(CodecPool, CombiningReceivesEqualStagedThenCombined) {
   }
 }
 
+// A typed message's raw tail row says nothing of its layout (scheme none in all of them): arriving
+// first, before any other packet of a quiet connection's exact message or of an encoded one, it
+// is left unacknowledged for loss recovery to resend, and the message still arrives exact.
+TEST(CodecPool, ATailArrivingFirstWaitsForItsResend) {
+  for (const bool quiet : {true, false}) {
+    SCOPED_TRACE(quiet ? "quiet, exact" : "encoded");
+    ConnParams send_params = params(codec::Scheme::kRht, nullptr);
+    send_params.quiet_ns = quiet ? 1'000'000'000'000 : 0;
+    send_params.start_quiet = true;
+    const std::vector<uint8_t> msg = codec::testing::message_bytes(codec::DType::kF32, 70001, 3, 5, false);
+    const auto pkts = send_all(send_params, codec::DType::kF32, msg);
+    ASSERT_GE(pkts.size(), 3u);
+    codec::ParsedPacket last;
+    ASSERT_EQ(codec::parse_packet(pkts.back().data(), pkts.back().size(), &last), codec::PacketError::kOk);
+    ASSERT_TRUE(last.hdr.tail());
+    std::vector<size_t> order{pkts.size() - 1};  // the tail first, then all, the tail resent
+    for (size_t k = 0; k < pkts.size(); ++k) order.push_back(k);
+    const std::vector<int64_t> keep(pkts.size(), -1);
+    EXPECT_EQ(receive_all(params(codec::Scheme::kRht, nullptr), msg.size(), pkts, keep, order), msg);
+  }
+}
+
 // Thousands of tasks from two producers at once, more than the queue holds: every task runs
 // exactly once (on a worker, or on its producer when the queue is full) and ends. The workers
 // are held until both producers are done, so the queue really fills: every task beyond its

@@ -161,6 +161,13 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     ack_due_ = true;
     return;
   }
+  if (!m->started && p.hdr.tail() && p.hdr.dtype != codec::DType::kRaw) {
+    // A typed message's raw tail row is scheme none in every layout, so it cannot say whether the
+    // message is encoded or exact (quiet): not accepted before another packet has said it. It
+    // was the last packet sent, so only reordering brings it first; loss recovery resends it.
+    TRIM_DEBUG("NET/Trim: tail packet psn {} of message {} arrived first: left to be resent", psn, p.hdr.msg_seq);
+    return;
+  }
   if (!m->started && !begin_msg(m, p.hdr)) {
     ++counters_.bad_packets;
     return;
