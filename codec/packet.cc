@@ -401,6 +401,12 @@ void mark_trimmed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagTrimmed; }
 
 void mark_udp_checksummed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagUdpChecksummed; }
 
+void mark_resent(uint8_t* packet) {
+  if ((packet[kFlagsOffset] & kFlagResent) != 0) return;
+  packet[kFlagsOffset] |= kFlagResent;
+  put32(packet + kCrcOffset, header_crc(packet));
+}
+
 namespace {
 
 // parse_packet's checks; `count`: in packet_error_counters() (not for our own packets).

@@ -47,7 +47,10 @@ constexpr uint8_t kFlagTail = 0x04;       // the message's raw remainder bytes (
 // kernel has verified every byte and the payload's check points are not recomputed (they exist
 // for a prefix that a switch cut, or a datagram sent with checksum 0).
 constexpr uint8_t kFlagUdpChecksummed = 0x08;
-constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail | kFlagUdpChecksummed;
+// A retransmission (any copy but the first; handshake version 6): the receiver echoes it in its
+// ACK, so the sender tells a timeout whose original arrived after all (spurious) from a loss.
+constexpr uint8_t kFlagResent = 0x10;
+constexpr uint8_t kFlagsKnown = kFlagTrimmed | kFlagTrimmable | kFlagTail | kFlagUdpChecksummed | kFlagResent;
 
 struct PacketHeader {
   uint8_t flags = 0;
@@ -72,6 +75,7 @@ struct PacketHeader {
 
   bool trimmable() const { return (flags & kFlagTrimmable) != 0; }
   bool tail() const { return (flags & kFlagTail) != 0; }
+  bool resent() const { return (flags & kFlagResent) != 0; }
 };
 
 enum class PacketError : int {
@@ -173,6 +177,8 @@ void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0)
 void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
 // Sets kFlagUdpChecksummed (covered by the header CRC: call before stamp_transport).
 void mark_udp_checksummed(uint8_t* packet);
+// Sets kFlagResent and refreshes the CRC (a stamped packet about to be sent again).
+void mark_resent(uint8_t* packet);
 // Sets the TRIMMED flag and cuts nothing; a switch then sends kHeaderBytes + trim_bytes bytes.
 void mark_trimmed(uint8_t* packet);
 

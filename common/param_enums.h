@@ -51,6 +51,10 @@ inline Force force(const Params& p) { return static_cast<Force>(p.force); }
 enum class HookPrecondition : int { kAuto = 0, kOff = 1 };
 inline HookPrecondition hook_precondition(const Params& p) { return static_cast<HookPrecondition>(p.hook_precondition); }
 
+// NCCL_TRIM_RTO_UNDO: off|on
+enum class RtoUndo : int { kOff = 0, kOn = 1 };
+inline RtoUndo rto_undo(const Params& p) { return static_cast<RtoUndo>(p.rto_undo); }
+
 // NCCL_TRIM_UDP_OFFLOAD: off|on
 enum class UdpOffload : int { kOff = 0, kOn = 1 };
 inline UdpOffload udp_offload(const Params& p) { return static_cast<UdpOffload>(p.udp_offload); }

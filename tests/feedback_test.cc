@@ -337,7 +337,7 @@ TEST(WireCtrl, TrimReportsRoundTripAndMalformedOnesAreRejected) {
   fix_crc(bad);
   EXPECT_EQ(parse_ctrl(bad, sizeof bad, &b), CtrlError::kBadField);
   std::memcpy(bad, buf, sizeof bad);
-  bad[7] = 1;  // reserved
+  bad[7] = 0x04;  // an echo bit no version defines
   fix_crc(bad);
   EXPECT_EQ(parse_ctrl(bad, sizeof bad, &b), CtrlError::kBadField);
 }

@@ -426,6 +426,150 @@ TEST(ProtoPair, TrimmedTrimmablePacketsAreAcceptedNeverResent) {
 // The ACK's selective bitmap is the receive window rotated to the cumulative psn: checked bit
 // by bit against what was delivered, with the cumulative point mid-word and the window
 // wrapping around the end of the ring.
+// Spurious timeouts (issue 36: a low-priority tenant's packets held for longer than the
+// RTO): the timeout fires while the originals wait in a queue, then they arrive. The pair is
+// driven by hand: the first 8 packets arrive at once, the rest of the window is held (or,
+// with `lose_first`, its first packet is lost) until the timeout has resent it.
+struct HeldBurst {
+  Pair p{codec::Scheme::kNone};
+  std::vector<codec::ParsedPacket> held;  // parsed views into `keep`
+  std::vector<std::vector<uint8_t>> keep, resends;
+  double window_before_rto = 0;
+  uint64_t now = 0;
+
+  void deliver(const std::vector<uint8_t>& pkt) {
+    codec::ParsedPacket parsed;
+    ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &parsed), codec::PacketError::kOk);
+    p.r.on_data(parsed, now);
+  }
+  void ack_back() {
+    p.r.flush_ack(&p.rtx);
+    for (const CtrlPacket& a : p.rtx.ctrls) p.s.on_ack(a, now);
+    p.rtx.ctrls.clear();
+  }
+  void run_to_timeout(bool lose_first) {
+    ASSERT_NO_FATAL_FAILURE(p.post_exact(200'000, 21));
+    ASSERT_EQ(p.s.poll_tx(0, 1000, &p.stx), 32u);
+    keep = p.stx.packets;
+    p.stx.packets.clear();
+    now = 100'000;
+    for (size_t i = 0; i < 8; ++i) ASSERT_NO_FATAL_FAILURE(deliver(keep[i]));
+    ack_back();
+    keep.erase(keep.begin(), keep.begin() + (lose_first ? 9 : 8));
+    std::set<uint32_t> sent;
+    for (uint32_t i = 0; i < 32; ++i) sent.insert(i);
+    // New packets the window lets out and a tail probe first (all held), then the timeout.
+    while (p.s.counters().rto_events == 0) {
+      now = p.s.next_deadline_ns(now);
+      ASSERT_LT(now, 100'000'000u);
+      window_before_rto = p.s.cc().window_exact();
+      p.s.on_timer(now);
+      p.s.poll_tx(now, 1000, &p.stx);
+      for (auto& pkt : p.stx.packets) {
+        if (sent.insert(psn_of(pkt)).second) {
+          keep.push_back(pkt);
+        } else if (p.s.counters().rto_events != 0) {
+          resends.push_back(pkt);
+        }
+      }
+      p.stx.packets.clear();
+    }
+    ASSERT_GE(resends.size(), 20u) << "the timeout resent the held packets";
+    for (const auto& pkt : resends) {
+      codec::ParsedPacket parsed;
+      ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &parsed), codec::PacketError::kOk);
+      EXPECT_TRUE(parsed.hdr.resent()) << "psn " << parsed.hdr.psn;
+    }
+    for (const auto& pkt : keep) {
+      codec::ParsedPacket parsed;
+      ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &parsed), codec::PacketError::kOk);
+      EXPECT_FALSE(parsed.hdr.resent()) << "psn " << parsed.hdr.psn;
+    }
+    EXPECT_LT(p.s.cc().window_exact(), window_before_rto) << "the timeout cut the window";
+  }
+  // The held originals arrive (and are acknowledged), then the resends.
+  void release() {
+    now += 300'000;
+    for (const auto& pkt : keep) ASSERT_NO_FATAL_FAILURE(deliver(pkt));
+    ack_back();
+  }
+  void finish() {
+    now += 300'000;
+    for (const auto& pkt : resends) ASSERT_NO_FATAL_FAILURE(deliver(pkt));
+    ack_back();
+    for (int i = 0; i < 200 && p.s.has_pending(); ++i) {  // the rest of the message, lossless
+      now += 100'000;
+      p.s.on_timer(now);
+      p.s.poll_tx(now, 1000, &p.stx);
+      for (const auto& pkt : p.stx.packets) ASSERT_NO_FATAL_FAILURE(deliver(pkt));
+      p.stx.packets.clear();
+      ack_back();
+    }
+    EXPECT_EQ(p.so.result.state(), OpResult::kDone);
+    EXPECT_EQ(p.ro.result.state(), OpResult::kDone);
+    EXPECT_EQ(p.out, p.msg);
+  }
+};
+
+TEST(ProtoSpurious, DelayedBurstTimeoutIsDetectedAndUndone) {
+  HeldBurst b;
+  ASSERT_NO_FATAL_FAILURE(b.run_to_timeout(false));
+  const uint64_t timeout_at = b.now;
+  const uint64_t srtt_before = b.p.s.srtt_ns();
+  ASSERT_NO_FATAL_FAILURE(b.release());
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 1u) << "the ACK echoed an original the timeout had resent";
+  EXPECT_GE(b.p.s.cc().window_exact(), b.window_before_rto) << "the window the timeout cut is back";
+  // The original's round trip (sent at 0, acknowledged now) raised srtt and the timeout.
+  EXPECT_GT(b.p.s.srtt_ns(), srtt_before);
+  EXPECT_GE(b.p.s.rto_ns(), b.now + b.now / 4);
+  ASSERT_NO_FATAL_FAILURE(b.finish());
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 1u);
+  EXPECT_GE(b.p.r.counters().dup_packets, b.resends.size()) << "every resend arrived a duplicate";
+  EXPECT_GT(b.now, timeout_at);
+}
+
+TEST(ProtoSpurious, TrueLossIsNotUndone) {
+  HeldBurst b;
+  ASSERT_NO_FATAL_FAILURE(b.run_to_timeout(true));
+  ASSERT_NO_FATAL_FAILURE(b.release());  // psn 8 never arrives: the others are SACKed, no echo
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 0u);
+  ASSERT_NO_FATAL_FAILURE(b.finish());  // psn 8's resend fills the hole: the echo says resent
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 0u);
+  EXPECT_LT(b.p.s.cc().window_exact(), b.window_before_rto) << "a true loss keeps its window cut";
+}
+
+TEST(ProtoRecv, AckEchoesTheCopyThatFilledTheHole) {
+  Pair p(codec::Scheme::kNone);
+  ASSERT_NO_FATAL_FAILURE(p.post_exact(20'000, 22));
+  ASSERT_GE(p.s.poll_tx(0, 1000, &p.stx), 4u);
+  std::vector<std::vector<uint8_t>> pkts = p.stx.packets;
+  const auto deliver = [&](size_t i, bool resent) {
+    if (resent) codec::mark_resent(pkts[i].data());
+    codec::ParsedPacket parsed;
+    ASSERT_EQ(codec::parse_packet(pkts[i].data(), pkts[i].size(), &parsed), codec::PacketError::kOk);
+    p.r.on_data(parsed, 0);
+  };
+  const auto ack = [&]() {
+    p.rtx.ctrls.clear();
+    p.r.flush_ack(&p.rtx);
+    EXPECT_EQ(p.rtx.ctrls.size(), 1u);
+    return p.rtx.ctrls.empty() ? CtrlPacket{} : p.rtx.ctrls.back();
+  };
+  ASSERT_NO_FATAL_FAILURE(deliver(0, false));
+  ASSERT_NO_FATAL_FAILURE(deliver(1, false));
+  CtrlPacket a = ack();
+  EXPECT_TRUE(a.echo.valid && !a.echo.resent);
+  EXPECT_EQ(a.echo.psn, 0u) << "the first packet that advanced the cumulative point";
+  ASSERT_NO_FATAL_FAILURE(deliver(3, false));  // above a hole: no advance, no echo
+  a = ack();
+  EXPECT_FALSE(a.echo.valid);
+  ASSERT_NO_FATAL_FAILURE(deliver(2, true));
+  a = ack();
+  EXPECT_TRUE(a.echo.valid && a.echo.resent);
+  EXPECT_EQ(a.echo.psn, 2u);
+  EXPECT_EQ(a.cum_psn, 4u);
+}
+
 TEST(ProtoRecv, SelectiveBitmapMatchesWhatArrived) {
   Pair p(codec::Scheme::kNone);
   ASSERT_NO_FATAL_FAILURE(p.post_exact(8 << 20, 12));
@@ -523,9 +667,30 @@ TEST(WireCtrl, RoundTripAndRejects) {
   EXPECT_EQ(b.nack_count, 2u);
   EXPECT_EQ(b.nacks[1], 71u);
   EXPECT_TRUE(b.sacked(5) && b.sacked(1023) && !b.sacked(6));
+  EXPECT_FALSE(b.echo.valid);
   EXPECT_EQ(parse_ctrl(buf, sizeof buf - 1, &b), CtrlError::kShort);
   buf[20] ^= 1;
   EXPECT_EQ(parse_ctrl(buf, sizeof buf, &b), CtrlError::kBadChecksum);
+  // The echo (control version 3): all or nothing.
+  a.echo = AckEcho{true, true, 0xFFFFFFF0u};
+  write_ctrl(a, buf);
+  ASSERT_EQ(parse_ctrl(buf, sizeof buf, &b), CtrlError::kOk);
+  EXPECT_TRUE(b.echo.valid && b.echo.resent);
+  EXPECT_EQ(b.echo.psn, 0xFFFFFFF0u);
+  const auto reject = [&](uint8_t byte7, uint32_t psn) {
+    write_ctrl(a, buf);
+    buf[7] = byte7;
+    std::memcpy(buf + 20, &psn, 4);
+    const uint32_t crc = codec::crc32c(buf, kCtrlBytes - 4);
+    std::memcpy(buf + kCtrlBytes - 4, &crc, 4);
+    return parse_ctrl(buf, sizeof buf, &b);
+  };
+  EXPECT_EQ(reject(kEchoValid, 5), CtrlError::kOk);
+  EXPECT_EQ(reject(kEchoResent, 0), CtrlError::kBadField) << "resent without valid";
+  EXPECT_EQ(reject(0, 5), CtrlError::kBadField) << "a psn without valid";
+  EXPECT_EQ(reject(kEchoValid | 0x04, 5), CtrlError::kBadField) << "an unknown bit";
+  buf[2] = 2;  // version 2 ACKs (handshake 5) are another build's
+  EXPECT_EQ(parse_ctrl(buf, sizeof buf, &b), CtrlError::kBadVersion);
 }
 
 TEST(WireHandle, FitsAndRejectsForeignBytes) {

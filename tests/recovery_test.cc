@@ -183,4 +183,26 @@ TEST(Recovery, NoProbeWhenNothingIsOutstandingOrAfterDisarm) {
   EXPECT_EQ(r.next_deadline_ns(), UINT64_MAX);
 }
 
+// Eifel's response (RFC 4015) to a spurious timeout: the backoff ends and the timeout keeps a
+// floor above the delay that fired it, which the next normal samples do not wash out; a true
+// loss halves that floor.
+TEST(Recovery, SpuriousTimeoutRaisesTheTimeoutAboveTheDelay) {
+  Recovery r(config(10 * kMs));
+  r.on_delivered(0, 100 * kUs, false);
+  r.on_send(1 * kMs, true, true);
+  EXPECT_TRUE(r.on_timer(r.rto_deadline_ns(), true).timeout);
+  EXPECT_EQ(r.backoff(), 2u);
+  r.on_spurious_timeout(12 * kMs);  // the original came back 12 ms after it left
+  EXPECT_EQ(r.backoff(), 1u);
+  EXPECT_EQ(r.srtt_ns(), 12 * kMs);
+  EXPECT_EQ(r.rto_floor_ns(), 15 * kMs);
+  for (int i = 0; i < 1000; ++i) r.on_delivered(20 * kMs + i * kUs, 20 * kMs + i * kUs + 100 * kUs, false);
+  EXPECT_LT(r.srtt_ns(), 200 * kUs);  // srtt forgets the delay at once...
+  EXPECT_EQ(r.rto_ns(), 15 * kMs);    // ...the timeout does not
+  r.on_genuine_timeout();
+  EXPECT_EQ(r.rto_ns(), 10 * kMs);    // 7.5 ms: the minimum again
+  r.on_spurious_timeout(10 * RecoveryConfig{}.max_rto_ns);
+  EXPECT_EQ(r.rto_floor_ns(), RecoveryConfig{}.max_rto_ns);
+}
+
 }  // namespace

@@ -6,6 +6,7 @@
 // timeouts cut the window multiplicatively, as in any loss-based scheme.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace trim::transport {
@@ -28,6 +29,14 @@ class TrimCc {
   void on_loss();
   // The retransmission timer fired.
   void on_timeout();
+  // A timeout turned out spurious (the data was only delayed): the window it cut comes back,
+  // `cwnd_before` being window_exact() just before on_timeout. Slow start stays over: the
+  // delay was a congestion signal of its own.
+  void undo_timeout(double cwnd_before) {
+    cwnd_ = std::max(cwnd_, cwnd_before);
+    clamp();
+  }
+  double window_exact() const { return cwnd_; }
 
   uint32_t window() const { return static_cast<uint32_t>(cwnd_); }
   double trim_ewma() const { return ewma_; }

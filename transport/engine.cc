@@ -492,6 +492,7 @@ void GlobalStats::add(const ConnCounters& c) {
   dup_packets += c.dup_packets;
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
+  spurious_rto += c.spurious_rto;
   codec_tasks += c.codec_tasks;
   codec_inline += c.codec_inline;
   trims_reported += c.trims_reported;
@@ -504,7 +505,7 @@ void GlobalStats::add(const ConnCounters& c) {
 std::string GlobalStats::to_json() const {
   return fmt::format(
       "{{\"sent_packets\":{},\"sent_bytes\":{},\"retransmitted_packets\":{},\"received_packets\":{},"
-      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},"
+      "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},\"rto_events\":{},\"spurious_rto\":{},"
       "\"unknown_conn\":{},\"wrong_source\":{},\"malformed\":{},\"injected_drops\":{},\"injected_trims\":{},"
       "\"gso_sends\":{},\"gro_batches\":{},\"codec_tasks\":{},\"codec_inline\":{},\"hook_comms\":{},"
       "\"hook_send_conns\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},"
@@ -515,7 +516,7 @@ std::string GlobalStats::to_json() const {
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
-      unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
+      spurious_rto.load(), unknown_conn.load(), wrong_source.load(), malformed.load(), injected_drops.load(), injected_trims.load(),
       gso_sends.load(), gro_batches.load(), codec_tasks.load(), codec_inline.load(), hook_comms.load(),
       hook_send_conns.load(), rotated_messages.load(), hook_undeclared_conns.load(), codec_tasks_cancelled(),
       codec_waited_tasks.load(), trimmed_marked.load(), header_cuts.load(),
@@ -532,13 +533,13 @@ GlobalStats& global_stats() {
 
 std::string ConnCounters::to_string() const {
   return fmt::format(
-      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}), NACKs received {}; "
+      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}, spurious timeouts {}), NACKs received {}; "
       "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
       "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {}); cuts reported to us {} "
       "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; "
       "messages sent quiet (no trim or loss lately: exact or unrotated) {}",
-      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, nacks_received, received_packets,
+      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, spurious_rto, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline, trims_reported, trims_unmatched, ef_applied, ef_recorded,
       quiet_messages);

@@ -216,6 +216,7 @@ transport::ConnParams conn_params(const Context& ctx, codec::Scheme scheme, Engi
   cp.target_trim = ctx.params.target_trim;
   cp.min_rto_ns = static_cast<uint64_t>(ctx.params.min_rto_us) * 1000;
   cp.rate_gbps = ctx.params.rate_gbps;
+  cp.rto_undo = param::rto_undo(ctx.params) == param::RtoUndo::kOn;
   cp.udp_checksummed = !transport::trimmable_no_check(ctx.params);
   cp.error_feedback = false;  // only a send comm whose owner declares its buffers (declare_send_buffers)
   cp.quiet_ns = static_cast<uint64_t>(ctx.params.quiet_ms) * 1'000'000;

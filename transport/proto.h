@@ -27,6 +27,7 @@ struct ConnParams {
   double target_trim = 0.05;
   uint64_t min_rto_ns = 2'000'000;
   double rate_gbps = 0;      // 0 = no pacing
+  bool rto_undo = true;      // NCCL_TRIM_RTO_UNDO: spurious timeouts are detected and undone
   // Lossy packets leave with a kernel UDP checksum (not NCCL_TRIM_UDP_CHECKSUM's 0): they say so,
   // and a receiver skips their check points when they arrive whole.
   bool udp_checksummed = true;
@@ -127,6 +128,7 @@ class TxSink {
 struct ConnCounters {
   uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0, tail_probes = 0;
   uint64_t nacks_received = 0;
+  uint64_t spurious_rto = 0;  // timeouts whose original arrived after all (ACK echo): undone
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t trimmed_marked = 0;  // accepted with the trimmed DSCP (cut or not)
   uint64_t cut_received = 0;    // read from the packet socket (NCCL_TRIM_RX_CUT): lengths the switch left

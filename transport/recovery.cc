@@ -56,8 +56,15 @@ uint64_t Recovery::reorder_window_ns(uint64_t now_ns) const {
   return w;
 }
 
+void Recovery::on_spurious_timeout(uint64_t rtt_ns) {
+  backoff_ = 1;
+  srtt_ns_ = std::max(srtt_ns_, rtt_ns);
+  rttvar_ns_ = std::max(rttvar_ns_, rtt_ns / 2);
+  rto_floor_ns_ = std::min(std::max(rto_floor_ns_, rtt_ns + rtt_ns / 4), cfg_.max_rto_ns);
+}
+
 uint64_t Recovery::rto_ns() const {
-  const uint64_t base = std::max<uint64_t>(cfg_.min_rto_ns, srtt_ns_ + 4 * rttvar_ns_);
+  const uint64_t base = std::max({cfg_.min_rto_ns, srtt_ns_ + 4 * rttvar_ns_, rto_floor_ns_});
   return std::min<uint64_t>(base * backoff_, cfg_.max_rto_ns);
 }
 

@@ -70,6 +70,16 @@ class Recovery {
   // Re-arms the tail probe at max(2 srtt, min_rto/4) from now, when that is before the
   // timeout; disarms it when nothing is outstanding.
   void arm_probe(uint64_t now_ns, bool outstanding);
+  // A timeout turned out spurious (Eifel, RFC 3522: the ACK that first acknowledged a packet it
+  // resent echoes the original): the original's round trip, `rtt_ns`, is the delay the timeout
+  // fell short of. The Eifel response (RFC 4015): the backoff ends, srtt and rttvar take at
+  // least that sample and its half, and the timeout keeps a floor of 5/4 of it, so the next
+  // such delay does not fire it again (srtt alone would not remember: every packet acknowledged
+  // afterwards samples the unqueued round trip again).
+  void on_spurious_timeout(uint64_t rtt_ns);
+  // A timeout's resend filled the hole: a true loss, so the floor the spurious ones raised halves.
+  void on_genuine_timeout() { rto_floor_ns_ /= 2; }
+  uint64_t rto_floor_ns() const { return rto_floor_ns_; }
   // Nothing is outstanding any more (the flow failed): every timer off.
   void disarm() { rto_deadline_ns_ = probe_deadline_ns_ = rack_timer_ns_ = 0; }
   // RACK's reorder timer: after a detection pass the caller arms it with the earliest
@@ -157,6 +167,7 @@ class Recovery {
   uint64_t rack_rtt_ns_ = 0;        // its round trip
   uint64_t rack_timer_ns_ = 0;      // 0: not armed
   uint64_t trim_seen_ns_ = 0;
+  uint64_t rto_floor_ns_ = 0;       // raised by spurious timeouts (on_spurious_timeout)
 };
 
 }  // namespace trim::transport

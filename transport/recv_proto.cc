@@ -192,6 +192,8 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
   }
   if (p.trimmed) note_trim(psn, p.payload_received);
   ack_due_ = true;
+  // The first hole filled since the last ACK, and by which copy: the sender's timeout detection.
+  if (psn == rcv_nxt_ && !echo_.valid) echo_ = AckEcho{true, p.hdr.resent(), psn};
   // Combining on the engine: a row is combined as soon as all of it arrived, while it is still
   // in cache (a later, fuller copy of one of its packets is then ignored, as on the pool).
   if (!m->work && m->op->combine && dec.row_complete(p.hdr.row)) dec.finish_row(p.hdr.row);
@@ -237,6 +239,7 @@ void RecvProto::flush_ack(TxSink* sink) {
   a.to = Role::kSend;
   a.cookie = params_.cookie;
   a.cum_psn = rcv_nxt_;
+  a.echo = echo_;
   a.accepted_total = accepted_total_;
   a.trimmed_accepted_total = trimmed_accepted_total_;
   a.trimmed_nacked_total = trimmed_nacked_total_;
@@ -259,6 +262,7 @@ void RecvProto::flush_ack(TxSink* sink) {
   ++counters_.acks_sent;
   nacks_.clear();
   trim_reports_.clear();
+  echo_ = AckEcho{};
   ack_due_ = false;
 }
 

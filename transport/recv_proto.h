@@ -96,6 +96,7 @@ class RecvProto {
   uint64_t accepted_total_ = 0, trimmed_accepted_total_ = 0, trimmed_nacked_total_ = 0;
   std::vector<uint32_t> nacks_;
   std::vector<TrimReport> trim_reports_;  // cut trimmable packets accepted since the last ACK
+  AckEcho echo_;  // the first packet that advanced rcv_nxt_ since the last ACK
   bool ack_due_ = false;
   ConnCounters counters_;
   SpareWork spare_work_;  // pooled receives' staging, reused

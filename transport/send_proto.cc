@@ -232,6 +232,9 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
   Msg* m = s.msg;
   uint32_t bytes;
   if (m->zero_copy) {
+    // A resend says so (the receiver echoes it). A pinned original the kernel still reads would
+    // see the header change: at worst that copy fails its CRC and is repaired as a loss.
+    if (s.transmissions > 0) codec::mark_resent(header(psn));
     if (m->pinned) {
       sink->data_pinned(header(psn), codec::kHeaderBytes, m->op->data + s.payload_offset, s.payload_bytes, m->pinned);
     } else {
@@ -245,8 +248,10 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
       if (params_.udp_checksummed) codec::mark_udp_checksummed(pkt);
       codec::stamp_transport(pkt, psn, params_.dst_ip4_be, params_.dst_port);
     }
+    if (s.transmissions > 0) codec::mark_resent(pkt);
     sink->data(pkt, bytes, nullptr, 0);
   }
+  if (s.transmissions == 0) s.first_sent_ns = now_ns;
   s.sent_ns = now_ns;
   ++s.transmissions;
   ++counters_.sent_packets;
@@ -357,6 +362,7 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     return;
   }
   note_trims(ack);
+  check_timeout(ack.echo, now_ns);
   bool progress = false;
   if (psn_diff(cum, snd_una_) > 0) {
     for (uint32_t p = snd_una_; p != cum; ++p) mark_acked(p, now_ns);
@@ -400,9 +406,27 @@ void SendProto::on_ack(const CtrlPacket& ack, uint64_t now_ns) {
     last_trimmed_ = ack.trimmed_accepted_total;
     last_nacked_ = ack.trimmed_nacked_total;
   }
+  // Everything the timeouts resent is acknowledged and no echo told: left undecided (kept).
+  if (rto_.open && psn_diff(snd_una_, rto_.end_psn) >= 0) rto_.open = false;
   if (progress) rec_.on_progress(now_ns, outstanding_ > 0);
   rec_.arm_probe(now_ns, outstanding_ > 0);
   complete_finished();
+}
+
+void SendProto::check_timeout(const AckEcho& echo, uint64_t now_ns) {
+  if (!rto_.open || !echo.valid || !in_flight_psn(echo.psn) || !params_.rto_undo) return;
+  const Slot& s = slot(echo.psn);
+  if (s.acked || s.rto_episode != rto_.episode) return;
+  rto_.open = false;
+  if (echo.resent) {
+    rec_.on_genuine_timeout();
+    return;
+  }
+  // The original arrived: the timeout only saw delay. Undo its window cut; Karn keeps the
+  // resends' ACKs from sampling the RTT, and the original's round trip raises the timeout.
+  ++counters_.spurious_rto;
+  cc_.undo_timeout(rto_.cwnd_before);
+  rec_.on_spurious_timeout(now_ns - s.first_sent_ns);
 }
 
 void SendProto::note_trims(const CtrlPacket& ack) {
@@ -483,6 +507,12 @@ void SendProto::on_timer(uint64_t now_ns) {
   }
   if (!fired.timeout) return;
   ++counters_.rto_events;
+  if (!rto_.open) {
+    rto_.cwnd_before = cc_.window_exact();
+    if (++rto_.episode == 0) rto_.episode = 1;  // 0 is no episode's
+  }
+  rto_.open = true;
+  rto_.end_psn = snd_nxt_;
   cc_.on_timeout();
   note_congestion();
   bool queued = false;
@@ -490,10 +520,14 @@ void SendProto::on_timer(uint64_t now_ns) {
     Slot& s = slot(p);
     if (!s.acked && !s.queued && now_ns - s.sent_ns >= fired.rto_ns) {
       queue_retx(p);
+      s.rto_episode = rto_.episode;
       queued = true;
     }
   }
-  if (!queued && !slot(snd_una_).acked) queue_retx(snd_una_);
+  if (!queued && !slot(snd_una_).acked) {
+    queue_retx(snd_una_);
+    slot(snd_una_).rto_episode = rto_.episode;
+  }
 }
 
 uint64_t SendProto::next_deadline_ns(uint64_t now_ns) const {
@@ -529,6 +563,7 @@ void SendProto::fail_all(const Status& error) {
   msgs_.clear();
   for (Slot& s : ring_) s = Slot{};
   retx_.clear();
+  rto_.open = false;
   outstanding_ = 0;
   snd_una_ = snd_nxt_;
   rec_.disarm();

@@ -69,6 +69,7 @@ class SendProto {
   // when it was off. Only before the first post: the engine reads ef_ only for posted messages.
   bool enable_error_feedback();
   uint64_t srtt_ns() const { return rec_.srtt_ns(); }
+  uint64_t rto_ns() const { return rec_.rto_ns(); }
   uint32_t in_flight() const { return outstanding_; }
 
  private:
@@ -81,6 +82,8 @@ class SendProto {
     bool acked = true;
     bool queued = false;  // in retx_
     bool trimmed = false;  // the receiver reported it accepted cut (no RTT sample, no RACK)
+    uint32_t rto_episode = 0;  // queued again by this timeout episode (0: none), see rto_
+    uint64_t first_sent_ns = 0;  // its first transmission (sent_ns is the latest)
     uint64_t payload_offset = 0;  // zero-copy packets: the payload's place in the message
     uint32_t payload_bytes = 0;
   };
@@ -101,6 +104,9 @@ class SendProto {
   void queue_retx(uint32_t psn);
   // RACK's detection pass over the packets in flight; arms its reorder timer.
   void rack_detect(uint64_t now_ns);
+  // Eifel detection (RFC 3522) of the open timeout by an ACK's echo, before the ACK marks
+  // anything acknowledged: its original arrived (spurious: undone) or its resend did (a loss).
+  void check_timeout(const AckEcho& echo, uint64_t now_ns);
   void complete_finished();
   // The receiver named these packets cut (before the same ACK acknowledges them).
   void note_trims(const CtrlPacket& ack);
@@ -132,6 +138,14 @@ class SendProto {
   // (on_ack's and on_timer's may be a test's); 0: never.
   uint64_t last_congestion_ns_ = 0;
   void note_congestion();
+  // The timeouts since the last one decided (one episode): what they resent is the slots of its
+  // number, below end_psn; cwnd_before is the window before the first of them cut it.
+  struct OpenTimeout {
+    bool open = false;
+    uint32_t episode = 0;
+    uint32_t end_psn = 0;
+    double cwnd_before = 0;
+  } rto_;
 };
 
 }  // namespace trim::transport

@@ -42,6 +42,10 @@ void write_ctrl(const CtrlPacket& p, uint8_t out[kCtrlBytes]) {
   out[5] = static_cast<uint8_t>(p.nack_count > kMaxNacks ? kMaxNacks : p.nack_count);
   out[6] = static_cast<uint8_t>(p.trim_count > kMaxTrimReports ? kMaxTrimReports : p.trim_count);
   put32(out + 16, p.cum_psn);
+  if (p.echo.valid) {
+    out[7] = static_cast<uint8_t>(kEchoValid | (p.echo.resent ? kEchoResent : 0));
+    put32(out + 20, p.echo.psn);
+  }
   put64(out + 24, p.accepted_total);
   put64(out + 32, p.trimmed_accepted_total);
   put64(out + 40, p.trimmed_nacked_total);
@@ -61,9 +65,11 @@ CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out) {
   if (get16(data) != kCtrlMagic) return CtrlError::kBadMagic;
   if (data[2] != kCtrlVersion) return CtrlError::kBadVersion;
   if (get32(data + kCtrlCrcOffset) != codec::crc32c(data, kCtrlCrcOffset)) return CtrlError::kBadChecksum;
-  const uint8_t type = data[3], to = data[4], nacks = data[5], trims = data[6];
-  if (type < 1 || type > 3 || to > 1 || nacks > kMaxNacks || trims > kMaxTrimReports || data[7] != 0 ||
-      get32(data + 20) != 0) {
+  const uint8_t type = data[3], to = data[4], nacks = data[5], trims = data[6], echo = data[7];
+  // An echo is all or nothing: without kEchoValid, the flags and the psn are zero.
+  const bool echo_ok = (echo & ~(kEchoValid | kEchoResent)) == 0 &&
+                       ((echo & kEchoValid) != 0 || (echo == 0 && get32(data + 20) == 0));
+  if (type < 1 || type > 3 || to > 1 || nacks > kMaxNacks || trims > kMaxTrimReports || !echo_ok) {
     return CtrlError::kBadField;
   }
   // Unused report slots are zero, and a used one names at least one packet: one encoding per packet.
@@ -77,6 +83,9 @@ CtrlError parse_ctrl(const uint8_t* data, size_t len, CtrlPacket* out) {
   p.nack_count = nacks;
   p.cookie = codec::prefix_cookie(data);
   p.cum_psn = get32(data + 16);
+  p.echo.valid = (echo & kEchoValid) != 0;
+  p.echo.resent = (echo & kEchoResent) != 0;
+  p.echo.psn = get32(data + 20);
   p.accepted_total = get64(data + 24);
   p.trimmed_accepted_total = get64(data + 32);
   p.trimmed_nacked_total = get64(data + 40);

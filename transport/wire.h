@@ -17,8 +17,11 @@ namespace trim::transport {
 // ---- UDP control packets ----
 
 constexpr uint16_t kCtrlMagic = codec::kCtrlMagic;  // 'T' 'C' on the wire
-// 2: ACKs report which trimmable packets arrived cut (trims[]), for the sender's error feedback.
-constexpr uint8_t kCtrlVersion = 2;
+// 3: ACKs echo which copy of a packet arrived (echo_*), for the sender's spurious-timeout
+// detection. 2: ACKs report which trimmable packets arrived cut (trims[]), for error feedback.
+constexpr uint8_t kCtrlVersion = 3;
+// Byte 7 of an ACK: its echo (echo_psn is valid; that packet's accepted copy was a resend).
+constexpr uint8_t kEchoValid = 0x01, kEchoResent = 0x02;
 constexpr uint32_t kSackBits = 1024;     // the receive window; senders never exceed it
 constexpr uint32_t kMaxNacks = 16;
 constexpr uint32_t kMaxTrimReports = 32;
@@ -36,11 +39,20 @@ struct TrimReport {
   uint16_t received = 0;
 };
 
+// The first packet that advanced an ACK's cum_psn since the previous ACK (the hole it filled),
+// and whether its accepted copy carried RESENT: Eifel's timestamp echo (RFC 3522) in one bit.
+struct AckEcho {
+  bool valid = false;
+  bool resent = false;
+  uint32_t psn = 0;
+};
+
 struct CtrlPacket {
   CtrlType type = CtrlType::kAck;
   Role to = Role::kSend;
   uint64_t cookie = 0;
   uint32_t cum_psn = 0;              // ACK: every psn before it has been accepted
+  AckEcho echo;                      // ACK (version 3)
   uint64_t accepted_total = 0;       // ACK: data packets accepted so far (whole or trimmed)
   uint64_t trimmed_accepted_total = 0;  // ACK: of those, trimmed packets of trimmable messages
   uint64_t trimmed_nacked_total = 0;    // ACK: trimmed packets of exact messages (resend asked)
@@ -69,14 +81,15 @@ inline bool is_ctrl(const uint8_t* data, size_t len) { return codec::is_ctrl_dat
 
 constexpr uint32_t kFrameMagic = 0x434d5254;  // "TRMC"
 // The handshake version: in the listen handle and the Hello, and the listener's in every
-// HelloAck. 5: data packets of wire version 3 (byte 6 = head bits 1, 2 or 16, and the 2-bit
+// HelloAck. 6: data packets may carry RESENT and ACKs are of control version 3 (the echo of the
+// copy that arrived). 5: data packets of wire version 3 (byte 6 = head bits 1, 2 or 16, and the 2-bit
 // heads' bin ratio). 4: ACKs of control version 2 (508 bytes, with trim reports). 3: data packets of wire version 2 (80-byte header with check points; DSCP per class)
 // and the fabric's trim size in the Hello. 2: the connection's MTU is agreed (the smaller of both
 // ends' offers), where 1 required equal MTUs (a mix would send packets the other end cannot
 // decode). Every version keeps the
 // handle's bytes [0, 28), the Hello's first 6 bytes and its size, and the HelloAck's layout, so
 // that builds of different versions tell each other so (docs/PROTOCOL.md).
-constexpr uint16_t kFrameVersion = 5;
+constexpr uint16_t kFrameVersion = 6;
 constexpr size_t kHelloBytes = 96;
 constexpr size_t kFrameBytes = 32;
 

@@ -26,7 +26,9 @@
 //   max(2 x srtt, RTO/4) after the last new send or ACK resends the newest outstanding packet
 //   (doubling while the timeout is ahead); the timeout max(--rto-us, srtt + 4 rttvar), doubling
 //   (at most 64x, 1 s) until cumulative progress, resends what has been out that long (at least
-//   the oldest packet).
+//   the oldest packet). As the plugin's Eifel detection: when the first ACK of a packet it
+//   resent is the original's, the timeout was spurious: its window cut is undone and the RTO
+//   keeps a floor of 5/4 of that round trip (transport/recovery.h); counted spurious_rto.
 // - Every loss (drop mode, or an exact/background packet dropped in trim mode, or heads lost in
 //   a full header queue) is resent after its detection delay as a whole new transmission.
 #include <algorithm>
@@ -205,6 +207,7 @@ void Simulator::send_packet(uint32_t fid, uint32_t psn, bool retx) {
   // The port reads the class at every hop from the pool's copy (set here once).
   p.pkt.priority_class = cfg_.bg_priority && (f.kind == FlowKind::kBgConstant || f.kind == FlowKind::kBgBursty);
   p.xmit_ns = now_ns_;
+  p.resent = retx;
   p.gen = f.gen;
   const uint32_t spines = topo_.spines();
   p.spine = cfg_.routing == Routing::kEcmp ? f.ecmp_spine : (f.spine_hash + f.spray_next++) % spines;
@@ -391,6 +394,18 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
     try_send(p.flow());
     return;
   }
+  // Eifel, as send_proto.cc: the first ACK of a packet the open timeout resent says which copy
+  // arrived (the plugin's ACK echo); the original's undoes the timeout, the resend's confirms it.
+  if (f.rto_open && s.rto_resent) {
+    f.rto_open = false;
+    if (p.resent) {
+      f.rec.on_genuine_timeout();
+    } else {
+      ++ctr_.spurious_rto;
+      f.cwnd = std::max(f.cwnd, f.cwnd_before_rto);
+      f.rec.on_spurious_timeout(t - p.xmit_ns);
+    }
+  }
   s.state = SlotState::kAcked;
   f.rec.on_delivered(p.xmit_ns, t, s.retx > 0, p.pkt.trimmed, p.pkt.psn);
   if (p.pkt.trimmed) f.rec.on_trims_reported(t);
@@ -410,6 +425,7 @@ void Simulator::on_ack(uint32_t slot, uint64_t t) {
     ++f.snd_una;
     progress = true;
   }
+  if (f.rto_open && f.snd_una >= f.rto_end_psn) f.rto_open = false;  // all acknowledged, undecided
   // RACK, then the timers, as send_proto.cc's on_ack.
   rack_detect(f, t);
   const bool outstanding = f.snd_una != f.next_psn;
@@ -480,16 +496,22 @@ void Simulator::on_timer(uint32_t fid, uint64_t t) {
   }
   if (fired.timeout) {
     ++ctr_.rto_events;
+    if (!f.rto_open) f.cwnd_before_rto = f.cwnd;
+    f.rto_open = true;
+    f.rto_end_psn = f.next_psn;
     bool resent = false;
     for (uint32_t psn = f.snd_una; psn < f.next_psn; ++psn) {
       Slot& o = f.slots[psn % kMaxWindow];
       if (o.psn == psn && o.state == SlotState::kOut && t - o.xmit_ns >= fired.rto_ns) {
         mark_lost(f, o, &ctr_.retx_rto);
-        resent = true;
+        o.rto_resent = resent = true;
       }
     }
     Slot& una = f.slots[f.snd_una % kMaxWindow];
-    if (!resent && una.psn == f.snd_una && una.state == SlotState::kOut) mark_lost(f, una, &ctr_.retx_rto);
+    if (!resent && una.psn == f.snd_una && una.state == SlotState::kOut) {
+      mark_lost(f, una, &ctr_.retx_rto);
+      una.rto_resent = true;
+    }
   }
   const uint64_t next = f.rec.next_deadline_ns();
   if (next != UINT64_MAX) arm_timer(fid, next);

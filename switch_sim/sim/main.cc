@@ -112,7 +112,9 @@ packet's RTT plus max(srtt/4, RTO/4) -- at least srtt while trims are reported -
 it was sent; a reorder timer re-checks), a tail loss probe max(2 srtt, RTO/4)
 after the last new send or ACK (again at doubling intervals), and the timeout max(--rto-us,
 srtt + 4 rttvar), doubling (<= 64x, 1 s) until cumulative progress, resending what has been out
-that long.
+that long; a timeout whose first resent packet is acknowledged by its original is spurious
+(the plugin's Eifel detection): its window cut is undone and the RTO keeps a floor of 5/4 of
+that round trip (spurious_rto in --json).
 Ring allreduce: n chunks per buffer, 2(n-1) steps; a rank sends slice j of step s+1 once it has
 received slice j of step s; steps < n-1 (reduce-scatter) are trimmable, the rest exact.
 NMSE: nmse = mean over reduce-scatter packets of e, e = 0 untrimmed, pi/2-1 = 0.5708 trimmed (rht

@@ -147,7 +147,7 @@ std::string Simulator::json(double wall_seconds) const {
       "\"conservation_ok\":{},\"trimmed\":{},\"trim_rate\":{:.6f},\"trimmable_trim_rate\":{:.6f},\"exact_cut\":{},\"exact_cut_rate\":{:.6f},"
       "\"drop_rate\":{:.6f},"
       "\"retx\":{},\"retx_trimmable\":{},\"retx_nack\":{},\"retx_nack_trimmable\":{},\"retx_rto\":{},"
-      "\"retx_rack\":{},\"retx_tlp\":{},\"rto_events\":{},\"duplicates\":{},\"delivered_trimmed\":{},"
+      "\"retx_rack\":{},\"retx_tlp\":{},\"rto_events\":{},\"spurious_rto\":{},\"duplicates\":{},\"delivered_trimmed\":{},"
       "\"rs_packets\":{},\"rs_trimmed\":{},\"rs_cut_heads\":{},"
       "\"rs_trim_fraction\":{:.6f},\"nmse\":{:.6f},\"nmse_final_indep\":{:.6f},\"bg_flows\":{},"
       "\"tiers\":{},\"events\":{},\"hung\":{},\"sim_seconds\":{:.6f},\"work_seconds\":{:.6f},"
@@ -166,7 +166,7 @@ std::string Simulator::json(double wall_seconds) const {
       trimmed_total / std::max<double>(1, ctr_.injected_trimmable),
       exact_cut_total, exact_cut_total / inj,
       ctr_.dropped / inj, ctr_.retx, ctr_.retx_trimmable, ctr_.retx_nack, ctr_.retx_nack_trimmable, ctr_.retx_rto,
-      ctr_.retx_rack, ctr_.retx_tlp, ctr_.rto_events, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets,
+      ctr_.retx_rack, ctr_.retx_tlp, ctr_.rto_events, ctr_.spurious_rto, ctr_.duplicates, ctr_.delivered_trimmed, ctr_.rs_packets,
       ctr_.rs_trimmed, ctr_.rs_cut_heads, f,
       nmse, nmse_final, ctr_.bg_flows, tj, ctr_.events, hung_ ? "true" : "false", end_ns_ / 1e9,
       work_end_ns_ / 1e9, wall_seconds);

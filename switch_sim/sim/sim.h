@@ -152,6 +152,7 @@ struct Slot {
   SlotState state = SlotState::kFree;
   uint8_t retx = 0;
   bool resent = false;  // xmit_ns is not the first transmission's (retx counts, and may wrap)
+  bool rto_resent = false;  // queued again by the flow's open timeout episode (Flow::rto_open)
 };
 
 enum class FlowKind : uint8_t { kRing, kIncast, kPerm, kBgConstant, kBgBursty };
@@ -172,6 +173,11 @@ struct Flow {
   std::vector<uint32_t> rtx;  // sequence numbers waiting to be resent
   uint64_t timer_at = UINT64_MAX;  // the flow's one pending timer event
   transport::Recovery rec;         // the plugin's RTT, RACK, probe and timeout rules
+  // Timeouts not yet judged spurious or not (send_proto.cc's OpenTimeout): the window before the
+  // first of them, and the psn below which they resent.
+  bool rto_open = false;
+  uint32_t rto_end_psn = 0;
+  double cwnd_before_rto = 0;
   uint64_t pace_ns = 0, next_send_ns = 0, pace_at = UINT64_MAX;
   uint64_t ack_delay_ns = 0;
   uint32_t spray_next = 0;
@@ -194,6 +200,7 @@ struct alignas(64) PktState {
   bool exact = false;  // the data's class (= !pkt.trimmable)
   bool nack = false;
   bool dup = false;  // the receiver already had it: the ACK says so, as a DSACK does
+  bool resent = false;  // not the first transmission (the plugin's RESENT flag, which its ACK echoes)
   uint32_t cum_ack = 0;  // --transport tcp: the receiver's cumulative ACK, carried by the ACK
   uint32_t flow() const { return static_cast<uint32_t>(pkt.flow); }
 };
@@ -206,7 +213,8 @@ constexpr uint32_t kMaxPoolSlots = 1u << kHopShift;
 struct Counters {
   uint64_t injected = 0, delivered = 0, dropped = 0;  // data packet transmissions
   uint64_t injected_trimmable = 0, retx = 0, retx_trimmable = 0, retx_rto = 0, retx_rack = 0,
-           retx_nack = 0, retx_nack_trimmable = 0, retx_tlp = 0, rto_events = 0;
+           retx_nack = 0, retx_nack_trimmable = 0, retx_tlp = 0, rto_events = 0,
+           spurious_rto = 0;  // timeouts undone: the ACK of a packet one resent was its original's
   uint64_t duplicates = 0, stale = 0;
   uint64_t header_cuts = 0;                 // --fabric: cut inside our header, lost at the receiver (in dropped)
   uint64_t delivered_trimmed = 0;
