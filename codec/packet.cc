@@ -397,6 +397,8 @@ void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t d
   put32(packet + kCrcOffset, header_crc(packet));
 }
 
+uint32_t stamped_psn(const uint8_t* packet) { return get32(packet + 40); }
+
 void mark_trimmed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagTrimmed; }
 
 void mark_udp_checksummed(uint8_t* packet) { packet[kFlagsOffset] |= kFlagUdpChecksummed; }

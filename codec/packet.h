@@ -175,6 +175,8 @@ uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t 
 void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0);
 // Rewrites the transport fields of an encoded packet and refreshes the CRC.
 void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
+// The psn stamp_transport wrote (of one of our own packets: nothing is checked).
+uint32_t stamped_psn(const uint8_t* packet);
 // Sets kFlagUdpChecksummed (covered by the header CRC: call before stamp_transport).
 void mark_udp_checksummed(uint8_t* packet);
 // Sets kFlagResent and refreshes the CRC (a stamped packet about to be sent again).

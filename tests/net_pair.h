@@ -6,8 +6,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "transport/net_api.h"
+#include "transport/socket.h"
 
 namespace trim::testing {
 
@@ -17,6 +22,67 @@ using net::Context;
 using net::ListenComm;
 using net::RecvComm;
 using net::SendComm;
+
+// Posts a send (a receive) of one buffer, retrying while every request slot is taken.
+inline net::Request* post_send(SendComm* send, const void* data, size_t bytes) {
+  for (;;) {
+    Result<net::Request*> r = net::isend(send, data, bytes, 0, nullptr, nullptr);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (!r.is_ok() || r.value() != nullptr) return r.is_ok() ? r.value() : nullptr;
+    std::this_thread::yield();
+  }
+}
+inline net::Request* post_recv(RecvComm* recv, void* data, size_t capacity) {
+  net::RecvBuffer b;
+  b.data = data;
+  b.capacity_bytes = capacity;
+  for (;;) {
+    Result<net::Request*> r = net::irecv(recv, 1, &b, false);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (!r.is_ok() || r.value() != nullptr) return r.is_ok() ? r.value() : nullptr;
+    std::this_thread::yield();
+  }
+}
+
+// Waits for a request; returns the completed size, or -1 on error/timeout.
+inline int64_t wait_request(net::Request* r, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    net::Completion c;
+    if (!net::test(r, &c).is_ok()) return -1;
+    if (c.done) return static_cast<int64_t>(c.sizes_bytes[0]);
+    std::this_thread::yield();
+  }
+  return -1;
+}
+
+// One counter of stats_json(), -1 when absent.
+inline long long stats_counter(const char* name) {
+  const std::string j = net::stats_json();
+  const std::string key = std::string("\"") + name + "\":";
+  const size_t at = j.find(key);
+  return at == std::string::npos ? -1LL : std::stoll(j.substr(at + key.size()));
+}
+
+// Sends `bytes` as one UDP datagram to device 0's progress engine, as a stranger would.
+inline void send_to_engine(const std::vector<uint8_t>& bytes) {
+  Result<std::string> ep = net::engine_endpoint(0);
+  ASSERT_TRUE(ep.is_ok()) << ep.status().to_string();
+  Result<sockaddr_in> to = transport::parse_host_port(ep.value());
+  ASSERT_TRUE(to.is_ok());
+  transport::Fd udp(socket(AF_INET, SOCK_DGRAM, 0));
+  ASSERT_TRUE(udp.valid());
+  ASSERT_EQ(sendto(udp.get(), bytes.data(), bytes.size(), 0, reinterpret_cast<const sockaddr*>(&to.value()),
+                   sizeof(sockaddr_in)),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+inline std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 g(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(g());
+  return v;
+}
 
 inline void connect_pair(Context* send_ctx, Context* recv_ctx, SendComm** send, RecvComm** recv, ListenComm** listen) {
   uint8_t handle[net::kMaxHandleBytes] = {};

@@ -208,6 +208,22 @@ TEST(ProtoSend, TrimReportedPacketsNeitherDeclareQueuedDataLostNorSampleTheRtt) 
   EXPECT_EQ(s.counters().retransmitted, 0u);
 }
 
+// The engine stamps a packet when it is emitted; one that then waited for room in the socket's
+// send buffer is restamped when the kernel took it (Engine::restamp): the round trip is from
+// then, and an acknowledged packet's restamp changes nothing.
+TEST(ProtoSend, APacketThatLeftLateIsTimedFromWhenItLeft) {
+  OneSend one(1 << 20, 12, params(codec::Scheme::kRht, 10'000'000));
+  auto& [s, tx, msg, op] = one;
+  ASSERT_EQ(s.poll_tx(0, 4, &tx), 4u);
+  for (uint32_t p = 0; p < 4; ++p) s.on_left(p, 3'000'000);  // waited 3 ms in the engine
+  s.on_ack(ack_upto(4), 5'000'000);
+  EXPECT_EQ(s.srtt_ns(), 2'000'000u) << "timed from emission it would be 5 ms";
+  s.on_left(0, 9'000'000);  // acknowledged: ignored
+  ASSERT_EQ(s.poll_tx(5'000'000, 1, &tx), 1u);
+  s.on_ack(ack_upto(5), 7'000'000);
+  EXPECT_EQ(s.srtt_ns(), 2'000'000u);
+}
+
 // One poll stamps a burst with one send time. Behind another tenant's strict-priority burst
 // (issue 36, p75 at 4 ms: 3 ms on) the packets queued behind the first ones delivered arrive
 // 3 ms later: longer than RACK's wait, but they left after the packet delivered, so its round

@@ -45,52 +45,12 @@ class Loopback : public ::testing::Test {
   void SetUp() override { testing::open_loopback(&ctx_, &send_, &recv_, &listen_); }
   void TearDown() override { testing::close_loopback(&ctx_, &send_, &recv_, &listen_); }
 
-  Request* post_send(const void* data, size_t bytes) {
-    for (;;) {
-      Result<Request*> r = isend(send_, data, bytes, 0, nullptr, nullptr);
-      EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-      if (!r.is_ok() || r.value() != nullptr) return r.is_ok() ? r.value() : nullptr;
-      std::this_thread::yield();
-    }
-  }
-  Request* post_recv(void* data, size_t capacity) {
-    RecvBuffer b;
-    b.data = data;
-    b.capacity_bytes = capacity;
-    for (;;) {
-      Result<Request*> r = irecv(recv_, 1, &b, false);
-      EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-      if (!r.is_ok() || r.value() != nullptr) return r.is_ok() ? r.value() : nullptr;
-      std::this_thread::yield();
-    }
-  }
+  Request* post_send(const void* data, size_t bytes) { return testing::post_send(send_, data, bytes); }
+  Request* post_recv(void* data, size_t capacity) { return testing::post_recv(recv_, data, capacity); }
   // Waits for a request; returns the completed size, or -1 on error/timeout.
-  int64_t wait(Request* r, int timeout_s = 20) {
-    const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-    while (Clock::now() < deadline) {
-      Completion c;
-      Status st = test(r, &c);
-      if (!st.is_ok()) return -1;
-      if (c.done) return static_cast<int64_t>(c.sizes_bytes[0]);
-      std::this_thread::yield();
-    }
-    return -1;
-  }
-
-  // One counter of stats_json(), -1 when absent.
-  static long long counter(const char* name) {
-    const std::string j = stats_json();
-    const std::string key = std::string("\"") + name + "\":";
-    const size_t at = j.find(key);
-    return at == std::string::npos ? -1LL : std::stoll(j.substr(at + key.size()));
-  }
-
-  static std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
-    std::vector<uint8_t> v(n);
-    std::mt19937 g(seed);
-    for (auto& b : v) b = static_cast<uint8_t>(g());
-    return v;
-  }
+  int64_t wait(Request* r, int timeout_s = 20) { return testing::wait_request(r, timeout_s); }
+  static long long counter(const char* name) { return testing::stats_counter(name); }
+  static std::vector<uint8_t> pattern(size_t n, uint32_t seed) { return testing::pattern(n, seed); }
 
   testing::EnvGuard ifname_{"NCCL_TRIM_IFNAME", "lo"};
   std::vector<uint8_t> a_, b_;  // declared before the comms: alive until TearDown has closed them
@@ -139,16 +99,7 @@ TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
 // Whatever else arrives at the engine's port is dropped and counted, and never disturbs a
 // connection: random bytes, control packets and data packets for cookies nobody owns.
 TEST_F(Loopback, GarbageAndForeignPacketsAreCountedAndIgnored) {
-  Result<std::string> ep = engine_endpoint(0);
-  ASSERT_TRUE(ep.is_ok()) << ep.status().to_string();
-  Result<sockaddr_in> to = transport::parse_host_port(ep.value());
-  ASSERT_TRUE(to.is_ok());
-  transport::Fd udp(socket(AF_INET, SOCK_DGRAM, 0));
-  ASSERT_TRUE(udp.valid());
-  auto send_raw = [&](const std::vector<uint8_t>& b) {
-    ASSERT_EQ(sendto(udp.get(), b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&to.value()), sizeof(sockaddr_in)),
-              static_cast<ssize_t>(b.size()));
-  };
+  auto send_raw = [](const std::vector<uint8_t>& b) { testing::send_to_engine(b); };
   const long long malformed0 = counter("malformed"), unknown0 = counter("unknown_conn"),
                   cuts0 = counter("header_cuts");
   // Malformed: random bytes, a control magic with nothing behind it, a data header cut short.

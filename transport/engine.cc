@@ -1,6 +1,5 @@
 #include "transport/engine.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -23,7 +22,11 @@ namespace trim::transport {
 namespace {
 constexpr uint32_t kTxBudgetPerConn = 64;  // packets a connection may emit per loop turn
 constexpr uint64_t kMaxSleepNs = 50'000'000;
+std::atomic<SendBufferForTest*> g_test_buffer{nullptr};
 }  // namespace
+
+void set_send_buffer_for_test(SendBufferForTest* b) { g_test_buffer.store(b, std::memory_order_release); }
+SendBufferForTest* send_buffer_for_test() { return g_test_buffer.load(std::memory_order_acquire); }
 
 bool trimmable_no_check(const Params& p) {
   const param::UdpChecksum csum = param::udp_checksum(p);
@@ -158,7 +161,9 @@ uint32_t Engine::Tx::send_some(uint32_t first) {
     first_[groups] = d;
     d = end;
   }
-  const int r = sendmmsg(fd_, mmsg_, groups, MSG_DONTWAIT | (zerocopy ? MSG_ZEROCOPY : 0));
+  const int flags = MSG_DONTWAIT | (zerocopy ? MSG_ZEROCOPY : 0);
+  SendBufferForTest* test = send_buffer_for_test();
+  const int r = test != nullptr ? test->sendmmsg(fd_, mmsg_, groups, flags) : sendmmsg(fd_, mmsg_, groups, flags);
   last_zerocopy_ = zerocopy;
   if (r <= 0) return 0;
   uint32_t sent = 0, super = 0;
@@ -172,22 +177,26 @@ uint32_t Engine::Tx::send_some(uint32_t first) {
   return sent;
 }
 
-void Engine::Tx::flush() {
+uint32_t Engine::Tx::send_batch(bool from_queue) {
   uint32_t done = 0;
-  int stalls = 0;
   while (done < n_) {
     const uint32_t sent = send_some(done);
     if (sent > 0) {
+      if (from_queue) {
+        const uint64_t at = now_ns();
+        for (uint32_t i = done; i < done + sent; ++i) {
+          const Queued& q = queue_[i];
+          if (q.cls != Class::kCtrl) left_.push_back(Left{q.cookie, q.psn, at});
+        }
+      }
       done += sent;
       continue;
     }
     if (errno == EINTR) continue;
     if (last_zerocopy_ && zc_.refused(errno)) continue;  // at once, copied
-    if ((errno == EAGAIN || errno == ENOBUFS) && stalls++ < 100) {
-      pollfd p{fd_, POLLOUT, 0};
-      poll(&p, 1, 1);
-      continue;
-    }
+    // The socket's send buffer is full: the rest leaves on a later turn (EPOLLOUT), never
+    // waiting here, where nothing else of the engine would run.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return done;
     if (gso_ && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EOPNOTSUPP)) {
       // The device or kernel cannot segment for us: send packet by packet from now on.
       TRIM_INFO("NET/Trim: UDP segmentation offload refused ({}): sending packet by packet", std::strerror(errno));
@@ -196,7 +205,7 @@ void Engine::Tx::flush() {
     }
     // A run the kernel refuses (e.g. an unreachable switch): skip it, counted and said once
     // per engine; the retransmission logic owns what happens next.
-    const uint32_t skipped = run_end(done);
+    const uint32_t skipped = run_end(done) - done;
     global_stats().send_refused.fetch_add(skipped, std::memory_order_relaxed);
     if (!refusal_logged_) {
       refusal_logged_ = true;
@@ -205,7 +214,57 @@ void Engine::Tx::flush() {
     }
     done += skipped;
   }
-  for (uint32_t i = 0; i < n_; ++i) holds_[i].reset();  // the ledger keeps what the kernel holds
+  return done;
+}
+
+void Engine::Tx::enqueue(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
+                         const sockaddr_in& to, Class cls, uint64_t cookie) {
+  if (queue_.size() >= kMaxQueued) {
+    global_stats().send_queue_drops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Queued& q = queue_.emplace_back();
+  q.bytes.resize(static_cast<size_t>(head_bytes) + rest_bytes);
+  std::memcpy(q.bytes.data(), head, head_bytes);
+  if (rest_bytes > 0) std::memcpy(q.bytes.data() + head_bytes, rest, rest_bytes);
+  q.to = to;
+  q.cls = cls;
+  q.cookie = cookie;
+  q.psn = cls != Class::kCtrl && head_bytes >= codec::kHeaderBytes ? codec::stamped_psn(head) : 0;
+}
+
+void Engine::Tx::flush() {
+  // What waits is older than the batch, which stays empty meanwhile (push queues behind it).
+  while (!queue_.empty()) {
+    n_ = static_cast<uint32_t>(std::min<size_t>(queue_.size(), kBatch));
+    for (uint32_t i = 0; i < n_; ++i) {
+      Queued& q = queue_[i];
+      iov_[2 * i] = iovec{q.bytes.data(), q.bytes.size()};
+      iov_[2 * i + 1] = iovec{nullptr, 0};
+      to_[i] = q.to;
+      bytes_[i] = static_cast<uint32_t>(q.bytes.size());
+      cls_[i] = q.cls;
+      cookie_[i] = q.cookie;
+      holds_[i].reset();  // copied: sent copied
+    }
+    const uint32_t loaded = n_, done = send_batch(true);
+    queue_.erase(queue_.begin(), queue_.begin() + done);
+    n_ = 0;
+    if (done < loaded) {
+      note_full();
+      return;
+    }
+  }
+  const uint32_t done = send_batch(false);
+  for (uint32_t i = done; i < n_; ++i) {
+    const iovec& h = iov_[2 * i];
+    const iovec& r = iov_[2 * i + 1];
+    enqueue(static_cast<const uint8_t*>(h.iov_base), static_cast<uint32_t>(h.iov_len),
+            static_cast<const uint8_t*>(r.iov_base), static_cast<uint32_t>(r.iov_len), to_[i], cls_[i], cookie_[i]);
+  }
+  // The ledger keeps what the kernel holds; what waits was copied.
+  for (uint32_t i = 0; i < n_; ++i) holds_[i].reset();
+  if (done < n_) note_full();
   n_ = 0;
 }
 
@@ -408,6 +467,35 @@ void Engine::timers(Conn* c, uint64_t now, Tx* tx) {
   }
 }
 
+void Engine::restamp(Tx* tx) {
+  for (const Tx::Left& l : tx->left_late()) {
+    auto it = send_by_cookie_.find(l.cookie);
+    if (it != send_by_cookie_.end() && !it->second->dead) it->second->send->on_left(l.psn, l.at_ns);
+  }
+  tx->left_late().clear();
+}
+
+void Engine::watch_writable(bool on) {
+  SendBufferForTest* test = send_buffer_for_test();
+  const int fd = !on ? -1 : test != nullptr ? test->writable_fd() : udp_.get();
+  if (fd == writable_fd_) return;
+  // The socket stays in the set for EPOLLIN; a test's stand-in is there only while watched.
+  auto watch = [this](int f, bool out) {
+    epoll_event ev{};
+    const uint32_t out_bit = out ? uint32_t{EPOLLOUT} : 0u;
+    ev.events = f == udp_.get() ? uint32_t{EPOLLIN} | out_bit : uint32_t{EPOLLOUT};
+    ev.data.ptr = nullptr;  // handled every turn, as the socket's EPOLLIN
+    const int op = f == udp_.get() ? EPOLL_CTL_MOD : out ? EPOLL_CTL_ADD : EPOLL_CTL_DEL;
+    if (epoll_ctl(epoll_.get(), op, f, &ev) != 0) {
+      // Not expected; the queue then leaves at the next timer or datagram (50 ms at most).
+      TRIM_WARN("NET/Trim: epoll_ctl(EPOLLOUT) failed: {}", std::strerror(errno));
+    }
+  };
+  if (writable_fd_ >= 0) watch(writable_fd_, false);
+  if (fd >= 0) watch(fd, true);
+  writable_fd_ = fd;
+}
+
 void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
   epoll_event events[16];
   int timeout_ms = 0;
@@ -466,8 +554,12 @@ void Engine::run() {
       tx.bind(c);
       timers(c, now, &tx);
       if (c->send && !c->dead) {
-        const uint32_t n = c->send->poll_tx(now, kTxBudgetPerConn, &tx);
-        if (n == kTxBudgetPerConn) busy = true;
+        // While datagrams wait for the socket no data is emitted: it would only queue behind
+        // them (copied), its send time stamped long before it leaves.
+        if (!tx.waiting()) {
+          const uint32_t n = c->send->poll_tx(now, kTxBudgetPerConn, &tx);
+          if (n == kTxBudgetPerConn) busy = true;
+        }
         deadline = std::min(deadline, c->send->next_deadline_ns(now));
       }
       if (c->recv) c->recv->poll_codec();
@@ -475,9 +567,18 @@ void Engine::run() {
       // a deadline always in the past, and the engine would spin until the comm is closed.
       if (!c->dead) deadline = std::min(deadline, c->last_ping_ns + ping_interval_ns());
     }
+    const bool waited = tx.waiting();
     tx.flush();
+    restamp(&tx);
+    if (waited && !tx.waiting()) busy = true;  // the connections held back may send now
+    watch_writable(tx.waiting());
     wakes.flush();
     sleep_until(busy ? now : deadline, now);
+  }
+  if (tx.buffer_full() > 0) {
+    TRIM_INFO("NET/Trim: progress engine for {}: the socket's send buffer was full {} times (datagrams waited "
+              "in the engine, counter send_buffer_full)",
+              name_, tx.buffer_full());
   }
 }
 
@@ -512,7 +613,7 @@ std::string GlobalStats::to_json() const {
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
       "\"ef_recorded\":{},\"ef_conns\":{},\"quiet_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
-      "\"zerocopy_refused\":{},\"send_refused\":{}}}",
+      "\"zerocopy_refused\":{},\"send_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -523,7 +624,7 @@ std::string GlobalStats::to_json() const {
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
       ef_conns.load(), quiet_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
-      zerocopy_refused.load(), send_refused.load());
+      zerocopy_refused.load(), send_refused.load(), send_buffer_full.load(), send_queue_drops.load());
 }
 
 GlobalStats& global_stats() {

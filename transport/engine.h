@@ -5,6 +5,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -90,6 +91,19 @@ struct EngineConfig {
   static EngineConfig from_params(const Params& p, Status* error);
 };
 
+// Test-only: stands in for the UDP socket's send buffer, which loopback never fills (the kernel
+// gives a datagram's room back as it delivers it), so that a test can fill it.
+class SendBufferForTest {
+ public:
+  virtual ~SendBufferForTest() = default;
+  virtual int sendmmsg(int fd, mmsghdr* msgs, unsigned n, int flags) = 0;  // as ::sendmmsg
+  virtual int writable_fd() = 0;  // watched for EPOLLOUT instead of the socket
+};
+// Every engine sends through `b` from its next send on (null: the socket itself). `b` must
+// outlive the engines (a test's is never destroyed).
+void set_send_buffer_for_test(SendBufferForTest* b);
+SendBufferForTest* send_buffer_for_test();
+
 class Engine final : public Waker {
  public:
   Engine(std::string name, uint32_t ip4_be, const EngineConfig& cfg);
@@ -145,6 +159,10 @@ class Engine final : public Waker {
   void read_tcp(Conn* c, uint64_t now);
   void on_frame(Conn* c, const Frame& f);
   void timers(Conn* c, uint64_t now, Tx* tx);
+  // Data packets that waited in tx for the socket: their send time is when they left.
+  void restamp(Tx* tx);
+  // EPOLLOUT interest while datagrams wait for room in the socket's send buffer.
+  void watch_writable(bool on);
   void declare_dead(Conn* c, Status why);
   void sleep_until(uint64_t deadline_ns, uint64_t now);
   bool from_peer(const Conn* c, const sockaddr_in& from, bool data) const;
@@ -186,6 +204,7 @@ class Engine final : public Waker {
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   bool faults_ = false;
   bool gro_ = false;  // the socket hands us coalesced runs of packets (split in rx_batch)
+  int writable_fd_ = -1;  // watched for EPOLLOUT (the socket, or a test's): datagrams wait
   uint64_t cut_received_ = 0, cut_rejected_ = 0;  // this engine's share of the global counts
 };
 
@@ -205,6 +224,9 @@ struct GlobalStats {
       // all (local delivery), and those it refused to pin (sent again copied).
       zerocopy_sends{0}, zerocopy_copied{0}, zerocopy_refused{0},
       send_refused{0},  // datagrams the kernel refused outright (skipped: recovery resends them)
+      // Flushes that found the socket's send buffer full (the rest waited in the engine for
+      // EPOLLOUT, no new data emitted meanwhile), and datagrams dropped as that queue was full.
+      send_buffer_full{0}, send_queue_drops{0},
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // Cut packets the receivers named in their ACKs (and those named too late to feed back);
       // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.

@@ -10,12 +10,18 @@
 // refuses GSO without a checksum, so they leave packet by packet.
 // Payloads of large exact messages may leave without a copy (MSG_ZEROCOPY, transport/zerocopy.h):
 // one sendmmsg carries either such datagrams only or none, since its flags cover every message.
+// A full socket send buffer (EAGAIN, ENOBUFS) never waits: what did not leave is copied into the
+// Tx's queue (nothing of a state machine's memory stays referenced across turns: a message may
+// complete, a connection close, NCCL free a buffer meanwhile), the engine watches for EPOLLOUT
+// and emits no new data while anything waits, and the queue leaves first on a later turn, in
+// order, with the same TOS and GSO grouping (only copied, never MSG_ZEROCOPY).
 #pragma once
 
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -60,17 +66,45 @@ class Engine::Tx final : public TxSink {
     Status st = write_all(conn_->tcp.get(), b, sizeof b, 1000);
     if (!st.is_ok()) TRIM_DEBUG("NET/Trim: control write to {} failed: {}", conn_->peer_name, st.message());
   }
+  // Sends what is queued and batched, in order, without waiting: on a full socket send buffer
+  // the rest waits in the queue (waiting()).
   void flush();
+  // Datagrams wait for room in the socket's send buffer.
+  bool waiting() const { return !queue_.empty(); }
+  // A data packet that left from the queue, at_ns: when the kernel took it.
+  struct Left {
+    uint64_t cookie;
+    uint32_t psn;
+    uint64_t at_ns;
+  };
+  // Those that left since the caller last cleared it.
+  std::vector<Left>& left_late() { return left_; }
+  uint64_t buffer_full() const { return buffer_full_; }  // flushes that found the buffer full
   bool gso() const { return gso_; }
   ZeroCopy& zerocopy() { return zc_; }
 
  private:
   enum class Class : uint8_t { kCtrl, kExact, kTrimmable };
+  // A datagram waiting for the socket: its bytes copied (head, then rest).
+  struct Queued {
+    std::vector<uint8_t> bytes;
+    sockaddr_in to;
+    Class cls;
+    uint64_t cookie;  // data packets: their connection and psn, restamped when they leave
+    uint32_t psn;
+  };
+  // At most this many wait (the engine emits no data meanwhile: ACKs and keepalives are what
+  // may pile up); more are dropped, counted (send_queue_drops): recovery resends data.
+  static constexpr size_t kMaxQueued = 4 * kBatch;
   // Datagram i owns iov_[2i] (head) and iov_[2i + 1] (rest, maybe empty), so a run of
   // datagrams is one contiguous iovec array.
   void push(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
             const sockaddr_in& to, Class cls, const std::shared_ptr<ZcHold>* hold) {
     if (n_ == kBatch) flush();
+    if (!queue_.empty()) {  // behind what waits (the batch is empty meanwhile)
+      enqueue(head, head_bytes, rest, rest_bytes, to, cls, conn_->cookie);
+      return;
+    }
     if (hold != nullptr) {
       holds_[n_] = *hold;
     } else {
@@ -81,7 +115,17 @@ class Engine::Tx final : public TxSink {
     to_[n_] = to;
     bytes_[n_] = head_bytes + rest_bytes;
     cls_[n_] = cls;
+    cookie_[n_] = conn_->cookie;
     ++n_;
+  }
+  void enqueue(const uint8_t* head, uint32_t head_bytes, const uint8_t* rest, uint32_t rest_bytes,
+               const sockaddr_in& to, Class cls, uint64_t cookie);
+  // Sends batched datagrams [0, n_) until the socket's send buffer is full; returns how many
+  // were handled (sent, or skipped as refused). With from_queue, those are queue_'s first n_.
+  uint32_t send_batch(bool from_queue);
+  void note_full() {
+    ++buffer_full_;
+    global_stats().send_buffer_full.fetch_add(1, std::memory_order_relaxed);
   }
   // Sets SO_NO_CHECK for the datagrams about to leave (trimmable ones: checksum 0).
   void set_no_check(bool on);
@@ -105,6 +149,7 @@ class Engine::Tx final : public TxSink {
   sockaddr_in to_[kBatch];
   uint32_t bytes_[kBatch];
   Class cls_[kBatch];
+  uint64_t cookie_[kBatch];  // the connection of each
   std::shared_ptr<ZcHold> holds_[kBatch];  // pinned datagrams: may leave without a copy
   uint32_t first_[kBatch];                 // first datagram of each mmsg_ entry
   ZeroCopy zc_;
@@ -112,6 +157,9 @@ class Engine::Tx final : public TxSink {
   uint32_t run_[kBatch];  // datagrams in each mmsg_ entry
   alignas(cmsghdr) uint8_t cmsg_[kBatch][CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
   std::vector<uint8_t> ctrl_;
+  std::deque<Queued> queue_;  // older than the batch: leaves first
+  std::vector<Left> left_;
+  uint64_t buffer_full_ = 0;
 };
 
 }  // namespace trim::transport

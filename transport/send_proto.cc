@@ -264,6 +264,14 @@ void SendProto::send_packet(uint32_t psn, uint64_t now_ns, TxSink* sink, bool re
   rec_.on_send(now_ns, !retransmit, outstanding_ > 0);
 }
 
+void SendProto::on_left(uint32_t psn, uint64_t now_ns) {
+  if (!in_flight_psn(psn)) return;
+  Slot& s = slot(psn);
+  if (s.acked || now_ns <= s.sent_ns) return;
+  s.sent_ns = now_ns;
+  rec_.on_send(now_ns, s.transmissions == 1, outstanding_ > 0);
+}
+
 SendProto::Msg* SendProto::next_to_send() {
   for (auto& m : msgs_) {
     if (m->sent_all) continue;

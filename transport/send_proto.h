@@ -44,6 +44,9 @@ class SendProto {
   // The kernel let go of zero-copy sends (MSG_ZEROCOPY completions): messages that only waited
   // for that complete now.
   void on_kernel_released() { complete_finished(); }
+  // Packet `psn` left only at now_ns: it waited in the engine for room in the socket's send
+  // buffer. Its send time (RTT sample, RACK, tail probe) is when the kernel took it.
+  void on_left(uint32_t psn, uint64_t now_ns);
   // The retransmission timer.
   void on_timer(uint64_t now_ns);
   // The earliest time poll_tx/on_timer has something to do (UINT64_MAX: nothing pending).

@@ -34,6 +34,9 @@ struct PluginStats {
   // and frames it passed that were none.
   int64_t cut_received = 0, cut_rejected = 0;
   int64_t zerocopy_sends = 0, zerocopy_copied = 0, zerocopy_refused = 0;  // NCCL_TRIM_ZEROCOPY
+  // Flushes that found an engine's socket send buffer full (datagrams waited in the engine),
+  // and datagrams dropped as that wait queue was full.
+  int64_t send_buffer_full = 0, send_queue_drops = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
