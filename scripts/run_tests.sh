@@ -6,8 +6,8 @@
 # a third of the suite's wall time and little of its CPU) run in a second process beside the rest,
 # so a 2-core machine is not idle through them; with them go the simulator's runs (Sim*: ~17 s of
 # one core, a trim-sim child, no network) and the harness's abort under held codec tasks (~8 s,
-# mostly its ranks' 2 s waits), so that both processes take about as long (75 and 80 s of 155 s
-# alone, where the second took 55). They touch only loopback, never the network namespaces and
+# mostly its ranks' 2 s waits), so that both processes take about as long (measured back to back
+# on a shared 2-core machine: 81 and 89 s, where the split by Close* alone took 93 and ~55). They touch only loopback, never the network namespaces and
 # TUN devices of the others. TRIM_TEST_SPLIT=0 runs everything in one process.
 set -uo pipefail
 bin=$1
