@@ -20,8 +20,8 @@ cd "$root/tests/python"
 # Three shards side by side (TRIM_TEST_SPLIT=0: one process): the spawn-heavy modules wait on
 # process start-up, peers and timeouts more than they compute, so a 2-core machine has room for
 # them. A is listed, C the bench package's tests and the ones listed, B every other test_*.py.
-# Balanced on the times with forkserver ranks (tests/python/_support.py rank_context; measured on a
-# loaded 2-core machine: A ~330, B ~290, C ~310 s there).
+# Balanced on the times with forkserver ranks (tests/python/_support.py rank_context), measured on
+# a loaded 2-core machine: A 510, B 431, C 463 s of wall; 70, 71 and 108 s of CPU.
 if [[ ${TRIM_TEST_SPLIT:-1} == 0 ]]; then
   exec "$PYTHON" -m unittest discover -s . -t . -v
 fi
