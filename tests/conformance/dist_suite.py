@@ -4,10 +4,10 @@
 
 Builds the class torch's test/distributed/test_distributed_spawn.py builds from the wheel's
 torch.testing._internal.distributed.distributed_test (DistributedTest._DistTestBase on
-TestDistBackend, one process per rank, spawned), with BACKEND=gloo so that gloo's feature gates
-apply, and with --backend trim every gloo group routed to "trim" as `python -m nccl_trim.run
---trim-cpu` routes them (in the spawned ranks too: they re-import this file). --backend gloo runs
-the same tests on gloo itself: the reference.
+TestDistBackend, one process per rank, spawned: forked from a forkserver that has imported torch),
+with BACKEND=gloo so that gloo's feature gates apply, and with --backend trim every gloo group
+routed to "trim" as `python -m nccl_trim.run --trim-cpu` routes them (in the spawned ranks too:
+they re-import this file). --backend gloo runs the same tests on gloo itself: the reference.
 
 Prints one JSON line per test ({"test", "outcome": pass|fail|skip, "seconds", "why"}) and a summary
 line; --out writes them to a file as well. Exit status 0 unless a test failed. Needs expecttest
@@ -58,13 +58,40 @@ if os.environ.get("TRIM_SUITE_BACKEND") == "trim":
 import torch  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
+_SUITE_MODULE = "torch.testing._internal.distributed.distributed_test"
+
+
+class _Rank(torch.multiprocessing.get_context("forkserver").Process):
+    """A rank forked from the forkserver, in the environment a spawned one would have: the test
+    process's when the rank starts (each test sets its own TEMP_DIR and INIT_METHOD), not the
+    server's. distributed_test reads INIT_METHOD at import, which here was the server's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._environ = dict(os.environ)
+
+    def run(self):
+        os.environ.clear()
+        os.environ.update(self._environ)
+        sys.modules[_SUITE_MODULE].INIT_METHOD = os.getenv("INIT_METHOD", "env://")
+        super().run()
+
 
 class TestDistBackendWithSpawnGLOO(TestDistBackend, DistributedTest._DistTestBase):
     """torch's spawn test class, as test_distributed_spawn.py makes it for gloo."""
 
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        # torch's _spawn_processes, with the ranks forked from a forkserver that has imported torch
+        # and this suite once: each rank is still a new process importing this file (as
+        # __mp_main__, which routes gloo to trim in it), without its own ~6 s of imports first.
+        try:  # as torch's does: "spawn" stays the default start method, in the ranks too
+            torch.multiprocessing.set_start_method("spawn")
+        except RuntimeError:
+            pass
+        torch.multiprocessing.get_context("forkserver").set_forkserver_preload(
+            ["torch", "torch.distributed", _SUITE_MODULE])
+        self._start_processes(_Rank)
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from _support import require_torch
+from _support import rank_context, require_torch
 
 DEADLINE_S = 90  # per scenario, all ranks: spawn, import torch, init, the scenario (~10 s alone)
 
@@ -57,12 +57,10 @@ class Run:
 
     def __init__(self, module, scenario, backend, world=2, timeout_s=None, may_die=()):
         require_torch()
-        import torch.multiprocessing as mp
-
         self.scenario, self.backend, self.world, self.may_die = scenario, backend, world, set(may_die)
         self.tmp = tempfile.mkdtemp(prefix="trim-spawn-")
         self.t0 = time.monotonic()
-        ctx = mp.get_context("spawn")
+        ctx = rank_context()
         self.procs = [ctx.Process(target=worker_main,
                                   args=(module, r, world, scenario, backend, os.path.join(self.tmp, "rdzv"), self.tmp,
                                         timeout_s))

@@ -31,7 +31,7 @@ import tempfile
 import time
 import unittest
 
-from _support import ROOT, TESTS, free_env, lib_dir, require_libs, require_torch
+from _support import ROOT, TESTS, free_env, lib_dir, rank_context, require_libs, require_torch
 
 KILL_BOUND_S = 10.0  # detection is immediate (TCP close); NCCL_TRIM_TIMEOUT_MS=3000 bounds a silent peer
 PARAM_BOUND = 1e-5
@@ -42,12 +42,11 @@ SLICES_PER_STEP = 2
 def spawn(scenario, world, extra_env=None, expect_exit=None):
     """Runs `scenario` on `world` ranks; returns their saved results (None for a rank that died)."""
     torch = require_torch()
-    import torch.multiprocessing as mp
 
     import _trim_worker
     tmp = tempfile.mkdtemp(prefix="trim-backend-")
     try:
-        ctx = mp.get_context("spawn")
+        ctx = rank_context()
         env = dict(extra_env or {})
         procs = [ctx.Process(target=_trim_worker.main,
                              args=(r, world, scenario, os.path.join(tmp, "rdzv"), tmp, env)) for r in range(world)]
@@ -309,14 +308,13 @@ class BackendReinitTest(unittest.TestCase):
         import datetime
 
         import torch.distributed as dist
-        import torch.multiprocessing as mp
 
         import _trim_worker
         world = 2
         server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                timeout=datetime.timedelta(seconds=60))
         with tempfile.TemporaryDirectory() as tmp:
-            ctx = mp.get_context("spawn")
+            ctx = rank_context()
             procs = [ctx.Process(target=_trim_worker.reinit_main, args=(r, world, server.port, tmp))
                      for r in range(world)]
             for p in procs:
