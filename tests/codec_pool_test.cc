@@ -235,13 +235,18 @@ TEST(CodecPool, CombiningReceivesEqualStagedThenCombined) {
 
 // A typed message's raw tail row says nothing of its layout (scheme none in all of them): arriving
 // first, before any other packet of a quiet connection's exact message or of an encoded one, it
-// is left unacknowledged for loss recovery to resend, and the message still arrives exact.
+// is left unacknowledged for loss recovery to resend, and the message still arrives exact. A
+// message of less than one element is its tail alone: taken at once, in either case.
 TEST(CodecPool, ATailArrivingFirstWaitsForItsResend) {
   for (const bool quiet : {true, false}) {
     SCOPED_TRACE(quiet ? "quiet, exact" : "encoded");
     ConnParams send_params = params(codec::Scheme::kRht, nullptr);
     send_params.quiet_ns = quiet ? 1'000'000'000'000 : 0;
     send_params.start_quiet = true;
+    const std::vector<uint8_t> tiny = codec::testing::message_bytes(codec::DType::kF32, 0, 3, 6, false);
+    const auto alone = send_all(send_params, codec::DType::kF32, tiny);
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(receive_all(params(codec::Scheme::kRht, nullptr), tiny.size(), alone, {-1}, {0}), tiny);
     const std::vector<uint8_t> msg = codec::testing::message_bytes(codec::DType::kF32, 70001, 3, 5, false);
     const auto pkts = send_all(send_params, codec::DType::kF32, msg);
     ASSERT_GE(pkts.size(), 3u);

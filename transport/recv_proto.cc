@@ -161,10 +161,12 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     ack_due_ = true;
     return;
   }
-  if (!m->started && p.hdr.tail() && p.hdr.dtype != codec::DType::kRaw) {
+  if (!m->started && p.hdr.tail() && p.hdr.dtype != codec::DType::kRaw &&
+      p.hdr.msg_bytes >= codec::dtype_bytes(p.hdr.dtype)) {
     // A typed message's raw tail row is scheme none in every layout, so it cannot say whether the
-    // message is encoded or exact (quiet): not accepted before another packet has said it. It
-    // was the last packet sent, so only reordering brings it first; loss recovery resends it.
+    // message's typed rows are encoded or exact (quiet): not accepted before another packet has
+    // said it. It was the last packet sent, so only reordering brings it first; loss recovery
+    // resends it. (A message of less than one element is its tail alone, the same in every layout.)
     TRIM_DEBUG("NET/Trim: tail packet psn {} of message {} arrived first: left to be resent", psn, p.hdr.msg_seq);
     return;
   }
