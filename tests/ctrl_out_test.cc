@@ -157,5 +157,31 @@ TEST_F(CtrlOutTest, GonePeerDropsTheStreamWithoutASignalOrAWait) {
   EXPECT_FALSE(out.waiting());
 }
 
+// The handshake's writes (connect's Hello, accept's HelloAck) never wait either: write_some
+// takes what fits and says so; the rest leaves at a later call, in order.
+TEST_F(CtrlOutTest, HandshakeWriteTakesWhatFitsWithoutWaitingAndResumes) {
+  std::vector<uint8_t> data(256 * 1024);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  size_t done = 0;
+  const auto t0 = Clock::now();
+  Result<bool> w = write_some(writer_.get(), data.data(), data.size(), &done);
+  EXPECT_LT(ms_since(t0), 100.0);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  ASSERT_FALSE(w.value()) << "the smallest buffers took 256 KiB";
+  EXPECT_GT(done, 0u);
+  EXPECT_LT(done, data.size());
+  std::vector<uint8_t> got(data.size());
+  size_t have = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (have < got.size() && Clock::now() < deadline) {
+    ASSERT_TRUE(read_some(reader_.get(), got.data(), got.size(), &have).is_ok());
+    if (done < data.size()) {
+      ASSERT_TRUE(write_some(writer_.get(), data.data(), data.size(), &done).is_ok());
+    }
+  }
+  EXPECT_EQ(done, data.size());
+  EXPECT_EQ(got, data);
+}
+
 }  // namespace
 }  // namespace trim::transport
