@@ -596,6 +596,7 @@ void GlobalStats::add(const ConnCounters& c) {
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
   spurious_rto += c.spurious_rto;
+  rto_resends_cancelled += c.rto_resends_cancelled;
   codec_tasks += c.codec_tasks;
   codec_inline += c.codec_inline;
   trims_reported += c.trims_reported;
@@ -616,7 +617,7 @@ std::string GlobalStats::to_json() const {
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
       "\"ef_recorded\":{},\"ef_conns\":{},\"quiet_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
       "\"zerocopy_refused\":{},\"send_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{},"
-      "\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{}}}",
+      "\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"rto_resends_cancelled\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -628,7 +629,7 @@ std::string GlobalStats::to_json() const {
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
       ef_conns.load(), quiet_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
       zerocopy_refused.load(), send_refused.load(), send_buffer_full.load(), send_queue_drops.load(),
-      ctrl_buffer_full.load(), ctrl_stalled_conns.load());
+      ctrl_buffer_full.load(), ctrl_stalled_conns.load(), rto_resends_cancelled.load());
 }
 
 GlobalStats& global_stats() {
@@ -638,13 +639,14 @@ GlobalStats& global_stats() {
 
 std::string ConnCounters::to_string() const {
   return fmt::format(
-      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}, spurious timeouts {}), NACKs received {}; "
+      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}, spurious timeouts {} whose queued "
+      "resends were cancelled {}), NACKs received {}; "
       "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
       "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {}); cuts reported to us {} "
       "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; "
       "messages sent quiet (no trim or loss lately: exact or unrotated) {}",
-      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, spurious_rto, nacks_received, received_packets,
+      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, spurious_rto, rto_resends_cancelled, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline, trims_reported, trims_unmatched, ef_applied, ef_recorded,
       quiet_messages);

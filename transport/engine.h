@@ -220,7 +220,7 @@ class Engine final : public Waker {
 // Process-wide transport statistics (closed connections plus engine-level rejects).
 struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
-      trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0}, spurious_rto{0},
+      trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0}, spurious_rto{0}, rto_resends_cancelled{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
       // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
       // header (nothing of them can be used: a loss, repaired by recovery).
