@@ -165,25 +165,31 @@ Result<bool> read_some(int fd, uint8_t* buf, size_t want, size_t* have) {
   return true;
 }
 
-Status write_all(int fd, const uint8_t* data, size_t bytes, int timeout_ms) {
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::send(fd, data + done, bytes - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+Result<bool> write_some(int fd, const uint8_t* data, size_t bytes, size_t* done) {
+  while (*done < bytes) {
+    const ssize_t n = ::send(fd, data + *done, bytes - *done, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
-      done += static_cast<size_t>(n);
+      *done += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      const int r = poll(&p, 1, timeout_ms);
-      if (r == 0) return Status(Code::kUnavailable, "control connection stalled");
-      if (r < 0 && errno != EINTR) return errno_status("poll(control)");
-      continue;
-    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     return errno_status("send(control)");
   }
-  return Status::ok();
+  return true;
+}
+
+Status write_all(int fd, const uint8_t* data, size_t bytes, int timeout_ms) {
+  size_t done = 0;
+  for (;;) {
+    Result<bool> w = write_some(fd, data, bytes, &done);
+    if (!w) return w.status();
+    if (w.value()) return Status::ok();
+    pollfd p{fd, POLLOUT, 0};
+    const int r = poll(&p, 1, timeout_ms);
+    if (r == 0) return Status(Code::kUnavailable, "control connection stalled");
+    if (r < 0 && errno != EINTR) return errno_status("poll(control)");
+  }
 }
 
 uint64_t random_u64() {

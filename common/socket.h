@@ -60,7 +60,11 @@ Result<bool> tcp_connect_done(int fd);
 Result<Fd> tcp_accept(int listen_fd);
 // Reads into buf[*have, want); ok(true) once `want` bytes are there. EOF is an error.
 Result<bool> read_some(int fd, uint8_t* buf, size_t want, size_t* have);
-// Writes all of `bytes`, waiting (poll) up to timeout_ms for room; the frames are tiny.
+// Writes data[*done, bytes) without waiting; ok(true) once all of it is written, ok(false) when
+// the socket's send buffer is full (call again when it has room).
+Result<bool> write_some(int fd, const uint8_t* data, size_t bytes, size_t* done);
+// Writes all of `bytes`, waiting (poll) up to timeout_ms for room. Tests and tools only: the
+// plugin never waits for a socket (write_some, transport/ctrl_out.h).
 Status write_all(int fd, const uint8_t* data, size_t bytes, int timeout_ms);
 // 64 random bits from the kernel.
 uint64_t random_u64();

@@ -463,7 +463,9 @@ struct HeldBurst {
     for (const CtrlPacket& a : p.rtx.ctrls) p.s.on_ack(a, now);
     p.rtx.ctrls.clear();
   }
-  void run_to_timeout(bool lose_first) {
+  // resend_budget: packets the first poll after the timeout may send (the engine's per-turn
+  // budget); the rest of its resends wait in the queue.
+  void run_to_timeout(bool lose_first, uint32_t resend_budget = 1000) {
     ASSERT_NO_FATAL_FAILURE(p.post_exact(200'000, 21));
     ASSERT_EQ(p.s.poll_tx(0, 1000, &p.stx), 32u);
     keep = p.stx.packets;
@@ -480,7 +482,7 @@ struct HeldBurst {
       ASSERT_LT(now, 100'000'000u);
       window_before_rto = p.s.cc().window_exact();
       p.s.on_timer(now);
-      p.s.poll_tx(now, 1000, &p.stx);
+      p.s.poll_tx(now, p.s.counters().rto_events != 0 ? resend_budget : 1000, &p.stx);
       for (auto& pkt : p.stx.packets) {
         if (sent.insert(psn_of(pkt)).second) {
           keep.push_back(pkt);
@@ -490,7 +492,7 @@ struct HeldBurst {
       }
       p.stx.packets.clear();
     }
-    ASSERT_GE(resends.size(), 20u) << "the timeout resent the held packets";
+    ASSERT_GE(resends.size(), std::min<size_t>(resend_budget, 20)) << "the timeout resent the held packets";
     for (const auto& pkt : resends) {
       codec::ParsedPacket parsed;
       ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &parsed), codec::PacketError::kOk);
@@ -542,6 +544,33 @@ TEST(ProtoSpurious, DelayedBurstTimeoutIsDetectedAndUndone) {
   EXPECT_EQ(b.p.s.counters().spurious_rto, 1u);
   EXPECT_GE(b.p.r.counters().dup_packets, b.resends.size()) << "every resend arrived a duplicate";
   EXPECT_GT(b.now, timeout_at);
+}
+
+// The verdict comes with the first original to arrive; the episode's resends still queued then
+// (the engine sends at most its budget a turn) never leave: they would only duplicate originals
+// on their way (issue 36).
+TEST(ProtoSpurious, ResendsStillQueuedAtTheVerdictAreDropped) {
+  HeldBurst b;
+  ASSERT_NO_FATAL_FAILURE(b.run_to_timeout(false, 4));
+  ASSERT_EQ(b.resends.size(), 4u);
+  const uint64_t retransmitted = b.p.s.counters().retransmitted;
+  b.now += 300'000;
+  ASSERT_NO_FATAL_FAILURE(b.deliver(b.keep[0]));  // the first held original fills the hole
+  b.ack_back();
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 1u);
+  EXPECT_GE(b.p.s.counters().rto_resends_cancelled, 16u) << "the held window's resends waited";
+  b.p.s.poll_tx(b.now, 1000, &b.p.stx);
+  for (const auto& pkt : b.p.stx.packets) {
+    codec::ParsedPacket parsed;
+    ASSERT_EQ(codec::parse_packet(pkt.data(), pkt.size(), &parsed), codec::PacketError::kOk);
+    EXPECT_FALSE(parsed.hdr.resent()) << "psn " << parsed.hdr.psn << " resent after the verdict";
+    b.keep.push_back(pkt);
+  }
+  b.p.stx.packets.clear();
+  EXPECT_EQ(b.p.s.counters().retransmitted, retransmitted);
+  ASSERT_NO_FATAL_FAILURE(b.release());  // the other originals: nothing was lost
+  ASSERT_NO_FATAL_FAILURE(b.finish());   // exact bytes, every message done
+  EXPECT_EQ(b.p.s.counters().spurious_rto, 1u);
 }
 
 TEST(ProtoSpurious, TrueLossIsNotUndone) {

@@ -399,6 +399,7 @@ void Engine::apply_commands(Tx* tx) {
       auto it = map.find(c->cookie);
       if (it != map.end() && it->second == c) map.erase(it);
       if (c->tcp_open) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
+      c->ctrl_watched = false;  // close writes what still waits, then the FIN
     }
   }
   DeferredWakes::flush_this_thread();  // what a released connection failed
@@ -514,13 +515,13 @@ void Engine::sleep_until(uint64_t deadline_ns, uint64_t now) {
     }
     sleeping_.store(false);
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.ptr != nullptr) read_tcp(static_cast<Conn*>(events[i].data.ptr), now_ns());
+      if (events[i].data.ptr != nullptr) on_tcp_event(static_cast<Conn*>(events[i].data.ptr), events[i].events);
     }
   } else {
     sleeping_.store(false);
     const int n = epoll_wait(epoll_.get(), events, 16, 0);
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.ptr != nullptr) read_tcp(static_cast<Conn*>(events[i].data.ptr), now_ns());
+      if (events[i].data.ptr != nullptr) on_tcp_event(static_cast<Conn*>(events[i].data.ptr), events[i].events);
     }
   }
   uint64_t drained;
@@ -553,6 +554,7 @@ void Engine::run() {
     for (Conn* c : conns_) {
       tx.bind(c);
       timers(c, now, &tx);
+      sync_ctrl(c, now);
       if (c->send && !c->dead) {
         // While datagrams wait for the socket no data is emitted: it would only queue behind
         // them (copied), its send time stamped long before it leaves.
@@ -594,6 +596,7 @@ void GlobalStats::add(const ConnCounters& c) {
   bad_packets += c.bad_packets + c.out_of_window;
   rto_events += c.rto_events;
   spurious_rto += c.spurious_rto;
+  rto_resends_cancelled += c.rto_resends_cancelled;
   codec_tasks += c.codec_tasks;
   codec_inline += c.codec_inline;
   trims_reported += c.trims_reported;
@@ -613,7 +616,8 @@ std::string GlobalStats::to_json() const {
       "\"codec_waited_tasks\":{},\"trimmed_marked\":{},\"header_cuts\":{},\"bad_payload_check\":{},"
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
       "\"ef_recorded\":{},\"ef_conns\":{},\"quiet_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
-      "\"zerocopy_refused\":{},\"send_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{}}}",
+      "\"zerocopy_refused\":{},\"send_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{},"
+      "\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"rto_resends_cancelled\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -624,7 +628,8 @@ std::string GlobalStats::to_json() const {
       codec::packet_error_counters().get(codec::PacketError::kBadPayloadCheck), cut_received.load(),
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
       ef_conns.load(), quiet_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
-      zerocopy_refused.load(), send_refused.load(), send_buffer_full.load(), send_queue_drops.load());
+      zerocopy_refused.load(), send_refused.load(), send_buffer_full.load(), send_queue_drops.load(),
+      ctrl_buffer_full.load(), ctrl_stalled_conns.load(), rto_resends_cancelled.load());
 }
 
 GlobalStats& global_stats() {
@@ -634,13 +639,14 @@ GlobalStats& global_stats() {
 
 std::string ConnCounters::to_string() const {
   return fmt::format(
-      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}, spurious timeouts {}), NACKs received {}; "
+      "sent {} pkts ({} B), retransmitted {} (fast {}, tail probes {}, timeouts {}, spurious timeouts {} whose queued "
+      "resends were cancelled {}), NACKs received {}; "
       "received {} pkts ({} B), "
       "trimmed accepted {}, trimmed NACKed {}, trimmed DSCP {}, cut read from the packet socket {}, duplicates {}, bad {}, "
       "out of window {}; ACKs sent {} received {}; codec tasks {} (on the engine {}); cuts reported to us {} "
       "(too late to feed back {}), error feedback: messages with a residual added {}, leaving one {}; "
       "messages sent quiet (no trim or loss lately: exact or unrotated) {}",
-      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, spurious_rto, nacks_received, received_packets,
+      sent_packets, sent_bytes, retransmitted, fast_retransmits, tail_probes, rto_events, spurious_rto, rto_resends_cancelled, nacks_received, received_packets,
       received_bytes, trimmed_accepted, trimmed_nacked, trimmed_marked, cut_received, dup_packets, bad_packets, out_of_window,
       acks_sent, acks_received, codec_tasks, codec_inline, trims_reported, trims_unmatched, ef_applied, ef_recorded,
       quiet_messages);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/params.h"
+#include "transport/ctrl_out.h"
 #include "transport/cut_rx.h"
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
@@ -62,6 +63,8 @@ struct Conn {
   uint8_t tcp_buf[kFrameBytes] = {};
   size_t tcp_have = 0;
   bool tcp_open = true;
+  CtrlOut ctrl;               // frames the TCP socket's send buffer could not take yet
+  bool ctrl_watched = false;  // EPOLLOUT interest on tcp (while ctrl waits)
   bool fin_received = false;
   bool ack_due = false;
 };
@@ -158,6 +161,12 @@ class Engine final : public Waker {
   void on_data(Datagram d, uint64_t now, Tx* tx);
   void read_tcp(Conn* c, uint64_t now);
   void on_frame(Conn* c, const Frame& f);
+  // After frames may have been queued: fails a connection whose peer stopped reading its
+  // control stream (queue overflow, or no progress within the dead-peer timeout), and watches
+  // for EPOLLOUT on its socket while frames wait.
+  void sync_ctrl(Conn* c, uint64_t now);
+  // An epoll event on a connection's TCP socket.
+  void on_tcp_event(Conn* c, uint32_t events);
   void timers(Conn* c, uint64_t now, Tx* tx);
   // Data packets that waited in tx for the socket: their send time is when they left.
   void restamp(Tx* tx);
@@ -211,7 +220,7 @@ class Engine final : public Waker {
 // Process-wide transport statistics (closed connections plus engine-level rejects).
 struct GlobalStats {
   std::atomic<uint64_t> sent_packets{0}, sent_bytes{0}, retransmitted_packets{0}, received_packets{0},
-      trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0}, spurious_rto{0},
+      trimmed_accepted{0}, trimmed_nacked{0}, dup_packets{0}, bad_packets{0}, rto_events{0}, spurious_rto{0}, rto_resends_cancelled{0},
       unknown_conn{0}, wrong_source{0}, malformed{0}, injected_drops{0}, injected_trims{0},
       // Trimming fabrics: packets that arrived with the trimmed DSCP, and ours cut inside our
       // header (nothing of them can be used: a loss, repaired by recovery).
@@ -227,6 +236,10 @@ struct GlobalStats {
       // Flushes that found the socket's send buffer full (the rest waited in the engine for
       // EPOLLOUT, no new data emitted meanwhile), and datagrams dropped as that queue was full.
       send_buffer_full{0}, send_queue_drops{0},
+      // Control frames (CTS, Empty) that found their TCP socket's send buffer full (they waited
+      // in the connection's queue for EPOLLOUT), and connections failed as their peer stopped
+      // reading that stream (the queue overflowed, or nothing left within the timeout).
+      ctrl_buffer_full{0}, ctrl_stalled_conns{0},
       codec_tasks{0}, codec_inline{0},  // codec pool tasks queued, and run on the engine (queue full)
       // Cut packets the receivers named in their ACKs (and those named too late to feed back);
       // NCCL_TRIM_ERROR_FEEDBACK: messages sent with a residual added, and messages leaving one.

@@ -330,6 +330,8 @@ void Engine::read_tcp(Conn* c, uint64_t now) {
     if (!r) {
       c->tcp_open = false;
       epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->tcp.get(), nullptr);
+      c->ctrl.abandon();
+      c->ctrl_watched = false;
       if (!c->fin_received) {
         declare_dead(c, Status(Code::kUnavailable,
                                fmt::format("peer {} closed the control connection without saying goodbye "
@@ -349,6 +351,47 @@ void Engine::read_tcp(Conn* c, uint64_t now) {
     }
     on_frame(c, f);
   }
+}
+
+void Engine::on_tcp_event(Conn* c, uint32_t events) {
+  if ((events & EPOLLOUT) != 0) {
+    c->ctrl.drain(c->tcp.get());
+    sync_ctrl(c, now_ns());  // nothing waits any more: stop watching
+  }
+  if ((events & ~uint32_t{EPOLLOUT}) != 0) read_tcp(c, now_ns());
+}
+
+void Engine::sync_ctrl(Conn* c, uint64_t now) {
+  CtrlOut& out = c->ctrl;
+  if (!c->tcp_open) return;
+  auto stalled = [&] { return out.waiting() && now > out.progress_ns() && now - out.progress_ns() > cfg_.timeout_ns; };
+  // This process may itself have been stopped meanwhile (SIGSTOP, a preempted VM): the peer
+  // may have read since, so the socket is asked before the peer is blamed.
+  if (stalled()) out.drain(c->tcp.get());
+  if (out.waiting() && (out.failed() || stalled())) {
+    const std::string why =
+        out.failed() ? out.why()
+                     : fmt::format("{} control frames have waited {} ms for the peer to read its control connection "
+                                   "(NCCL_TRIM_TIMEOUT_MS={})",
+                                   out.queued_frames(), (now - out.progress_ns()) / 1'000'000, cfg_.timeout_ns / 1'000'000);
+    out.abandon();  // the stream may have a hole now: nothing more is written, not even a FIN
+    if (!c->dead) {
+      global_stats().ctrl_stalled_conns.fetch_add(1, std::memory_order_relaxed);
+      declare_dead(c, Status(Code::kUnavailable, fmt::format("peer {}: {}: declared dead (counter ctrl_stalled_conns)",
+                                                             c->peer_name, why)));
+    }
+  }
+  const bool watch = out.waiting();
+  if (watch == c->ctrl_watched) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (watch ? uint32_t{EPOLLOUT} : 0u);
+  ev.data.ptr = c;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c->tcp.get(), &ev) != 0) {
+    // Not expected; what waits then leaves with the next frame or stalls into the timeout.
+    TRIM_WARN("NET/Trim: epoll_ctl(EPOLLOUT, control connection) failed: {}", std::strerror(errno));
+    return;
+  }
+  c->ctrl_watched = watch;
 }
 
 void Engine::on_frame(Conn* c, const Frame& f) {

@@ -1,5 +1,5 @@
 // The engine's transmit batch (internal to engine*.cc): datagrams collect into one sendmmsg;
-// TCP control frames are written at once. With UDP GSO, a run of same-sized exact data packets
+// TCP control frames are written at once, or wait in their connection's queue (ctrl_out.h). With UDP GSO, a run of same-sized exact data packets
 // to one destination leaves as one "super-datagram" the kernel segments (one trip through the
 // stack instead of up to kMaxGsoSegments): the wire still carries ordinary packets.
 // Every data packet carries its class's DSCP (an IP_TOS control message: trimmable, exact; the
@@ -63,8 +63,7 @@ class Engine::Tx final : public TxSink {
     if (!conn_->tcp_open) return;
     uint8_t b[kFrameBytes];
     write_frame(f, b);
-    Status st = write_all(conn_->tcp.get(), b, sizeof b, 1000);
-    if (!st.is_ok()) TRIM_DEBUG("NET/Trim: control write to {} failed: {}", conn_->peer_name, st.message());
+    conn_->ctrl.push(conn_->tcp.get(), b);  // never waits: queued behind a full buffer (ctrl_out.h)
   }
   // Sends what is queued and batched, in order, without waiting: on a full socket send buffer
   // the rest waits in the queue (waiting()).

@@ -242,6 +242,15 @@ class ListenComm {
     Fd fd;
     uint8_t buf[transport::kHelloBytes] = {};
     size_t have = 0;
+    // Once the Hello is whole: the answer, written without waiting (the rest at a later call,
+    // though a fresh socket's buffer always takes its 32 bytes at once), and what it decided.
+    bool answered = false;
+    transport::Hello hello;
+    transport::HelloAck ack;
+    int offer_bytes = 0;
+    std::string why;  // a refusal's reason
+    uint8_t out[transport::kFrameBytes] = {};
+    size_t out_done = 0;
   };
   std::vector<std::unique_ptr<Pending>> pending;
 };
@@ -256,7 +265,11 @@ struct ConnectStage {
   uint64_t cookie = 0;
   int mtu_bytes = 0;  // offered in the Hello
   codec::Scheme scheme = codec::Scheme::kNone;  // offered in the Hello
-  bool hello_sent = false;
+  // Once connected: the Hello, written without waiting (the rest at a later call, though a
+  // fresh socket's buffer always takes its 96 bytes at once).
+  bool connected = false;
+  uint8_t hello[transport::kHelloBytes] = {};
+  size_t hello_done = 0;
   uint8_t buf[transport::kFrameBytes] = {};
   size_t have = 0;
 };
@@ -443,19 +456,24 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     }
     return Status(s.code(), fmt::format("connect to {}: {}", peer, s.message()));
   };
-  if (!st->hello_sent) {
+  if (!st->connected) {
     Result<bool> done = transport::tcp_connect_done(st->fd.get());
     if (!done) return fail(done.status());
     if (!done.value()) {
       owned.release();
       return static_cast<SendComm*>(nullptr);
     }
-    uint8_t hello[transport::kHelloBytes];
+    st->connected = true;
     transport::write_hello(make_hello(*ctx, st->scheme, st->target.nonce, st->cookie, *st->engine, st->mtu_bytes),
-                           hello);
-    Status ws = transport::write_all(st->fd.get(), hello, sizeof hello, 1000);
-    if (!ws.is_ok()) return fail(ws);
-    st->hello_sent = true;
+                           st->hello);
+  }
+  if (st->hello_done < transport::kHelloBytes) {
+    Result<bool> written = transport::write_some(st->fd.get(), st->hello, transport::kHelloBytes, &st->hello_done);
+    if (!written) return fail(written.status());
+    if (!written.value()) {
+      owned.release();
+      return static_cast<SendComm*>(nullptr);
+    }
     // Its answer would tell nothing more, and another build's may never come.
     if (other_version) return fail(Status(Code::kBadConfig, "our Hello told it our version"));
   }
@@ -516,6 +534,37 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
   return comm.release();
 }
 
+namespace {
+
+// The whole Hello of `p` decides its answer (p->out) and what accept makes of it.
+void answer_hello(const ListenComm& l, ListenComm::Pending* p) {
+  transport::Hello& hello = p->hello;
+  Status hs = transport::parse_hello(p->buf, &hello);
+  p->offer_bytes = hs.is_ok() ? offer_mtu(l.ctx->params, *l.engine, l.mtu_bytes, hello.udp_ip4_be) : l.mtu_bytes;
+  const transport::Hello ours = make_hello(*l.ctx, l.ctx->codec.scheme, l.nonce, hello.cookie, *l.engine, p->offer_bytes);
+  transport::HelloAck& ack = p->ack;
+  ack.udp_ip4_be = l.engine->ip4_be();
+  ack.udp_port = l.engine->udp_port();
+  ack.mtu = std::min(ours.mtu, hello.mtu);  // the connection's MTU: no end sends above its own
+  std::string& why = p->why;
+  if (!hs.is_ok()) {
+    why = hs.message();
+    ack.status = transport::kHelloVersion;
+  } else if (hello.listen_nonce != l.nonce) {
+    why = "handshake for another listener (stale handle?)";
+    ack.status = transport::kHelloBadNonce;
+  } else if (hello.mtu < transport::kMinMtuBytes) {
+    why = fmt::format("the peer offers MTU {}, below {}", hello.mtu, transport::kMinMtuBytes);
+    ack.status = transport::kHelloBadMtu;
+  } else if (!(why = codec_mismatch(ours, hello)).empty()) {
+    ack.status = transport::kHelloCodecMismatch;
+  }
+  transport::write_hello_ack(ack, p->out);
+  p->answered = true;
+}
+
+}  // namespace
+
 Result<RecvComm*> accept(ListenComm* l) {
   if (l == nullptr) return null_argument("accept", "listen comm");
   for (;;) {  // take every connection that is waiting
@@ -529,45 +578,27 @@ Result<RecvComm*> accept(ListenComm* l) {
   }
   for (auto it = l->pending.begin(); it != l->pending.end(); ++it) {
     ListenComm::Pending& p = **it;
-    Result<bool> got = transport::read_some(p.fd.get(), p.buf, transport::kHelloBytes, &p.have);
-    if (!got) {  // a stranger or a peer that died mid-handshake: forget it, keep listening
-      TRIM_WARN("NET/Trim: dropping a half-open connection: {}", got.status().message());
-      l->pending.erase(it);
-      return static_cast<RecvComm*>(nullptr);
+    if (!p.answered) {
+      Result<bool> got = transport::read_some(p.fd.get(), p.buf, transport::kHelloBytes, &p.have);
+      if (!got) {  // a stranger or a peer that died mid-handshake: forget it, keep listening
+        TRIM_WARN("NET/Trim: dropping a half-open connection: {}", got.status().message());
+        l->pending.erase(it);
+        return static_cast<RecvComm*>(nullptr);
+      }
+      if (!got.value()) continue;
+      answer_hello(*l, &p);
     }
-    if (!got.value()) continue;
-    transport::Hello hello;
-    Status hs = transport::parse_hello(p.buf, &hello);
-    const int offer_bytes =
-        hs.is_ok() ? offer_mtu(l->ctx->params, *l->engine, l->mtu_bytes, hello.udp_ip4_be) : l->mtu_bytes;
-    const transport::Hello ours =
-        make_hello(*l->ctx, l->ctx->codec.scheme, l->nonce, hello.cookie, *l->engine, offer_bytes);
-    transport::HelloAck ack;
-    ack.udp_ip4_be = l->engine->ip4_be();
-    ack.udp_port = l->engine->udp_port();
-    ack.mtu = std::min(ours.mtu, hello.mtu);  // the connection's MTU: no end sends above its own
-    std::string why;
-    if (!hs.is_ok()) {
-      why = hs.message();
-      ack.status = transport::kHelloVersion;
-    } else if (hello.listen_nonce != l->nonce) {
-      why = "handshake for another listener (stale handle?)";
-      ack.status = transport::kHelloBadNonce;
-    } else if (hello.mtu < transport::kMinMtuBytes) {
-      why = fmt::format("the peer offers MTU {}, below {}", hello.mtu, transport::kMinMtuBytes);
-      ack.status = transport::kHelloBadMtu;
-    } else if (!(why = codec_mismatch(ours, hello)).empty()) {
-      ack.status = transport::kHelloCodecMismatch;
-    }
-    uint8_t out[transport::kFrameBytes];
-    transport::write_hello_ack(ack, out);
-    Status ws = transport::write_all(p.fd.get(), out, sizeof out, 1000);
+    Result<bool> written = transport::write_some(p.fd.get(), p.out, transport::kFrameBytes, &p.out_done);
+    if (written.is_ok() && !written.value()) continue;  // the rest when the socket has room
     std::unique_ptr<ListenComm::Pending> done = std::move(*it);
     l->pending.erase(it);
+    const transport::Hello& hello = done->hello;
+    const transport::HelloAck& ack = done->ack;
+    const int offer_bytes = done->offer_bytes;
     if (ack.status != transport::kHelloOk) {
-      return Status(Code::kBadConfig, "accept: refused a connection: " + why);
+      return Status(Code::kBadConfig, "accept: refused a connection: " + done->why);
     }
-    if (!ws.is_ok()) return ws;
+    if (!written) return written.status();
     auto comm = std::make_unique<RecvComm>(l->ctx);
     auto c = std::make_unique<Conn>();
     c->role = Role::kRecv;

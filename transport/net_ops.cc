@@ -183,13 +183,17 @@ Status close_comm(CommT* comm) {
   if (c->send) c->send->cancel_codec();
   if (c->recv) c->recv->cancel_codec();
   detail::wait_for_codec(*comm->ctx(), *c, "close", found);
-  if (c->tcp_open) {
+  if (c->tcp_open && c->ctrl.writable()) {
     // The receiver says how many messages it completed, so a sender whose last ACKs were lost
     // still completes those sends instead of failing them.
     const uint64_t fin_value = c->recv ? c->recv->completed() : comm->core.next_seq;
     uint8_t b[transport::kFrameBytes];
     transport::write_frame(transport::Frame{transport::FrameType::kFin, 0, fin_value}, b);
-    (void)transport::write_all(c->tcp.get(), b, sizeof b, 100);  // best effort: the peer may be gone
+    // After the frames that still wait, in order. Best effort, waiting 100 ms at most for room:
+    // close runs on NCCL's thread (which waits for close anyway), never the engine's, and the
+    // peer may be gone.
+    c->ctrl.push(c->tcp.get(), b);
+    c->ctrl.drain_for(c->tcp.get(), 100);
   }
   const transport::ConnCounters& k = c->send ? c->send->counters() : c->recv->counters();
   transport::global_stats().add(k);

@@ -129,6 +129,7 @@ struct ConnCounters {
   uint64_t sent_packets = 0, sent_bytes = 0, retransmitted = 0, rto_events = 0, fast_retransmits = 0, tail_probes = 0;
   uint64_t nacks_received = 0;
   uint64_t spurious_rto = 0;  // timeouts whose original arrived after all (ACK echo): undone
+  uint64_t rto_resends_cancelled = 0;  // their resends still queued at the verdict: dropped, never sent
   uint64_t received_packets = 0, received_bytes = 0, trimmed_accepted = 0, trimmed_nacked = 0;
   uint64_t trimmed_marked = 0;  // accepted with the trimmed DSCP (cut or not)
   uint64_t cut_received = 0;    // read from the packet socket (NCCL_TRIM_RX_CUT): lengths the switch left

@@ -435,6 +435,19 @@ void SendProto::check_timeout(const AckEcho& echo, uint64_t now_ns) {
   ++counters_.spurious_rto;
   cc_.undo_timeout(rto_.cwnd_before);
   rec_.on_spurious_timeout(now_ns - s.first_sent_ns);
+  // Its resends that have not left yet would only duplicate originals on their way: dropped.
+  // A packet lost after all is still found (RACK, once later ones are acknowledged, or the
+  // next timeout); those already resent are not counted back.
+  const size_t queued = retx_.size();
+  retx_.erase(std::remove_if(retx_.begin(), retx_.end(),
+                             [this](uint32_t psn) {
+                               Slot& q = slot(psn);
+                               if (!in_flight_psn(psn) || q.acked || q.rto_episode != rto_.episode) return false;
+                               q.queued = false;
+                               return true;
+                             }),
+              retx_.end());
+  counters_.rto_resends_cancelled += queued - retx_.size();
 }
 
 void SendProto::note_trims(const CtrlPacket& ack) {

@@ -20,5 +20,6 @@ using sock::start_tcp_connect;
 using sock::tcp_accept;
 using sock::tcp_connect_done;
 using sock::write_all;
+using sock::write_some;
 
 }  // namespace trim::transport

@@ -37,6 +37,9 @@ struct PluginStats {
   // Flushes that found an engine's socket send buffer full (datagrams waited in the engine),
   // and datagrams dropped as that wait queue was full.
   int64_t send_buffer_full = 0, send_queue_drops = 0;
+  // Control frames that waited for room in their TCP socket, and connections failed as their
+  // peer stopped reading that stream.
+  int64_t ctrl_buffer_full = 0, ctrl_stalled_conns = 0;
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
