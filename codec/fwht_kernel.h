@@ -9,8 +9,9 @@
 // the first / later passes); kLog2Block / kLog2Block2 (log2 of floats per L1 / L2 block); load,
 // store, add, sub, mul, set1; flip(x, bits) negating lane l where bit l of bits is set (bits
 // above the width are junk to ignore); inreg<t>(x) running stage h = 2^t < W inside the register;
-// kFlip64, and when it is true flip64(v, word): flip(v[j], word >> (j W)) for the registers of a
-// first-pass group of 64 floats, sharing the work of spreading one sign word (AVX2).
+// kWordFlips, and when it is true (AVX2) two cheaper forms of flip: flip64(v, word), i.e.
+// flip(v[j], word >> (j W)) for the registers of a first-pass group of 64 floats, and
+// flip_at(x, bits, i) = flip(x, fwht_signs_at(bits, i)) for i a multiple of W.
 //
 // Schedule (stage s has stride h = 2^s): per L1 block of 2^kLog2Block floats, a first pass
 // loads 2^K1 registers, flips signs, runs stages 0 .. kLog2W-1 inside each register and the next
@@ -98,7 +99,7 @@ void fwht_pass_first(const float* in, float* out, size_t count, size_t base, con
     }
 #pragma GCC unroll 16
     for (size_t j = 0; j < kR; ++j) v[j] = V::load(in + g + j * kW);
-    if constexpr (kW * kR == 64 && V::kFlip64) {
+    if constexpr (kW * kR == 64 && V::kWordFlips) {
       if (sign_in) V::flip64(v, sign_in[(base + g) >> 6]);
     } else if (sign_in) {
 #pragma GCC unroll 16
@@ -138,9 +139,17 @@ void fwht_pass_mid(float* x, size_t count, int s, size_t base, const FwhtCtx cx,
 #pragma GCC unroll 16
         for (size_t j = 0; j < kR; ++j) {
           v[j] = V::mul(v[j], c);
-          if (sign_out)  // h >= 64: every register reads the same shift of its own word
-            v[j] = V::flip(v[j], h >= 64 ? sign_out[(i >> 6) + j * (h >> 6)] >> (i & 63)
-                                         : fwht_signs_at(sign_out, i + j * h));
+          if (!sign_out) continue;
+          if constexpr (V::kWordFlips) {
+            // h >= 64: the same bit offset i in each register's own stretch of the words.
+            if (h >= 64) {
+              v[j] = V::flip_at(v[j], sign_out + j * (h >> 6), i);
+              continue;
+            }
+          }
+          // h >= 64: every register reads the same shift of its own word
+          v[j] = V::flip(v[j], h >= 64 ? sign_out[(i >> 6) + j * (h >> 6)] >> (i & 63)
+                                       : fwht_signs_at(sign_out, i + j * h));
         }
       }
 #pragma GCC unroll 16
