@@ -37,6 +37,31 @@ struct VAvx2 {
     const __m256i mask = _mm256_and_si256(shifted, _mm256_set1_epi32(INT32_MIN));
     return _mm256_xor_ps(x, _mm256_castsi256_ps(mask));
   }
+  // The 8 registers of a 64-float group from one sign word: each 32-bit half broadcast once,
+  // then per register one variable shift brings bit 8j + l to bit 31 of lane l (3 ops a
+  // register where flip spends 3 more extracting, moving and broadcasting its byte).
+  static constexpr bool kWordFlips = true;
+  static TRIM_FWHT_INLINE void flip64(Reg* v, uint64_t word) {
+    const __m256i lo = _mm256_set1_epi32(static_cast<int>(word)), hi = _mm256_set1_epi32(static_cast<int>(word >> 32));
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const int b = 8 * (j & 3);  // the register's first bit within its half
+      const __m256i counts = _mm256_setr_epi32(31 - b, 30 - b, 29 - b, 28 - b, 27 - b, 26 - b, 25 - b, 24 - b);
+      const __m256i m = _mm256_and_si256(_mm256_sllv_epi32(j < 4 ? lo : hi, counts), sign);
+      v[j] = _mm256_xor_ps(v[j], _mm256_castsi256_ps(m));
+    }
+  }
+  // Bits i .. i + 7 of the stream (i a multiple of 8): the 32-bit word holding them broadcast
+  // straight from memory (a load, no byte extract or move), shifted into bit 31 of each lane.
+  static TRIM_FWHT_INLINE Reg flip_at(Reg x, const uint64_t* bits, size_t i) {
+    const __m256i word =
+        _mm256_broadcastd_epi32(_mm_loadu_si32(reinterpret_cast<const uint32_t*>(bits) + (i >> 5)));
+    const __m256i counts = _mm256_sub_epi32(_mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24),
+                                            _mm256_set1_epi32(static_cast<int>(i & 31)));
+    const __m256i m = _mm256_and_si256(_mm256_sllv_epi32(word, counts), _mm256_set1_epi32(INT32_MIN));
+    return _mm256_xor_ps(x, _mm256_castsi256_ps(m));
+  }
   // Stage h: lane l becomes partner + x (bit h of l clear: b + a) or partner + (-x) (set:
   // a + (-b)). IEEE 754 defines a - b as a + (-b), so the bits equal a - b exactly.
   template <int T>

@@ -34,6 +34,7 @@ struct VAvx512 {
   static TRIM_FWHT_INLINE Reg neg(Reg x, __mmask16 lanes) {
     return _mm512_mask_xor_ps(x, lanes, x, _mm512_set1_ps(-0.0f));
   }
+  static constexpr bool kWordFlips = false;  // flip per register
   static TRIM_FWHT_INLINE Reg flip(Reg x, uint64_t bits) {
     return neg(x, static_cast<__mmask16>(bits));
   }

@@ -8,7 +8,10 @@
 // V provides: Reg; kLog2W (lanes = 2^kLog2W); kMaxK1 / kMaxK (log2 of registers per group in
 // the first / later passes); kLog2Block / kLog2Block2 (log2 of floats per L1 / L2 block); load,
 // store, add, sub, mul, set1; flip(x, bits) negating lane l where bit l of bits is set (bits
-// above the width are junk to ignore); inreg<t>(x) running stage h = 2^t < W inside the register.
+// above the width are junk to ignore); inreg<t>(x) running stage h = 2^t < W inside the register;
+// kWordFlips, and when it is true (AVX2) two cheaper forms of flip: flip64(v, word), i.e.
+// flip(v[j], word >> (j W)) for the registers of a first-pass group of 64 floats, and
+// flip_at(x, bits, i) = flip(x, fwht_signs_at(bits, i)) for i a multiple of W.
 //
 // Schedule (stage s has stride h = 2^s): per L1 block of 2^kLog2Block floats, a first pass
 // loads 2^K1 registers, flips signs, runs stages 0 .. kLog2W-1 inside each register and the next
@@ -95,9 +98,12 @@ void fwht_pass_first(const float* in, float* out, size_t count, size_t base, con
       for (size_t j = 0; j < kW * kR; j += 16) __builtin_prefetch(in + g + kFwhtPrefetchFloats + j, 0, 3);
     }
 #pragma GCC unroll 16
-    for (size_t j = 0; j < kR; ++j) {
-      v[j] = V::load(in + g + j * kW);
-      if (sign_in) v[j] = V::flip(v[j], signs(sign_in, g, j));
+    for (size_t j = 0; j < kR; ++j) v[j] = V::load(in + g + j * kW);
+    if constexpr (kW * kR == 64 && V::kWordFlips) {
+      if (sign_in) V::flip64(v, sign_in[(base + g) >> 6]);
+    } else if (sign_in) {
+#pragma GCC unroll 16
+      for (size_t j = 0; j < kR; ++j) v[j] = V::flip(v[j], signs(sign_in, g, j));
     }
     fwht_inreg<V, 0, kR>(v);
     fwht_cross<V, K>(v);
@@ -113,11 +119,13 @@ void fwht_pass_first(const float* in, float* out, size_t count, size_t base, con
   }
 }
 
-// Stages s .. s + K - 1 (stride 2^s >= the width) over `count` floats at x.
-template <class V, int K>
+// Stages s .. s + K - 1 (stride 2^s >= the width) over `count` floats at x. S >= 0: s == S, a
+// constant, so the 2^K rows are one pointer plus fixed displacements (with a run-time stride
+// GCC keeps a pointer per row and, short of registers, steps some of them in memory).
+template <class V, int K, int S = -1>
 void fwht_pass_mid(float* x, size_t count, int s, size_t base, const FwhtCtx cx, bool last) {
   constexpr size_t kW = size_t{1} << V::kLog2W, kR = size_t{1} << K;
-  const size_t h = size_t{1} << s;
+  const size_t h = size_t{1} << (S >= 0 ? S : s);
   const uint64_t* sign_out = cx.sign_out;
   const typename V::Reg c = V::set1(cx.scale);
   for (size_t g = 0; g < count; g += h * kR) {
@@ -131,9 +139,17 @@ void fwht_pass_mid(float* x, size_t count, int s, size_t base, const FwhtCtx cx,
 #pragma GCC unroll 16
         for (size_t j = 0; j < kR; ++j) {
           v[j] = V::mul(v[j], c);
-          if (sign_out)  // h >= 64: every register reads the same shift of its own word
-            v[j] = V::flip(v[j], h >= 64 ? sign_out[(i >> 6) + j * (h >> 6)] >> (i & 63)
-                                         : fwht_signs_at(sign_out, i + j * h));
+          if (!sign_out) continue;
+          if constexpr (V::kWordFlips) {
+            // h >= 64: the same bit offset i in each register's own stretch of the words.
+            if (h >= 64) {
+              v[j] = V::flip_at(v[j], sign_out + j * (h >> 6), i);
+              continue;
+            }
+          }
+          // h >= 64: every register reads the same shift of its own word
+          v[j] = V::flip(v[j], h >= 64 ? sign_out[(i >> 6) + j * (h >> 6)] >> (i & 63)
+                                       : fwht_signs_at(sign_out, i + j * h));
         }
       }
 #pragma GCC unroll 16
@@ -152,10 +168,22 @@ void fwht_first_k(int k, const float* in, float* out, size_t count, size_t base,
   }
 }
 
+// Run-time s -> template S for the widest passes below the L2 block (every stride of rows up to
+// 2^kLog2Block2); larger strides keep the run-time form.
+template <class V, int K, int S = V::kLog2W>
+void fwht_mid_s(float* x, size_t count, int s, size_t base, const FwhtCtx cx, bool last) {
+  if constexpr (S < V::kLog2Block2) {
+    if (s == S) return fwht_pass_mid<V, K, S>(x, count, s, base, cx, last);
+    return fwht_mid_s<V, K, S + 1>(x, count, s, base, cx, last);
+  }
+  fwht_pass_mid<V, K>(x, count, s, base, cx, last);
+}
+
 template <class V, int K = 1>
 void fwht_mid_k(int k, float* x, size_t count, int s, size_t base, const FwhtCtx cx,
                 bool last) {
   if constexpr (K <= V::kMaxK) {
+    if (k == K && K == V::kMaxK) return fwht_mid_s<V, K>(x, count, s, base, cx, last);
     if (k == K) return fwht_pass_mid<V, K>(x, count, s, base, cx, last);
     fwht_mid_k<V, K + 1>(k, x, count, s, base, cx, last);
   }

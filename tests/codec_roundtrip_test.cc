@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "codec/fwht_internal.h"
 #include "codec/rht.h"
 #include "tests/codec_util.h"
 
@@ -63,6 +64,32 @@ TEST(CodecRoundTrip, UntrimmedIsBitExact) {
 
 // The transport's zero-copy path sends header + a slice of the message; it must be byte for
 // byte the packet encode_row builds, for raw bytes and typed exact messages with a tail row.
+// The rotation's fast paths change no byte on the wire: every packet of an rht message is the
+// same whichever FWHT path rotated it (the scalar one is the reference), for rows of 2^15 and
+// the power-of-two pieces of odd last rows, with 0, -0 and denormals mixed in and a row holding
+// an inf and a NaN (sent unrotated), at 1- and 2-bit heads.
+TEST(CodecRoundTrip, RhtPacketsIdenticalOnEveryFwhtPath) {
+  for (size_t elems : {size_t{1}, size_t{3}, size_t{1000}, size_t{32769}, size_t{3 * 32768 + 1003}}) {
+    std::vector<uint8_t> msg = message_bytes(DType::kF32, elems, 0, 90 + elems, true);
+    if (elems > 2 * 32768) {
+      put_special(&msg, DType::kF32, 32768 + 5, false, true);  // row 1: -inf and a NaN
+      put_special(&msg, DType::kF32, 2 * 32768 - 9, true, false);
+    }
+    for (uint8_t heads : {uint8_t{1}, uint8_t{2}}) {
+      const CodecConfig cfg = config(Scheme::kRht, 4096, 32768, heads);
+      ASSERT_TRUE(detail::fwht_force_isa("scalar"));
+      const Encoded want = encode(cfg, DType::kF32, msg);
+      for (const char* isa : {"avx2", "avx512"}) {
+        if (!detail::fwht_force_isa(isa)) continue;
+        const Encoded got = encode(cfg, DType::kF32, msg);
+        ASSERT_TRUE(want.ok && got.ok);
+        EXPECT_TRUE(got.packets == want.packets) << isa << " elems=" << elems << " heads=" << int{heads};
+      }
+    }
+    (void)detail::fwht_force_isa(nullptr);
+  }
+}
+
 TEST(CodecRoundTrip, ZeroCopyRawPacketsEqualEncodedPackets) {
   for (DType dt : {DType::kRaw, DType::kF32, DType::kBF16}) {
     for (size_t bytes : {size_t{1}, size_t{4097}, size_t{131075}, size_t{300001}}) {
