@@ -93,8 +93,8 @@ double sum_abs(const float* v, uint32_t n);
 
 // Every function above has a portable reference (namespace scalar) and, where the CPU has
 // AVX-512 (F, BW, DQ, VL, VBMI) and BMI2, a vector version picked once at startup; on AVX2
-// CPUs without it (Zen 2/3, client Intel) the fp32 hot path (planes_kernels_f32.inc) has AVX2
-// versions and the rest stays scalar. Tests compare each with the reference, bit for bit;
+// CPUs without it (Zen 2/3, client Intel) the fp32 hot path (planes_kernels_f32.inc) and the
+// 16-bit dtypes' kernels (planes_kernels_16.inc) have AVX2 versions and the rest stays scalar. Tests compare each with the reference, bit for bit;
 // kernels_isa() tells which one runs ("avx512", "avx2" or "scalar").
 const char* kernels_isa();
 void kernels_force_scalar(bool force);  // tests and benchmarks only
@@ -120,6 +120,7 @@ bool supported();
 namespace avx2 {
 bool supported();  // AVX2, BMI1 and BMI2
 #include "codec/planes_kernels_f32.inc"
+#include "codec/planes_kernels_16.inc"  // codec/planes16_avx2.cc
 // The rht packet pass (AVX-512 runs the composition of its kernels instead).
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
