@@ -166,6 +166,17 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
   }
 }
 
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs) {
+  scalar::widen16(v, n, bf16, out);
+  if (sum_abs != nullptr) *sum_abs = scalar::sum_abs(out, n);
+  return scalar::sum_squares(out, n, all_finite);
+}
+
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  pack_sign_bits32(v, n, p0);
+  add_norm_lanes(v, 0, n, nullptr, lanes, nullptr);
+}
+
 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
   for (uint32_t i = 0; i < n; ++i) dst[i] -= (2.0f * rng_uniform(key, first + i) - 1.0f) * clip;
 }
@@ -271,6 +282,12 @@ void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1)
 }
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
   TRIM_PICK_F32(assemble16, p0, p1, value_layout, n, dst);
+}
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs) {
+  return TRIM_PICK_F32(widen16_sum_squares, v, n, bf16, out, all_finite, sum_abs);
+}
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  TRIM_PICK_F32(pack_heads_sum_abs, v, n, p0, lanes);
 }
 void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0) {
   vector_path() ? avx512::random_heads(key, first, v, n, clip, sd, p0)

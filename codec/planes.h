@@ -64,6 +64,13 @@ void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
 // Whole 16-bit values [0, n) of a packet: sign layout (sign | 15-bit field) or value layout.
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+// widen16, then sum_squares of the widened values (and sum_abs into *sum_abs unless null), in
+// one pass: the same bits as those calls; *sum_abs only where *all_finite.
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs);
+// rht heads of a 16-bit row: plane 0 of fp32 values (their sign bits), adding |v[i]| to
+// lanes[i % 8] in element order. Called on a row's packets in turn (multiples of 8 elements but
+// the last), lanes_total(lanes) is then sum_abs of the row, to the bit, where it is finite.
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]);
 
 // Plane Q of 2-bit heads for values v[0, n): bit i set when |v[i]| > threshold (NaN: clear),
 // adding each bin's finite |v| and count to *sums (for the bins' levels). The sums run in

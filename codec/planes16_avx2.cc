@@ -1,5 +1,6 @@
 // AVX2 (+BMI2) versions of the 16-bit dtype kernels (planes_kernels_16.inc): bf16 and fp16
-// widening and narrowing, and the sign layout's planes 0+1, for CPUs without AVX-512. Integer
+// widening (with the row's norms) and narrowing, the sign layout's planes 0+1, and rht's heads
+// with their l1 lanes, for CPUs without AVX-512. Integer
 // arithmetic only (no F16C): each result is its scalar twin's (planes.cc, types.h) to the bit,
 // NaN payloads and subnormals included, whatever MXCSR says (tests/planes16_test.cc).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -96,15 +97,90 @@ TRIM_AVX2 inline void pack15x16(__m256i h, uint8_t* p1, bool more) {
   }
 }
 
+// Eight fp32 values into double lanes (lo: lanes 0..3, hi: 4..7) as the scalar norms add them:
+// a square that is not below inf (the value was NaN or inf) adds +0.0 and clears ok; |x| adds
+// to ab when kAbs. A float's square is exact in double, so no lane can overflow on finite data.
+struct NormLanes {
+  __m256d sq_lo, sq_hi, ab_lo, ab_hi, ok;
+};
+
+template <bool kSq, bool kAbs>
+TRIM_AVX2 inline void norm_lanes_add8(__m256 x, NormLanes* a) {
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  if (kSq) {
+    const __m256d inf = _mm256_set1_pd(__builtin_inf());
+    const __m256d sq_lo = _mm256_mul_pd(lo, lo), sq_hi = _mm256_mul_pd(hi, hi);
+    const __m256d fin_lo = _mm256_cmp_pd(sq_lo, inf, _CMP_LT_OQ), fin_hi = _mm256_cmp_pd(sq_hi, inf, _CMP_LT_OQ);
+    a->sq_lo = _mm256_add_pd(a->sq_lo, _mm256_and_pd(sq_lo, fin_lo));
+    a->sq_hi = _mm256_add_pd(a->sq_hi, _mm256_and_pd(sq_hi, fin_hi));
+    a->ok = _mm256_and_pd(a->ok, _mm256_and_pd(fin_lo, fin_hi));
+  }
+  if (kAbs) {
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    a->ab_lo = _mm256_add_pd(a->ab_lo, _mm256_andnot_pd(sign, lo));
+    a->ab_hi = _mm256_add_pd(a->ab_hi, _mm256_andnot_pd(sign, hi));
+  }
+}
+
+TRIM_AVX2 inline __m256 widen8(const uint16_t* v, bool bf16) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)));
+  return _mm256_castsi256_ps(bf16 ? _mm256_slli_epi32(h, 16) : f16_to_f32x8(h));
+}
+
+template <bool kAbs>
+TRIM_AVX2 double widen16_norms(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite,
+                               double* sum_abs) {
+  const __m256d z = _mm256_setzero_pd();
+  NormLanes a{z, z, z, z, _mm256_castsi256_pd(_mm256_set1_epi64x(-1))};
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = widen8(v + i, bf16);
+    _mm256_storeu_ps(out + i, f);
+    norm_lanes_add8<true, kAbs>(f, &a);
+  }
+  alignas(32) double sq[8], ab[8];
+  _mm256_store_pd(sq, a.sq_lo);
+  _mm256_store_pd(sq + 4, a.sq_hi);
+  _mm256_store_pd(ab, a.ab_lo);
+  _mm256_store_pd(ab + 4, a.ab_hi);
+  bool finite = _mm256_movemask_pd(a.ok) == 0xF;
+  if (i < n) {
+    scalar::widen16(v + i, n - i, bf16, out + i);
+    scalar::add_norm_lanes(out, i, n, sq, kAbs ? ab : nullptr, &finite);
+  }
+  *all_finite = finite;
+  if (kAbs) *sum_abs = lanes_total(ab);
+  return lanes_total(sq);
+}
+
 }  // namespace
+
+TRIM_AVX2 double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite,
+                                     double* sum_abs) {
+  return sum_abs != nullptr ? widen16_norms<true>(v, n, bf16, out, all_finite, sum_abs)
+                            : widen16_norms<false>(v, n, bf16, out, all_finite, nullptr);
+}
+
+TRIM_AVX2 void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  const __m256d z = _mm256_setzero_pd();
+  NormLanes a{z, z, _mm256_loadu_pd(lanes), _mm256_loadu_pd(lanes + 4), z};
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    p0[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(x));
+    norm_lanes_add8<false, true>(x, &a);
+  }
+  _mm256_storeu_pd(lanes, a.ab_lo);
+  _mm256_storeu_pd(lanes + 4, a.ab_hi);
+  if (i < n) {
+    scalar::pack_sign_bits32(v + i, n - i, p0 + i / 8);
+    scalar::add_norm_lanes(v, i, n, nullptr, lanes, nullptr);
+  }
+}
 
 TRIM_AVX2 void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
   uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-    const __m256i f = bf16 ? _mm256_slli_epi32(h, 16) : f16_to_f32x8(h);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), f);
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, widen8(v + i, bf16));
   if (i < n) scalar::widen16(v + i, n - i, bf16, out + i);
 }
 

@@ -26,9 +26,14 @@ struct Isa16 {
   decltype(&scalar::narrow16) narrow16;
   decltype(&scalar::pack16_sign_layout) pack16_sign_layout;
   decltype(&scalar::assemble16) assemble16;
+  decltype(&scalar::widen16_sum_squares) widen16_sum_squares;
+  decltype(&scalar::pack_heads_sum_abs) pack_heads_sum_abs;
 };
-#define TRIM_ISA16(ns) \
-  Isa16 { #ns, ns::supported, ns::widen16, ns::narrow16, ns::pack16_sign_layout, ns::assemble16 }
+#define TRIM_ISA16(ns)                                                                                           \
+  Isa16 {                                                                                                        \
+    #ns, ns::supported, ns::widen16, ns::narrow16, ns::pack16_sign_layout, ns::assemble16, ns::widen16_sum_squares, \
+        ns::pack_heads_sum_abs                                                                                   \
+  }
 
 void PrintTo(const Isa16& isa, std::ostream* os) { *os << isa.name; }
 
@@ -150,6 +155,82 @@ TEST_P(Planes16Kernel, EverySizeAndAlignmentMatchesReference) {
       std::vector<uint16_t> back(n);
       k.assemble16(packed.data(), packed.data() + p0, false, n, back.data());
       ASSERT_TRUE(std::equal(back.begin(), back.end(), h)) << at << " pack then assemble";
+    }
+  }
+}
+
+// Bits of a double, so signed zeros compare exactly.
+uint64_t f64_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+
+// The fused norm kernels: widen16_sum_squares is widen16 + sum_squares (+ sum_abs) to the bit;
+// pack_heads_sum_abs, called packet by packet, gives the sign bits and sum_abs's lanes. Rows with
+// NaN/inf (finiteness and heads must still agree) and finite ones (every sum to the bit).
+TEST_P(Planes16Kernel, FusedNormsMatchReference) {
+  const Isa16& k = GetParam();
+  for (uint32_t n : sizes()) {
+    for (uint32_t off = 0; off < 8; off += n > 300 ? 3 : 1) {
+      for (bool finite_only : {false, true}) {
+        const std::string at = "n=" + std::to_string(n) + " off=" + std::to_string(off) + " finite=" +
+                               std::to_string(finite_only);
+        for (bool bf16 : {true, false}) {
+          std::vector<uint16_t> in(off + n, 0);
+          const std::vector<uint16_t> row = values16(n, 9 * n + off);
+          const uint16_t exp_mask = bf16 ? 0x7F80 : 0x7C00;
+          for (uint32_t i = 0; i < n; ++i) {
+            in[off + i] = finite_only && (row[i] & exp_mask) == exp_mask ? 0x8000 : row[i];
+          }
+          for (bool with_abs : {false, true}) {
+            std::vector<float> a(off + n + 8, 7.0f), b = a;
+            bool fa = false, fb = false;
+            double la = -1.0, lb = -1.0;
+            const double sa = scalar::widen16_sum_squares(in.data() + off, n, bf16, a.data() + off, &fa,
+                                                          with_abs ? &la : nullptr);
+            const double sb =
+                k.widen16_sum_squares(in.data() + off, n, bf16, b.data() + off, &fb, with_abs ? &lb : nullptr);
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(widened_equal(k, bf16, a[i], b[i])) << at << " i=" << i;
+            ASSERT_EQ(f64_bits(sa), f64_bits(sb)) << at << " bf16=" << bf16;
+            ASSERT_EQ(fa, fb) << at;
+            if (finite_only) {
+              ASSERT_TRUE(fa) << at;
+            }
+            if (with_abs && fa) {
+              ASSERT_EQ(f64_bits(la), f64_bits(lb)) << at << " bf16=" << bf16;
+              ASSERT_EQ(f64_bits(la), f64_bits(scalar::sum_abs(a.data() + off, n))) << at;
+            }
+          }
+        }
+        // Heads of fp32 rows cut into packets of `epp` (a multiple of 8) at a byte offset.
+        std::vector<float> f(off + n, 0.0f);
+        const std::vector<float> row = values32(n, 13 * n + off);
+        for (uint32_t i = 0; i < n; ++i) f[off + i] = finite_only && !std::isfinite(row[i]) ? -0.0f : row[i];
+        const float* v = f.data() + off;
+        for (uint32_t epp : {8u, 24u, 40u, 2032u}) {
+          const uint32_t p0 = (n + 7) / 8;
+          std::vector<uint8_t> pa(off + p0 + 16, 0xA5), pb = pa;
+          double la[8], lb[8];
+          std::fill(la, la + 8, 0.5);  // they add to what is there
+          std::fill(lb, lb + 8, 0.5);
+          for (uint32_t first = 0; first < n; first += epp) {
+            const uint32_t m = std::min(epp, n - first);
+            scalar::pack_heads_sum_abs(v + first, m, pa.data() + off + first / 8, la);
+            k.pack_heads_sum_abs(v + first, m, pb.data() + off + first / 8, lb);
+          }
+          ASSERT_EQ(pa, pb) << at << " epp=" << epp;
+          bool all_finite = true;
+          (void)scalar::sum_squares(v, n, &all_finite);
+          if (!all_finite) continue;
+          for (int j = 0; j < 8; ++j) ASSERT_EQ(f64_bits(la[j]), f64_bits(lb[j])) << at << " epp=" << epp;
+          double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (uint32_t first = 0; first < n; first += epp) {
+            k.pack_heads_sum_abs(v + first, std::min(epp, n - first), pb.data() + off + first / 8, lanes);
+          }
+          ASSERT_EQ(f64_bits(lanes_total(lanes)), f64_bits(scalar::sum_abs(v, n))) << at << " epp=" << epp;
+        }
+      }
     }
   }
 }
