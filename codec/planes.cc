@@ -172,6 +172,10 @@ double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out,
   return scalar::sum_squares(out, n, all_finite);
 }
 
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst) {
+  for (uint32_t i = begin; i < end; ++i) dst[i - begin] = head_bit(p0, i) ? if_set : if_clear;
+}
+
 void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
   pack_sign_bits32(v, n, p0);
   add_norm_lanes(v, 0, n, nullptr, lanes, nullptr);
@@ -285,6 +289,9 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
 }
 double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs) {
   return TRIM_PICK_F32(widen16_sum_squares, v, n, bf16, out, all_finite, sum_abs);
+}
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst) {
+  TRIM_PICK_F32(fill_heads16, p0, begin, end, if_set, if_clear, dst);
 }
 void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
   TRIM_PICK_F32(pack_heads_sum_abs, v, n, p0, lanes);

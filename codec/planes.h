@@ -64,6 +64,8 @@ void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
 // Whole 16-bit values [0, n) of a packet: sign layout (sign | 15-bit field) or value layout.
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+// fill_heads for 16-bit values: dst[i - begin] = head bit i ? if_set : if_clear.
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst);
 // widen16, then sum_squares of the widened values (and sum_abs into *sum_abs unless null), in
 // one pass: the same bits as those calls; *sum_abs only where *all_finite.
 double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs);

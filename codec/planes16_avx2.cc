@@ -69,6 +69,12 @@ TRIM_AVX2 inline __m256i f32_to_f16x8(__m256i u) {
   return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 16), c32(0x8000)));
 }
 
+// Multipliers that move bit j of a 16-bit mask (broadcast) to bit 15 of lane j: 2^(15 - j).
+TRIM_AVX2 inline __m256i head_to_bit15() {
+  return _mm256_setr_epi16(-32768, 1 << 14, 1 << 13, 1 << 12, 1 << 11, 1 << 10, 1 << 9, 1 << 8, 1 << 7, 1 << 6, 1 << 5,
+                           1 << 4, 1 << 3, 1 << 2, 1 << 1, 1);
+}
+
 // Sixteen u32 lanes (a: elements 0..7, b: 8..15), each below 2^16, as 16 u16 in order.
 TRIM_AVX2 inline __m256i narrow_u32x16(__m256i a, __m256i b) {
   return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
@@ -178,6 +184,26 @@ TRIM_AVX2 void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, doubl
   }
 }
 
+// Whole 16-element groups of plane 0 (two bytes: lane j's bit moved to bit 15 by a multiply)
+// select with a blend; the edges of [begin, end) in scalar.
+TRIM_AVX2 void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear,
+                            uint16_t* dst) {
+  const uint32_t lo = ((begin + 15) & ~15u) < end ? (begin + 15) & ~15u : end;
+  const uint32_t hi = lo + ((end - lo) & ~15u);
+  scalar::fill_heads16(p0, begin, lo, if_set, if_clear, dst);
+  const __m256i set = _mm256_set1_epi16(static_cast<int16_t>(if_set));
+  const __m256i clear = _mm256_set1_epi16(static_cast<int16_t>(if_clear));
+  for (uint32_t i = lo; i < hi; i += 16) {
+    uint16_t m;
+    std::memcpy(&m, p0 + i / 8, 2);
+    const __m256i bit15 = _mm256_mullo_epi16(_mm256_set1_epi16(static_cast<int16_t>(m)), head_to_bit15());
+    // srai: bit 15 across the lane, a byte mask for the blend.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (i - begin)),
+                        _mm256_blendv_epi8(clear, set, _mm256_srai_epi16(bit15, 15)));
+  }
+  scalar::fill_heads16(p0, hi, end, if_set, if_clear, dst + (hi - begin));
+}
+
 TRIM_AVX2 void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
   uint32_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, widen8(v + i, bf16));
@@ -236,9 +262,7 @@ TRIM_AVX2 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layou
   const __m256i xs = _mm256_load_si256(reinterpret_cast<const __m256i*>(xi));
   const __m256i ys = _mm256_load_si256(reinterpret_cast<const __m256i*>(yi));
   const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(mul));
-  // Lane j's head bit (bit j of 16) to bit 15: multiply by 2^(15 - j).
-  const __m256i head_mul = _mm256_setr_epi16(-32768, 1 << 14, 1 << 13, 1 << 12, 1 << 11, 1 << 10, 1 << 9, 1 << 8,
-                                             1 << 7, 1 << 6, 1 << 5, 1 << 4, 1 << 3, 1 << 2, 1 << 1, 1);
+  const __m256i head_mul = head_to_bit15();
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const uint8_t* g = p1 + (15 * i) / 8;

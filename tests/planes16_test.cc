@@ -28,11 +28,12 @@ struct Isa16 {
   decltype(&scalar::assemble16) assemble16;
   decltype(&scalar::widen16_sum_squares) widen16_sum_squares;
   decltype(&scalar::pack_heads_sum_abs) pack_heads_sum_abs;
+  decltype(&scalar::fill_heads16) fill_heads16;
 };
 #define TRIM_ISA16(ns)                                                                                           \
   Isa16 {                                                                                                        \
     #ns, ns::supported, ns::widen16, ns::narrow16, ns::pack16_sign_layout, ns::assemble16, ns::widen16_sum_squares, \
-        ns::pack_heads_sum_abs                                                                                   \
+        ns::pack_heads_sum_abs, ns::fill_heads16                                                                 \
   }
 
 void PrintTo(const Isa16& isa, std::ostream* os) { *os << isa.name; }
@@ -150,6 +151,24 @@ TEST_P(Planes16Kernel, EverySizeAndAlignmentMatchesReference) {
         scalar::assemble16(planes.data(), planes.data() + p0, value_layout, n, x.data() + off);
         k.assemble16(planes.data(), planes.data() + p0, value_layout, n, y.data() + off);
         ASSERT_EQ(x, y) << at << " assemble value_layout=" << value_layout;
+      }
+      // Head-only estimates in 16 bits: what narrowing fill_heads' fp32 estimates gives (the
+      // decoder's former path), from any element on, for estimates of every class.
+      std::vector<uint8_t> heads(p0);
+      for (uint8_t& c : heads) c = static_cast<uint8_t>(rng());
+      for (uint32_t begin : {0u, 1u, 3u, 8u, 9u, 16u, 17u, 33u}) {
+        if (begin > n) continue;
+        for (bool bf16 : {true, false}) {
+          const float est[2] = {bits_f32(0xC0490FDBu ^ rng() % 65536), bits_f32(rng())};
+          uint16_t est16[2];
+          scalar::narrow16(est, 2, bf16, est16);
+          std::vector<float> f(n - begin);
+          scalar::fill_heads(heads.data(), begin, n, est[0], est[1], f.data());
+          std::vector<uint16_t> want(off + n - begin + 8, 0xBEEF), got = want;
+          scalar::narrow16(f.data(), n - begin, bf16, want.data() + off);
+          k.fill_heads16(heads.data(), begin, n, est16[0], est16[1], got.data() + off);
+          ASSERT_EQ(want, got) << at << " fill_heads16 begin=" << begin << " bf16=" << bf16;
+        }
       }
       std::vector<uint8_t> packed(pb.begin() + off, pb.begin() + off + p0 + p1);
       std::vector<uint16_t> back(n);
