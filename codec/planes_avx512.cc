@@ -214,22 +214,18 @@ TRIM_AVX512 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, 
   if (i < n) scalar::pack16_sign_layout(v + i, n - i, p0 + i / 8, p1 + (15 * i) / 8);
 }
 
-// As fill_heads: the whole 16-element groups of plane 0 with a mask blend, the edges in scalar.
+// 16 heads a step from any element: the 2 or 3 bytes of plane 0 that hold them, shifted to bit 0,
+// are the blend's mask.
 TRIM_AVX512 void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear,
                               uint16_t* dst) {
-  uint32_t i = begin;
-  const uint32_t aligned = (begin + 15) & ~15u;
-  if (aligned > i) {
-    const uint32_t stop = aligned < end ? aligned : end;
-    scalar::fill_heads16(p0, i, stop, if_set, if_clear, dst);
-    i = stop;
-  }
   const __m256i set = _mm256_set1_epi16(static_cast<int16_t>(if_set));
   const __m256i clear = _mm256_set1_epi16(static_cast<int16_t>(if_clear));
+  uint32_t i = begin;
   for (; i + 16 <= end; i += 16) {
-    uint16_t m;
-    std::memcpy(&m, p0 + i / 8, 2);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (i - begin)), _mm256_mask_blend_epi16(m, clear, set));
+    uint32_t word = 0;
+    std::memcpy(&word, p0 + i / 8, ((i & 7) + 23) / 8);
+    const __mmask16 heads = static_cast<__mmask16>(word >> (i & 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (i - begin)), _mm256_mask_blend_epi16(heads, clear, set));
   }
   if (i < end) scalar::fill_heads16(p0, i, end, if_set, if_clear, dst + (i - begin));
 }
