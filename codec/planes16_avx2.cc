@@ -243,7 +243,7 @@ TRIM_AVX2 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, ui
 // multiplies by 2^(8 - s) stand in for the per-lane shifts AVX2 lacks for 16-bit lanes.
 TRIM_AVX2 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
   if (value_layout) {
-    std::memcpy(dst, p1, 2 * static_cast<size_t>(n));
+    if (n != 0) std::memcpy(dst, p1, 2 * static_cast<size_t>(n));  // an empty plane may be null
     return;
   }
   alignas(32) int8_t xi[32], yi[32];

@@ -305,7 +305,7 @@ TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_
 
 TRIM_AVX512 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
   if (value_layout) {
-    std::memcpy(dst, p1, 2 * static_cast<size_t>(n));
+    if (n != 0) std::memcpy(dst, p1, 2 * static_cast<size_t>(n));  // an empty plane may be null
     return;
   }
   const Unpack15Consts k = unpack15_consts();
