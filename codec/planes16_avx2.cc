@@ -1,14 +1,8 @@
-// AVX2 (+BMI2) versions of the 16-bit dtype kernels (planes_kernels_16.inc): bf16 and fp16
-// widening (with the row's norms) and narrowing, the sign layout's planes 0+1, and rht's heads
-// with their l1 lanes, for CPUs without AVX-512. Integer
-// arithmetic only (no F16C): each result is its scalar twin's (planes.cc, types.h) to the bit,
-// NaN payloads and subnormals included, whatever MXCSR says (tests/planes16_test.cc).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 reports its own _mm*_undefined_* placeholders inside the intrinsic headers as
-// uninitialized (a known false positive, as in planes_avx512.cc).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+// AVX2 (+BMI2) versions of the 16-bit dtype kernels (planes_kernels_16.inc) for CPUs without
+// AVX-512: bf16 and fp16 widening (with the row's norms) and narrowing, the sign layout's planes
+// 0+1, rht's heads with their l1 lanes, head-only estimates. Integer arithmetic only (no F16C):
+// each result is its scalar twin's (planes.cc, types.h) to the bit, NaN payloads and subnormals
+// included, whatever MXCSR says (tests/planes16_test.cc).
 #include <immintrin.h>
 
 #include <cstdint>
