@@ -192,6 +192,18 @@ void Decoder::decode_16(const ParsedPacket& p, Scheme scheme, uint8_t* dst_bytes
     std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(l.n1));
     return;
   }
+  if (bits.bq == 0 && scheme != Scheme::kSd) {
+    // Head-only values are +-scale: narrowed once, then picked per head in 16 bits (the same
+    // bits as narrowing each estimate); nothing [n0, n): 0 in both dtypes.
+    const float scale = rows_[h.row].scale;
+    const float est[2] = {head_estimate(scheme, 1, scale), head_estimate(scheme, 0, scale)};
+    uint16_t est16[2];
+    narrow16(est, 2, bf16, est16);
+    fill_heads16(p0, l.n1, l.n0, est16[0], est16[1], tmp15_.data() + l.n1);
+    std::fill(tmp15_.begin() + l.n0, tmp15_.begin() + n, uint16_t{0});
+    std::memcpy(dst_bytes, tmp15_.data(), 2 * static_cast<size_t>(n));
+    return;
+  }
   fill_estimates(scheme, rows_[h.row], p0, bits.bq != 0 ? p0 + pb.q_offset() : nullptr, l, l.n1, l.n0,
                  tmpf_.data() + l.n1);
   if (scheme == Scheme::kSd && l.n0 > l.n1) {

@@ -223,13 +223,16 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
 }
 
 void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
-  const uint32_t d = c.info.elems;
+  const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   const bool bf16 = c.layout->dtype() == DType::kBF16;
-  f32_.resize(d);
-  widen16(v, d, bf16, f32_.data());
-  bool finite = true;
-  const double sum_sq = sum_squares(f32_.data(), d, &finite);
   Scheme scheme = c.info.scheme;
+  f32_.resize(d);
+  // The widened row (heads of sq/sd, input of rht, bins) and its norms in one pass; |x|_1 only
+  // where a rotated row's scale needs it (and only where the row is finite).
+  bool finite = true;
+  double l1 = 0.0;
+  const double sum_sq =
+      widen16_sum_squares(v, d, bf16, f32_.data(), &finite, scheme == Scheme::kRotated ? &l1 : nullptr);
   float scale = rms(sum_sq, d);
   if (scheme == Scheme::kSq || scheme == Scheme::kSd) scale *= cfg_.clip_sigmas;
 
@@ -237,16 +240,22 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   if (unrotated) {
     scheme = Scheme::kSign;
   } else if (scheme == Scheme::kRht && finite) {
-    // Rotate in fp32: the heads are the signs of the rotated values.
+    // Rotate in fp32: the heads are the signs of the rotated values, written here with |R(x)|_1
+    // in one pass (packets hold multiples of 8 elements but the last: sum_abs's lanes). A row
+    // that falls back to sign has all its planes rewritten below.
     // A bf16 row near the top of the range can overflow fp32 in the rotation: sent unrotated.
     rht_sign_words(rng_key(cfg_.seed, c.id->msg_seq, c.info.row, RngStream::kRhtSigns), d, &signs_);
     rht_row_forward(f32_.data(), f32_.data(), d, signs_);
-    const double l1 = sum_abs(f32_.data(), d);  // inf or NaN when a rotated value overflowed
-    if (std::isfinite(l1)) {
-      scale = rotated_scale(sum_sq, l1, d, cfg_.head_scale_mse);
+    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
+      pack_heads_sum_abs(f32_.data() + first, std::min(epp, d - first), c.out + k * c.stride + kHeaderBytes, lanes);
+    }
+    const double rotated_l1 = lanes_total(lanes);  // inf or NaN when a rotated value overflowed
+    if (std::isfinite(rotated_l1)) {
+      scale = rotated_scale(sum_sq, rotated_l1, d, cfg_.head_scale_mse);
     } else {
       scheme = Scheme::kSign;
-      widen16(v, d, bf16, f32_.data());  // the heads (and bins) are the input's again
+      widen16(v, d, bf16, f32_.data());  // the bins are the input's again
     }
   } else if (scheme == Scheme::kRht) {
     scheme = Scheme::kSign;
@@ -256,15 +265,13 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
   }
   if (scheme == Scheme::kRotated) {
     // Already rotated upstream: the sign layout, scaled as rht is; a NaN/inf row as sign.
-    const double l1 = finite ? sum_abs(f32_.data(), d) : 0.0;
-    scale = rotated_scale(sum_sq, l1, d, cfg_.head_scale_mse);
+    scale = rotated_scale(sum_sq, finite ? l1 : 0.0, d, cfg_.head_scale_mse);
     if (!finite) scheme = Scheme::kSign;
   }
   if (scheme == Scheme::kSign) scale = rms(sum_sq, d);
 
-  // Planes 1 carry the input bits. sq/sd heads come from the widened values (f32_), rht heads
-  // are the signs of the rotated ones (f32_ after the rotation).
-  const uint32_t epp = c.info.elems_per_packet;
+  // Planes 1 carry the input bits. sq/sd heads come from the widened values (f32_); rht's are
+  // in place already.
   const PlaneBits bits = plane_bits(scheme, c.layout->dtype(), false, c.layout->head_bits());
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
@@ -274,12 +281,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
       pack16_sign_layout(v + first, n, p0, p1);
       continue;
     }
-    if (scheme == Scheme::kRht) {
-      Norms unused;
-      pack_f32_sign_layout(f32_.data() + first, n, p0, nullptr, nullptr, &unused);
-    } else {
-      pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
-    }
+    if (scheme != Scheme::kRht) pack_random_heads(c, scheme, f32_.data() + first, first, n, scale, p0);
     pack16_from16(v + first, n, p1);
   }
   // 2-bit heads: the bins of the values whose signs are the heads (f32_: widened, or rotated).

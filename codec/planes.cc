@@ -166,6 +166,21 @@ void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_
   }
 }
 
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs) {
+  scalar::widen16(v, n, bf16, out);
+  if (sum_abs != nullptr) *sum_abs = scalar::sum_abs(out, n);
+  return scalar::sum_squares(out, n, all_finite);
+}
+
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst) {
+  for (uint32_t i = begin; i < end; ++i) dst[i - begin] = head_bit(p0, i) ? if_set : if_clear;
+}
+
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  pack_sign_bits32(v, n, p0);
+  add_norm_lanes(v, 0, n, nullptr, lanes, nullptr);
+}
+
 void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float* dst) {
   for (uint32_t i = 0; i < n; ++i) dst[i] -= (2.0f * rng_uniform(key, first + i) - 1.0f) * clip;
 }
@@ -263,17 +278,23 @@ double sum_squares(const float* v, uint32_t n, bool* all_finite) {
   return TRIM_PICK_F32(sum_squares, v, n, all_finite);
 }
 double sum_abs(const float* v, uint32_t n) { return TRIM_PICK_F32(sum_abs, v, n); }
-void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) {
-  vector_path() ? avx512::widen16(v, n, bf16, out) : scalar::widen16(v, n, bf16, out);
-}
-void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out) {
-  vector_path() ? avx512::narrow16(v, n, bf16, out) : scalar::narrow16(v, n, bf16, out);
-}
+// The 16-bit dtypes' kernels (planes_kernels_16.inc) have all three ISAs too.
+void widen16(const uint16_t* v, uint32_t n, bool bf16, float* out) { TRIM_PICK_F32(widen16, v, n, bf16, out); }
+void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out) { TRIM_PICK_F32(narrow16, v, n, bf16, out); }
 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1) {
-  vector_path() ? avx512::pack16_sign_layout(v, n, p0, p1) : scalar::pack16_sign_layout(v, n, p0, p1);
+  TRIM_PICK_F32(pack16_sign_layout, v, n, p0, p1);
 }
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
-  vector_path() ? avx512::assemble16(p0, p1, value_layout, n, dst) : scalar::assemble16(p0, p1, value_layout, n, dst);
+  TRIM_PICK_F32(assemble16, p0, p1, value_layout, n, dst);
+}
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs) {
+  return TRIM_PICK_F32(widen16_sum_squares, v, n, bf16, out, all_finite, sum_abs);
+}
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst) {
+  TRIM_PICK_F32(fill_heads16, p0, begin, end, if_set, if_clear, dst);
+}
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  TRIM_PICK_F32(pack_heads_sum_abs, v, n, p0, lanes);
 }
 void random_heads(uint64_t key, uint32_t first, const float* v, uint32_t n, float clip, bool sd, uint8_t* p0) {
   vector_path() ? avx512::random_heads(key, first, v, n, clip, sd, p0)
@@ -291,7 +312,7 @@ void subtract_dither(uint64_t key, uint32_t first, uint32_t n, float clip, float
   vector_path() ? avx512::subtract_dither(key, first, n, clip, dst) : scalar::subtract_dither(key, first, n, clip, dst);
 }
 
-// 16-bit dtypes and the 15-bit stream decode stay portable: they are not on the fp32 hot path.
+// The scalar 16-bit kernels' building blocks and the 15-bit stream decode: portable only.
 void pack_sign_bits16(const uint16_t* v, uint32_t n, uint8_t* p0) {
   for (uint32_t i = 0; i < n; i += 8) {
     uint32_t b = 0;

@@ -64,6 +64,15 @@ void narrow16(const float* v, uint32_t n, bool bf16, uint16_t* out);
 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, uint8_t* p1);
 // Whole 16-bit values [0, n) of a packet: sign layout (sign | 15-bit field) or value layout.
 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst);
+// fill_heads for 16-bit values: dst[i - begin] = head bit i ? if_set : if_clear.
+void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear, uint16_t* dst);
+// widen16, then sum_squares of the widened values (and sum_abs into *sum_abs unless null), in
+// one pass: the same bits as those calls; *sum_abs only where *all_finite.
+double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite, double* sum_abs);
+// rht heads of a 16-bit row: plane 0 of fp32 values (their sign bits), adding |v[i]| to
+// lanes[i % 8] in element order. Called on a row's packets in turn (multiples of 8 elements but
+// the last), lanes_total(lanes) is then sum_abs of the row, to the bit, where it is finite.
+void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]);
 
 // Plane Q of 2-bit heads for values v[0, n): bit i set when |v[i]| > threshold (NaN: clear),
 // adding each bin's finite |v| and count to *sums (for the bins' levels). The sums run in
@@ -93,8 +102,8 @@ double sum_abs(const float* v, uint32_t n);
 
 // Every function above has a portable reference (namespace scalar) and, where the CPU has
 // AVX-512 (F, BW, DQ, VL, VBMI) and BMI2, a vector version picked once at startup; on AVX2
-// CPUs without it (Zen 2/3, client Intel) the fp32 hot path (planes_kernels_f32.inc) has AVX2
-// versions and the rest stays scalar. Tests compare each with the reference, bit for bit;
+// CPUs without it (Zen 2/3, client Intel) the fp32 hot path (planes_kernels_f32.inc) and the
+// 16-bit dtypes' kernels (planes_kernels_16.inc) have AVX2 versions and the rest stays scalar. Tests compare each with the reference, bit for bit;
 // kernels_isa() tells which one runs ("avx512", "avx2" or "scalar").
 const char* kernels_isa();
 void kernels_force_scalar(bool force);  // tests and benchmarks only
@@ -120,6 +129,7 @@ bool supported();
 namespace avx2 {
 bool supported();  // AVX2, BMI1 and BMI2
 #include "codec/planes_kernels_f32.inc"
+#include "codec/planes_kernels_16.inc"  // codec/planes16_avx2.cc
 // The rht packet pass (AVX-512 runs the composition of its kernels instead).
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);

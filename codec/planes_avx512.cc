@@ -214,6 +214,51 @@ TRIM_AVX512 void pack16_sign_layout(const uint16_t* v, uint32_t n, uint8_t* p0, 
   if (i < n) scalar::pack16_sign_layout(v + i, n - i, p0 + i / 8, p1 + (15 * i) / 8);
 }
 
+// 16 heads a step from any element: the 2 or 3 bytes of plane 0 that hold them, shifted to bit 0,
+// are the blend's mask.
+TRIM_AVX512 void fill_heads16(const uint8_t* p0, uint32_t begin, uint32_t end, uint16_t if_set, uint16_t if_clear,
+                              uint16_t* dst) {
+  const __m256i set = _mm256_set1_epi16(static_cast<int16_t>(if_set));
+  const __m256i clear = _mm256_set1_epi16(static_cast<int16_t>(if_clear));
+  uint32_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    uint32_t word = 0;
+    std::memcpy(&word, p0 + i / 8, ((i & 7) + 23) / 8);
+    const __mmask16 heads = static_cast<__mmask16>(word >> (i & 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (i - begin)), _mm256_mask_blend_epi16(heads, clear, set));
+  }
+  if (i < end) scalar::fill_heads16(p0, i, end, if_set, if_clear, dst + (i - begin));
+}
+
+// The composition of this ISA's kernels, which already read each value once per call.
+TRIM_AVX512 double widen16_sum_squares(const uint16_t* v, uint32_t n, bool bf16, float* out, bool* all_finite,
+                                       double* sum_abs) {
+  widen16(v, n, bf16, out);
+  if (sum_abs != nullptr) *sum_abs = avx512::sum_abs(out, n);
+  return sum_squares(out, n, all_finite);
+}
+
+// 16 values a step: the sign mask, and |v| widened into lanes 0..7 twice, in element order.
+TRIM_AVX512 void pack_heads_sum_abs(const float* v, uint32_t n, uint8_t* p0, double lanes[8]) {
+  const __m512d sign = _mm512_set1_pd(-0.0);
+  __m512d ab = _mm512_loadu_pd(lanes);
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(v + i);
+    const uint16_t signs = _mm512_movepi32_mask(_mm512_castps_si512(x));
+    std::memcpy(p0 + i / 8, &signs, 2);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    ab = _mm512_add_pd(ab, _mm512_andnot_pd(sign, lo));
+    ab = _mm512_add_pd(ab, _mm512_andnot_pd(sign, hi));
+  }
+  _mm512_storeu_pd(lanes, ab);
+  if (i < n) {
+    scalar::pack_sign_bits32(v + i, n - i, p0 + i / 8);
+    scalar::add_norm_lanes(v, i, n, nullptr, lanes, nullptr);
+  }
+}
+
 // Sign layout, 16 elements per step: field j of a group sits at bit 15j of its 30 bytes; a
 // byte permute brings bytes [15j/8, 15j/8 + 4) into lane j and a variable shift aligns it.
 struct Unpack15Consts {
@@ -260,7 +305,7 @@ TRIM_AVX512 void assemble_f32(const uint8_t* p0, const uint8_t* p1, const uint8_
 
 TRIM_AVX512 void assemble16(const uint8_t* p0, const uint8_t* p1, bool value_layout, uint32_t n, uint16_t* dst) {
   if (value_layout) {
-    std::memcpy(dst, p1, 2 * static_cast<size_t>(n));
+    if (n != 0) std::memcpy(dst, p1, 2 * static_cast<size_t>(n));  // an empty plane may be null
     return;
   }
   const Unpack15Consts k = unpack15_consts();

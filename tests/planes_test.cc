@@ -359,44 +359,6 @@ TEST_F(PlanesKernel, RandomHeadsAndDitherMatchReference) {
   }
 }
 
-TEST_F(PlanesKernel, SixteenBitKernelsMatchReference) {
-  for (uint32_t n : kSizes) {
-    std::mt19937 rng(n + 300);
-    std::vector<uint16_t> h(n);
-    for (uint16_t& x : h) x = static_cast<uint16_t>(rng());
-    for (bool bf16 : {true, false}) {
-      std::vector<float> a(n), b(n);
-      scalar::widen16(h.data(), n, bf16, a.data());
-      avx512::widen16(h.data(), n, bf16, b.data());
-      for (uint32_t i = 0; i < n; ++i) {
-        if (!std::isnan(a[i])) {
-          ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << n << " " << i;
-        }
-      }
-      std::vector<float> f = values(n, n + 9);  // every fp32 pattern, NaNs included
-      std::vector<uint16_t> x(n), y(n);
-      scalar::narrow16(f.data(), n, bf16, x.data());
-      avx512::narrow16(f.data(), n, bf16, y.data());
-      EXPECT_EQ(x, y) << "narrow n=" << n << " bf16=" << bf16;
-    }
-    const uint32_t p0 = (n + 7) / 8;
-    // Room for the value layout too (plane 1 = 2 bytes per element).
-    std::vector<uint8_t> pa(p0 + 2 * n, 0xAA), pb(p0 + 2 * n, 0xAA);
-    scalar::pack16_sign_layout(h.data(), n, pa.data(), pa.data() + p0);
-    avx512::pack16_sign_layout(h.data(), n, pb.data(), pb.data() + p0);
-    EXPECT_EQ(pa, pb) << "pack16 n=" << n;
-    for (bool value_layout : {false, true}) {
-      std::vector<uint16_t> x(n), y(n);
-      scalar::assemble16(pa.data(), pa.data() + p0, value_layout, n, x.data());
-      avx512::assemble16(pa.data(), pa.data() + p0, value_layout, n, y.data());
-      EXPECT_EQ(x, y) << "assemble16 n=" << n;
-      if (!value_layout) {
-        EXPECT_EQ(x, h) << "pack then assemble is the identity";
-      }
-    }
-  }
-}
-
 // Packing then assembling is the identity for every bit pattern.
 TEST(Planes, PackAssembleIdentity) {
   for (uint32_t n : kSizes) {
