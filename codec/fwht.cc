@@ -100,6 +100,7 @@ struct VSse2 {
   static TRIM_FWHT_INLINE Reg mul(Reg a, Reg b) { return _mm_mul_ps(a, b); }
   static TRIM_FWHT_INLINE Reg set1(float f) { return _mm_set1_ps(f); }
   static constexpr bool kWordFlips = false;  // flip per register
+  static constexpr bool kFixedStrides = false;
   static TRIM_FWHT_INLINE Reg flip(Reg x, uint64_t bits) {
     const auto* m = kFlip4.m[bits & 15];
     return _mm_xor_ps(x, _mm_castsi128_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m))));

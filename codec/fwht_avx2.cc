@@ -41,6 +41,7 @@ struct VAvx2 {
   // then per register one variable shift brings bit 8j + l to bit 31 of lane l (3 ops a
   // register where flip spends 3 more extracting, moving and broadcasting its byte).
   static constexpr bool kWordFlips = true;
+  static constexpr bool kFixedStrides = true;  // rht_forward 2^15: 0.59 -> 0.50 ns/element (d99982d)
   static TRIM_FWHT_INLINE void flip64(Reg* v, uint64_t word) {
     const __m256i lo = _mm256_set1_epi32(static_cast<int>(word)), hi = _mm256_set1_epi32(static_cast<int>(word >> 32));
     const __m256i sign = _mm256_set1_epi32(INT32_MIN);

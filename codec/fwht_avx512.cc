@@ -35,6 +35,7 @@ struct VAvx512 {
     return _mm512_mask_xor_ps(x, lanes, x, _mm512_set1_ps(-0.0f));
   }
   static constexpr bool kWordFlips = false;  // flip per register
+  static constexpr bool kFixedStrides = false;
   static TRIM_FWHT_INLINE Reg flip(Reg x, uint64_t bits) {
     return neg(x, static_cast<__mmask16>(bits));
   }

@@ -11,7 +11,9 @@
 // above the width are junk to ignore); inreg<t>(x) running stage h = 2^t < W inside the register;
 // kWordFlips, and when it is true (AVX2) two cheaper forms of flip: flip64(v, word), i.e.
 // flip(v[j], word >> (j W)) for the registers of a first-pass group of 64 floats, and
-// flip_at(x, bits, i) = flip(x, fwht_signs_at(bits, i)) for i a multiple of W.
+// flip_at(x, bits, i) = flip(x, fwht_signs_at(bits, i)) for i a multiple of W; kFixedStrides:
+// whether the widest passes get one copy per constant stride (fwht_mid_s; measured on AVX2 only,
+// and each copy costs compile time: clang with UBSan takes minutes over them).
 //
 // Schedule (stage s has stride h = 2^s): per L1 block of 2^kLog2Block floats, a first pass
 // loads 2^K1 registers, flips signs, runs stages 0 .. kLog2W-1 inside each register and the next
@@ -183,7 +185,9 @@ template <class V, int K = 1>
 void fwht_mid_k(int k, float* x, size_t count, int s, size_t base, const FwhtCtx cx,
                 bool last) {
   if constexpr (K <= V::kMaxK) {
-    if (k == K && K == V::kMaxK) return fwht_mid_s<V, K>(x, count, s, base, cx, last);
+    if constexpr (K == V::kMaxK && V::kFixedStrides) {
+      if (k == K) return fwht_mid_s<V, K>(x, count, s, base, cx, last);
+    }
     if (k == K) return fwht_pass_mid<V, K>(x, count, s, base, cx, last);
     fwht_mid_k<V, K + 1>(k, x, count, s, base, cx, last);
   }
