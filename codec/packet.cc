@@ -304,6 +304,12 @@ struct ShiftPowers {
 };
 
 #if defined(__x86_64__)
+// reg * k * x^33 mod P (k = x^(8 n - 33): reg shifted by n bytes).
+__attribute__((target("pclmul,sse4.2"))) inline uint32_t shift_step(uint32_t reg, uint32_t k) {
+  const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(reg)), _mm_cvtsi32_si128(static_cast<int>(k)), 0);
+  return static_cast<uint32_t>(__builtin_ia32_crc32di(0, static_cast<uint64_t>(_mm_cvtsi128_si64(p))));
+}
+
 __attribute__((target("pclmul,sse4.2"))) uint32_t shift_clmul(uint32_t reg, uint32_t bytes) {
   static const ShiftPowers powers;
   // The bytes below 8 as zero bytes through the crc32 instruction (at most three steps).
@@ -311,10 +317,7 @@ __attribute__((target("pclmul,sse4.2"))) uint32_t shift_clmul(uint32_t reg, uint
   if (bytes & 2) reg = __builtin_ia32_crc32hi(reg, 0);
   if (bytes & 1) reg = __builtin_ia32_crc32qi(reg, 0);
   for (uint32_t rest = bytes >> ShiftPowers::kFirst, i = ShiftPowers::kFirst; rest != 0; rest >>= 1, ++i) {
-    if ((rest & 1) == 0) continue;
-    const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(reg)),
-                                           _mm_cvtsi32_si128(static_cast<int>(powers.k[i])), 0);
-    reg = static_cast<uint32_t>(__builtin_ia32_crc32di(0, static_cast<uint64_t>(_mm_cvtsi128_si64(p))));
+    if ((rest & 1) != 0) reg = shift_step(reg, powers.k[i]);
   }
   return reg;
 }
@@ -332,7 +335,18 @@ uint64_t crc32c_xpow(uint32_t e) {
 uint32_t crc32c_shift(uint32_t reg, uint32_t bytes) {
 #if defined(__x86_64__)
   static const bool clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.2");
-  if (clmul && bytes < (2u << ShiftPowers::kLast)) return shift_clmul(reg, bytes);
+  if (clmul && bytes < (2u << ShiftPowers::kLast)) {
+    // The encoder shifts by the same plane size packet after packet: that length's own
+    // multiplier x^(8 bytes - 33) = x^31 x^(8 (bytes - 8)), kept, makes it one step.
+    thread_local uint32_t last_bytes = 0, last_k = 0;
+    if (bytes < 8) return shift_clmul(reg, bytes);
+    if (bytes != last_bytes) {
+      static const ShiftPowers powers;
+      last_k = shift_clmul(powers.k[ShiftPowers::kFirst], bytes - 8);
+      last_bytes = bytes;
+    }
+    return shift_step(reg, last_k);
+  }
 #endif
   return crc_multiply(reg, static_cast<uint32_t>(crc32c_xpow(8 * bytes) >> 32));
 }
