@@ -337,15 +337,17 @@ uint32_t crc32c_shift(uint32_t reg, uint32_t bytes) {
   static const bool clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.2");
   if (clmul && bytes < (2u << ShiftPowers::kLast)) {
     // The encoder shifts by the same plane size packet after packet: that length's own
-    // multiplier x^(8 bytes - 33) = x^31 x^(8 (bytes - 8)), kept, makes it one step.
-    thread_local uint32_t last_bytes = 0, last_k = 0;
+    // multiplier x^(8 bytes - 33) = x^31 x^(8 (bytes - 8)), kept, makes it one step. One word
+    // (length, multiplier) that any thread may replace: no lock, no thread-local lookup.
+    static std::atomic<uint64_t> last{0};
     if (bytes < 8) return shift_clmul(reg, bytes);
-    if (bytes != last_bytes) {
+    uint64_t kept = last.load(std::memory_order_relaxed);
+    if (static_cast<uint32_t>(kept >> 32) != bytes) {
       static const ShiftPowers powers;
-      last_k = shift_clmul(powers.k[ShiftPowers::kFirst], bytes - 8);
-      last_bytes = bytes;
+      kept = static_cast<uint64_t>(bytes) << 32 | shift_clmul(powers.k[ShiftPowers::kFirst], bytes - 8);
+      last.store(kept, std::memory_order_relaxed);
     }
-    return shift_step(reg, last_k);
+    return shift_step(reg, static_cast<uint32_t>(kept));
   }
 #endif
   return crc_multiply(reg, static_cast<uint32_t>(crc32c_xpow(8 * bytes) >> 32));
@@ -363,6 +365,7 @@ bool crc32c_force_path(int path) {
 uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len) {
 #if defined(__x86_64__)
   const int path = g_crc_path.load(std::memory_order_relaxed);
+  if (path != 0 && len < kFoldMinBytes) return crc_chain(~crc, data, 0, len);  // the check points in the heads
   if (path == 2) return crc32c_fold(crc, data, len);
   if (path == 1) return crc32c_hw(crc, data, len);
 #endif
