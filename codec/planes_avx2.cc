@@ -191,6 +191,7 @@ TRIM_AVX2_CRC inline void pack_rht(const float* rot, const float* v, uint32_t n,
                             static_cast<int64_t>(hi));
   }
   uint32_t i = 0;
+#pragma GCC unroll 4
   for (; i + 8 <= n; i += 8) {
     const __m256 r = _mm256_loadu_ps(rot + i);
     p0[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(r));
