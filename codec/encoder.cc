@@ -80,7 +80,8 @@ void Encoder::write_row_headers(const RowCtx& c, Scheme scheme, float scale, uin
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
     c.sizes[k] = kHeaderBytes + set_packet_range(&h, planes, first, n);
-    write_header(h, c.out + k * c.stride, cfg_.fabric_keep_bytes);
+    const bool spans = spans_valid_ && spans_[2 * k].bytes != 0;
+    write_header(h, c.out + k * c.stride, cfg_.fabric_keep_bytes, spans ? &spans_[2 * k] : nullptr, spans ? 2 : 0);
   }
 }
 
@@ -114,13 +115,17 @@ void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, const float*
   const Scheme scheme = tails != nullptr ? Scheme::kRht : Scheme::kSign;
   const PlaneBits bits = plane_bits(scheme, DType::kF32, false, c.layout->head_bits());
   PlaneBytes planes = plane_bytes(bits, epp);
+  if (tails != nullptr) spans_.resize(2 * static_cast<size_t>(c.info.packets));
   for (uint32_t k = 0, first = 0; first < d; ++k, first += epp) {
     const uint32_t n = std::min(epp, d - first);
     if (n != epp) planes = plane_bytes(bits, n);
     uint8_t* p0 = c.out + k * c.stride + kHeaderBytes;
     if (tails != nullptr) {
       uint8_t* p1 = p0 + planes.p1_offset();
-      pack_f32_rht(src + first, tails + first, n, p0, p1, p1 + 2 * n, norms);
+      uint32_t regs[2] = {0, 0};
+      const bool folded = pack_f32_rht_crc(src + first, tails + first, n, p0, p1, p1 + 2 * n, norms, regs);
+      spans_[2 * k] = {planes.p1_offset(), folded ? 2 * n : 0, regs[0]};
+      spans_[2 * k + 1] = {planes.p1_offset() + 2 * n, folded ? 2 * n : 0, regs[1]};
     } else {
       pack_f32_sign_layout(src + first, n, p0, p0 + planes.p1_offset(), p0 + planes.p2_offset(), norms);
     }
@@ -169,6 +174,7 @@ void Encoder::pack_value_tails(const RowCtx& c, const float* v) {
 
 void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
+  spans_valid_ = false;
   Scheme scheme = c.info.scheme;
   float scale = 0.0f;
   uint16_t bin_ratio = 0;
@@ -197,6 +203,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
     }
     Norms norms;
     pack_sign_payloads(c, src, rht ? v : nullptr, &norms);
+    spans_valid_ = rht && norms.finite;  // else every plane is rewritten below
     if (!norms.finite) {
       // A NaN or inf (in the input, or an overflow in the rotation) would smear over a whole
       // rotated block: such rows go per element, scaled by the RMS of their finite values.
@@ -223,6 +230,7 @@ void Encoder::encode_f32_row(const RowCtx& c, const float* v) {
 }
 
 void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
+  spans_valid_ = false;
   const uint32_t d = c.info.elems, epp = c.info.elems_per_packet;
   const bool bf16 = c.layout->dtype() == DType::kBF16;
   Scheme scheme = c.info.scheme;
@@ -291,6 +299,7 @@ void Encoder::encode_16_row(const RowCtx& c, const uint16_t* v) {
 }
 
 void Encoder::encode_raw_row(const RowCtx& c, const uint8_t* bytes) {
+  spans_valid_ = false;
   const uint32_t esize = c.info.tail ? 1 : dtype_bytes(c.layout->dtype());
   const uint32_t epp = c.info.elems_per_packet;
   for (uint32_t k = 0, first = 0; first < c.info.elems; ++k, first += epp) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codec/layout.h"
+#include "codec/packet.h"
 #include "codec/planes.h"
 
 namespace trim::codec {
@@ -67,6 +68,11 @@ class Encoder {
   CodecConfig cfg_;
   std::vector<float> f32_;         // rotated (rht) or widened (16-bit) row
   std::vector<uint64_t> signs_;
+  // The CRC registers of planes 1 and 2 of each packet of the row, where the rht pass folded
+  // them (two a packet; bytes 0: none); write_row_headers joins them only while spans_valid_
+  // (the planes are still the ones folded).
+  std::vector<PayloadSpanCrc> spans_;
+  bool spans_valid_ = false;
 };
 
 }  // namespace trim::codec

@@ -44,6 +44,16 @@ uint32_t crc32c_sw(uint32_t crc, const uint8_t* data, size_t len) {
   return ~c;
 }
 
+// a * b mod P, both bit-reflected (x^0 is the top bit).
+uint32_t crc_multiply(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if ((a & m) != 0) product ^= b;
+    b = (b & 1u) ? (b >> 1) ^ 0x82F63B78u : b >> 1;
+  }
+  return product;
+}
+
 #if defined(__x86_64__)
 // The crc32 instruction has a latency of 3 cycles: one chain of it runs at a third of the rate the
 // core can issue it. Long inputs go as three interleaved lanes, joined by multiplying the earlier
@@ -55,16 +65,6 @@ constexpr size_t kLongLaneBytes = 1024, kShortLaneBytes = 128;
 uint32_t crc_shift_slow(uint32_t v, size_t n) {
   for (size_t i = 0; i < 8 * n; ++i) v = (v & 1u) ? (v >> 1) ^ 0x82F63B78u : v >> 1;
   return v;
-}
-
-// a * b mod P, both bit-reflected (x^0 is the top bit).
-uint32_t crc_multiply(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
-    if ((a & m) != 0) product ^= b;
-    b = (b & 1u) ? (b >> 1) ^ 0x82F63B78u : b >> 1;
-  }
-  return product;
 }
 
 // Multiplying by a fixed power as four byte-indexed tables: shift(v) = T0[v0] ^ T1[v1] ^ T2[v2] ^ T3[v3].
@@ -100,17 +100,26 @@ __attribute__((target("sse4.2"))) uint64_t crc_lanes(uint64_t c, const uint8_t* 
   return c;
 }
 
+// One chain over [i, len): words, then the last 0..7 bytes as at most one 4-, 2- and 1-byte step
+// (a byte at a time cost up to 7 steps of 3 cycles on the encoder's short check-point spans).
+__attribute__((target("sse4.2"))) inline uint32_t crc_chain(uint64_t c, const uint8_t* data, size_t i, size_t len) {
+  for (; i + 8 <= len; i += 8) c = __builtin_ia32_crc32di(c, get64(data + i));
+  uint32_t c32 = static_cast<uint32_t>(c);
+  if (len - i >= 4) c32 = __builtin_ia32_crc32si(c32, get32(data + i)), i += 4;
+  if (len - i >= 2) c32 = __builtin_ia32_crc32hi(c32, get16(data + i)), i += 2;
+  if (len - i >= 1) c32 = __builtin_ia32_crc32qi(c32, data[i]);
+  return ~c32;
+}
+
 __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const uint8_t* data, size_t len) {
+  if (len < 3 * kShortLaneBytes) return crc_chain(~crc, data, 0, len);  // no lanes: skip their tables
   static const CrcShiftTable long1(kLongLaneBytes), long2(2 * kLongLaneBytes);
   static const CrcShiftTable short1(kShortLaneBytes), short2(2 * kShortLaneBytes);
   uint64_t c = ~crc;
   size_t i = 0;
   c = crc_lanes<kLongLaneBytes>(c, data, len, &i, long1, long2);
   c = crc_lanes<kShortLaneBytes>(c, data, len, &i, short1, short2);
-  for (; i + 8 <= len; i += 8) c = __builtin_ia32_crc32di(c, get64(data + i));
-  uint32_t c32 = static_cast<uint32_t>(c);
-  for (; i < len; ++i) c32 = __builtin_ia32_crc32qi(c32, data[i]);
-  return ~c32;
+  return crc_chain(c, data, i, len);
 }
 #endif
 
@@ -123,11 +132,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const uint8_t
 // constants are x^e mod P in the bit-reflected frame, e one less than the distance because the
 // product of two reflected 64-bit values lands one bit low. Zen 3: 17 -> 22 GB/s on a 1936-byte
 // plane, where the three crc32 lanes are bound by the instruction's one per cycle.
-uint64_t crc_fold_constant(uint32_t e) {
-  uint32_t v = 1u << 31;  // x^0
-  for (uint32_t i = 0; i < e; ++i) v = (v & 1u) ? (v >> 1) ^ 0x82F63B78u : v >> 1;
-  return static_cast<uint64_t>(v) << 32;  // bit j of the 64-bit frame holds x^(63 - j)
-}
+uint64_t crc_fold_constant(uint32_t e) { return detail::crc32c_xpow(e); }
 
 constexpr size_t kFoldStepBytes = 128, kFoldMinBytes = 2 * kFoldStepBytes;
 
@@ -143,9 +148,9 @@ TRIM_CRC_FOLD inline __m128i fold128(__m128i a, __m128i k) {
 TRIM_CRC_FOLD inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len) {
+  if (len < kFoldMinBytes) return crc32c_hw(crc, data, len);  // before the constants' guards
   static const uint64_t k128h = crc_fold_constant(8 * kFoldStepBytes + 63), k128l = crc_fold_constant(8 * kFoldStepBytes - 1);
   static const uint64_t k16h = crc_fold_constant(8 * 16 + 63), k16l = crc_fold_constant(8 * 16 - 1);
-  if (len < kFoldMinBytes) return crc32c_hw(crc, data, len);
   const __m256i k128 = _mm256_set_epi64x(static_cast<int64_t>(k128l), static_cast<int64_t>(k128h),
                                          static_cast<int64_t>(k128l), static_cast<int64_t>(k128h));
   // The register enters as the first four bytes' xor (the crc32 instruction's own definition).
@@ -167,7 +172,7 @@ TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len
   for (int j = 1; j < 8; ++j) acc = _mm_xor_si128(fold128(acc, k16), blocks[j]);
   uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(acc)));
   c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(acc, 1)));
-  return crc32c_hw(~static_cast<uint32_t>(c), data + i, len - i);
+  return crc_chain(c, data, i, len);  // under 128 bytes left: one chain
 }
 
 // The header's 76 bytes as nine words and a tail, the TRIMMED bit masked in the first word.
@@ -279,7 +284,75 @@ std::atomic<int> g_crc_path{kCrcBestPath};
 
 }  // namespace
 
+namespace {
+
+// x^(8 2^i - 33) mod P for i = 3 .. 15 (spans of 8 .. 32768 bytes): a register times one of
+// these, carry-less, then crc32 from a zero register (which multiplies by x^32 and reduces; the
+// product of two reflected 32-bit values adds one more x) is the register shifted by 2^i bytes.
+// Built by doubling with plain multiplications mod P: microseconds, once.
+struct ShiftPowers {
+  static constexpr int kFirst = 3, kLast = 15;
+  uint32_t k[kLast + 1] = {};
+  ShiftPowers() {
+    uint32_t step = static_cast<uint32_t>(detail::crc32c_xpow(8u << kFirst) >> 32);  // x^(8 2^i)
+    k[kFirst] = static_cast<uint32_t>(detail::crc32c_xpow((8u << kFirst) - 33) >> 32);
+    for (int i = kFirst + 1; i <= kLast; ++i) {
+      k[i] = crc_multiply(k[i - 1], step);
+      step = crc_multiply(step, step);
+    }
+  }
+};
+
+#if defined(__x86_64__)
+// reg * k * x^33 mod P (k = x^(8 n - 33): reg shifted by n bytes).
+__attribute__((target("pclmul,sse4.2"))) inline uint32_t shift_step(uint32_t reg, uint32_t k) {
+  const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(reg)), _mm_cvtsi32_si128(static_cast<int>(k)), 0);
+  return static_cast<uint32_t>(__builtin_ia32_crc32di(0, static_cast<uint64_t>(_mm_cvtsi128_si64(p))));
+}
+
+__attribute__((target("pclmul,sse4.2"))) uint32_t shift_clmul(uint32_t reg, uint32_t bytes) {
+  static const ShiftPowers powers;
+  // The bytes below 8 as zero bytes through the crc32 instruction (at most three steps).
+  if (bytes & 4) reg = __builtin_ia32_crc32si(reg, 0);
+  if (bytes & 2) reg = __builtin_ia32_crc32hi(reg, 0);
+  if (bytes & 1) reg = __builtin_ia32_crc32qi(reg, 0);
+  for (uint32_t rest = bytes >> ShiftPowers::kFirst, i = ShiftPowers::kFirst; rest != 0; rest >>= 1, ++i) {
+    if ((rest & 1) != 0) reg = shift_step(reg, powers.k[i]);
+  }
+  return reg;
+}
+#endif
+
+}  // namespace
+
 namespace detail {
+uint64_t crc32c_xpow(uint32_t e) {
+  uint32_t v = 1u << 31;  // x^0
+  for (uint32_t i = 0; i < e; ++i) v = (v & 1u) ? (v >> 1) ^ 0x82F63B78u : v >> 1;
+  return static_cast<uint64_t>(v) << 32;  // bit j of the 64-bit frame holds x^(63 - j)
+}
+
+uint32_t crc32c_shift(uint32_t reg, uint32_t bytes) {
+#if defined(__x86_64__)
+  static const bool clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.2");
+  if (clmul && bytes < (2u << ShiftPowers::kLast)) {
+    // The encoder shifts by the same plane size packet after packet: that length's own
+    // multiplier x^(8 bytes - 33) = x^31 x^(8 (bytes - 8)), kept, makes it one step. One word
+    // (length, multiplier) that any thread may replace: no lock, no thread-local lookup.
+    static std::atomic<uint64_t> last{0};
+    if (bytes < 8) return shift_clmul(reg, bytes);
+    uint64_t kept = last.load(std::memory_order_relaxed);
+    if (static_cast<uint32_t>(kept >> 32) != bytes) {
+      static const ShiftPowers powers;
+      kept = static_cast<uint64_t>(bytes) << 32 | shift_clmul(powers.k[ShiftPowers::kFirst], bytes - 8);
+      last.store(kept, std::memory_order_relaxed);
+    }
+    return shift_step(reg, static_cast<uint32_t>(kept));
+  }
+#endif
+  return crc_multiply(reg, static_cast<uint32_t>(crc32c_xpow(8 * bytes) >> 32));
+}
+
 int crc32c_path() { return g_crc_path.load(std::memory_order_relaxed); }
 bool crc32c_force_path(int path) {
   if (path < 0) path = kCrcBestPath;
@@ -292,6 +365,7 @@ bool crc32c_force_path(int path) {
 uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t len) {
 #if defined(__x86_64__)
   const int path = g_crc_path.load(std::memory_order_relaxed);
+  if (path != 0 && len < kFoldMinBytes) return crc_chain(~crc, data, 0, len);  // the check points in the heads
   if (path == 2) return crc32c_fold(crc, data, len);
   if (path == 1) return crc32c_hw(crc, data, len);
 #endif
@@ -355,7 +429,8 @@ void write_prefix(uint8_t* out, uint16_t magic, uint8_t version, uint64_t cookie
 
 uint64_t prefix_cookie(const uint8_t* data) { return get64(data + 8); }
 
-void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
+void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut, const PayloadSpanCrc* spans,
+                  uint32_t span_count) {
   write_prefix(out, kMagic, kVersion, h.cookie);
   out[3] = h.flags;
   out[4] = static_cast<uint8_t>(h.scheme);
@@ -379,10 +454,21 @@ void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut) {
     uint16_t ends[kCheckPoints];
     const uint32_t n = check_point_ends(h.payload_bytes, h.trim_bytes, planned_cut, ends);
     const uint8_t* payload = out + kHeaderBytes;
-    uint32_t crc = crc32c(out + kCheckSeedOffset, kCheckSeedBytes), pos = 0;
+    uint32_t crc = crc32c(out + kCheckSeedOffset, kCheckSeedBytes), pos = 0, s = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      crc = crc32c_extend(crc, payload + pos, ends[i] - pos);
-      pos = ends[i];
+      while (pos < ends[i]) {
+        while (s < span_count && spans[s].start < pos) ++s;  // cut by an earlier point: read
+        if (s < span_count && spans[s].start == pos && pos + spans[s].bytes <= ends[i]) {
+          crc = ~(detail::crc32c_shift(~crc, spans[s].bytes) ^ spans[s].reg);  // CRC is linear
+          pos += spans[s++].bytes;
+          continue;
+        }
+        // Read up to the next span (one that starts here does not fit before this point: read on).
+        const bool next = s < span_count && spans[s].start > pos && spans[s].start < ends[i];
+        const uint32_t stop = next ? spans[s].start : ends[i];
+        crc = crc32c_extend(crc, payload + pos, stop - pos);
+        pos = stop;
+      }
       put16(out + kCheckOffset + 4 * i, ends[i]);
       put16(out + kCheckOffset + 4 * i + 2, static_cast<uint16_t>(crc));
     }

@@ -161,6 +161,11 @@ namespace detail {
 // (-1: the best again; false, changing nothing, where this CPU lacks it). Tests and benchmarks.
 int crc32c_path();
 bool crc32c_force_path(int path);
+// x^e mod P, the CRC-32C polynomial, bit-reflected in the top half of 64 bits (x^0 is bit 63):
+// the constants of a carry-less fold (codec/planes_avx2.cc folds planes while packing them).
+uint64_t crc32c_xpow(uint32_t e);
+// The register `reg` (no inversion) followed by `bytes` zero bytes: reg * x^(8 bytes) mod P.
+uint32_t crc32c_shift(uint32_t reg, uint32_t bytes);
 }  // namespace detail
 
 // Where a lossy packet's check points fall (payload prefix lengths, ascending, the last one
@@ -169,10 +174,20 @@ bool crc32c_force_path(int path);
 uint32_t check_point_ends(uint32_t payload_bytes, uint32_t trim_bytes, uint32_t planned_cut,
                           uint16_t ends[kCheckPoints]);
 
+// A payload span whose CRC-32C register the encoder already holds: `reg` is the register after
+// payload[start, start + bytes) fed from a zero register, with no inversion (the kernel that
+// wrote the span folded it on the way). write_header then joins it to the check points' running
+// CRC by a shift instead of reading the bytes again; the result is the same to the bit.
+struct PayloadSpanCrc {
+  uint32_t start = 0, bytes = 0, reg = 0;
+};
+
 // Writes the header (with its CRC) into the first kHeaderBytes of `out`. For a lossy scheme the
 // payload (h.payload_bytes) must already follow in `out`: the check points are computed over it,
-// one at `planned_cut` too (see check_point_ends).
-void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0);
+// one at `planned_cut` too (see check_point_ends). `spans` (ascending, disjoint; may be null):
+// parts of the payload whose CRC registers are known (a span that a check point cuts is read).
+void write_header(const PacketHeader& h, uint8_t* out, uint32_t planned_cut = 0, const PayloadSpanCrc* spans = nullptr,
+                  uint32_t span_count = 0);
 // Rewrites the transport fields of an encoded packet and refreshes the CRC.
 void stamp_transport(uint8_t* packet, uint32_t psn, uint32_t dst_ip4, uint16_t dst_port);
 // The psn stamp_transport wrote (of one of our own packets: nothing is checked).

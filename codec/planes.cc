@@ -264,6 +264,16 @@ void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uin
   pack16_from32(v, n, 16, p1);
   pack16_from32(v, n, 0, p2);
 }
+bool pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                      Norms* norms, uint32_t regs[2]) {
+  static const bool crc = avx2::crc_supported();
+  if (isa() != Isa::kAvx2 || !crc || n % 8 != 0) {
+    pack_f32_rht(rot, v, n, p0, p1, p2, norms);
+    return false;
+  }
+  avx2::pack_f32_rht_crc(rot, v, n, p0, p1, p2, norms, regs);
+  return true;
+}
 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {
   TRIM_PICK_F32(pack16_from32, v, n, shift, out);
 }

@@ -43,6 +43,12 @@ void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, 
 // then sends the row unrotated and recomputes them); otherwise every output is the reference's.
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
+// pack_f32_rht, and where this CPU's kernel can (AVX2 with PCLMUL; n a multiple of 8) the CRC-32C
+// registers of plane 1 (2n bytes at p1) and plane 2 (2n bytes at p2), each fed from a zero
+// register with no inversion, into regs[0] and regs[1]: returns whether it set them (the bytes
+// written are the same either way). For write_header's PayloadSpanCrc.
+bool pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                      Norms* norms, uint32_t regs[2]);
 
 // Decode of whole fp32 elements [0, n) of a packet: sign layout (plane 0 = sign, plane 1 =
 // bits 30..16) or value layout (plane 1 = bits 31..16); plane 2 = bits 15..0.
@@ -133,6 +139,11 @@ bool supported();  // AVX2, BMI1 and BMI2
 // The rht packet pass (AVX-512 runs the composition of its kernels instead).
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
+// The same pass, also giving planes 1 and 2's CRC-32C registers (pack_f32_rht_crc); where the
+// CPU has PCLMUL, VPCLMULQDQ and SSE4.2 besides (crc_supported()).
+bool crc_supported();
+void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                      Norms* norms, uint32_t regs[2]);
 }  // namespace avx2
 
 }  // namespace trim::codec

@@ -14,9 +14,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "codec/packet.h"
 #include "codec/planes.h"
 
 #define TRIM_AVX2 __attribute__((target("avx2,bmi,bmi2")))
+// The rht pass that also folds its planes' CRC (crc_supported()).
+#define TRIM_AVX2_CRC __attribute__((target("avx2,bmi,bmi2,pclmul,vpclmulqdq,sse4.2")))
 
 namespace trim::codec::avx2 {
 
@@ -170,14 +173,25 @@ TRIM_AVX2 void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uin
 // masks: a square of a finite float is exact in double and 2^32 of them stay far below double's
 // range, so the lanes end finite exactly when every value was, and then hold the reference's
 // sums (same lanes, same order). Plane 1+2: one byte shuffle splits each 128-bit half into its
-// low and high u16s, a quadword permute gathers the eight of each.
-TRIM_AVX2 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
-                            Norms* norms) {
+// low and high u16s, a quadword permute gathers the eight of each. kCrc: the two planes' 16-byte
+// blocks also fold into one register pair (plane 2 in the low half, plane 1 in the high), each
+// half multiplied forward by x^128 and the next block added, as crc32c_fold's last step does, so
+// the planes' CRC registers come out of the pass that writes them (n a multiple of 8).
+template <bool kCrc>
+TRIM_AVX2_CRC inline void pack_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1,
+                                   uint8_t* p2, Norms* norms, uint32_t regs[2]) {
   __m256d sq_lo = _mm256_setzero_pd(), sq_hi = sq_lo, ab_lo = sq_lo, ab_hi = sq_lo;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
                                          0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  __m256i crc = _mm256_setzero_si256(), k16 = crc;
+  if constexpr (kCrc) {
+    static const uint64_t hi = detail::crc32c_xpow(8 * 16 + 63), lo = detail::crc32c_xpow(8 * 16 - 1);
+    k16 = _mm256_set_epi64x(static_cast<int64_t>(lo), static_cast<int64_t>(hi), static_cast<int64_t>(lo),
+                            static_cast<int64_t>(hi));
+  }
   uint32_t i = 0;
+#pragma GCC unroll 4
   for (; i + 8 <= n; i += 8) {
     const __m256 r = _mm256_loadu_ps(rot + i);
     p0[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(r));
@@ -191,6 +205,19 @@ TRIM_AVX2 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_
         _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), split), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p2 + 2 * i), _mm256_castsi256_si128(x));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + 2 * i), _mm256_extracti128_si256(x, 1));
+    if constexpr (kCrc) {
+      crc = _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(crc, k16, 0x00),
+                                              _mm256_clmulepi64_epi128(crc, k16, 0x11)),
+                             x);
+    }
+  }
+  if constexpr (kCrc) {
+    // A 16-byte message's CRC from a zero register is M(x) x^32 mod P: two crc32 steps.
+    const __m128i c2 = _mm256_castsi256_si128(crc), c1 = _mm256_extracti128_si256(crc, 1);
+    regs[0] = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(c1))),
+                                                  static_cast<uint64_t>(_mm_extract_epi64(c1, 1))));
+    regs[1] = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(c2))),
+                                                  static_cast<uint64_t>(_mm_extract_epi64(c2, 1))));
   }
   if (i < n) {
     scalar::pack_sign_bits32(rot + i, n - i, p0 + i / 8);
@@ -209,6 +236,22 @@ TRIM_AVX2 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_
   norms->sum_sq += lanes_total(sq);
   norms->sum_abs += lanes_total(ab);
   norms->finite = norms->finite && finite;
+}
+
+TRIM_AVX2 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                            Norms* norms) {
+  pack_rht<false>(rot, v, n, p0, p1, p2, norms, nullptr);
+}
+
+bool crc_supported() {
+  __builtin_cpu_init();
+  return supported() && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("vpclmulqdq") &&
+         __builtin_cpu_supports("sse4.2");
+}
+
+TRIM_AVX2_CRC void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1,
+                                    uint8_t* p2, Norms* norms, uint32_t regs[2]) {
+  pack_rht<true>(rot, v, n, p0, p1, p2, norms, regs);
 }
 
 // Sign layout, 8 elements per step: field j of a group sits at bit 15j of its 15 bytes; a byte

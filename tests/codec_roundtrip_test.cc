@@ -90,6 +90,46 @@ TEST(CodecRoundTrip, RhtPacketsIdenticalOnEveryFwhtPath) {
   }
 }
 
+// The rht pass that folds planes 1+2's CRC while writing them (AVX2 with PCLMUL), whose registers
+// write_header joins instead of reading the planes: every packet byte for byte what the scalar
+// kernels give (planes read back for the CRC). Odd rows (1, 7, 2^15 - 1, 2^15 + 3 elements: a
+// last packet of n % 8 != 0 takes the unfolded path), messages at addresses off the vector
+// width, 1- and 2-bit heads, MTUs whose packets hold 8k elements or not, a fabric cut inside the
+// planes (a span cut by a check point is read), and a row with a NaN (sent unrotated).
+TEST(CodecRoundTrip, RhtPacketsIdenticalWithFoldedPlaneCrcs) {
+  if (!avx2::crc_supported()) GTEST_SKIP() << "no AVX2 + PCLMUL here";
+  for (size_t elems : {size_t{1}, size_t{7}, size_t{1000}, size_t{32767}, size_t{32768}, size_t{32771}}) {
+    for (size_t offset_bytes : {size_t{0}, size_t{4}, size_t{12}}) {
+      std::vector<uint8_t> msg = message_bytes(DType::kF32, elems, 0, 7 + elems, false);
+      if (elems == 32771 && offset_bytes == 12) put_special(&msg, DType::kF32, 500, true, false);
+      std::vector<uint8_t> buf(offset_bytes);
+      buf.insert(buf.end(), msg.begin(), msg.end());
+      for (uint8_t heads : {uint8_t{1}, uint8_t{2}}) {
+        for (uint32_t mtu : {1500u, 4096u, 9000u}) {
+          for (uint32_t keep : {0u, 600u}) {
+            CodecConfig cfg = config(Scheme::kRht, mtu, 32768, heads);
+            cfg.fabric_keep_bytes = keep;
+            Result<Layout> layout = Layout::make(cfg, DType::kF32, Scheme::kRht, msg.size());
+            ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+            const MessageId id{0x5eedull, 3, true};
+            kernels_force_scalar(true);
+            auto want = Encoder(cfg).encode_message(*layout, id, buf.data() + offset_bytes);
+            kernels_force_scalar(false);
+            auto got = Encoder(cfg).encode_message(*layout, id, buf.data() + offset_bytes);
+            ASSERT_TRUE(want.is_ok() && got.is_ok());
+            ASSERT_EQ(want->size(), got->size());
+            for (size_t k = 0; k < want->size(); ++k) {
+              ASSERT_EQ((*want)[k], (*got)[k]) << "elems=" << elems << " offset=" << offset_bytes
+                                               << " heads=" << int{heads} << " mtu=" << mtu << " keep=" << keep
+                                               << " packet " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CodecRoundTrip, ZeroCopyRawPacketsEqualEncodedPackets) {
   for (DType dt : {DType::kRaw, DType::kF32, DType::kBF16}) {
     for (size_t bytes : {size_t{1}, size_t{4097}, size_t{131075}, size_t{300001}}) {

@@ -167,6 +167,57 @@ TEST(Packet, HeaderCrcIsCrc32cOfTheFirst76Bytes) {
   EXPECT_EQ(parse(p, p.size()), PacketError::kOk);
 }
 
+// crc32c_shift is the register after that many zero bytes (the bitwise definition), on every
+// length a payload span can have: the clmul form's bits 3..15 and the zero-byte steps below 8.
+TEST(Packet, Crc32cShiftIsZeroBytesFedIn) {
+  std::mt19937 rng(11);
+  const std::vector<uint8_t> zeros(65535, 0);
+  std::vector<uint32_t> lengths;
+  for (uint32_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  // Repeats too: the last length's multiplier is kept.
+  for (uint32_t n : {1920u, 1920u, 1936u, 3960u, 3960u, 4096u, 32767u, 32768u, 40000u, 65535u, 65535u, 9u, 9u, 8u})
+    lengths.push_back(n);
+  for (uint32_t n : lengths) {
+    const uint32_t reg = static_cast<uint32_t>(rng());
+    // The register after n zero bytes: crc32c_bitwise works on inverted values.
+    EXPECT_EQ(detail::crc32c_shift(reg, n), ~crc32c_bitwise(~reg, zeros.data(), n)) << n;
+  }
+}
+
+// A header written with known span CRCs (as the rht encoder passes them) is the header written
+// by reading the payload, byte for byte: spans that a check point falls inside (a fabric cut)
+// are read instead, and a wrong register shows in the check points (the spans are used).
+TEST(Packet, WriteHeaderJoinsSpanCrcsToTheBit) {
+  std::mt19937 rng(12);
+  for (uint32_t elems : {8u, 16u, 128u, 960u, 968u}) {
+    for (uint32_t cut : {0u, 1u, 200u, 1000u, 2000u}) {
+      const uint32_t p0 = elems / 8, payload = p0 + 4 * elems;
+      std::vector<uint8_t> a(kHeaderBytes + payload);
+      for (size_t i = kHeaderBytes; i < a.size(); ++i) a[i] = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> b = a;
+      PacketHeader h;
+      h.scheme = Scheme::kRht;
+      h.dtype = DType::kF32;
+      h.head_bits = 1;
+      h.elem_count = static_cast<uint16_t>(elems);
+      h.payload_bytes = static_cast<uint16_t>(payload);
+      h.trim_bytes = static_cast<uint16_t>(p0);
+      h.scale = 0.25f;
+      write_header(h, a.data(), cut);
+      // Registers from zero, no inversion: ~crc32c_extend(~0, span).
+      const uint8_t* pl = b.data() + kHeaderBytes;
+      PayloadSpanCrc spans[2] = {{p0, 2 * elems, ~crc32c_extend(0xFFFFFFFFu, pl + p0, 2 * elems)},
+                                 {p0 + 2 * elems, 2 * elems, ~crc32c_extend(0xFFFFFFFFu, pl + p0 + 2 * elems, 2 * elems)}};
+      write_header(h, b.data(), cut, spans, 2);
+      const std::string at = std::to_string(elems) + " elements, cut " + std::to_string(cut);
+      ASSERT_EQ(a, b) << at;
+      spans[1].reg ^= 1;
+      write_header(h, b.data(), cut, spans, 2);
+      EXPECT_NE(a, b) << at;
+    }
+  }
+}
+
 // The check points of a packet, as its header holds them.
 std::vector<std::pair<uint32_t, uint32_t>> points_of(const std::vector<uint8_t>& p) {
   std::vector<std::pair<uint32_t, uint32_t>> out;
