@@ -80,16 +80,9 @@ TEST_F(Loopback, ExactBytesOfManySizesInFifoOrder) {
   }
 }
 
-// At 9000 bytes a packet (a wire's jumbo frames; a same-host peer's auto MTU is 65535, one packet
-// per datagram), so that runs of packets fit a GSO super-datagram.
-class LoopbackAt9000 : public Loopback {
- protected:
-  testing::EnvGuard mtu_{"NCCL_TRIM_MTU", "9000"};  // constructed before SetUp connects
-};
-
 // Exact messages leave zero-copy in GSO super-datagrams and arrive in GRO runs (the default,
 // NCCL_TRIM_UDP_OFFLOAD=on); the bytes stay exact either way.
-TEST_F(LoopbackAt9000, ExactTrafficUsesSegmentationOffload) {
+TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
   const long long gso0 = counter("gso_sends"), gro0 = counter("gro_batches");
   ASSERT_GE(gso0, 0);
   ASSERT_GE(gro0, 0);

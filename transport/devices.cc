@@ -261,15 +261,9 @@ int route_mtu(uint32_t src_ip4_be, uint32_t dst_ip4_be) {
   return ::getsockopt(fd.get(), IPPROTO_IP, IP_MTU, &mtu, &len) == 0 ? mtu : 0;
 }
 
-bool is_local_ip4(uint32_t ip4_be) {
-  sock::Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  const sockaddr_in addr = sock::make_addr(ip4_be, 0);
-  return fd.valid() && ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
-}
-
-int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes, bool same_host) {
+int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes) {
   if (route_mtu_bytes < kMinMtuBytes) return dev_offer_bytes;
-  if (mtu_param == kAuto) return std::min(route_mtu_bytes, same_host ? kSameHostMtuCapBytes : kAutoMtuCapBytes);
+  if (mtu_param == kAuto) return std::min(route_mtu_bytes, kAutoMtuCapBytes);
   return std::min(dev_offer_bytes, route_mtu_bytes);
 }
 

@@ -63,10 +63,6 @@ std::string ip4_to_string(uint32_t ip4_be);
 // no wire's: a peer would agree to the smaller value anyway, and jumbo frames stop at 9000), or
 // kUnknownIfMtuBytes when sysfs gave none (fits any Ethernet).
 constexpr int kAutoMtuCapBytes = 9000;
-// NCCL_TRIM_MTU=auto to a peer on this host with no switch between: the route is loopback, which no
-// switch trims and no wire limits, so packets take IPv4's largest datagram (a 65507-byte codec
-// packet): 7x fewer packets than at 9000, ~20 % less CPU per call at 4 ranks on 2 cores (issue 39).
-constexpr int kSameHostMtuCapBytes = 65535;
 constexpr int kUnknownIfMtuBytes = 1500;
 // NCCL_TRIM_MTU's lower bound (common/params.def; the params test checks they agree): the
 // smallest MTU a connection may agree on.
@@ -81,16 +77,12 @@ int resolve_mtu(const NetIf& dev, int64_t mtu_param);
 // reached over loopback, whichever interface its address sits on.
 int route_mtu(uint32_t src_ip4_be, uint32_t dst_ip4_be);
 
-// Whether `ip4_be` is an address of this host (127/8 included): a socket can bind to it.
-bool is_local_ip4(uint32_t ip4_be);
-
 // What this end offers a connection whose route has `route_mtu_bytes` (0: unknown), on a device
 // offering `dev_offer_bytes` (resolve_mtu) for NCCL_TRIM_MTU = `mtu_param`. auto sizes packets by
-// the route, capped at kAutoMtuCapBytes, or at kSameHostMtuCapBytes when the data goes straight to
-// a peer on this host (`same_host`: no switch), so same-host peers get loopback's size however
-// small the interface's MTU; an explicit value is never exceeded, and never the route's MTU either
-// (IP would fragment). A route below kMinMtuBytes is ignored: the handshake would refuse it.
-int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes, bool same_host);
+// the route (capped at kAutoMtuCapBytes), so same-host peers get loopback's size however small the
+// interface's MTU; an explicit value is never exceeded, and never the route's MTU either (IP would
+// fragment). A route below kMinMtuBytes is ignored: the handshake would refuse it.
+int connection_mtu(int dev_offer_bytes, int64_t mtu_param, int route_mtu_bytes);
 
 // Whether NCCL_TRIM_MTU = `mtu_param` fits every interface. An explicit value above an
 // interface's MTU would be fragmented by IP (a lost fragment loses the packet; a switch cannot

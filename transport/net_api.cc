@@ -197,8 +197,7 @@ std::string codec_mismatch(const transport::Hello& ours, const transport::Hello&
 int offer_mtu(const Params& p, const Engine& engine, int dev_offer_bytes, uint32_t peer_ip4_be) {
   const transport::EngineConfig& cfg = engine.config();
   const uint32_t to = cfg.has_switch ? cfg.switch_addr.sin_addr.s_addr : peer_ip4_be;
-  const bool same_host = !cfg.has_switch && p.mtu == kAuto && transport::is_local_ip4(to);
-  return transport::connection_mtu(dev_offer_bytes, p.mtu, transport::route_mtu(engine.ip4_be(), to), same_host);
+  return transport::connection_mtu(dev_offer_bytes, p.mtu, transport::route_mtu(engine.ip4_be(), to));
 }
 
 // The per-connection parameters both ends derive from the handshake, the packet size from the
