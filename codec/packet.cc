@@ -61,19 +61,13 @@ uint32_t crc_multiply(uint32_t a, uint32_t b) {
 // lookups each. Two lane lengths, so the serial remainder is under 3 x 128 bytes.
 constexpr size_t kLongLaneBytes = 1024, kShortLaneBytes = 128;
 
-// v * x^(8 n) mod P, bit-reflected, for a register v (no pre/post inversion): n zero bytes fed in.
-uint32_t crc_shift_slow(uint32_t v, size_t n) {
-  for (size_t i = 0; i < 8 * n; ++i) v = (v & 1u) ? (v >> 1) ^ 0x82F63B78u : v >> 1;
-  return v;
-}
-
 // Multiplying by a fixed power as four byte-indexed tables: shift(v) = T0[v0] ^ T1[v1] ^ T2[v2] ^ T3[v3].
 // Built from x^(8 n) (n zero bytes fed to x^0) and one multiplication per entry: tens of
 // microseconds, where shifting each entry bit by bit took milliseconds on the first packet.
 struct CrcShiftTable {
   uint32_t t[4][256];
   explicit CrcShiftTable(size_t n) {
-    const uint32_t power = crc_shift_slow(1u << 31, n);
+    const auto power = static_cast<uint32_t>(detail::crc32c_xpow(static_cast<uint32_t>(8 * n)) >> 32);
     for (uint32_t b = 0; b < 4; ++b) {
       for (uint32_t i = 0; i < 256; ++i) t[b][i] = crc_multiply(power, i << (8 * b));
     }
@@ -131,9 +125,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const uint8_t
 // CRC is M(x) x^32 mod P), so the SSE4.2 instruction both reduces it and takes the rest. The
 // constants are x^e mod P in the bit-reflected frame, e one less than the distance because the
 // product of two reflected 64-bit values lands one bit low. Zen 3: 17 -> 22 GB/s on a 1936-byte
-// plane, where the three crc32 lanes are bound by the instruction's one per cycle.
-uint64_t crc_fold_constant(uint32_t e) { return detail::crc32c_xpow(e); }
-
+// plane, where the three crc32 lanes are bound by the instruction's one per cycle. The constants: detail::crc32c_xpow.
 constexpr size_t kFoldStepBytes = 128, kFoldMinBytes = 2 * kFoldStepBytes;
 
 #define TRIM_CRC_FOLD __attribute__((target("avx2,pclmul,vpclmulqdq,sse4.2")))
@@ -149,8 +141,8 @@ TRIM_CRC_FOLD inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si2
 
 TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len) {
   if (len < kFoldMinBytes) return crc32c_hw(crc, data, len);  // before the constants' guards
-  static const uint64_t k128h = crc_fold_constant(8 * kFoldStepBytes + 63), k128l = crc_fold_constant(8 * kFoldStepBytes - 1);
-  static const uint64_t k16h = crc_fold_constant(8 * 16 + 63), k16l = crc_fold_constant(8 * 16 - 1);
+  static const uint64_t k128h = detail::crc32c_xpow(8 * kFoldStepBytes + 63), k128l = detail::crc32c_xpow(8 * kFoldStepBytes - 1);
+  static const uint64_t k16h = detail::crc32c_xpow(8 * 16 + 63), k16l = detail::crc32c_xpow(8 * 16 - 1);
   const __m256i k128 = _mm256_set_epi64x(static_cast<int64_t>(k128l), static_cast<int64_t>(k128h),
                                          static_cast<int64_t>(k128l), static_cast<int64_t>(k128h));
   // The register enters as the first four bytes' xor (the crc32 instruction's own definition).
