@@ -19,6 +19,8 @@ namespace trim::coll {
 inline constexpr size_t kSliceBytes = size_t{1} << 20;
 // Steps in flight per connection (NCCL_STEPS).
 inline constexpr size_t kMaxInFlight = 8;
+// Receives posted before the op's descriptor check completes (Gate), which are staged.
+inline constexpr size_t kStagedBeforeGate = 1;
 
 // CLOCK_MONOTONIC: one clock for every process on the machine (deadlines, and the harness's
 // comparisons of one rank's "killed at" with another's "error seen at").

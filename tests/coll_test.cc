@@ -180,6 +180,21 @@ TEST(Coll, AllReduceEveryDtypeAndOpBitExactInRingOrder) {
   }
 }
 
+// Receives posted before the op's descriptor check go through a slot and are reduced by the
+// caller afterwards. Only the first may be: a 4-rank 4 MiB AllReduce used to post eight there,
+// two thirds of its receives, and paid an extra pass over each (issue 39).
+TEST(Coll, OnlyTheFirstReceiveIsStagedBeforeTheDescriptorCheck) {
+  EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
+  Ring ring(3);
+  for (int call = 0; call < 3; ++call) {
+    const uint64_t before = trim::coll::testing::combined_recvs();
+    // One loop: 3 segments of 1 MiB, 2 slices each; 4 reduce-scatter receives per rank, all among
+    // the first 8 a rank posts.
+    check_all_reduce(ring, DType::kF32, RedOp::kSum, (size_t{3} << 20) / 4, 20 + static_cast<uint64_t>(call));
+    EXPECT_GE(trim::coll::testing::combined_recvs() - before, 3u * 3u) << "call " << call;
+  }
+}
+
 TEST(Coll, LargeFloatSumSpansLoopsBitExact) {
   EnvGuard ifname("NCCL_TRIM_IFNAME", "lo");
   Ring ring(4);
@@ -197,9 +212,8 @@ TEST(Coll, ReduceScatterCombinesOnReceiptOrFallsBack) {
     const uint64_t before = trim::coll::testing::combined_recvs();
     {
       Ring ring(3);
-      // Two loops (one is 3 segments x 2 slices x 1 MiB): the first loop's 8 receives may all be
-      // posted before the op's descriptor check completes, and so are staged (never combined into
-      // the caller's memory before it); the second loop's are posted after it, so some combine.
+      // Two loops (one is 3 segments x 2 slices x 1 MiB): only a receive posted before the op's
+      // descriptor check completes is staged (never combined into the caller's memory before it).
       check_all_reduce(ring, DType::kF32, RedOp::kSum, (size_t{6} << 20) / 4 + 300001, 5);
       check_all_reduce(ring, DType::kBF16, RedOp::kMax, 1001, 6);
       check_all_reduce(ring, DType::kI64, RedOp::kProd, 777, 7);
