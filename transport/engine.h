@@ -158,7 +158,7 @@ class Engine final : public Waker {
   void dispatch(const Datagram& d, uint64_t now, Tx* tx);
   void release_held(uint64_t now, Tx* tx);
   void on_ctrl(const Datagram& d, uint64_t now, Tx* tx);
-  void on_data(Datagram d, uint64_t now, Tx* tx);
+  void on_data(const Datagram& d, uint64_t now, Tx* tx);
   void read_tcp(Conn* c, uint64_t now);
   void on_frame(Conn* c, const Frame& f);
   // After frames may have been queued: fails a connection whose peer stopped reading its

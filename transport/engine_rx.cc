@@ -152,8 +152,15 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
         }
       }
       if (seg < len) global_stats().gro_batches.fetch_add(1, std::memory_order_relaxed);
+      Datagram d{rx_bufs_[i].data(), 0, from[i], tos};
       for (uint32_t off = 0; off < len; off += seg) {
-        deliver(Datagram{rx_bufs_[i].data() + off, std::min(seg, len - off), from[i], tos}, now, tx);
+        d.data = rx_bufs_[i].data() + off;
+        d.len = std::min(seg, len - off);
+        if (faults_) {
+          deliver(d, now, tx);
+        } else {
+          dispatch(d, now, tx);
+        }
       }
     }
     release_held(now, tx);  // a packet held back is released at the end of its batch at the latest
@@ -258,7 +265,7 @@ void Engine::on_ctrl(const Datagram& d, uint64_t now, Tx* tx) {
   }
 }
 
-void Engine::on_data(Datagram d, uint64_t now, Tx* tx) {
+void Engine::on_data(const Datagram& d, uint64_t now, Tx* tx) {
   codec::ParsedPacket p;
   // A switch that trims by DSCP rewrites it: that is how it says so (a cut is also seen in the
   // packet's length, whatever its DSCP). The ECN bits are the network's, not the class's.
