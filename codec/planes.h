@@ -136,7 +136,7 @@ namespace avx2 {
 bool supported();  // AVX2, BMI1 and BMI2
 #include "codec/planes_kernels_f32.inc"
 #include "codec/planes_kernels_16.inc"  // codec/planes16_avx2.cc
-// The rht packet pass (AVX-512 runs the composition of its kernels instead).
+// The rht packet pass (AVX-512 CPUs run it too: planes.cc).
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
 // The same pass, also giving planes 1 and 2's CRC-32C registers (pack_f32_rht_crc); where the
