@@ -130,6 +130,11 @@ void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uin
 namespace avx512 {
 bool supported();
 #include "codec/planes_kernels.inc"
+// avx2::pack_f32_rht_crc 16 elements a step, for n a multiple of 8; crc_supported(): with
+// PCLMUL, VPCLMULQDQ and SSE4.2 besides.
+bool crc_supported();
+void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                      Norms* norms, uint32_t regs[2]);
 }  // namespace avx512
 
 namespace avx2 {
