@@ -43,10 +43,11 @@ void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, 
 // then sends the row unrotated and recomputes them); otherwise every output is the reference's.
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
-// pack_f32_rht, and where this CPU's kernel can (AVX2 with PCLMUL; n a multiple of 8) the CRC-32C
-// registers of plane 1 (2n bytes at p1) and plane 2 (2n bytes at p2), each fed from a zero
-// register with no inversion, into regs[0] and regs[1]: returns whether it set them (the bytes
-// written are the same either way). For write_header's PayloadSpanCrc.
+// pack_f32_rht, and where this CPU's kernel can (AVX2 or AVX-512 with PCLMUL and VPCLMULQDQ;
+// n a multiple of 8) the CRC-32C registers of plane 1 (2n bytes at p1) and plane 2 (2n bytes at
+// p2), each fed from a zero register with no inversion, into regs[0] and regs[1]: returns
+// whether it set them (the bytes written are the same either way). For write_header's
+// PayloadSpanCrc.
 bool pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                       Norms* norms, uint32_t regs[2]);
 
