@@ -275,10 +275,10 @@ void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uin
   pack16_from32(v, n, 0, p2);
 }
 bool pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
-                      Norms* norms, uint32_t regs[2]) {
+                      Norms* norms, uint32_t regs[2], size_t ahead) {
   static const bool crc = avx2::crc_supported(), crc512 = avx512::crc_supported();
   if (isa() == Isa::kAvx512 && crc512 && n % 8 == 0) {
-    avx512::pack_f32_rht_crc(rot, v, n, p0, p1, p2, norms, regs);
+    avx512::pack_f32_rht_crc(rot, v, n, p0, p1, p2, norms, regs, ahead);
     return true;
   }
   if (!rht_pass_avx2() || !crc || n % 8 != 0) {

@@ -21,7 +21,7 @@
 #define TRIM_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2")))
 // The rht pass with its CRC fold (crc_supported()).
 #define TRIM_AVX512_CRC \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2,pclmul,vpclmulqdq,sse4.2")))
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2,pclmul,vpclmulqdq,sse4.2,prfchw")))
 
 
 namespace trim::codec::avx512 {
@@ -56,7 +56,7 @@ struct FoldPair {
 // bytes; at the end even is folded by 16 more and the odd added: the serial fold's register.
 // Half the shuffle and clmul uops of the 8-wide pass, which port 5 bounded.
 TRIM_AVX512_CRC void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1,
-                                      uint8_t* p2, Norms* norms, uint32_t regs[2]) {
+                                      uint8_t* p2, Norms* norms, uint32_t regs[2], size_t ahead) {
   alignas(64) uint16_t idx[32];
   for (int w = 0; w < 16; ++w) {
     idx[w] = static_cast<uint16_t>(2 * w);
@@ -81,6 +81,12 @@ TRIM_AVX512_CRC void pack_f32_rht_crc(const float* rot, const float* v, uint32_t
     sq = _mm512_fmadd_pd(hi, hi, sq);
     ab = _mm512_add_pd(ab, lo);
     ab = _mm512_add_pd(ab, hi);
+    if (ahead != 0) {
+      // The stores wait on their lines' reads for ownership (the packet ring is mostly out of
+      // L2 by the time it comes round again); asking for the next packet's lines now overlaps them.
+      __builtin_prefetch(p1 + 2 * i + ahead, 1, 3);
+      __builtin_prefetch(p2 + 2 * i + ahead, 1, 3);
+    }
     const __m512i x = _mm512_permutexvar_epi16(split, _mm512_loadu_si512(v + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2 + 2 * i), _mm512_castsi512_si256(x));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p1 + 2 * i), _mm512_extracti64x4_epi64(x, 1));
