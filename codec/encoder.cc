@@ -123,7 +123,8 @@ void Encoder::pack_sign_payloads(const RowCtx& c, const float* src, const float*
     if (tails != nullptr) {
       uint8_t* p1 = p0 + planes.p1_offset();
       uint32_t regs[2] = {0, 0};
-      const bool folded = pack_f32_rht_crc(src + first, tails + first, n, p0, p1, p1 + 2 * n, norms, regs);
+      const size_t ahead = k + 1 < c.info.packets ? c.stride : 0;  // the next packet's slot
+      const bool folded = pack_f32_rht_crc(src + first, tails + first, n, p0, p1, p1 + 2 * n, norms, regs, ahead);
       spans_[2 * k] = {planes.p1_offset(), folded ? 2 * n : 0, regs[0]};
       spans_[2 * k + 1] = {planes.p1_offset() + 2 * n, folded ? 2 * n : 0, regs[1]};
     } else {

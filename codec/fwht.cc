@@ -127,11 +127,13 @@ constexpr Isa kIsas[] = {{"scalar", fwht_run_scalar}, {"avx2", fwht_run_avx2},
 bool cpu_has(int isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // idempotent; needed if we run before libgcc's constructor
-  const bool avx2 = __builtin_cpu_supports("avx2");
+  // Both vector paths' in-register stages use FMA (exact there: one factor is +-1).
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (isa == 1) return avx2;
   if (isa == 2)
-    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    return avx2 && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 #endif
   return isa == 0;
 }

@@ -1,5 +1,5 @@
 // AVX2 path of the FWHT (see fwht_kernel.h for the schedule, fwht.h for the contract). Compiled
-// for AVX2 by the pragma below, not by global flags; only called where the CPU has AVX2.
+// for AVX2 and FMA by the pragma below, not by global flags; only called where the CPU has both.
 #include <cstddef>
 #include <cstdint>
 
@@ -10,10 +10,10 @@
 
 // Standard headers above, so none of their inline functions is compiled for AVX2 here.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 #endif
 #include "codec/fwht_kernel.h"
 
@@ -63,16 +63,17 @@ struct VAvx2 {
     const __m256i m = _mm256_and_si256(_mm256_sllv_epi32(word, counts), _mm256_set1_epi32(INT32_MIN));
     return _mm256_xor_ps(x, _mm256_castsi256_ps(m));
   }
-  // Stage h: lane l becomes partner + x (bit h of l clear: b + a) or partner + (-x) (set:
-  // a + (-b)). IEEE 754 defines a - b as a + (-b), so the bits equal a - b exactly.
+  // Stage h: lane l becomes x * 1 + partner (bit h of l clear: a + b) or x * -1 + partner
+  // (set: b's partner a, plus -b). One rounding of an exact sum: the bits of a + b and a - b,
+  // one uop fewer than negating first. (The cross-register adds stay adds: as FMAs they were
+  // slower on a Xeon, 0.46 -> 0.51 ns/element.)
   template <int T>
   static TRIM_FWHT_INLINE Reg inreg(Reg x) {
     constexpr int kLanes = T == 0 ? 0xAA : T == 1 ? 0xCC : 0xF0;  // lanes with bit T set
-    const Reg neg = _mm256_castsi256_ps(
-        _mm256_blend_epi32(_mm256_setzero_si256(), _mm256_set1_epi32(INT32_MIN), kLanes));
-    if constexpr (T == 0) return _mm256_add_ps(_mm256_permute_ps(x, 0xB1), _mm256_xor_ps(x, neg));
-    if constexpr (T == 1) return _mm256_add_ps(_mm256_permute_ps(x, 0x4E), _mm256_xor_ps(x, neg));
-    return _mm256_add_ps(_mm256_permute2f128_ps(x, x, 0x01), _mm256_xor_ps(x, neg));
+    const Reg sgn = _mm256_blend_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(-1.0f), kLanes);
+    if constexpr (T == 0) return _mm256_fmadd_ps(x, sgn, _mm256_permute_ps(x, 0xB1));
+    if constexpr (T == 1) return _mm256_fmadd_ps(x, sgn, _mm256_permute_ps(x, 0x4E));
+    return _mm256_fmadd_ps(x, sgn, _mm256_permute2f128_ps(x, x, 0x01));
   }
 };
 

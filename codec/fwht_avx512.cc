@@ -1,6 +1,6 @@
 // AVX-512 path of the FWHT (see fwht_kernel.h for the schedule, fwht.h for the contract).
-// Compiled for AVX-512 F/DQ/BW/VL by the pragma below, not by global flags; only called where
-// the CPU has all four.
+// Compiled for AVX-512 F/DQ/BW/VL and FMA by the pragma below, not by global flags; only called
+// where the CPU has all five.
 #include <cstddef>
 #include <cstdint>
 
@@ -11,10 +11,10 @@
 
 // Standard headers above, so none of their inline functions is compiled for AVX-512 here.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,avx512f,avx512dq,avx512vl,avx512bw"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512dq,avx512vl,avx512bw"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,avx512f,avx512dq,avx512vl,avx512bw")
+#pragma GCC target("avx2,fma,avx512f,avx512dq,avx512vl,avx512bw")
 #endif
 #include "codec/fwht_kernel.h"
 
@@ -49,14 +49,17 @@ struct VAvx512 {
   static TRIM_FWHT_INLINE Reg swap_lanes(Reg x) {
     return _mm512_mask_shuffle_f32x4(x, 0xFFFF, x, x, kImm);
   }
-  // Stage h: lane l becomes partner + x (bit h of l clear: b + a) or partner + (-x) (set:
-  // a + (-b)). IEEE 754 defines a - b as a + (-b), so the bits equal a - b exactly.
+  // Stage h: lane l becomes x * 1 + partner (bit h of l clear: a + b) or x * -1 + partner
+  // (set: b's partner a, plus -b). One rounding of an exact sum: the bits of a + b and a - b,
+  // one uop fewer than negating first.
   template <int T>
   static TRIM_FWHT_INLINE Reg inreg(Reg x) {
-    if constexpr (T == 0) return _mm512_add_ps(swap_in_lane<0xB1>(x), neg(x, 0xAAAA));
-    if constexpr (T == 1) return _mm512_add_ps(swap_in_lane<0x4E>(x), neg(x, 0xCCCC));
-    if constexpr (T == 2) return _mm512_add_ps(swap_lanes<0xB1>(x), neg(x, 0xF0F0));
-    return _mm512_add_ps(swap_lanes<0x4E>(x), neg(x, 0xFF00));
+    constexpr __mmask16 kSet = T == 0 ? 0xAAAA : T == 1 ? 0xCCCC : T == 2 ? 0xF0F0 : 0xFF00;
+    const Reg sgn = _mm512_mask_blend_ps(kSet, _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
+    if constexpr (T == 0) return _mm512_fmadd_ps(x, sgn, swap_in_lane<0xB1>(x));
+    if constexpr (T == 1) return _mm512_fmadd_ps(x, sgn, swap_in_lane<0x4E>(x));
+    if constexpr (T == 2) return _mm512_fmadd_ps(x, sgn, swap_lanes<0xB1>(x));
+    return _mm512_fmadd_ps(x, sgn, swap_lanes<0x4E>(x));
   }
 };
 

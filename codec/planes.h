@@ -3,6 +3,7 @@
 // plane 2 (fp32 only: the low 16 bits, little-endian u16). See docs/PROTOCOL.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace trim::codec {
@@ -43,12 +44,14 @@ void pack_f32_sign_layout(const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, 
 // then sends the row unrotated and recomputes them); otherwise every output is the reference's.
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
-// pack_f32_rht, and where this CPU's kernel can (AVX2 with PCLMUL; n a multiple of 8) the CRC-32C
-// registers of plane 1 (2n bytes at p1) and plane 2 (2n bytes at p2), each fed from a zero
-// register with no inversion, into regs[0] and regs[1]: returns whether it set them (the bytes
-// written are the same either way). For write_header's PayloadSpanCrc.
+// pack_f32_rht, and where this CPU's kernel can (AVX2 or AVX-512 with PCLMUL and VPCLMULQDQ;
+// n a multiple of 8) the CRC-32C registers of plane 1 (2n bytes at p1) and plane 2 (2n bytes at
+// p2), each fed from a zero register with no inversion, into regs[0] and regs[1]: returns
+// whether it set them (the bytes written are the same either way). For write_header's
+// PayloadSpanCrc. ahead != 0: the bytes [p1, p2 + 2n) moved on by `ahead` are writable (the
+// next packet's slot), and the pass may claim them for writing before the next call stores there.
 bool pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
-                      Norms* norms, uint32_t regs[2]);
+                      Norms* norms, uint32_t regs[2], size_t ahead = 0);
 
 // Decode of whole fp32 elements [0, n) of a packet: sign layout (plane 0 = sign, plane 1 =
 // bits 30..16) or value layout (plane 1 = bits 31..16); plane 2 = bits 15..0.
@@ -130,13 +133,18 @@ void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uin
 namespace avx512 {
 bool supported();
 #include "codec/planes_kernels.inc"
+// avx2::pack_f32_rht_crc 16 elements a step, for n a multiple of 8; crc_supported(): with
+// PCLMUL, VPCLMULQDQ and SSE4.2 besides. ahead: as the dispatcher's.
+bool crc_supported();
+void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
+                      Norms* norms, uint32_t regs[2], size_t ahead);
 }  // namespace avx512
 
 namespace avx2 {
 bool supported();  // AVX2, BMI1 and BMI2
 #include "codec/planes_kernels_f32.inc"
 #include "codec/planes_kernels_16.inc"  // codec/planes16_avx2.cc
-// The rht packet pass (AVX-512 runs the composition of its kernels instead).
+// The rht packet pass (AVX-512 CPUs run it too: planes.cc).
 void pack_f32_rht(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1, uint8_t* p2,
                   Norms* norms);
 // The same pass, also giving planes 1 and 2's CRC-32C registers (pack_f32_rht_crc); where the

@@ -1,5 +1,5 @@
 // AVX2 (+BMI2) versions of the fp32 hot-path plane kernels (planes_kernels_f32.inc), for CPUs
-// without AVX-512 (Zen 2/3, client Intel). Compiled with function-level target attributes (the
+// without AVX-512 (Zen 2/3, client Intel); the rht pass runs on AVX-512 CPUs too. Compiled with function-level target attributes (the
 // build has no -march) and only called when supported() says so. Each one must produce exactly
 // what its scalar twin in planes.cc produces, norms included (tests/planes_test.cc). No FMA: the
 // norms multiply then add, as the reference does.

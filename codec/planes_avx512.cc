@@ -19,6 +19,10 @@
 #include "codec/types.h"
 
 #define TRIM_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2")))
+// The rht pass with its CRC fold (crc_supported()).
+#define TRIM_AVX512_CRC \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2,pclmul,vpclmulqdq,sse4.2,prfchw")))
+
 
 namespace trim::codec::avx512 {
 
@@ -27,6 +31,104 @@ bool supported() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
+}
+
+bool crc_supported() {
+  __builtin_cpu_init();
+  return supported() && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("vpclmulqdq") &&
+         __builtin_cpu_supports("sse4.2");
+}
+
+namespace {
+
+// x^(8 bytes) mod P in two halves, the constants of one carry-less fold of a 128-bit lane by
+// `bytes` (as crc32c_fold's): lo for the lane's low quadword, hi for its high one.
+struct FoldPair {
+  uint64_t lo, hi;
+  explicit FoldPair(uint32_t bytes) : lo(detail::crc32c_xpow(8 * bytes + 63)), hi(detail::crc32c_xpow(8 * bytes - 1)) {}
+};
+
+}  // namespace
+
+// avx2::pack_f32_rht_crc's pass 16 elements a step: one word permute puts the 16 low halves
+// (plane 2's 32 bytes) in the low 256 bits and the 16 high halves (plane 1's) above, so lanes
+// 0/1 hold plane 2's even/odd 16-byte blocks and 2/3 plane 1's, and each lane folds by 32
+// bytes; at the end even is folded by 16 more and the odd added: the serial fold's register.
+// Half the shuffle and clmul uops of the 8-wide pass, which port 5 bounded.
+TRIM_AVX512_CRC void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1,
+                                      uint8_t* p2, Norms* norms, uint32_t regs[2], size_t ahead) {
+  alignas(64) uint16_t idx[32];
+  for (int w = 0; w < 16; ++w) {
+    idx[w] = static_cast<uint16_t>(2 * w);
+    idx[16 + w] = static_cast<uint16_t>(2 * w + 1);
+  }
+  const __m512i split = _mm512_load_si512(idx);
+  static const FoldPair f16(16), f32(32);  // once: crc32c_xpow is a bit loop
+  const __m512i k32 = _mm512_broadcast_i32x4(_mm_set_epi64x(static_cast<int64_t>(f32.hi), static_cast<int64_t>(f32.lo)));
+  const __m256i k16 = _mm256_broadcastsi128_si256(_mm_set_epi64x(static_cast<int64_t>(f16.hi), static_cast<int64_t>(f16.lo)));
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  __m512d sq = _mm512_setzero_pd(), ab = sq;
+  __m512i crc = _mm512_setzero_si512();
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 r = _mm512_loadu_ps(rot + i);
+    const uint16_t signs = _mm512_movepi32_mask(_mm512_castps_si512(r));
+    std::memcpy(p0 + i / 8, &signs, 2);
+    const __m512 a = _mm512_and_ps(r, abs_mask);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    sq = _mm512_fmadd_pd(lo, lo, sq);  // exact squares: one rounding, as multiply then add
+    sq = _mm512_fmadd_pd(hi, hi, sq);
+    ab = _mm512_add_pd(ab, lo);
+    ab = _mm512_add_pd(ab, hi);
+    if (ahead != 0) {
+      // The stores wait on their lines' reads for ownership (the packet ring is mostly out of
+      // L2 by the time it comes round again); asking for the next packet's lines now overlaps them.
+      __builtin_prefetch(p1 + 2 * i + ahead, 1, 3);
+      __builtin_prefetch(p2 + 2 * i + ahead, 1, 3);
+    }
+    const __m512i x = _mm512_permutexvar_epi16(split, _mm512_loadu_si512(v + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p2 + 2 * i), _mm512_castsi512_si256(x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p1 + 2 * i), _mm512_extracti64x4_epi64(x, 1));
+    crc = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(crc, k32, 0x00), _mm512_clmulepi64_epi128(crc, k32, 0x11),
+                                    x, 0x96);
+  }
+  // Lanes (0, 2) are the even blocks of planes 2 and 1, (1, 3) the odd: [plane 2, plane 1].
+  const __m512i eo = _mm512_shuffle_i64x2(crc, crc, _MM_SHUFFLE(3, 1, 2, 0));
+  const __m256i even = _mm512_castsi512_si256(eo);
+  __m256i c = _mm256_ternarylogic_epi64(_mm256_clmulepi64_epi128(even, k16, 0x00),
+                                        _mm256_clmulepi64_epi128(even, k16, 0x11),
+                                        _mm512_extracti64x4_epi64(eo, 1), 0x96);
+  if (i < n) {  // the last 8 (n is a multiple of 8): avx2's step
+    const __m256 r = _mm256_loadu_ps(rot + i);
+    p0[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(r));
+    const __m512d lo = _mm512_cvtps_pd(_mm256_and_ps(r, _mm512_castps512_ps256(abs_mask)));
+    sq = _mm512_fmadd_pd(lo, lo, sq);
+    ab = _mm512_add_pd(ab, lo);
+    const __m256i split8 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256i x = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), split8), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p2 + 2 * i), _mm256_castsi256_si128(x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p1 + 2 * i), _mm256_extracti128_si256(x, 1));
+    c = _mm256_ternarylogic_epi64(_mm256_clmulepi64_epi128(c, k16, 0x00), _mm256_clmulepi64_epi128(c, k16, 0x11), x,
+                                  0x96);
+  }
+  // A 16-byte message's CRC from a zero register is M(x) x^32 mod P: two crc32 steps.
+  const __m128i c2 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+  regs[0] = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(c1))),
+                                                static_cast<uint64_t>(_mm_extract_epi64(c1, 1))));
+  regs[1] = static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(c2))),
+                                                static_cast<uint64_t>(_mm_extract_epi64(c2, 1))));
+  // The squares are exact and >= 0: the lanes end finite exactly when every value was, and
+  // then hold the reference's sums (same lanes, same order).
+  const bool finite = _mm512_cmp_pd_mask(sq, _mm512_set1_pd(__builtin_inf()), _CMP_LT_OQ) == 0xFF;
+  alignas(64) double sql[8], abl[8];
+  _mm512_store_pd(sql, sq);
+  _mm512_store_pd(abl, ab);
+  norms->sum_sq += lanes_total(sql);
+  norms->sum_abs += lanes_total(abl);
+  norms->finite = norms->finite && finite;
 }
 
 TRIM_AVX512 void pack16_from32(const float* v, uint32_t n, int shift, uint8_t* out) {

@@ -292,6 +292,50 @@ TEST(PlanesRht, OnePassMatchesReference) {
   }
 }
 
+// The AVX-512 rht pass with its CRC fold, on its own (dispatch takes it only on such CPUs):
+// the reference's planes and norms, and the planes' CRC registers (from zero, no inversion),
+// for every multiple of 8 up to 296 (16-element steps and an 8-element last one) and two large
+// sizes, at offsets off the vector width, finite rows and rows with a NaN or inf.
+TEST(PlanesRht, Avx512CrcPassMatchesReference) {
+  if (!avx512::crc_supported()) GTEST_SKIP() << "no AVX-512 + VPCLMULQDQ here";
+  std::vector<uint32_t> sizes;
+  for (uint32_t n = 0; n <= 296; n += 8) sizes.push_back(n);
+  sizes.push_back(4096 + 8);
+  sizes.push_back(32768);
+  for (uint32_t n : sizes) {
+    for (uint32_t off = 0; off < 8; off += n > 296 ? 3 : 1) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::string at = "n=" + std::to_string(n) + " off=" + std::to_string(off) + " kind=" + std::to_string(kind);
+        std::vector<float> rot(off + n + 8, 1.0f), in(off + n + 8, 2.0f);
+        const std::vector<float> r = special_values(n, 17 * n + off, true), x = special_values(n, 19 * n + off, false);
+        std::copy(r.begin(), r.end(), rot.begin() + off);
+        std::copy(x.begin(), x.end(), in.begin() + off);
+        if (kind == 1 && n > 0) rot[off + (n * 5 + off) % n] = off % 2 ? INFINITY : NAN;
+        const uint32_t p0 = n / 8;
+        // Room for a second "packet" after the planes: half the runs let the pass claim it.
+        std::vector<uint8_t> a(off + 2 * (p0 + 4 * n) + 32, 0xA5), b = a;
+        Norms na, nb;
+        na.sum_sq = nb.sum_sq = 0.5;  // they add to what is there
+        na.sum_abs = nb.sum_abs = 0.25;
+        uint8_t *pa = a.data() + off, *pb = b.data() + off;
+        uint32_t regs[2] = {1, 1};
+        scalar::pack_f32_rht(rot.data() + off, in.data() + off, n, pa, pa + p0, pa + p0 + 2 * n, &na);
+        avx512::pack_f32_rht_crc(rot.data() + off, in.data() + off, n, pb, pb + p0, pb + p0 + 2 * n, &nb, regs,
+                                 kind == 0 ? p0 + 4 * n : 0);
+        ASSERT_EQ(a, b) << at;
+        ASSERT_EQ(na.finite, nb.finite) << at;
+        ASSERT_EQ(kind == 0 || n == 0, na.finite) << at;  // the rows are what they claim
+        if (na.finite) {
+          ASSERT_EQ(f64_bits(na.sum_sq), f64_bits(nb.sum_sq)) << at;
+          ASSERT_EQ(f64_bits(na.sum_abs), f64_bits(nb.sum_abs)) << at;
+        }
+        ASSERT_EQ(regs[0], ~crc32c_extend(0xFFFFFFFFu, pa + p0, 2 * n)) << at;
+        ASSERT_EQ(regs[1], ~crc32c_extend(0xFFFFFFFFu, pa + p0 + 2 * n, 2 * n)) << at;
+      }
+    }
+  }
+}
+
 // 2-bit heads: plane Q and the bins' sums (to the bit: every encoder sends the same levels),
 // on every bit pattern (NaN and inf: a bin bit, never a sum) and on Gaussian rows; the decode of
 // signs and bins, with the bins cut anywhere (nq) and rows starting anywhere (begin).
