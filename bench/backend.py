@@ -26,6 +26,7 @@ from pathlib import Path
 from . import REPO, SCRIPTS
 from .ddp import free_port
 from .jsonio import emit, parse_jsonl
+from .workloads.ddp_train import parse_size
 
 POINT_S = 1.5  # timed calls per point: about this long, at least 5 and at most 400
 # What each --backends name runs: the torch backend and the plugin's environment.
@@ -63,11 +64,6 @@ def parse_mtus(text):
     if any(not 576 <= m <= 65535 for m in mtus):
         raise ValueError(text)
     return mtus
-
-
-def parse_bytes(text):
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    return int(float(t[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]]) if t[-1:] in ("K", "M", "G") else int(t)
 
 
 def worker(rank, n, port, variant, sizes, q, master="127.0.0.1"):
@@ -237,7 +233,7 @@ def main(argv):
     if args.rounds < 1:
         ap.error(f"--rounds: '{args.rounds}' (expected 1 or more)")
     try:
-        sizes = [parse_bytes(s) for s in args.sizes.split(",")]
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
     except (ValueError, IndexError, KeyError):
         ap.error(f"--sizes: '{args.sizes}' is not a list of sizes like 4K,1M")
     try:

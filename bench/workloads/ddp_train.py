@@ -238,6 +238,13 @@ def build_model(args, nn, torch):
 
 # ---------------------------------------------------------------- helpers
 
+def parse_size(s):
+    """Bytes of "4K", "1.5M", "16MiB", "300"."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B").rstrip("I")
+    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+
+
 def percentile(values, q):
     """Nearest-rank percentile (p99 of fewer than 100 samples is the worst one)."""
     if not values:
