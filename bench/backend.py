@@ -1,22 +1,16 @@
-"""all_reduce through the "trim" torch.distributed backend vs gloo on one host, as users run it: the
-bench sets no NCCL_TRIM_* or GLOO_SOCKET_IFNAME (the caller's environment is passed on), so each
-picks its interface as it would under torchrun (one torch thread per rank, as torchrun's
-OMP_NUM_THREADS=1 gives). Per rank count, each round runs every backend in turn (alternated), each
-size: warm-up calls, then about 1.5 s of timed float32 SUM all_reduces, every call started together
-(a barrier on a separate gloo group). trim: the plugin's defaults; trim-raw: NCCL_TRIM_SCHEME=none
-(the transport alone); gloo-lo and trim-lo: both pinned to loopback, the project's earlier
-configuration (an extra row, not the headline). One JSON line per (round, ranks, backend, size):
-median s per call, algbw and busbw (2(n-1)/n x bytes / time) in GB/s, rank 0's CPU s per call (all
-its threads) and its context switches per call and per MiB moved (all threads; voluntary ones are
-the wake-ups, issue 39 item 4); per size a summary line: each variant's speed relative to gloo. Needs torch; the
-plugin from NCCL_TRIM_LIB_DIR (default build/lib).
+"""all_reduce through the "trim" torch.distributed backend vs gloo on one host, as users run it:
+no NCCL_TRIM_* or GLOO_SOCKET_IFNAME is set (each picks its interface as under torchrun), one torch
+thread a rank. Per rank count and round every backend in turn (alternated), each size: warm-up, then
+~1.5 s of timed float32 SUM all_reduces started together (a barrier on a separate gloo group).
+trim: the plugin's defaults; trim-raw: NCCL_TRIM_SCHEME=none (the transport alone); gloo-lo,
+trim-lo: pinned to loopback (the earlier configuration). One JSON line per (round, ranks, backend,
+size): median s a call, algbw and busbw in GB/s, rank 0's CPU s and context switches a call
+(voluntary ones are wake-ups, issue 39 item 4); per size a summary line, each variant's speed
+relative to gloo. Needs torch; the plugin from NCCL_TRIM_LIB_DIR (default build/lib).
 
---netns-mtu 1500,9000: as on two hosts joined by one link at that MTU (root): the 2 ranks in two
-network namespaces joined by a veth pair (scripts/netns_bottleneck.sh --veth), Gloo's TCP over
-the same pair (GLOO_SOCKET_IFNAME, which Gloo needs there) and no NCCL_TRIM_* (the plugin picks
-the veth by itself). Rows carry the MTU and rank 0's CPU s per GB it moved (2(n-1)/n x bytes a
-call); the summary, trim's CPU per byte relative to gloo's against issue 39's goal (<= 1.3x at
-MTU 1500, <= 1.0x at 9000)."""
+--netns-mtu 1500,9000 (root): the 2 ranks in two namespaces joined by a veth pair at that MTU
+(netns_bottleneck.sh --veth), as two hosts on one link. Rows add rank 0's CPU s per GB moved; the
+summary, trim's CPU per byte over gloo's against issue 39's goal (<= 1.3x at 1500, <= 1.0x at 9000)."""
 
 import argparse
 import json
@@ -32,6 +26,7 @@ from pathlib import Path
 from . import REPO, SCRIPTS
 from .ddp import free_port
 from .jsonio import emit, parse_jsonl
+from .workloads.ddp_train import parse_size
 
 POINT_S = 1.5  # timed calls per point: about this long, at least 5 and at most 400
 # What each --backends name runs: the torch backend and the plugin's environment.
@@ -69,11 +64,6 @@ def parse_mtus(text):
     if any(not 576 <= m <= 65535 for m in mtus):
         raise ValueError(text)
     return mtus
-
-
-def parse_bytes(text):
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    return int(float(t[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]]) if t[-1:] in ("K", "M", "G") else int(t)
 
 
 def worker(rank, n, port, variant, sizes, q, master="127.0.0.1"):
@@ -196,18 +186,28 @@ def netns_summary(mtu, nbytes, rows):
     return line
 
 
-def main_netns(args, backends, sizes, mtus):
-    rows = []
-    for mtu in mtus:
+def run_all(args, backends, sizes, mtus):
+    """Every point (a rank count, or 2 ranks in namespaces at an MTU) x round x backend; per size a summary line."""
+    for n, mtu in [(2, m) for m in mtus] or [(int(x), None) for x in args.ranks.split(",")]:
+        rows, medians = [], {}
         for rnd in range(args.rounds):
             for backend in backends:
-                for r in run_netns_point(mtu, backend, sizes):
-                    row = result_row(r, 2, rnd, backend, mtu=mtu)
-                    row["cpu_s_per_gb"] = round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4)
-                    emit(row)
-                    rows.append(row)
-        for nbytes in sorted({r["bytes"] for r in rows if r["mtu"] == mtu}):
-            emit(netns_summary(mtu, nbytes, [r for r in rows if r["mtu"] == mtu and r["bytes"] == nbytes]))
+                for r in run_netns_point(mtu, backend, sizes) if mtu else run_point(n, backend, sizes):
+                    row = result_row(r, n, rnd, backend, **({"mtu": mtu} if mtu else {}))
+                    if mtu:
+                        row["cpu_s_per_gb"] = round(cpu_s_per_gb(r["cpu_s_per_call"], 2, r["bytes"]), 4)
+                    rows.append(emit(row))
+                    medians.setdefault((backend, r["bytes"]), []).append(r["median_s"])
+        for nbytes in sorted({r["bytes"] for r in rows}):
+            if mtu:
+                emit(netns_summary(mtu, nbytes, [r for r in rows if r["bytes"] == nbytes]))
+            elif "gloo" in backends:
+                g = statistics.median(medians[("gloo", nbytes)])
+                line = {"bench": "backend_allreduce_summary", "ranks": n, "bytes": nbytes, "gloo_s": round(g, 7)}
+                for b in (b for b in backends if b != "gloo"):
+                    t = statistics.median(medians[(b, nbytes)])
+                    line.update({f"{b}_s": round(t, 7), f"{b}_speed_vs_gloo": round(g / t, 3)})
+                emit(line)
     return 0
 
 
@@ -233,7 +233,7 @@ def main(argv):
     if args.rounds < 1:
         ap.error(f"--rounds: '{args.rounds}' (expected 1 or more)")
     try:
-        sizes = [parse_bytes(s) for s in args.sizes.split(",")]
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
     except (ValueError, IndexError, KeyError):
         ap.error(f"--sizes: '{args.sizes}' is not a list of sizes like 4K,1M")
     try:
@@ -253,25 +253,7 @@ def main(argv):
             ap.error(f"--variant: unknown backend '{args.variant}'")
         worker(args.rank, 2, args.port, args.variant, sizes, _PrintResults, args.master)
         return 0
-    if mtus:
-        return main_netns(args, backends, sizes, mtus)
-    medians = {}
-    for n in (int(x) for x in args.ranks.split(",")):
-        for rnd in range(args.rounds):
-            for backend in backends:
-                for r in run_point(n, backend, sizes):
-                    emit(result_row(r, n, rnd, backend))
-                    medians.setdefault((n, backend, r["bytes"]), []).append(r["median_s"])
-        if "gloo" not in backends:
-            continue
-        for nbytes in sorted({k[2] for k in medians if k[0] == n}):
-            g = statistics.median(medians[(n, "gloo", nbytes)])
-            line = {"bench": "backend_allreduce_summary", "ranks": n, "bytes": nbytes, "gloo_s": round(g, 7)}
-            for b in (b for b in backends if b != "gloo"):
-                t = statistics.median(medians[(n, b, nbytes)])
-                line.update({f"{b}_s": round(t, 7), f"{b}_speed_vs_gloo": round(g / t, 3)})
-            emit(line)
-    return 0
+    return run_all(args, backends, sizes, mtus)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from .jsonio import parse_jsonl
 from .proc import cpu_run
 from .report import ratio
 from .rounds import alternate
+from .workloads.ddp_train import parse_size
 
 IPERF_PORT = 5297
 KINDS = {  # kind -> (rank environment, harness mode)
@@ -79,10 +80,6 @@ def built(command, build, *paths):
     return not missing
 
 
-def size_bytes(text):
-    return int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-
-
 def harness(build, args, env=None, timeout_s=900, stderr=subprocess.DEVNULL):
     """trim-harness ARGS --json with ENV added: (its last JSON line, exit status, cpu_s, wall_s)."""
     env = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
@@ -117,7 +114,7 @@ def codec_run(a, label):
     ranks = ["--ranks", a.ranks] if kind.startswith("allreduce") else []
     j, _, cpu, wall = harness(a.build, [*mode, *ranks, "--bytes", a.bytes, "--iters", a.iters, "--deadline-s", 600],
                               {"NCCL_TRIM_CODEC_THREADS": threads, **env})
-    b, n = size_bytes(a.bytes), j.get("ranks", 2)
+    b, n = parse_size(a.bytes), j.get("ranks", 2)
     # Bytes that crossed the network (+ 1 warm-up iteration): a ring AllReduce sends 2(n-1) slices of b/n per rank.
     gb = b * (a.iters + 1) * (2 * (n - 1) if "allreduce" in kind else 1) / 1e9
     plugin_cpu = j.get("plugin_cpu_s", 0.0)

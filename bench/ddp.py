@@ -5,7 +5,6 @@ through the network transport. Arguments after `--` go to the workload. Modes, s
 folder's files: bench/README.md."""
 
 import argparse
-import hashlib
 import os
 import platform
 import signal
@@ -15,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import REPO, build_dir, proc
+from . import REPO, build_dir, build_info, proc
 from .jsonio import load_json, write_json
 
 PYTHON = os.environ.get("PYTHON", "python3")
@@ -232,15 +231,14 @@ def collect_versions(a):
         except (OSError, IndexError, subprocess.SubprocessError):
             return None
     smi = ["nvidia-smi", "--format=csv,noheader", "--query-gpu"]
-    info = (a.build / "BUILD_INFO").read_text() if (a.build / "BUILD_INFO").exists() else ""
-    commit = next((ln.split()[1] for ln in info.splitlines() if ln.startswith("commit ")), None)
+    info, so = build_info(a.build)
+    commit = info.get("commit")
     if commit:  # a packed build (pack-gpu.sh) names its commit: the tree need not be a checkout of it
         dirty, commit = commit.endswith("-dirty"), commit.removesuffix("-dirty")
     elif commit := out(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"]):
         dirty = bool(out(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]))
     else:
         dirty = None
-    so = hashlib.sha256((a.build / PLUGIN).read_bytes()).hexdigest()[:16] if (a.build / PLUGIN).exists() else None
     return {"gpu_smi": out(smi + ["name"]), "driver": out(smi + ["driver_version"]), "plugin_sha256": so,
             "git_commit": commit, "git_dirty": dirty, "kernel": platform.release()}
 

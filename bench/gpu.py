@@ -8,7 +8,6 @@ failed, 2 preflight failed (no GPU, torch or build: said why, in seconds)."""
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from bench import REPO, build_dir, gpu_report
+from bench import REPO, build_dir, build_info, gpu_report
 from bench.jsonio import load_json, parse_jsonl, read_jsonl, write_json
 from bench.proc import spawn, stop
 
@@ -337,12 +336,6 @@ class Check:
         return [s for s in cands if (s not in self.complete or s in self.only) and (not self.only or s in self.only)
                 and (not self.no_gpu or s.startswith("congestion_"))]
 
-    def build_info(self):
-        info = dict(re.findall(r"^(\w+) (\S+)", (self.build / "BUILD_INFO").read_text(), re.M)) \
-            if (self.build / "BUILD_INFO").is_file() else {}
-        so = self.build / "lib/libnccl-net-trim.so"
-        return info, hashlib.sha256(so.read_bytes()).hexdigest()[:16] if so.is_file() else None
-
     def preflight(self):
         """Every reason not to go on (a line each); preflight.json says what was found."""
         t0, why, gpu, driver = time.monotonic(), [], None, None
@@ -369,7 +362,7 @@ class Check:
                 self.netns = f"cannot make a network namespace: {p.stderr.strip()[:200]}"
             else:
                 subprocess.run(["ip", "netns", "del", f"ckgpu{os.getpid()}"], capture_output=True)
-        info, so = self.build_info()
+        info, so = build_info(self.build)
         if info.get("plugin_sha256") and info["plugin_sha256"] != so:
             why.append(f"{self.build}/BUILD_INFO names plugin sha256 {info['plugin_sha256']}, the plugin there is {so}: "
                        "repack (scripts/pack-gpu.sh)")
@@ -453,7 +446,7 @@ class Check:
         return 2 if not pre["ok"] else rc
 
     def dry_run(self, planned):
-        info, _ = self.build_info()
+        info, _ = build_info(self.build)
         print(f"# check-gpu --dry-run: invocation {self.inv} ({'continue' if self.cont else 'fresh'}), build {self.build}, "
               f"out {self.out}, budget {self.budget_s} s (nothing is run)\n# plan: {' '.join(planned) or '(nothing left)'}\n"
               f"[preflight] limit {PREFLIGHT_LIMIT_S}s, estimate {PREFLIGHT_EST_S}s: the build ({self.build}/lib/"

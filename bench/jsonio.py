@@ -2,7 +2,6 @@
 lines are skipped, not raised."""
 
 import json
-import sys
 from pathlib import Path
 
 
@@ -49,7 +48,3 @@ def emit(obj, *files):
 def write_json(path, obj):
     Path(path).write_text(json.dumps(obj) + "\n")
 
-
-if __name__ == "__main__":  # `python -m bench.jsonio FILE KEY`: one field of a JSON line, for shell plumbing
-    rows = read_jsonl(sys.argv[1]) if sys.argv[1] != "-" else parse_jsonl(sys.stdin.read())
-    print(rows[-1].get(sys.argv[2]) if rows else "")

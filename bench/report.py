@@ -32,11 +32,3 @@ def table(headers, rows, md=False):
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return "\n".join([line([str(h) for h in headers])] + [line(r) for r in rows])
 
-
-def interval(s, spec=".3f"):
-    """A rounds.summarize statistic as 'median [low, high]'."""
-    if not s or s.get("median") is None:
-        return "-"
-    if s.get("low") is None:
-        return fmt(s["median"], spec)
-    return f"{fmt(s['median'], spec)} [{fmt(s['low'], spec)}, {fmt(s['high'], spec)}]"

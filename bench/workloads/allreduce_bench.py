@@ -14,13 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ddp_train import Logger, barrier, init_distributed, run_facts, sync  # noqa: E402  (same directory)
-
-
-def parse_size(s):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper().rstrip("B").rstrip("I")
-    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+from ddp_train import Logger, barrier, init_distributed, parse_size, run_facts, sync  # noqa: E402  (same directory)
 
 
 def parse_args(argv=None):

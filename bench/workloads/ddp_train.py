@@ -62,18 +62,14 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=4, help="charlm depth")
     p.add_argument("--width", type=int, default=1664, help="widemlp hidden width (1664: 11.6 MB of gradient)")
     p.add_argument("--eval-every", type=int, default=0, metavar="N",
-                   help="also evaluate after every N-th optimizer step (0: at epoch ends only); the "
-                        "training itself is unchanged, only time to --target-acc gets finer")
+                   help="also evaluate every N optimizer steps (0: at epoch ends only): a finer time to --target-acc")
     p.add_argument("--time-limit-s", type=float, default=0, metavar="S",
-                   help="stop training after the step during which S seconds of training wall clock "
-                        "passed (0: no limit); evaluation and the final event follow as usual, the "
-                        "final event saying stopped_by_time_limit")
+                   help="stop training after the step in which S s of training passed (0: no limit); the final "
+                        "event follows, saying stopped_by_time_limit")
     p.add_argument("--describe", action="store_true",
-                   help="print the model's size and the run's step count as one JSON line (computed, "
-                        "no torch needed; WORLD_SIZE from the environment) and exit")
+                   help="print the model's size and step count as one JSON line (no torch; WORLD_SIZE from the env)")
     p.add_argument("--measure-compute", type=int, default=0, metavar="N",
-                   help="before training, time N forward+backward passes without gradient sync "
-                        "(DDP no_sync, parameters untouched) and log them as a compute event")
+                   help="first time N forward+backward passes under DDP no_sync (params untouched): a compute event")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic cuDNN/cuBLAS kernels (same data + same sums = same parameter bits)")
     p.add_argument("--die-after-iters", type=int, default=0, metavar="N",
@@ -241,6 +237,13 @@ def build_model(args, nn, torch):
 
 
 # ---------------------------------------------------------------- helpers
+
+def parse_size(s):
+    """Bytes of "4K", "1.5M", "16MiB", "300"."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B").rstrip("I")
+    return int(float(s[:-1]) * units[s[-1]]) if s and s[-1] in units else int(s)
+
 
 def percentile(values, q):
     """Nearest-rank percentile (p99 of fewer than 100 samples is the worst one)."""

@@ -60,7 +60,6 @@ class ReportTest(unittest.TestCase):
     def test_tables(self):
         self.assertEqual(report.table(["x", "y"], [["a", "1.0"], ["bbb", "22"]]), "x      y\na    1.0\nbbb   22")
         self.assertEqual(report.table(["x", "y"], [["a", 1]], md=True), "| x | y |\n|---|---|\n| a | 1 |")
-        self.assertEqual(report.interval({"median": 1, "low": 0.5, "high": 2}, ".1f"), "1.0 [0.5, 2.0]")
 
 
 class JsonioTest(unittest.TestCase):

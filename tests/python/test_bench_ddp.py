@@ -60,7 +60,7 @@ class Arguments(unittest.TestCase):
     def test_backend_bad_arguments(self):
         rc, _, err = call(backend.main, ["--backends", "gloo,nccl"])
         self.assertEqual((rc, "nccl" in err), (2, True))
-        self.assertEqual([backend.parse_bytes(s) for s in ("4K", "1M", "16MiB", "300")], [4096, 1 << 20, 16 << 20, 300])
+        self.assertEqual([backend.parse_size(s) for s in ("4K", "1M", "16MiB", "300")], [4096, 1 << 20, 16 << 20, 300])
 
     def test_backend_netns_bad_arguments(self):
         for argv, word in ((["--netns-mtu", "1500,x", "--ranks", "2"], "'1500,x'"),
