@@ -31,20 +31,6 @@ else
   rc=$?
   files=("$out.json")
 fi
-python3 - "$rc" "${files[@]}" <<'PY'
-import json, sys
-tests = []
-for path in sys.argv[2:]:
-    try:
-        d = json.load(open(path))
-    except Exception as e:
-        print(f"tests: could not read results ({e}); exit code {sys.argv[1]}")
-        sys.exit(0)
-    tests += [t for s in d.get("testsuites", []) for t in s.get("testsuite", [])]
-skipped = sum(1 for t in tests if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN")
-failed = sum(1 for t in tests if "failures" in t)
-passed = len(tests) - failed - skipped
-print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 "$(dirname "${BASH_SOURCE[0]}")/gtest_summary.py" "$rc" "${files[@]}"
 rm -f "$out" "$out.json" "$out.wait.json" "$out.wait.log"
 exit $rc
