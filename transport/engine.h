@@ -154,7 +154,7 @@ class Engine final : public Waker {
   bool rx_batch(uint64_t now, Tx* tx);
   Status open_cut_socket();
   bool rx_cut_batch(uint64_t now, Tx* tx);
-  void deliver(Datagram d, uint64_t now, Tx* tx);
+  void deliver(const Datagram& d, uint64_t now, Tx* tx);
   void dispatch(const Datagram& d, uint64_t now, Tx* tx);
   void release_held(uint64_t now, Tx* tx);
   void on_ctrl(const Datagram& d, uint64_t now, Tx* tx);
