@@ -141,10 +141,9 @@ TRIM_CRC_FOLD inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si2
 
 TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len) {
   if (len < kFoldMinBytes) return crc32c_hw(crc, data, len);  // before the constants' guards
-  static const uint64_t k128h = detail::crc32c_xpow(8 * kFoldStepBytes + 63), k128l = detail::crc32c_xpow(8 * kFoldStepBytes - 1);
-  static const uint64_t k16h = detail::crc32c_xpow(8 * 16 + 63), k16l = detail::crc32c_xpow(8 * 16 - 1);
-  const __m256i k128 = _mm256_set_epi64x(static_cast<int64_t>(k128l), static_cast<int64_t>(k128h),
-                                         static_cast<int64_t>(k128l), static_cast<int64_t>(k128h));
+  static const detail::CrcFoldConstants f128(kFoldStepBytes), f16(16);
+  const __m256i k128 = _mm256_set_epi64x(static_cast<int64_t>(f128.high), static_cast<int64_t>(f128.low),
+                                         static_cast<int64_t>(f128.high), static_cast<int64_t>(f128.low));
   // The register enters as the first four bytes' xor (the crc32 instruction's own definition).
   __m256i a0 = _mm256_xor_si256(load256(data), _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(~crc))));
   __m256i a1 = load256(data + 32), a2 = load256(data + 64), a3 = load256(data + 96);
@@ -155,7 +154,7 @@ TRIM_CRC_FOLD uint32_t crc32c_fold(uint32_t crc, const uint8_t* data, size_t len
     a2 = _mm256_xor_si256(fold256(a2, k128), load256(data + i + 64));
     a3 = _mm256_xor_si256(fold256(a3, k128), load256(data + i + 96));
   }
-  const __m128i k16 = _mm_set_epi64x(static_cast<int64_t>(k16l), static_cast<int64_t>(k16h));
+  const __m128i k16 = _mm_set_epi64x(static_cast<int64_t>(f16.high), static_cast<int64_t>(f16.low));
   const __m128i blocks[8] = {_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1),
                              _mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1),
                              _mm256_castsi256_si128(a2), _mm256_extracti128_si256(a2, 1),

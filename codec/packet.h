@@ -164,6 +164,12 @@ bool crc32c_force_path(int path);
 // x^e mod P, the CRC-32C polynomial, bit-reflected in the top half of 64 bits (x^0 is bit 63):
 // the constants of a carry-less fold (codec/planes_avx2.cc folds planes while packing them).
 uint64_t crc32c_xpow(uint32_t e);
+// The constants of one carry-less fold of a 128-bit lane forward by `bytes`: `low` multiplies the
+// lane's low quadword (x^(8 bytes + 63) mod P), `high` its high one (x^(8 bytes - 1) mod P).
+struct CrcFoldConstants {
+  uint64_t low, high;
+  explicit CrcFoldConstants(uint32_t bytes) : low(crc32c_xpow(8 * bytes + 63)), high(crc32c_xpow(8 * bytes - 1)) {}
+};
 // The register `reg` (no inversion) followed by `bytes` zero bytes: reg * x^(8 bytes) mod P.
 uint32_t crc32c_shift(uint32_t reg, uint32_t bytes);
 }  // namespace detail

@@ -1,6 +1,6 @@
 // AVX2 (+BMI2) versions of the fp32 hot-path plane kernels (planes_kernels_f32.inc), for CPUs
-// without AVX-512 (Zen 2/3, client Intel); the rht pass runs on AVX-512 CPUs too. Compiled with function-level target attributes (the
-// build has no -march) and only called when supported() says so. Each one must produce exactly
+// without AVX-512 (Zen 2/3, client Intel); the rht pass runs on AVX-512 CPUs too. Compiled with
+// function-level target attributes (the build has no -march) and only called when supported() says so. Each one must produce exactly
 // what its scalar twin in planes.cc produces, norms included (tests/planes_test.cc). No FMA: the
 // norms multiply then add, as the reference does.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -186,9 +186,9 @@ TRIM_AVX2_CRC inline void pack_rht(const float* rot, const float* v, uint32_t n,
                                          0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   __m256i crc = _mm256_setzero_si256(), k16 = crc;
   if constexpr (kCrc) {
-    static const uint64_t hi = detail::crc32c_xpow(8 * 16 + 63), lo = detail::crc32c_xpow(8 * 16 - 1);
-    k16 = _mm256_set_epi64x(static_cast<int64_t>(lo), static_cast<int64_t>(hi), static_cast<int64_t>(lo),
-                            static_cast<int64_t>(hi));
+    static const detail::CrcFoldConstants f16(16);
+    k16 = _mm256_set_epi64x(static_cast<int64_t>(f16.high), static_cast<int64_t>(f16.low),
+                            static_cast<int64_t>(f16.high), static_cast<int64_t>(f16.low));
   }
   uint32_t i = 0;
 #pragma GCC unroll 4

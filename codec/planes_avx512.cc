@@ -23,7 +23,6 @@
 #define TRIM_AVX512_CRC \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi,bmi2,pclmul,vpclmulqdq,sse4.2,prfchw")))
 
-
 namespace trim::codec::avx512 {
 
 bool supported() {
@@ -39,17 +38,6 @@ bool crc_supported() {
          __builtin_cpu_supports("sse4.2");
 }
 
-namespace {
-
-// x^(8 bytes) mod P in two halves, the constants of one carry-less fold of a 128-bit lane by
-// `bytes` (as crc32c_fold's): lo for the lane's low quadword, hi for its high one.
-struct FoldPair {
-  uint64_t lo, hi;
-  explicit FoldPair(uint32_t bytes) : lo(detail::crc32c_xpow(8 * bytes + 63)), hi(detail::crc32c_xpow(8 * bytes - 1)) {}
-};
-
-}  // namespace
-
 // avx2::pack_f32_rht_crc's pass 16 elements a step: one word permute puts the 16 low halves
 // (plane 2's 32 bytes) in the low 256 bits and the 16 high halves (plane 1's) above, so lanes
 // 0/1 hold plane 2's even/odd 16-byte blocks and 2/3 plane 1's, and each lane folds by 32
@@ -57,15 +45,15 @@ struct FoldPair {
 // Half the shuffle and clmul uops of the 8-wide pass, which port 5 bounded.
 TRIM_AVX512_CRC void pack_f32_rht_crc(const float* rot, const float* v, uint32_t n, uint8_t* p0, uint8_t* p1,
                                       uint8_t* p2, Norms* norms, uint32_t regs[2], size_t ahead) {
-  alignas(64) uint16_t idx[32];
-  for (int w = 0; w < 16; ++w) {
-    idx[w] = static_cast<uint16_t>(2 * w);
-    idx[16 + w] = static_cast<uint16_t>(2 * w + 1);
-  }
-  const __m512i split = _mm512_load_si512(idx);
-  static const FoldPair f16(16), f32(32);  // once: crc32c_xpow is a bit loop
-  const __m512i k32 = _mm512_broadcast_i32x4(_mm_set_epi64x(static_cast<int64_t>(f32.hi), static_cast<int64_t>(f32.lo)));
-  const __m256i k16 = _mm256_broadcastsi128_si256(_mm_set_epi64x(static_cast<int64_t>(f16.hi), static_cast<int64_t>(f16.lo)));
+  // Words 0, 2, .., 30 (the low halves) then 1, 3, .., 31.
+  alignas(64) static constexpr uint16_t kSplit[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                                      1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const __m512i split = _mm512_load_si512(kSplit);
+  static const detail::CrcFoldConstants f16(16), f32(32);  // once: crc32c_xpow is a bit loop
+  const __m512i k32 =
+      _mm512_broadcast_i32x4(_mm_set_epi64x(static_cast<int64_t>(f32.high), static_cast<int64_t>(f32.low)));
+  const __m256i k16 =
+      _mm256_broadcastsi128_si256(_mm_set_epi64x(static_cast<int64_t>(f16.high), static_cast<int64_t>(f16.low)));
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   __m512d sq = _mm512_setzero_pd(), ab = sq;
   __m512i crc = _mm512_setzero_si512();
