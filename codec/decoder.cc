@@ -229,7 +229,8 @@ void Decoder::decode_slot(const ParsedPacket& p, const RowInfo& info, Scheme sch
       combine_bytes(off, p.payload, static_cast<uint64_t>(whole) * esize);
       return;
     }
-    std::memcpy(dst, p.payload, static_cast<size_t>(whole) * esize);
+    // A payload the kernel wrote in place already (transport/placed_rx.h) is not copied onto itself.
+    if (dst != p.payload) std::memcpy(dst, p.payload, static_cast<size_t>(whole) * esize);
     std::memset(dst + static_cast<size_t>(whole) * esize, 0, static_cast<size_t>(h.elem_count - whole) * esize);
     return;
   }
@@ -299,6 +300,33 @@ PacketError Decoder::add(const ParsedPacket& p) {
   const PacketError e = admit(p, &slot);
   if (e == PacketError::kOk && slot != UINT32_MAX) decode_slot(p, layout_.row(p.hdr.row), p.hdr.scheme);
   return e;
+}
+
+uint32_t Decoder::exact_slots_after(uint32_t row, uint32_t first_elem, InPlaceSlot* out, uint32_t max,
+                                    uint32_t max_bytes) const {
+  if (out_ == nullptr || combine_ || layout_.scheme() != Scheme::kNone || row >= layout_.rows()) return 0;
+  const uint64_t esize = dtype_bytes(layout_.dtype());
+  RowInfo info = layout_.row(row);
+  uint32_t k = first_elem / info.elems_per_packet + 1, n = 0;
+  uint64_t total = 0;
+  while (n < max) {
+    if (k >= info.packets) {
+      if (info.row + 1 >= layout_.rows()) break;
+      info = layout_.row(info.row + 1);
+      k = 0;
+    }
+    if (info.tail || got_[row_first_slot_[info.row] + k] >= 0) break;
+    const uint32_t first = k * info.elems_per_packet;
+    const uint32_t count = std::min(info.elems_per_packet, info.elems - first);
+    const uint32_t bytes = static_cast<uint32_t>(count * esize);
+    if (total + kHeaderBytes + bytes > max_bytes || (n > 0 && bytes > out[0].bytes)) break;
+    out[n++] = InPlaceSlot{info.row, static_cast<uint16_t>(first), static_cast<uint16_t>(count),
+                           out_ + info.byte_offset + first * esize, bytes};
+    total += kHeaderBytes + bytes;
+    if (bytes < out[0].bytes) break;
+    ++k;
+  }
+  return n;
 }
 
 bool Decoder::row_complete(uint32_t r) const {

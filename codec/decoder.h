@@ -22,6 +22,15 @@ struct DecodeStats {
   uint64_t packets = 0, trimmed_packets = 0, duplicate_packets = 0, late_packets = 0;
 };
 
+// An exact packet's place in a message decoded by begin(): its row and elements, and the bytes
+// of the buffer its payload is copied to.
+struct InPlaceSlot {
+  uint32_t row = 0;
+  uint16_t first_elem = 0, elem_count = 0;
+  uint8_t* dst = nullptr;
+  uint32_t bytes = 0;
+};
+
 class Decoder {
  public:
   explicit Decoder(const CodecConfig& cfg);
@@ -53,6 +62,13 @@ class Decoder {
   // scale) is rejected, counted, and changes nothing. A slot is decoded again only when more of
   // it arrives than before (a retransmission after a trim).
   PacketError add(const ParsedPacket& p);
+  // The packets after row `row`'s packet at `first_elem`, in message order, whose payloads a
+  // message begun with begin() takes as they are (scheme none rows, not the raw tail) and that
+  // have not arrived: at most `max`, stopping at one that has, at one shorter than the first
+  // (where a sender's segmentation run ends), or before headers and payloads pass `max_bytes`.
+  // A payload already at its slot's dst is not copied again (add).
+  uint32_t exact_slots_after(uint32_t row, uint32_t first_elem, InPlaceSlot* out, uint32_t max,
+                             uint32_t max_bytes) const;
   // Packet slots of the message that hold data (whole or trimmed): each counts once, however
   // often or under whatever psn its packet arrives.
   uint64_t slots_filled() const { return slots_filled_; }

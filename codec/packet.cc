@@ -474,7 +474,7 @@ void mark_resent(uint8_t* packet) {
 namespace {
 
 // parse_packet's checks; `count`: in packet_error_counters() (not for our own packets).
-PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count) {
+PacketError parse(const uint8_t* data, const uint8_t* payload, size_t len, ParsedPacket* out, bool count) {
   const auto fail = [count](PacketError e) { return count ? codec::fail(e) : e; };
   if (data == nullptr || len < kHeaderBytes) return fail(PacketError::kTruncatedHeader);
   if (get16(data) != kMagic) return fail(PacketError::kBadMagic);
@@ -557,7 +557,7 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
   if (!tail_zero || (lossy ? points == 0 || prev != h.payload_bytes : points != 0)) return fail(PacketError::kBadField);
   if (len > kHeaderBytes + h.payload_bytes) return fail(PacketError::kLengthPastPacket);
 
-  out->payload = data + kHeaderBytes;
+  out->payload = payload;
   const uint32_t received = static_cast<uint32_t>(len - kHeaderBytes);
   out->check_failed = false;
   // Whole and checksummed by the sender's kernel: the receiving kernel checked it all already.
@@ -572,10 +572,31 @@ PacketError parse(const uint8_t* data, size_t len, ParsedPacket* out, bool count
 
 }  // namespace
 
-PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) { return parse(data, len, out, true); }
+PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out) {
+  return parse(data, data == nullptr ? nullptr : data + kHeaderBytes, len, out, true);
+}
+
+PacketError parse_packet_at(const uint8_t* hdr, const uint8_t* payload, size_t len, ParsedPacket* out) {
+  return parse(hdr, payload, len, out, true);
+}
+
+bool peek_exact_slot(const uint8_t* hdr, ExactSlotFields* out) {
+  const uint8_t flags = hdr[3];
+  if (get16(hdr) != kMagic || hdr[2] != kVersion || hdr[4] != static_cast<uint8_t>(Scheme::kNone) ||
+      (flags & (kFlagTrimmable | kFlagTail)) != 0) {
+    return false;
+  }
+  out->cookie = prefix_cookie(hdr);
+  out->msg_seq = get32(hdr + 16);
+  out->row = get32(hdr + 24);
+  out->first_elem = get16(hdr + 28);
+  out->elem_count = get16(hdr + 30);
+  out->payload_bytes = get16(hdr + 32);
+  return true;
+}
 
 PacketError parse_own_packet(const uint8_t* data, size_t len, uint32_t payload_kept, ParsedPacket* out) {
-  const PacketError e = parse(data, len, out, false);
+  const PacketError e = parse(data, data + kHeaderBytes, len, out, false);
   if (e != PacketError::kOk || payload_kept >= out->payload_received) return e;
   out->payload_received = payload_kept;
   out->trimmed = true;

@@ -404,6 +404,17 @@ TEST(HarnessFaults, LossRepairWithoutSegmentationOffload) {
   expect_exact(run_harness("--mode sendrecv --bytes 6M --iters 2 --drop 0.01 --reorder 0.05"));
 }
 
+TEST(HarnessFaults, ReceivesInPlaceFallBackUnderLossReorderingDuplicatesAndTrims) {
+  // Exact receives are placed by the kernel (transport/placed_rx.h); packets dropped, held back,
+  // doubled or cut after they landed, and the datagrams that then arrive where others were
+  // expected, must all end exact.
+  HarnessRun r = run_harness("--mode sendrecv --bytes 6M --iters 2 --drop 0.01 --reorder 0.05 --dup 0.05 --trim 0.05");
+  expect_exact(r);
+  EXPECT_GT(r.count("placed_packets"), 0) << r.context();
+  EXPECT_GT(r.count("placed_misses"), 0) << r.context();
+  EXPECT_GT(r.count("trimmed_nacked"), 0) << r.context();
+}
+
 TEST(HarnessFaults, ZeroCopyOnLoopbackCopiesAgainAndStaysExact) {
   // NCCL_TRIM_ZEROCOPY=on over loopback, with loss (resends of pinned packets): the kernel copies
   // at local delivery and says so, so each engine goes back to copying after its first

@@ -96,6 +96,25 @@ TEST_F(Loopback, ExactTrafficUsesSegmentationOffload) {
   EXPECT_GT(counter("gro_batches"), gro0);
 }
 
+// Exact messages are received in place (transport/placed_rx.h): after each message's first
+// packet, the kernel writes the packets of each run straight into the receive's buffer.
+TEST_F(Loopback, ExactMessagesAreReceivedInPlace) {
+  const long long placed0 = counter("placed_packets");
+  ASSERT_GE(placed0, 0);
+  const size_t bytes = (4 << 20) + 3;
+  for (uint32_t i = 0; i < 4; ++i) {
+    std::vector<uint8_t> in = pattern(bytes, 20 + i), out(bytes + 1, 0xEE);
+    Request* r = post_recv(out.data(), out.size());
+    Request* s = post_send(in.data(), in.size());
+    EXPECT_EQ(wait(s), static_cast<int64_t>(bytes));
+    ASSERT_EQ(wait(r), static_cast<int64_t>(bytes));
+    EXPECT_EQ(0, std::memcmp(in.data(), out.data(), bytes)) << "message " << i;
+    EXPECT_EQ(out[bytes], 0xEE) << "wrote past the message " << i;
+  }
+  // 8972-byte packets on loopback: 4 x 4 MiB is 2048 packets; most must have been placed.
+  EXPECT_GT(counter("placed_packets") - placed0, 1024);
+}
+
 // Whatever else arrives at the engine's port is dropped and counted, and never disturbs a
 // connection: random bytes, control packets and data packets for cookies nobody owns.
 TEST_F(Loopback, GarbageAndForeignPacketsAreCountedAndIgnored) {

@@ -621,7 +621,8 @@ std::string GlobalStats::to_json() const {
       "\"cut_received\":{},\"cut_rejected\":{},\"trims_reported\":{},\"trims_unmatched\":{},\"ef_applied\":{},"
       "\"ef_recorded\":{},\"ef_conns\":{},\"quiet_messages\":{},\"zerocopy_sends\":{},\"zerocopy_copied\":{},"
       "\"zerocopy_refused\":{},\"send_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{},"
-      "\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"rto_resends_cancelled\":{}}}",
+      "\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"rto_resends_cancelled\":{},\"placed_packets\":{},"
+      "\"placed_misses\":{}}}",
       sent_packets.load(), sent_bytes.load(), retransmitted_packets.load(), received_packets.load(),
       trimmed_accepted.load(), trimmed_nacked.load(), dup_packets.load(),
       bad_packets.load() + unknown_conn.load() + wrong_source.load() + malformed.load(), rto_events.load(),
@@ -633,7 +634,8 @@ std::string GlobalStats::to_json() const {
       cut_rejected.load(), trims_reported.load(), trims_unmatched.load(), ef_applied.load(), ef_recorded.load(),
       ef_conns.load(), quiet_messages.load(), zerocopy_sends.load(), zerocopy_copied.load(),
       zerocopy_refused.load(), send_refused.load(), send_buffer_full.load(), send_queue_drops.load(),
-      ctrl_buffer_full.load(), ctrl_stalled_conns.load(), rto_resends_cancelled.load());
+      ctrl_buffer_full.load(), ctrl_stalled_conns.load(), rto_resends_cancelled.load(), placed_packets.load(),
+      placed_misses.load());
 }
 
 GlobalStats& global_stats() {

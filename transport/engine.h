@@ -19,9 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codec/packet.h"
 #include "common/params.h"
 #include "transport/ctrl_out.h"
 #include "transport/cut_rx.h"
+#include "transport/placed_rx.h"
 #include "transport/recv_proto.h"
 #include "transport/send_proto.h"
 #include "transport/socket.h"
@@ -145,6 +147,7 @@ class Engine final : public Waker {
     sockaddr_in from;
     uint8_t tos = 0;  // the IP header's TOS byte as it arrived (DSCP << 2 | ECN)
     bool cut = false;  // read from the packet socket: a cut the kernel dropped
+    const uint8_t* payload = nullptr;  // placed (placed_rx.h): the payload, not after the header
   };
   class Tx;
   void run();
@@ -152,6 +155,17 @@ class Engine final : public Waker {
   void apply_release(const Cmd& cmd, Tx* tx);
   void pull_posted(Conn* c, Tx* tx);
   bool rx_batch(uint64_t now, Tx* tx);
+  // Datagrams read one at a time, straight into place, while a connection receives exact
+  // messages in place (placed_rx.h): kNone when none does (nothing read), kDrained when the
+  // socket ran dry, kBudget after a batch's worth, kStopped when the stream ended or a wrong
+  // guess cost a copy (the batched reads follow).
+  enum class Placed { kNone, kDrained, kBudget, kStopped };
+  Placed rx_placed(uint64_t now, Tx* tx, bool* any);
+  static const uint8_t* payload_of(const Datagram& d) {
+    return d.payload != nullptr ? d.payload : d.data + codec::kHeaderBytes;
+  }
+  // A datagram's bytes, contiguous (a placed one's payload gathered after its header).
+  static void copy_datagram(const Datagram& d, std::vector<uint8_t>* out);
   Status open_cut_socket();
   bool rx_cut_batch(uint64_t now, Tx* tx);
   void deliver(const Datagram& d, uint64_t now, Tx* tx);
@@ -215,6 +229,8 @@ class Engine final : public Waker {
   bool gro_ = false;  // the socket hands us coalesced runs of packets (split in rx_batch)
   int writable_fd_ = -1;  // watched for EPOLLOUT (the socket, or a test's): datagrams wait
   uint64_t cut_received_ = 0, cut_rejected_ = 0;  // this engine's share of the global counts
+  uint64_t expecting_cookie_ = 0;  // the receive connection that last took an exact packet: asked first
+  Expectation expectation_;        // rx_placed's, kept here for its size
 };
 
 // Process-wide transport statistics (closed connections plus engine-level rejects).
@@ -229,6 +245,9 @@ struct GlobalStats {
       // socket and handed to the data path; frames it passed that were not such datagrams.
       cut_received{0}, cut_rejected{0},
       gso_sends{0}, gro_batches{0},  // segmentation offload: super-datagrams sent, coalesced runs received
+      // Exact packets the kernel wrote straight into place (placed_rx.h), and datagrams read so
+      // that were not what was expected (their bytes moved back, then handled as usual).
+      placed_packets{0}, placed_misses{0},
       // NCCL_TRIM_ZEROCOPY: sends the kernel took without a copy, those it reported copied after
       // all (local delivery), and those it refused to pin (sent again copied).
       zerocopy_sends{0}, zerocopy_copied{0}, zerocopy_refused{0},

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "transport/engine.h"
 #include "transport/engine_tx.h"
+#include "transport/placed_rx.h"
 
 namespace trim::transport {
 
@@ -108,13 +109,92 @@ bool Engine::from_peer(const Conn* c, const sockaddr_in& from, bool data) const 
   return same(from, c->peer_udp) || (data && cfg_.has_switch && same(from, cfg_.switch_addr));
 }
 
+namespace {
+
+// A datagram's GRO segment size (its length when not coalesced) and TOS byte, from its cmsgs.
+void read_cmsgs(msghdr* mh, bool gro, uint32_t len, uint32_t* seg, uint8_t* tos) {
+  *seg = len;
+  *tos = 0;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(mh); cm != nullptr; cm = CMSG_NXTHDR(mh, cm)) {
+    if (gro && cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+      int gso_size = 0;
+      std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
+      if (gso_size > 0) *seg = static_cast<uint32_t>(gso_size);
+    } else if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1)) {
+      *tos = *CMSG_DATA(cm);
+    }
+  }
+  if (*seg < len) global_stats().gro_batches.fetch_add(1, std::memory_order_relaxed);
+}
+
+using CmsgSpace = uint8_t[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int))];  // UDP_GRO, IP_TOS
+
+// A wrong guess that moved this much back ends a turn's placed reads: the batched reads follow.
+constexpr size_t kPlacedMissStopBytes = 1024;
+
+}  // namespace
+
+Engine::Placed Engine::rx_placed(uint64_t now, Tx* tx, bool* any) {
+  sockaddr_in from{};
+  alignas(cmsghdr) CmsgSpace cbuf;
+  uint8_t* side = rx_bufs_[0].data();
+  for (uint32_t n = 0; n < kBatch; ++n) {
+    auto it = recv_by_cookie_.find(expecting_cookie_);
+    Conn* c = it == recv_by_cookie_.end() || it->second->dead ? nullptr : it->second;
+    if (c == nullptr || !c->recv->in_place_stream()) return n == 0 ? Placed::kNone : Placed::kStopped;
+    // Between two messages (the next one's first packet tells where it goes) a datagram is
+    // read alone too, so that the packets after it are placed again at once.
+    const bool expecting = c->recv->expect(&expectation_, kMaxGsoBytes);
+    if (!expecting) expectation_.slots = 0;
+    PlacedRead r(expectation_, side, rx_bufs_[0].size());
+    msghdr mh{};
+    mh.msg_name = &from;
+    mh.msg_namelen = sizeof from;
+    mh.msg_iov = r.iov();
+    mh.msg_iovlen = r.iovlen();
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    const ssize_t got = recvmsg(udp_.get(), &mh, MSG_DONTWAIT);
+    if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? Placed::kDrained : Placed::kStopped;
+    *any = true;
+    now = now_ns();
+    if ((mh.msg_flags & MSG_TRUNC) != 0 || mh.msg_namelen != sizeof(sockaddr_in)) {
+      ++global_stats().malformed;  // what it left in expected slots fills none of them
+      continue;
+    }
+    const uint32_t len = static_cast<uint32_t>(got);
+    uint32_t seg = len;
+    uint8_t tos = 0;
+    read_cmsgs(&mh, gro_, len, &seg, &tos);
+    const uint32_t placed = r.settle(len, seg, expecting && from_peer(c, from, true));
+    if (placed > 0) global_stats().placed_packets.fetch_add(placed, std::memory_order_relaxed);
+    // Placed packets first, in the datagram's order; every byte of the rest is in `side` now.
+    for (uint32_t k = 0; k < placed; ++k) {
+      const codec::InPlaceSlot& s = expectation_.slot[k];
+      deliver(Datagram{side + static_cast<size_t>(k) * seg, codec::kHeaderBytes + s.bytes, from, tos, false, s.dst}, now,
+              tx);
+    }
+    for (size_t off = static_cast<size_t>(placed) * seg; off < len; off += seg) {
+      deliver(Datagram{side + off, std::min<size_t>(seg, len - off), from, tos}, now, tx);
+    }
+    release_held(now, tx);
+    if (expecting && static_cast<size_t>(placed) * seg < len) {
+      global_stats().placed_misses.fetch_add(1, std::memory_order_relaxed);
+      if (r.moved_bytes() >= kPlacedMissStopBytes) return Placed::kStopped;
+    }
+  }
+  return Placed::kBudget;
+}
+
 bool Engine::rx_batch(uint64_t now, Tx* tx) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
   sockaddr_in from[kBatch];
-  alignas(cmsghdr) uint8_t cbuf[kBatch][CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(int))];  // UDP_GRO, IP_TOS
+  alignas(cmsghdr) CmsgSpace cbuf[kBatch];
   bool any = false;
-  for (int turn = 0; turn < kMaxBatchesPerTurn; ++turn) {
+  const Placed placed = rx_placed(now, tx, &any);
+  const bool batched = placed == Placed::kNone || placed == Placed::kStopped;
+  for (int turn = 0; batched && turn < kMaxBatchesPerTurn; ++turn) {
     for (uint32_t i = 0; i < kBatch; ++i) {
       iov[i] = iovec{rx_bufs_[i].data(), rx_bufs_[i].size()};
       msgs[i] = mmsghdr{};
@@ -142,16 +222,7 @@ bool Engine::rx_batch(uint64_t now, Tx* tx) {
       const uint32_t len = msgs[i].msg_len;
       uint32_t seg = len;
       uint8_t tos = 0;
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm != nullptr; cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
-        if (gro_ && cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-          int gso_size = 0;
-          std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
-          if (gso_size > 0) seg = static_cast<uint32_t>(gso_size);
-        } else if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1)) {
-          tos = *CMSG_DATA(cm);
-        }
-      }
-      if (seg < len) global_stats().gro_batches.fetch_add(1, std::memory_order_relaxed);
+      read_cmsgs(&msgs[i].msg_hdr, gro_, len, &seg, &tos);
       Datagram d{rx_bufs_[i].data(), 0, from[i], tos};
       for (uint32_t off = 0; off < len; off += seg) {
         d.data = rx_bufs_[i].data() + off;
@@ -204,14 +275,14 @@ void Engine::deliver(const Datagram& in, uint64_t now, Tx* tx) {
   }
   if (!is_ctrl(d.data, d.len) && cfg_.trim > 0 && coin() < cfg_.trim) {
     codec::ParsedPacket p;
-    if (codec::parse_packet(d.data, d.len, &p) == codec::PacketError::kOk && !p.trimmed) {
+    if (codec::parse_packet_at(d.data, payload_of(d), d.len, &p) == codec::PacketError::kOk && !p.trimmed) {
       codec::mark_trimmed(d.data);  // what a switch does: flag, then cut at the trim point
       d.len = codec::kHeaderBytes + p.hdr.trim_bytes;
       ++global_stats().injected_trims;
     }
   }
   if (!holding_ && cfg_.reorder > 0 && coin() < cfg_.reorder) {
-    held_.assign(d.data, d.data + d.len);
+    copy_datagram(d, &held_);
     held_from_ = d.from;
     held_tos_ = d.tos;
     held_cut_ = d.cut;
@@ -220,10 +291,19 @@ void Engine::deliver(const Datagram& in, uint64_t now, Tx* tx) {
   }
   const bool twice = cfg_.dup > 0 && coin() < cfg_.dup;
   std::vector<uint8_t> copy;
-  if (twice) copy.assign(d.data, d.data + d.len);
+  if (twice) copy_datagram(d, &copy);
   dispatch(d, now, tx);
   if (twice) dispatch(Datagram{copy.data(), copy.size(), d.from, d.tos, d.cut}, now, tx);
   release_held(now, tx);  // the held packet now arrives behind this one
+}
+
+void Engine::copy_datagram(const Datagram& d, std::vector<uint8_t>* out) {
+  if (d.payload == nullptr || d.len <= codec::kHeaderBytes) {
+    out->assign(d.data, d.data + d.len);
+    return;
+  }
+  out->assign(d.data, d.data + codec::kHeaderBytes);
+  out->insert(out->end(), d.payload, d.payload + (d.len - codec::kHeaderBytes));
 }
 
 void Engine::on_ctrl(const Datagram& d, uint64_t now, Tx* tx) {
@@ -268,7 +348,7 @@ void Engine::on_data(const Datagram& d, uint64_t now, Tx* tx) {
   // A switch that trims by DSCP rewrites it: that is how it says so (a cut is also seen in the
   // packet's length, whatever its DSCP). The ECN bits are the network's, not the class's.
   const bool marked = (d.tos & ~3u) == cfg_.tos_trimmed;
-  const codec::PacketError e = codec::parse_packet(d.data, d.len, &p);
+  const codec::PacketError e = codec::parse_packet_at(d.data, payload_of(d), d.len, &p);
   if (e != codec::PacketError::kOk) {
     // Cut inside our header (a trim size too small for it): nothing in it can be trusted or
     // used, not even the psn. A loss, which recovery repairs; counted apart from garbage.
@@ -320,6 +400,7 @@ void Engine::on_data(const Datagram& d, uint64_t now, Tx* tx) {
   if (c->dead) return;
   if (d.cut) ++c->recv->counters().cut_received;
   c->recv->on_data(p, now);
+  if (p.hdr.scheme == codec::Scheme::kNone) expecting_cookie_ = p.hdr.cookie;  // its next packets may be placed
   c->ack_due = true;
   if (c->recv->reports_full()) {  // the ACK's trim reports are full: send it before the next cut
     tx->bind(c);

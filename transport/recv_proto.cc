@@ -175,6 +175,7 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     return;
   }
   codec::Decoder& dec = *decoders_[p.hdr.msg_seq % kMaxPostedRecvs];
+  const uint64_t filled = dec.slots_filled();
   const codec::PacketError e = m->work ? admit_pooled(m, dec, p) : dec.add(p);
   if (e != codec::PacketError::kOk) {
     ++counters_.bad_packets;
@@ -182,6 +183,10 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     return;
   }
   set_bit(psn);
+  // A resend of a slot that had arrived says nothing about what comes next.
+  if (p.hdr.scheme == codec::Scheme::kNone && !p.trimmed && !p.hdr.tail() && dec.slots_filled() > filled) {
+    last_exact_ = LastExact{true, !m->work && !m->op->combine, p.hdr.msg_seq, p.hdr.row, p.hdr.first_elem};
+  }
   ++counters_.received_packets;
   counters_.received_bytes += codec::kHeaderBytes + p.payload_received;
   ++accepted_total_;
@@ -209,6 +214,19 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
     clear_bit(rcv_nxt_);
     ++rcv_nxt_;
   }
+}
+
+bool RecvProto::expect(Expectation* e, uint32_t max_bytes) const {
+  if (!last_exact_.valid) return false;
+  const uint32_t idx = last_exact_.msg_seq % kMaxPostedRecvs;
+  const Msg& m = msgs_[idx];
+  // Only while its receive is posted, begun and decoding on this thread: the slots' memory is
+  // the receive's until it completes, and nothing else writes it meanwhile.
+  if (m.op == nullptr || m.op->seq != last_exact_.msg_seq || !m.started || m.failed || m.work) return false;
+  e->cookie = params_.cookie;
+  e->msg_seq = last_exact_.msg_seq;
+  e->slots = decoders_[idx]->exact_slots_after(last_exact_.row, last_exact_.first_elem, e->slot, kMaxPlacedSlots, max_bytes);
+  return e->slots > 0;
 }
 
 void RecvProto::note_trim(uint32_t psn, uint32_t received) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/decoder.h"
+#include "transport/placed_rx.h"
 #include "transport/proto.h"
 
 namespace trim::transport {
@@ -39,6 +40,12 @@ class RecvProto {
   Status post(RecvOp* op, TxSink* sink);
   // One validated data packet of this connection (cookie already matched).
   void on_data(const codec::ParsedPacket& p, uint64_t now_ns);
+  // Into *e, the packets expected next (placed_rx.h): those after the last exact packet accepted,
+  // in its message, while they have not arrived, `max_bytes` with headers at most. False: none.
+  bool expect(Expectation* e, uint32_t max_bytes) const;
+  // Whether the last exact packet accepted was decoded in place and a receive is still pending:
+  // its connection's next datagrams are worth reading one at a time, to be placed.
+  bool in_place_stream() const { return last_exact_.valid && last_exact_.in_place && has_pending(); }
   // The sender's message `seq` is empty.
   void on_empty(uint64_t seq);
   // Sends one ACK if anything arrived since the last one (called after each receive batch),
@@ -96,6 +103,12 @@ class RecvProto {
   uint64_t accepted_total_ = 0, trimmed_accepted_total_ = 0, trimmed_nacked_total_ = 0;
   std::vector<uint32_t> nacks_;
   std::vector<TrimReport> trim_reports_;  // cut trimmable packets accepted since the last ACK
+  // The last exact packet accepted: the next ones are expected after it (expect).
+  struct LastExact {
+    bool valid = false;
+    bool in_place = false;  // its receive decodes on this thread into its buffer (not combining)
+    uint32_t msg_seq = 0, row = 0, first_elem = 0;
+  } last_exact_;
   AckEcho echo_;  // the first packet that advanced rcv_nxt_ since the last ACK
   bool ack_due_ = false;
   ConnCounters counters_;

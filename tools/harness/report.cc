@@ -146,6 +146,8 @@ void add_stats(PluginStats* sum, const PluginStats& s) {
   sum->send_queue_drops += s.send_queue_drops;
   sum->ctrl_buffer_full += s.ctrl_buffer_full;
   sum->ctrl_stalled_conns += s.ctrl_stalled_conns;
+  sum->placed_packets += s.placed_packets;
+  sum->placed_misses += s.placed_misses;
   sum->plugin_cpu_s += s.plugin_cpu_s;
   sum->engine_threads += s.engine_threads;
 }
@@ -210,6 +212,8 @@ PluginStats parse_stats(const std::string& json) {
   s.send_queue_drops = json_int(json, "send_queue_drops");
   s.ctrl_buffer_full = json_int(json, "ctrl_buffer_full");
   s.ctrl_stalled_conns = json_int(json, "ctrl_stalled_conns");
+  s.placed_packets = json_int(json, "placed_packets");
+  s.placed_misses = json_int(json, "placed_misses");
   return s;
 }
 
@@ -338,14 +342,14 @@ std::string to_json(const Options& opt, const RunSummary& s, const std::string& 
       "\"trimmed_accepted\":{},\"trimmed_nacked\":{},\"dup_packets\":{},\"bad_packets\":{},"
       "\"codec_tasks\":{},\"codec_inline\":{},\"rotated_messages\":{},\"hook_undeclared_conns\":{},\"codec_cancelled\":{},\"codec_waited_tasks\":{},"
       "\"trimmed_marked\":{},\"header_cuts\":{},\"cut_received\":{},\"cut_rejected\":{},"
-      "\"zerocopy_sends\":{},\"zerocopy_copied\":{},\"zerocopy_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{},\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
+      "\"zerocopy_sends\":{},\"zerocopy_copied\":{},\"zerocopy_refused\":{},\"send_buffer_full\":{},\"send_queue_drops\":{},\"ctrl_buffer_full\":{},\"ctrl_stalled_conns\":{},\"placed_packets\":{},\"placed_misses\":{},\"plugin_cpu_s\":{:.4f},\"engine_threads\":{},\"stats_available\":{},\"profiler\":\"{}\",\"detect_ms\":{:.1f},\"error\":\"{}\"}}",
       mode_name(opt.mode), api_name(opt.api), run_op_name(opt), opt.ranks, opt.bytes, opt.iters, opt.warmup,
       json_escape(device), finite(s.gbps), finite(s.busbw_gbps), finite(s.p50_ms), finite(s.p99_ms), s.verify,
       finite(s.nmse), finite(s.trim_rate), s.replicas_identical ? "true" : "false", extra, t.retransmitted_packets,
       t.sent_packets, t.received_packets, t.trimmed_accepted, t.trimmed_nacked, t.dup_packets, t.bad_packets,
       t.codec_tasks, t.codec_inline, t.rotated_messages, t.hook_undeclared_conns, t.codec_cancelled,
       t.codec_waited_tasks, t.trimmed_marked, t.header_cuts, t.cut_received, t.cut_rejected,
-      t.zerocopy_sends, t.zerocopy_copied, t.zerocopy_refused, t.send_buffer_full, t.send_queue_drops, t.ctrl_buffer_full, t.ctrl_stalled_conns, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
+      t.zerocopy_sends, t.zerocopy_copied, t.zerocopy_refused, t.send_buffer_full, t.send_queue_drops, t.ctrl_buffer_full, t.ctrl_stalled_conns, t.placed_packets, t.placed_misses, finite(t.plugin_cpu_s), t.engine_threads, t.available ? "true" : "false", json_escape(s.profiler), finite(s.detect_ms), json_escape(s.error));
 }
 
 std::string to_text(const Options& opt, const RunSummary& s, const std::string& device) {

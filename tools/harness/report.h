@@ -40,6 +40,7 @@ struct PluginStats {
   // Control frames that waited for room in their TCP socket, and connections failed as their
   // peer stopped reading that stream.
   int64_t ctrl_buffer_full = 0, ctrl_stalled_conns = 0;
+  int64_t placed_packets = 0, placed_misses = 0;  // exact packets received straight into place
   // CPU seconds of the plugin's own threads (trim-engine, trim-codec) over the rank's life:
   // the transport's cost, without the harness's data generation and checks.
   double plugin_cpu_s = 0;
