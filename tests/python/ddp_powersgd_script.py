@@ -2,6 +2,7 @@
 itself): it trains 6 steps (PowerSGD compresses from step 2) and prints one JSON line per rank:
 the parameters' hash, the backends, and the warnings its register_comm_hook call raised."""
 
+import gc
 import hashlib
 import json
 import sys
@@ -35,4 +36,9 @@ sys.stdout.write(json.dumps({
     "rht_state": getattr(model, "_nccl_trim_state", "absent") is not None,
 }) + "\n")  # one write: the ranks share the pipe
 sys.stdout.flush()
+# The DDP reducer (and the hook's state) before the group: torch 2.15's gloo aborts at exit about
+# half the time when the group is destroyed under a live reducer ("terminate called without an
+# active exception", plain torchrun too).
+del model, state, opt
+gc.collect()
 dist.destroy_process_group()
