@@ -473,6 +473,27 @@ void mark_resent(uint8_t* packet) {
 
 namespace {
 
+// The header's fields as they stand, nothing checked, but for scheme and dtype: the callers
+// check those bytes before they become enums.
+inline void read_fields(const uint8_t* data, PacketHeader* h) {
+  h->flags = data[3];
+  h->head_bits = data[6];
+  h->row_log2 = data[7];
+  h->cookie = prefix_cookie(data);
+  h->msg_seq = get32(data + 16);
+  h->msg_bytes = get32(data + 20);
+  h->row = get32(data + 24);
+  h->first_elem = get16(data + 28);
+  h->elem_count = get16(data + 30);
+  h->payload_bytes = get16(data + 32);
+  h->trim_bytes = get16(data + 34);
+  h->scale = bits_f32(get32(data + 36));
+  h->psn = get32(data + 40);
+  h->dst_ip4 = get32(data + 44);
+  h->dst_port = get16(data + 48);
+  h->bin_ratio = get16(data + 50);
+}
+
 // parse_packet's checks; `count`: in packet_error_counters() (not for our own packets).
 PacketError parse(const uint8_t* data, const uint8_t* payload, size_t len, ParsedPacket* out, bool count) {
   const auto fail = [count](PacketError e) { return count ? codec::fail(e) : e; };
@@ -484,23 +505,8 @@ PacketError parse(const uint8_t* data, const uint8_t* payload, size_t len, Parse
   // Filled in place: a local header copied out at the end cost a 54-byte rep movsb per packet
   // (and *out is unspecified on failure anyway).
   PacketHeader& h = out->hdr;
-  h.flags = data[3];
-  uint8_t scheme = data[4], dtype = data[5];
-  h.head_bits = data[6];
-  h.row_log2 = data[7];
-  h.cookie = prefix_cookie(data);
-  h.msg_seq = get32(data + 16);
-  h.msg_bytes = get32(data + 20);
-  h.row = get32(data + 24);
-  h.first_elem = get16(data + 28);
-  h.elem_count = get16(data + 30);
-  h.payload_bytes = get16(data + 32);
-  h.trim_bytes = get16(data + 34);
-  h.scale = bits_f32(get32(data + 36));
-  h.psn = get32(data + 40);
-  h.dst_ip4 = get32(data + 44);
-  h.dst_port = get16(data + 48);
-  h.bin_ratio = get16(data + 50);
+  read_fields(data, &h);
+  const uint8_t scheme = data[4], dtype = data[5];
 
   if ((h.flags & ~kFlagsKnown) != 0 || scheme >= kNumSchemes || dtype >= kNumDTypes ||
       !valid_head_bits(h.head_bits) || h.row_log2 < 3 || h.row_log2 > 15) {
@@ -580,18 +586,11 @@ PacketError parse_packet_at(const uint8_t* hdr, const uint8_t* payload, size_t l
   return parse(hdr, payload, len, out, true);
 }
 
-bool peek_exact_slot(const uint8_t* hdr, ExactSlotFields* out) {
-  const uint8_t flags = hdr[3];
-  if (get16(hdr) != kMagic || hdr[2] != kVersion || hdr[4] != static_cast<uint8_t>(Scheme::kNone) ||
-      (flags & (kFlagTrimmable | kFlagTail)) != 0) {
-    return false;
-  }
-  out->cookie = prefix_cookie(hdr);
-  out->msg_seq = get32(hdr + 16);
-  out->row = get32(hdr + 24);
-  out->first_elem = get16(hdr + 28);
-  out->elem_count = get16(hdr + 30);
-  out->payload_bytes = get16(hdr + 32);
+bool peek_header(const uint8_t* hdr, PacketHeader* out) {
+  if (get16(hdr) != kMagic || hdr[2] != kVersion || hdr[4] >= kNumSchemes || hdr[5] >= kNumDTypes) return false;
+  read_fields(hdr, out);
+  out->scheme = static_cast<Scheme>(hdr[4]);
+  out->dtype = static_cast<DType>(hdr[5]);
   return true;
 }
 

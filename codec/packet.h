@@ -226,16 +226,11 @@ PacketError parse_packet(const uint8_t* data, size_t len, ParsedPacket* out);
 // wrote straight into its place, transport/placed_rx.h).
 PacketError parse_packet_at(const uint8_t* hdr, const uint8_t* payload, size_t len, ParsedPacket* out);
 
-// Where an exact packet's payload belongs, read from its first kHeaderBytes without any check
-// (parse_packet validates the packet afterwards): for a receiver that must tell whether a
-// payload landed in its place before it reads anything else. False unless the header is ours
-// and of an untrimmable scheme-none packet of a typed row (not a message's raw tail).
-struct ExactSlotFields {
-  uint64_t cookie = 0;
-  uint32_t msg_seq = 0, row = 0;
-  uint16_t first_elem = 0, elem_count = 0, payload_bytes = 0;
-};
-bool peek_exact_slot(const uint8_t* hdr, ExactSlotFields* out);
+// The header's fields read from the first kHeaderBytes of `hdr`, checking only that it is ours
+// (magic, version) and that its scheme and dtype exist: no CRC, no geometry. For a receiver that
+// must tell where a payload belongs before it reads anything else; parse_packet validates the
+// packet afterwards.
+bool peek_header(const uint8_t* hdr, PacketHeader* out);
 // A whole packet this process encoded, as a receiver that kept `payload_kept` bytes of its
 // payload decodes it (the sender's error feedback); not counted.
 PacketError parse_own_packet(const uint8_t* data, size_t len, uint32_t payload_kept, ParsedPacket* out);

@@ -192,8 +192,9 @@ TEST(PlacedRx, AnythingElseIsMovedBackAsWritten) {
   // Another connection's packet for the same slot.
   Receiver other(100000, 2, kCookie + 1);
   std::vector<uint8_t> foreign = other.packets()[2];
-  codec::ExactSlotFields f;
-  ASSERT_TRUE(codec::peek_exact_slot(foreign.data(), &f));
+  codec::PacketHeader h;
+  ASSERT_TRUE(codec::peek_header(foreign.data(), &h));
+  ASSERT_EQ(h.cookie, kCookie + 1);
   EXPECT_EQ(rx.read(foreign, kSeg), 0u);
   // A control packet's size, and garbage as long as a packet.
   EXPECT_EQ(rx.read(std::vector<uint8_t>(120, 0xA5), 120), 0u);

@@ -23,10 +23,11 @@ uint32_t PlacedRead::settle(size_t len, uint32_t seg, bool from_peer) {
   size_t off = 0;  // where slot k's header is, in the datagram as the expectation lays it out
   while (from_peer && k < e_.slots && off < len && off == static_cast<size_t>(k) * seg) {
     const codec::InPlaceSlot& s = e_.slot[k];
-    codec::ExactSlotFields f;
-    if (std::min<size_t>(seg, len - off) != codec::kHeaderBytes + s.bytes || !codec::peek_exact_slot(side_ + off, &f) ||
-        f.cookie != e_.cookie || f.msg_seq != e_.msg_seq || f.row != s.row || f.first_elem != s.first_elem ||
-        f.elem_count != s.elem_count || f.payload_bytes != s.bytes) {
+    codec::PacketHeader h;
+    if (std::min<size_t>(seg, len - off) != codec::kHeaderBytes + s.bytes || !codec::peek_header(side_ + off, &h) ||
+        h.scheme != codec::Scheme::kNone || h.trimmable() || h.tail() || h.cookie != e_.cookie ||
+        h.msg_seq != e_.msg_seq || h.row != s.row || h.first_elem != s.first_elem || h.elem_count != s.elem_count ||
+        h.payload_bytes != s.bytes) {
       break;
     }
     off += codec::kHeaderBytes + s.bytes;
