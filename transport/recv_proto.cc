@@ -26,8 +26,8 @@ Status RecvProto::post(RecvOp* op, TxSink* sink) {
   return Status::ok();
 }
 
-RecvProto::Msg* RecvProto::find(uint32_t seq) {
-  Msg& m = msgs_[seq % kMaxPostedRecvs];
+const RecvProto::Msg* RecvProto::find(uint32_t seq) const {
+  const Msg& m = msgs_[seq % kMaxPostedRecvs];
   return m.op != nullptr && m.op->seq == seq ? &m : nullptr;
 }
 
@@ -218,14 +218,14 @@ void RecvProto::on_data(const codec::ParsedPacket& p, uint64_t now_ns) {
 
 bool RecvProto::expect(Expectation* e, uint32_t max_bytes) const {
   if (!last_exact_.valid) return false;
-  const uint32_t idx = last_exact_.msg_seq % kMaxPostedRecvs;
-  const Msg& m = msgs_[idx];
+  const Msg* m = find(last_exact_.msg_seq);
   // Only while its receive is posted, begun and decoding on this thread: the slots' memory is
   // the receive's until it completes, and nothing else writes it meanwhile.
-  if (m.op == nullptr || m.op->seq != last_exact_.msg_seq || !m.started || m.failed || m.work) return false;
+  if (m == nullptr || !m->started || m->failed || m->work) return false;
   e->cookie = params_.cookie;
   e->msg_seq = last_exact_.msg_seq;
-  e->slots = decoders_[idx]->exact_slots_after(last_exact_.row, last_exact_.first_elem, e->slot, kMaxPlacedSlots, max_bytes);
+  e->slots = decoders_[last_exact_.msg_seq % kMaxPostedRecvs]->exact_slots_after(
+      last_exact_.row, last_exact_.first_elem, e->slot, kMaxPlacedSlots, max_bytes);
   return e->slots > 0;
 }
 

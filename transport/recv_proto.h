@@ -87,7 +87,8 @@ class RecvProto {
   bool bit(uint32_t psn) const { return (bits_[(psn % kSackBits) / 64] >> (psn % 64)) & 1; }
   void set_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] |= uint64_t{1} << (psn % 64); }
   void clear_bit(uint32_t psn) { bits_[(psn % kSackBits) / 64] &= ~(uint64_t{1} << (psn % 64)); }
-  Msg* find(uint32_t seq);
+  const Msg* find(uint32_t seq) const;
+  Msg* find(uint32_t seq) { return const_cast<Msg*>(static_cast<const RecvProto*>(this)->find(seq)); }
   bool begin_msg(Msg* m, const codec::PacketHeader& h);
   void complete(Msg* m, uint64_t bytes);
   void note_trim(uint32_t psn, uint32_t received);
