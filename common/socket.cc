@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -72,9 +73,22 @@ Result<uint16_t> bound_port(int fd) {
   return static_cast<uint16_t>(ntohs(a.sin_port));
 }
 
-Status set_tos(int fd, int tos) {
-  if (tos < 0) return Status::ok();
-  if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos) != 0) return errno_status("setsockopt(IP_TOS)");
+// Linux 6.15's uapi value; older headers lack the name.
+constexpr int kTcpRtoMinUs = 45;
+constexpr uint32_t kKernelRtoMinCeilUs = 200'000;  // TCP_RTO_MIN: the most the option accepts
+
+Status set_tcp_options(int fd, const TcpOptions& opt) {
+  if (opt.tos >= 0 && setsockopt(fd, IPPROTO_IP, IP_TOS, &opt.tos, sizeof opt.tos) != 0) {
+    return errno_status("setsockopt(IP_TOS)");
+  }
+  // Below two jiffies the kernel says EINVAL (its clock tick is not known here): double until
+  // it takes one. ENOPROTOOPT, an older kernel: the system's minimum stays.
+  for (uint32_t us = std::min(opt.rto_min_us, kKernelRtoMinCeilUs); us > 0; us = std::min(2 * us, kKernelRtoMinCeilUs)) {
+    const int v = static_cast<int>(us);
+    if (setsockopt(fd, IPPROTO_TCP, kTcpRtoMinUs, &v, sizeof v) == 0 || errno != EINVAL || us == kKernelRtoMinCeilUs) {
+      break;
+    }
+  }
   return Status::ok();
 }
 
@@ -95,11 +109,11 @@ Result<Fd> open_udp(uint32_t ip4_be, uint16_t* port_out) {
   return fd;
 }
 
-Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, int tos) {
+Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, const TcpOptions& opt) {
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_status("socket(TCP)");
   TRIM_RETURN_IF_ERROR(set_nonblocking(fd.get()));
-  TRIM_RETURN_IF_ERROR(set_tos(fd.get(), tos));
+  TRIM_RETURN_IF_ERROR(set_tcp_options(fd.get(), opt));
   sockaddr_in a = make_addr(ip4_be, 0);
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     return errno_status("bind(TCP " + addr_string(ip4_be, 0) + ")");
@@ -111,11 +125,11 @@ Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, int tos) {
   return fd;
 }
 
-Result<Fd> start_tcp_connect(const sockaddr_in& to, int tos) {
+Result<Fd> start_tcp_connect(const sockaddr_in& to, const TcpOptions& opt) {
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_status("socket(TCP)");
   TRIM_RETURN_IF_ERROR(set_nonblocking(fd.get()));
-  TRIM_RETURN_IF_ERROR(set_tos(fd.get(), tos));  // before connect: the SYN carries it too
+  TRIM_RETURN_IF_ERROR(set_tcp_options(fd.get(), opt));  // before connect: the SYN carries them too
   const int one = 1;
   setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) {
@@ -137,6 +151,12 @@ Result<bool> tcp_connect_done(int fd) {
     return errno_status("connect");
   }
   return true;
+}
+
+uint32_t tcp_rto_min_us(int fd) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  return getsockopt(fd, IPPROTO_TCP, kTcpRtoMinUs, &v, &len) == 0 && v > 0 ? static_cast<uint32_t>(v) : 0;
 }
 
 Result<Fd> tcp_accept(int listen_fd) {

@@ -48,12 +48,21 @@ std::string addr_string(uint32_t ip4_be, uint16_t port);
 
 // A non-blocking UDP socket bound to ip:0 with large buffers; returns the bound port.
 Result<Fd> open_udp(uint32_t ip4_be, uint16_t* port_out);
+// What a TCP socket is given before it connects or listens (accepted connections inherit both).
+struct TcpOptions {
+  int tos = -1;  // >= 0: the IP TOS byte (DSCP << 2) of everything the socket sends
+  // > 0: the socket's own minimum retransmission timeout (TCP_RTO_MIN_US, Linux 6.15; the
+  // kernel rounds it up to whole jiffies, between 2 of them and 200 ms). Where the kernel lacks
+  // it the socket keeps the system's (200 ms unless an operator lowered it): not an error.
+  uint32_t rto_min_us = 0;
+};
 // A non-blocking listening TCP socket on ip:0.
-// `tos` >= 0: the IP TOS byte (DSCP << 2) of everything the socket sends (accepted connections
-// inherit it).
-Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, int tos = -1);
+Result<Fd> open_tcp_listener(uint32_t ip4_be, uint16_t* port_out, const TcpOptions& opt = {});
 // Starts a non-blocking connect.
-Result<Fd> start_tcp_connect(const sockaddr_in& to, int tos = -1);
+Result<Fd> start_tcp_connect(const sockaddr_in& to, const TcpOptions& opt = {});
+// The socket's own minimum RTO in microseconds, as the kernel keeps it; 0 where the kernel has
+// no per-socket minimum (before Linux 6.15).
+uint32_t tcp_rto_min_us(int fd);
 // Whether a connect started above has finished: ok(true) connected, ok(false) not yet.
 Result<bool> tcp_connect_done(int fd);
 // Non-blocking accept; ok(invalid Fd) when nobody is waiting.

@@ -40,6 +40,7 @@ EngineConfig EngineConfig::from_params(const Params& p, Status* error) {
   c.tos_exact = static_cast<uint8_t>(p.dscp_exact << 2);
   c.tos_control = static_cast<uint8_t>(p.dscp_control << 2);
   c.tos_trimmed = static_cast<uint8_t>(p.dscp_trimmed << 2);
+  c.ctrl_rto_min_us = static_cast<uint32_t>(p.min_rto_us);
   c.trimmable_no_check = transport::trimmable_no_check(p);
   c.udp_offload = param::udp_offload(p) == param::UdpOffload::kOn;
   // auto: off. Measured on loopback and veth, where the kernel copies at delivery, it only

@@ -79,6 +79,10 @@ struct EngineConfig {
   // DSCP marks as TOS bytes (DSCP << 2, ECN bits 0) of what the engine sends, per class, and the
   // mark a switch gives a packet it trimmed (read back with IP_RECVTOS).
   uint8_t tos_trimmable = 18 << 2, tos_exact = 0, tos_control = 48 << 2, tos_trimmed = 11 << 2;
+  // The control streams' own minimum TCP retransmission timeout (NCCL_TRIM_MIN_RTO_US, as the
+  // data's): a CTS lost behind a full queue waits that long, not Linux's 200 ms.
+  uint32_t ctrl_rto_min_us = 10'000;
+  TcpOptions ctrl_tcp() const { return TcpOptions{tos_control, ctrl_rto_min_us}; }
   // Trimmable datagrams leave with UDP checksum 0, one by one (NCCL_TRIM_UDP_CHECKSUM).
   bool trimmable_no_check = false;
   bool udp_offload = true;  // GSO sends, GRO receives

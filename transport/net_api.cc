@@ -394,6 +394,21 @@ Result<DeviceProps> device_props(int dev) {
   return p;
 }
 
+// Once a process: the control streams' minimum RTO as the kernel took it, or that it could not.
+static void say_ctrl_rto_min(int fd, uint32_t wanted_us) {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    const uint32_t got_us = transport::tcp_rto_min_us(fd);
+    if (got_us > 0) {
+      TRIM_INFO("NET/Trim: control streams' TCP minimum RTO {} us (NCCL_TRIM_MIN_RTO_US {} us, in the kernel's "
+                "ticks; Linux's default is 200 ms)", got_us, wanted_us);
+    } else {
+      TRIM_INFO("NET/Trim: this kernel has no per-socket TCP minimum RTO (TCP_RTO_MIN_US, Linux 6.15): a control "
+                "frame lost to congestion waits the system's (net.ipv4.tcp_rto_min_us, 200 ms by default)");
+    }
+  });
+}
+
 Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handle_capacity) {
   if (ctx == nullptr) return null_argument("listen", "context");
   if (handle_out == nullptr) return null_argument("listen", "handle");
@@ -409,9 +424,10 @@ Result<ListenComm*> listen(Context* ctx, int dev, void* handle_out, size_t handl
   l->engine = e.value();
   l->mtu_bytes = mtu_bytes;
   uint16_t port = 0;
-  Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port, l->engine->config().tos_control);
+  Result<Fd> fd = transport::open_tcp_listener(l->engine->ip4_be(), &port, l->engine->config().ctrl_tcp());
   if (!fd) return fd.status();
   l->fd = std::move(fd).value();
+  say_ctrl_rto_min(l->fd.get(), l->engine->config().ctrl_rto_min_us);
   l->nonce = transport::random_u64();
   transport::write_handle(transport::ListenHandle{l->engine->ip4_be(), port, l->nonce},
                           static_cast<uint8_t*>(handle_out));
@@ -429,7 +445,7 @@ Result<SendComm*> connect(Context* ctx, int dev, const void* handle, const Conne
     Result<Engine*> e = engine_for(ctx->params, dev, &mtu_bytes);
     if (!e) return e.status();
     Result<Fd> fd = transport::start_tcp_connect(transport::make_addr(target.ip4_be, target.tcp_port),
-                                                 e.value()->config().tos_control);
+                                                 e.value()->config().ctrl_tcp());
     if (!fd) return fd.status();
     st = new ConnectStage();
     st->ctx = ctx;

@@ -12,6 +12,8 @@ using sock::Fd;
 using sock::make_addr;
 using sock::now_ns;
 using sock::open_tcp_listener;
+using sock::TcpOptions;
+using sock::tcp_rto_min_us;
 using sock::open_udp;
 using sock::parse_host_port;
 using sock::random_u64;
