@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 from bench import congestion_report as cong
+from bench.ddp_report import events
 from bench.jsonio import load_json, read_jsonl
 from bench.report import fmt, ratio, table
+
 
 # The table's order (the first invocation runs preflight..rank_killed): name -> (what it checks, the
 # Report method that judges it, the method's arguments after the step's JSON and name).
@@ -123,17 +125,13 @@ def gtest(log):
     n = {k: len(re.findall(rx, log, re.M)) for k, rx in (
         ("tests", r"^\[ RUN      \] "), ("passed", r"^\[       OK \] "),
         ("skipped", r"^\[  SKIPPED \] \S+ \(\d+ ms\)"), ("failed", r"^\[  FAILED  \] \S+ \(\d+ ms\)"))}
-    ran = n["tests"]
-    if ran == 0:
-        return False, "no test ran (the filter matched nothing?)", n
-    if n["failed"]:
-        return False, f"{n['failed']} of {ran} failed", n
-    if n["skipped"]:
-        m = re.search(r"Skipped\n(.+)", log)
-        why = f" ({m.group(1).strip()})" if m else ""
-        return False, (f"every test skipped{why}: nothing was checked on the GPU" if n["skipped"] == ran
-                       else f"{n['skipped']} of {ran} skipped{why}"), n
-    return n["passed"] == ran, None if n["passed"] == ran else f"{ran - n['passed']} of {ran} without a result", n
+    ran, skipped, m = n["tests"], n["skipped"], re.search(r"Skipped\n(.+)", log)
+    note = f" ({m.group(1).strip()})" if m else ""
+    why = ("no test ran (the filter matched nothing?)" if ran == 0 else f"{n['failed']} of {ran} failed" if n["failed"]
+           else f"every test skipped{note}: nothing was checked on the GPU" if skipped == ran else
+           f"{skipped} of {ran} skipped{note}" if skipped else
+           None if n["passed"] == ran else f"{ran - n['passed']} of {ran} without a result")
+    return why is None, why, n
 
 
 def parse_steps(records):
@@ -223,18 +221,16 @@ class Report:
             return "; ".join(self.pre.get("why") or ["see preflight.log"])
 
     def allreduce(self, d, name, ranks):
-        key = f"ar{ranks}"
+        key, sweep = f"ar{ranks}", configs(self.out / f"sweep{ranks}", "socket")
         plug, sock = bench(self.out / key / "lossless"), bench(self.out / key / "socket")
-        sweep = configs(self.out / f"sweep{ranks}", "socket")
         cands = dict(sweep, default=sock)
         best, gms = best_socket(cands)
-        sizes = sorted(b for b in set(plug["busbw"]) & set(sock["busbw"]) if sock["busbw"][b] > 0)
-        d.update(sizes=[mib(b) for b in sizes], busbw_GBps={"plugin": [r3(plug["busbw"].get(b)) for b in sizes],
-                                                             "socket_default": [r3(sock["busbw"].get(b)) for b in sizes]})
-        vs_def = [plug["busbw"][b] / sock["busbw"][b] for b in sizes]
+        pb, sb, bb = plug["busbw"], sock["busbw"], cands[best]["busbw"] if best else {}
+        sizes = sorted(b for b in set(pb) & set(sb) if sb[b] > 0)
+        vs_def, vs_best = [pb[b] / sb[b] for b in sizes], [pb[b] / bb[b] if bb.get(b) else None for b in sizes]
+        d.update(sizes=[mib(b) for b in sizes], busbw_GBps={"plugin": [r3(pb[b]) for b in sizes],
+                                                             "socket_default": [r3(sb[b]) for b in sizes]})
         d["plugin_over_socket_default"] = [r3(x) for x in vs_def]
-        bb = cands[best]["busbw"] if best else {}
-        vs_best = [plug["busbw"][b] / bb[b] if bb.get(b) else None for b in sizes]
         if best:
             d.update(socket_best=best, plugin_over_socket_best=[r3(x) for x in vs_best])
             d["busbw_GBps"]["socket_best"] = [r3(bb.get(b)) for b in sizes]
@@ -242,18 +238,18 @@ class Report:
         self.tables.append((ranks, sizes, plug, sock, best, cands.get(best),
                             configs(self.out / "codec2", "lossless") if ranks == 2 else {}))
         why = (f"plugin: {plug['why']}" if not plug["ok"] else f"Socket: {sock['why']}" if not sock["ok"] else
-               "plugin and Socket measured different sizes" if set(plug["busbw"]) != set(sock["busbw"]) else None)
+               "plugin and Socket measured different sizes" if set(pb) != set(sb) else None)
         if why is None:
             d["exact"] = True
         if why or d.get("exit_codes") or not vs_def:
             return why
-        worst = min(zip(vs_def, sizes))
-        self.goal(key, worst[0] >= AR_GOAL, f"worst {worst[0]:.2f}x at {mib(worst[1])}")
+        x, b = min(zip(vs_def, sizes))
+        self.goal(key, x >= AR_GOAL, f"worst {x:.2f}x at {mib(b)}")
         n_sweep = sum(1 for v in sweep.values() if v["ok"])
         if n_sweep and (vb := [(x, b) for x, b in zip(vs_best, sizes) if x is not None]):
-            wb = min(vb)
-            self.goal(f"{key}_best", wb[0] >= AR_GOAL, f"worst {wb[0]:.2f}x at {mib(wb[1])} vs {best}; best of default "
-                                                       f"+ {n_sweep} tuned")
+            x, b = min(vb)
+            self.goal(f"{key}_best", x >= AR_GOAL, f"worst {x:.2f}x at {mib(b)} vs {best}; best of default "
+                                                   f"+ {n_sweep} tuned")
         else:
             self.goals[f"{key}_best"]["detail"] = "no tuned Socket config ran yet (socket_sweep)"
 
@@ -272,8 +268,8 @@ class Report:
 
     def ddp_lossless(self, d, name):
         ps, ss = self.summary("ddp_lossless"), self.summary("ddp_socket")
-        ph, sh = ((([e for e in read_jsonl(self.out / f"ddp_{m}" / "rank0.jsonl") if e.get("event") == "final"]
-                    or [{}])[-1].get("param_sha256") or []) for m in ("lossless", "socket"))
+        ph, sh = ((events(self.out / f"ddp_{m}" / "rank0.jsonl", "final") or [{}])[-1].get("param_sha256") or []
+                  for m in ("lossless", "socket"))
         d["param_sha256"] = {"plugin": ph[0] if ph else None, "socket": sh[0] if sh else None}
         for k in ("iter_p50_ms", "iter_p99_ms", "val_acc"):
             d[k] = {"plugin": r3(ps.get(k)), "socket": r3(ss.get(k))}
@@ -288,8 +284,8 @@ class Report:
                "plugin's final parameters differ from Socket's" if ph[0] != sh[0] else None)
         if why is None:
             d["hash_equal"] = True
-        if p50 is not None and not why:
-            self.goal("ddp", p50 <= DDP_GOAL, f"{p50:.3f}x ({ps['iter_p50_ms']:.2f} vs {ss['iter_p50_ms']:.2f} ms)")
+            if p50 is not None:
+                self.goal("ddp", p50 <= DDP_GOAL, f"{p50:.3f}x ({ps['iter_p50_ms']:.2f} vs {ss['iter_p50_ms']:.2f} ms)")
         return why
 
     def ddp_random(self, d, name):
@@ -305,14 +301,13 @@ class Report:
 
     def rank_killed(self, d, name):
         run = self.out / "ddp_kill"
-        die = next((e for e in read_jsonl(run / "rank1.jsonl") if e.get("event") == "die"), None)
+        die, log = (events(run / "rank1.jsonl", "die") or [None])[0], text(run / "rank0.log")
         e0, e1 = load_json(run / "rank0.exit"), load_json(run / "rank1.exit")
-        log = text(run / "rank0.log")
         cause, line = next(((kind, m.group(0).strip()[:240]) for kind, rx in KILL_PATTERNS if (m := rx.search(log))),
                            (None, None))
-        d.update({"bound_s": KILL_BOUND_S, "died_at_step": die.get("step") if die else None,
-                  "killed_status": e1.get("status") if e1 else None,
-                  "survivor_status": e0.get("status") if e0 else None, "cause": cause, "message": line})
+        d.update(bound_s=KILL_BOUND_S, died_at_step=die.get("step") if die else None,
+                 killed_status=e1.get("status") if e1 else None, survivor_status=e0.get("status") if e0 else None,
+                 cause=cause, message=line)
         if die is None:
             return "rank 1 never reached --die-after-iters (see ddp_kill/rank1.log)"
         if e1 is None or e1.get("status") != 137:
@@ -436,11 +431,6 @@ class Report:
         self.steps = {n: self.steps[n] for n in STEPS}
         self.hook_accuracy_goal()
 
-    def exit_code(self):
-        results = [s["result"] for s in self.steps.values()]
-        return (2 if self.steps["preflight"]["result"] != "pass" else 1 if "fail" in results else
-                4 if "not run" in results else 3 if any(g["state"] == "missed" for g in self.goals.values()) else 0)
-
     def gpu_steps(self):
         """(steps that ran in an invocation that checked the GPU, those that ran in a --no-gpu one)."""
         no_gpu = {i.get("invocation"): bool(i.get("no_gpu")) for i in self.invocations}
@@ -458,26 +448,29 @@ class Report:
             v["mixed_builds"] = {k: sorted(i for i in invs if i) for k, invs in builds.items()}
         return v
 
+    def busbw_table(self, ranks, sizes, plug, sock, best, bestrun, codec):
+        cols = [("plugin", plug["busbw"]), ("sock-def", sock["busbw"])] + (
+            [(f"sock-{best}", bestrun["busbw"])] if bestrun and best != "default" else []) + [
+            (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
+        bb = bestrun["busbw"] if bestrun else sock["busbw"]
+        rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
+                [fmt(ratio(plug["busbw"][b], x), ".2f") for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
+        return (f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = {best or '-'} "
+                f"(NTHREADSxNSOCKS_PERTHREAD)\n" + table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
+
     def render(self, elapsed_s=None):
         """(exit status, the report's text: the table, busbw per size, goals, verdict, the JSON line)."""
         self.judge()
-        rc, lines = self.exit_code(), [f"{'step':19} {'result':11} {'time':>6} {'limit':>6}  details"]
+        by = {r: [n for n in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
+        rc = (2 if self.steps["preflight"]["result"] != "pass" else 1 if by["fail"] else 4 if by["not run"] else
+              3 if any(g["state"] == "missed" for g in self.goals.values()) else 0)
+        lines = [f"{'step':19} {'result':11} {'time':>6} {'limit':>6}  details"]
         for name, (what, *_) in STEPS.items():
             s = self.steps[name]
             t, lim = (f"{s['seconds']}s", f"{s['limit_s']}s") if s.get("limit_s") else ("-", "-")
             lines.append(f"{name:19} {s['result']:11} {t:>6} {lim:>6}  {detail(name, s) or what}")
-        for ranks, sizes, plug, sock, best, bestrun, codec in (t for t in self.tables if t[1]):
-            lines.append(f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = {best or '-'} "
-                         "(NTHREADSxNSOCKS_PERTHREAD)")
-            cols = [("plugin", plug["busbw"]), ("sock-def", sock["busbw"])] + (
-                [(f"sock-{best}", bestrun["busbw"])] if bestrun and best != "default" else []) + [
-                (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
-            bb = bestrun["busbw"] if bestrun else sock["busbw"]
-            rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
-                    [fmt(ratio(plug["busbw"][b], x), ".2f") for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
-            lines.append(table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
+        lines += [self.busbw_table(*t) for t in self.tables if t[1]]
         lines += ["\ngoals:"] + [f"  {g['state']:7} {g['goal']}: {g['detail']}" for g in self.goals.values()]
-        by = {r: [n for n in STEPS if self.steps[n]["result"] == r] for r in ("fail", "not run", "not planned")}
         left = by["not run"] + by["not planned"]
         verdict = {0: "pass", 1: "fail", 2: "fail (preflight)", 3: "pass (goal missed)", 4: "incomplete"}[rc]
         result = {0: "pass", 3: "pass", 4: "incomplete"}.get(rc, "fail")
@@ -485,9 +478,9 @@ class Report:
         if result == "pass" and not gpu_steps:  # only --no-gpu ran: the flow on the CPU, not a result
             result = "pass (no GPU step ran)"
             verdict += " (no GPU step ran: --no-gpu, a CPU smoke run of the flow, not a result)"
-        lines.append(f"\ncheck-gpu: {verdict}" + (f"; failed: {', '.join(by['fail'])}" if by["fail"] else "") +
-                     (f"; not run: {', '.join(by['not run'])}" if by["not run"] else "") +
-                     (f"; left for --continue: {', '.join(left)}" if left else "; every step ran"))
+        lines.append(f"\ncheck-gpu: {verdict}" + "".join(f"; {w}: {', '.join(by[k])}" for k, w in (
+            ("fail", "failed"), ("not run", "not run")) if by[k]) +
+            (f"; left for --continue: {', '.join(left)}" if left else "; every step ran"))
         versions = self.versions()
         if versions.get("mixed_builds"):
             lines.append(f"check-gpu: WARNING: the invocations ran different builds: {versions['mixed_builds']}")
