@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tarfile
@@ -130,25 +129,19 @@ class Check:
     def iproute2(self, carried):
         """(where ip comes from, why the congestion steps cannot run here or None): ip (the carried
         copy of scripts/fetch-iproute2.sh when the machine has none), root, /dev/net/tun."""
-        ip, note = shutil.which("ip"), None
+        ip = shutil.which("ip")
         if not ip and os.access(carried / "bin/ip", os.X_OK):
             os.environ["PATH"] = f"{carried}/bin:{os.environ['PATH']}"
             ip, note = shutil.which("ip"), f"ip from {carried} (fetch-iproute2.sh)"
-        elif ip:
-            note = f"ip at {ip}"
+        else:
+            note = ip and f"ip at {ip}"
         if not ip:
             return note, (f"iproute2 missing: no ip on PATH and no {carried}/bin/ip; run scripts/pack-gpu.sh --iproute2 "
                           "on the build machine and carry .gpu (docs/GPU-MACHINE.md)")
         v = subprocess.run([ip, "-V"], capture_output=True, text=True)
-        if v.returncode:
-            return note, f"iproute2 broken: '{ip} -V' fails: {(v.stdout + v.stderr).strip()[:200]}"
-        if os.geteuid() != 0:
-            return note, "not root: network namespaces and TUN devices need root"
-        try:
-            tun = stat.S_ISCHR(os.stat("/dev/net/tun").st_mode)
-        except OSError:
-            tun = False
-        return note, None if tun else "no /dev/net/tun"
+        return note, (f"iproute2 broken: '{ip} -V' fails: {(v.stdout + v.stderr).strip()[:200]}" if v.returncode else
+                      "not root: network namespaces and TUN devices need root" if os.geteuid() != 0 else
+                      None if Path("/dev/net/tun").is_char_device() else "no /dev/net/tun")
 
     def expand(self, template):
         """A command template as argv: {key} alone is a prefix (a list), else formatted in place."""
@@ -167,8 +160,7 @@ class Check:
         self.missed = True
         name = f"{step}{' ' + part if part else ''}"
         if self.dry:
-            print(f"[{name}] not run: {why}")
-            return
+            return print(f"[{name}] not run: {why}")
         self.record(step, part, not_run=why)
         if not quiet:
             say(f"{name}: not run: {why}")
@@ -179,9 +171,8 @@ class Check:
         name, log = f"{step}{' ' + part if part else ''}", f"{step}{'_' + part if part else ''}.log"
         if self.dry:
             if limit > self.left():
-                print(f"[{name}] limit {limit}s, estimate {est}s: beyond --budget-s {self.budget_s} (--continue again)")
                 self.missed = True
-                return
+                return print(f"[{name}] limit {limit}s, estimate {est}s: beyond --budget-s {self.budget_s} (--continue again)")
             print(f"[{name}] limit {limit}s, estimate {est}s, log {log}\n  " + "\n  ".join(map(shlex.join, cmds)))
             self.dry_limit, self.dry_est = self.dry_limit + limit, self.dry_est + est
             return
@@ -190,8 +181,7 @@ class Check:
         if limit > (left := self.left()):
             return self.not_run(step, part, f"time budget: {left} s left of --budget-s {self.budget_s}, its limit is {limit} s")
         say(f"{name} (limit {limit} s, estimate {est} s, log {log})")
-        t0 = time.monotonic()
-        rc, procs = 0, []
+        t0, rc, procs = time.monotonic(), 0, []
         self.current = (step, part, run, log, t0, limit, procs)
         with open(self.out / log, "w") as fh:
             try:
@@ -289,8 +279,7 @@ class Check:
             self.not_run("congestion_grid", "", f"{len(left)} run(s) left for lack of time: --continue resumes it")
 
     def step(self, step):
-        needs = STEPS[step][1]
-        blocked = next((why for n in needs if (why := self.blocker(n))), None)
+        blocked = next(filter(None, map(self.blocker, STEPS[step][1])), None)
         if blocked and not self.dry:
             return self.not_run(step, "", blocked)
         if blocked:
@@ -304,12 +293,10 @@ class Check:
             self.part(step, part, limit, est, run, argvs)
 
     def blocker(self, need):
-        if need == "netns":
-            return self.netns
-        if need == "ncu":
-            return None if shutil.which("ncu") else "ncu not found"
-        if not (self.build / need).exists():
-            return f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
+        """Why the build file, "netns" or "ncu" NEED is missing here, or None."""
+        if need in ("netns", "ncu"):
+            return self.netns if need == "netns" else None if shutil.which("ncu") else "ncu not found"
+        return None if (self.build / need).exists() else f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
 
     def state(self):
         """What earlier invocations did (--continue): their steps.jsonl in OUT, else in the bundle of --from."""
@@ -332,9 +319,9 @@ class Check:
         return gpu_report.state(read_jsonl(self.steps_file))
 
     def plan(self):
-        cands = [s for s, (first, _, _) in STEPS.items() if first or self.cont or self.only]
-        return [s for s in cands if (s not in self.complete or s in self.only) and (not self.only or s in self.only)
-                and (not self.no_gpu or s.startswith("congestion_"))]
+        """--only's steps, else the invocation's (the first's, or with --continue all) not yet complete."""
+        return [s for s, (first, _, _) in STEPS.items() if (s in self.only if self.only else (first or self.cont)
+                and s not in self.complete) and (not self.no_gpu or s.startswith("congestion_"))]
 
     def preflight(self):
         """Every reason not to go on (a line each); preflight.json says what was found."""

@@ -235,8 +235,15 @@ class Report:
             d.update(socket_best=best, plugin_over_socket_best=[r3(x) for x in vs_best])
             d["busbw_GBps"]["socket_best"] = [r3(bb.get(b)) for b in sizes]
         d["socket_geomean_GBps"] = {k: r3(v) for k, v in sorted(gms.items(), key=lambda kv: -kv[1])}
-        self.tables.append((ranks, sizes, plug, sock, best, cands.get(best),
-                            configs(self.out / "codec2", "lossless") if ranks == 2 else {}))
+        if sizes:  # the busbw table, shown after the steps' (bb: the best Socket config's, if any)
+            codec = configs(self.out / "codec2", "lossless") if ranks == 2 else {}
+            cols = [("plugin", pb), ("sock-def", sb)] + ([(f"sock-{best}", bb)] if best and best != "default" else []) + [
+                (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
+            rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
+                    [fmt(ratio(pb[b], x), ".2f") for x in (sb[b], (bb or sb).get(b))] for b in sizes]
+            self.tables.append(f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = "
+                               f"{best or '-'} (NTHREADSxNSOCKS_PERTHREAD)\n" +
+                               table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
         why = (f"plugin: {plug['why']}" if not plug["ok"] else f"Socket: {sock['why']}" if not sock["ok"] else
                "plugin and Socket measured different sizes" if set(pb) != set(sb) else None)
         if why is None:
@@ -448,16 +455,6 @@ class Report:
             v["mixed_builds"] = {k: sorted(i for i in invs if i) for k, invs in builds.items()}
         return v
 
-    def busbw_table(self, ranks, sizes, plug, sock, best, bestrun, codec):
-        cols = [("plugin", plug["busbw"]), ("sock-def", sock["busbw"])] + (
-            [(f"sock-{best}", bestrun["busbw"])] if bestrun and best != "default" else []) + [
-            (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
-        bb = bestrun["busbw"] if bestrun else sock["busbw"]
-        rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
-                [fmt(ratio(plug["busbw"][b], x), ".2f") for x in (sock["busbw"][b], bb.get(b))] for b in sizes]
-        return (f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = {best or '-'} "
-                f"(NTHREADSxNSOCKS_PERTHREAD)\n" + table(["size"] + [n for n, _ in cols] + ["÷def", "÷best"], rows))
-
     def render(self, elapsed_s=None):
         """(exit status, the report's text: the table, busbw per size, goals, verdict, the JSON line)."""
         self.judge()
@@ -469,7 +466,7 @@ class Report:
             s = self.steps[name]
             t, lim = (f"{s['seconds']}s", f"{s['limit_s']}s") if s.get("limit_s") else ("-", "-")
             lines.append(f"{name:19} {s['result']:11} {t:>6} {lim:>6}  {detail(name, s) or what}")
-        lines += [self.busbw_table(*t) for t in self.tables if t[1]]
+        lines += self.tables
         lines += ["\ngoals:"] + [f"  {g['state']:7} {g['goal']}: {g['detail']}" for g in self.goals.values()]
         left = by["not run"] + by["not planned"]
         verdict = {0: "pass", 1: "fail", 2: "fail (preflight)", 3: "pass (goal missed)", 4: "incomplete"}[rc]
