@@ -213,7 +213,7 @@ class Check:
         so that netns_bottleneck.sh takes down its switch and namespaces; KILL what is left 8 s later)."""
         def named():
             return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                    if pid != os.getpid() and str(path) in cmdline(pid)]
+                    if pid != os.getpid() and str(path) in gpu_report.text(f"/proc/{pid}/cmdline").replace("\0", " ")]
         end = time.monotonic() + 8
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if pids := named():
@@ -293,7 +293,6 @@ class Check:
             self.part(step, part, limit, est, run, argvs)
 
     def blocker(self, need):
-        """Why the build file, "netns" or "ncu" NEED is missing here, or None."""
         if need in ("netns", "ncu"):
             return self.netns if need == "netns" else None if shutil.which("ncu") else "ncu not found"
         return None if (self.build / need).exists() else f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
@@ -448,13 +447,6 @@ class Check:
               f"--budget-s {self.budget_s}; estimated {self.dry_est + RESERVE_S} s\n"
               "# after every step: python3 -m bench gpu-report OUT (table + one JSON line), and the bundle")
         return 0
-
-
-def cmdline(pid):
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def say(msg):

@@ -338,7 +338,6 @@ class Report:
                   f"{best.get('rht_over_none')} at {best['threads']} threads")
 
     def cpu_uncongested(self, d, name):
-        """The alternated rounds' summary: trim's paired median step and CPU over Gloo's."""
         summary = self.summary("cpu_uncongested")
         trim = summary.get("trim") or {}
         if trim.get("step_paired_ratio") is None:
@@ -448,8 +447,7 @@ class Report:
     def versions(self):
         v = {k: self.pre.get(k) for k in ("gpu", "driver", "torch", "torch_cuda", "nccl", "commit", "plugin_sha256", "cores")}
         builds = {}
-        for f in sorted(self.out.glob("preflight_[0-9]*.json")):
-            p = load_json(f) or {}
+        for p in (load_json(f) or {} for f in sorted(self.out.glob("preflight_[0-9]*.json"))):
             builds.setdefault(f"{p.get('commit')} {p.get('plugin_sha256')}", []).append(p.get("invocation"))
         if len(builds) > 1:
             v["mixed_builds"] = {k: sorted(i for i in invs if i) for k, invs in builds.items()}
@@ -496,8 +494,8 @@ class Report:
 DETAILS = {  # the table's details of a step that ran: its key numbers (s: the step's JSON, g: s.get)
     "preflight": lambda s, g: f"{g('gpu') or 'no GPU'}, torch {g('torch')}, NCCL {g('nccl')}, {g('cores')} cores, commit "
                               f"{g('commit')}" + (f"; congestion steps: {g('netns_blocker')}" if g("netns_blocker") else ""),
-    "allreduce": lambda s, g: (lambda r: f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}" if r else "")(
-        g("plugin_over_socket_default") or []),
+    "allreduce": lambda s, g: f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}" if (r := g("plugin_over_socket_default"))
+                              else "",
     "socket_sweep": lambda s, g: "geomean GB/s " + " ".join(f"{k}:{v}" for k, v in g("geomean_busbw_GBps", {}).items()),
     "ddp_lossless": lambda s, g: f"sha256 equal {s['param_sha256']['plugin'][:12]}, p50 {s['iter_p50_ms']['plugin']} vs "
                                  f"{s['iter_p50_ms']['socket']} ms ({g('p50_plugin_over_socket')}x)",
