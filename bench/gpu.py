@@ -87,7 +87,7 @@ STEPS = {
                                    "--timeout-s 42 --out {o}/ddp_random")]),
     "socket_sweep_2r": (False, (), [  # NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
         ar(c, "socket", 2, 30, 13, f"sweep2/{c}", sockets(c)) for c in ("4x1", "2x1", "4x2", "2x2", "1x2", "1x1")]),
-    "socket_sweep_4r": (False, (), None),  # the 2 best 2-rank configs at 4 ranks: Check.parts
+    "socket_sweep_4r": (False, (), None),  # the 2 best 2-rank configs at 4 ranks: Check.step
     "hook_accuracy_more": (False, (RHT,), [hookacc(2), hookacc(3)]),
     "kernels_ncu": (False, ("bin/trim-bench", "ncu"), [  # what bounds the rotation: its first 6 launches
         ("", 150, 60, "kernels", "ncu --set full -k regex:rotate_tiles -c 6 {b}/bin/trim-bench cuda --quick --reps 1")]),
@@ -246,15 +246,6 @@ class Check:
         est = next((int(m.group(1)) for x in lines if (m := re.match(r"# plan: .* estimated (\d+) s", x))), 0)
         return ["  " + x for x in lines if re.match(r"# (\S+ --dry-run|plan:)", x)], est
 
-    def parts(self, step):
-        if step == "socket_sweep_4r":  # the 2 best 2-rank Socket configs (geometric-mean busbw)
-            _, gm = gpu_report.best_socket(gpu_report.configs(self.out / "sweep2", "socket"))
-            top = ["TxS", "TxS"] if self.dry else sorted(gm, key=gm.get, reverse=True)[:2]
-            if not top:
-                self.not_run(step, "", "no 2-rank Socket config finished")
-            return [ar(c, "socket", 4, 35, 17, f"sweep4/{c}", sockets(c)) for c in top]
-        return STEPS[step][2]
-
     def grid(self):
         """The congestion preset (or --plan) within what the budget leaves, resumed where one stopped it."""
         d = self.out / "congestion"
@@ -286,7 +277,14 @@ class Check:
             print(f"  # here: not run ({blocked})")
         if step == "congestion_grid":
             return self.grid()
-        for part, limit, est, run, cmds in self.parts(step):
+        parts = STEPS[step][2]
+        if step == "socket_sweep_4r":  # the 2 best 2-rank Socket configs (geometric-mean busbw)
+            _, gm = gpu_report.best_socket(gpu_report.configs(self.out / "sweep2", "socket"))
+            top = ["TxS", "TxS"] if self.dry else sorted(gm, key=gm.get, reverse=True)[:2]
+            if not top:
+                self.not_run(step, "", "no 2-rank Socket config finished")
+            parts = [ar(c, "socket", 4, 35, 17, f"sweep4/{c}", sockets(c)) for c in top]
+        for part, limit, est, run, cmds in parts:
             argvs = [self.expand(c) for c in ([cmds] if isinstance(cmds, str) else cmds)]
             if self.dry and step == "congestion_c60":
                 print("\n".join(self.cong_dry(argvs[0])[0]))

@@ -181,9 +181,9 @@ class Report:
         if not ran:
             return dict(d, result="not run", why="; ".join(sorted(set(missing.values()))))
         if out := [f"{p or name} after its {r.get('limit')} s limit" for p, r in ran.items() if r.get("rc") in TIMED_OUT]:
-            return self.fail(d, "timed out: " + ", ".join(out))
+            return self.settle(d, "timed out: " + ", ".join(out))
         if stopped := [p or name for p, r in ran.items() if r.get("rc") == STOPPED]:
-            return self.fail(d, "check-gpu was stopped during " + ", ".join(stopped))
+            return self.settle(d, "check-gpu was stopped during " + ", ".join(stopped))
         bad = {r.get("log") or p or name: r["rc"] for p, r in ran.items() if r.get("rc")}
         if bad and name != "rank_killed":  # (there the launcher's exit is the killed rank's)
             d["exit_codes"] = bad
@@ -193,18 +193,15 @@ class Report:
         self.goals[key].update(state="unknown" if met is None else ("met" if met else "missed"), detail=detail)
 
     @staticmethod
-    def not_run_why(d):
-        return f"{len(d['not_run_parts'])} part(s) not run: " + "; ".join(sorted(set(d["not_run_parts"].values())))
-
-    def fail(self, d, why):
-        """fail, with why; the parts also not run (a failed grid's runs the budget left) stay in it."""
-        return dict(d, result="fail", why=why + (f"; also {self.not_run_why(d)}" if d.get("not_run_parts") else ""))
-
-    def done(self, d):
-        """pass, unless a part exited non-zero (fail) or never ran (the step is not complete)."""
-        if d.get("exit_codes"):
-            return self.fail(d, "exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items()))
-        return dict(d, result="not run", why=self.not_run_why(d)) if d.get("not_run_parts") else dict(d, result="pass")
+    def settle(d, why=None):
+        """fail with WHY or a part's non-zero exit, the parts also not run (a failed grid's runs the budget left)
+        kept in it; else not run when a part never ran (the step is not complete); else pass."""
+        why = why or d.get("exit_codes") and "exit " + ", ".join(f"{rc} ({log})" for log, rc in d["exit_codes"].items())
+        left = d.get("not_run_parts") and (f"{len(d['not_run_parts'])} part(s) not run: " +
+                                           "; ".join(sorted(set(d["not_run_parts"].values()))))
+        if why:
+            return dict(d, result="fail", why=why + (f"; also {left}" if left else ""))
+        return dict(d, result="not run", why=left) if left else dict(d, result="pass")
 
     def summary(self, run):
         return load_json(self.out / run / "summary.json") or {}
@@ -432,7 +429,7 @@ class Report:
             elif d["result"] is None or name.startswith("congestion_") and d["result"] != "not planned":
                 why = getattr(self, check)(d, name, *args)
                 if d["result"] is None:
-                    d = self.fail(d, why) if why else self.done(d)
+                    d = self.settle(d, why)
             self.steps[name] = d
         self.steps = {n: self.steps[n] for n in STEPS}
         self.hook_accuracy_goal()
@@ -491,16 +488,16 @@ class Report:
         return rc, "\n".join(lines) + "\n"
 
 
-DETAILS = {  # the table's details of a step that ran: its key numbers (s: the step's JSON, g: s.get)
+DETAILS = {  # by check (STEPS): the key numbers of a step that ran (s: the step's JSON, g: s.get)
     "preflight": lambda s, g: f"{g('gpu') or 'no GPU'}, torch {g('torch')}, NCCL {g('nccl')}, {g('cores')} cores, commit "
                               f"{g('commit')}" + (f"; congestion steps: {g('netns_blocker')}" if g("netns_blocker") else ""),
     "allreduce": lambda s, g: f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}" if (r := g("plugin_over_socket_default"))
                               else "",
-    "socket_sweep": lambda s, g: "geomean GB/s " + " ".join(f"{k}:{v}" for k, v in g("geomean_busbw_GBps", {}).items()),
+    "sweep": lambda s, g: "geomean GB/s " + " ".join(f"{k}:{v}" for k, v in g("geomean_busbw_GBps", {}).items()),
     "ddp_lossless": lambda s, g: f"sha256 equal {s['param_sha256']['plugin'][:12]}, p50 {s['iter_p50_ms']['plugin']} vs "
                                  f"{s['iter_p50_ms']['socket']} ms ({g('p50_plugin_over_socket')}x)",
-    "ddp_random_trim": lambda s, g: f"{g('ranks')} ranks identical, switch trim rate {g('switch_trim_rate')}, val acc "
-                                    f"{g('val_acc')}",
+    "ddp_random": lambda s, g: f"{g('ranks')} ranks identical, switch trim rate {g('switch_trim_rate')}, val acc "
+                               f"{g('val_acc')}",
     "rank_killed": lambda s, g: f"rank 0 failed {g('seconds_to_error')} s after the kill ({g('cause')}): {g('message')}",
     "harness_scaling": lambda s, g: " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in g("threads", {}).items()),
     "cpu_uncongested": lambda s, g: f"trim / Gloo: step {g('step_ratio')}x, CPU {g('cpu_ratio')}x over {g('rounds')} rounds",
@@ -513,16 +510,14 @@ DETAILS = {  # the table's details of a step that ran: its key numbers (s: the s
                                   f"({g('p50_hook_over_plain')}x)",
     "hook_accuracy": lambda s, g: "val acc " + " ".join(f"{k}:{v}" for k, v in g("val_acc", {}).items()),
 }
-DETAILS["codec_threads_2r"] = DETAILS["socket_sweep"]
 
 
 def detail(name, s):
     """The key numbers of a pass, else the reason (and the numbers of the runs that ran)."""
-    def nums():
-        return next(f for k, f in DETAILS.items() if name.startswith(k))(s, s.get)
-    if s["result"] in ("not run", "fail", "not planned"):
-        return s.get("why", "") + (f" ({nums()})" if s["result"] == "not run" and s.get("runs") else "")
-    return nums()
+    nums = DETAILS[STEPS[name][1]]
+    if s["result"] == "pass":
+        return nums(s, s.get)
+    return s.get("why", "") + (f" ({nums(s, s.get)})" if s["result"] == "not run" and s.get("runs") else "")
 
 
 def main(argv):
