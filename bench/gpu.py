@@ -171,8 +171,9 @@ class Check:
         name, log = f"{step}{' ' + part if part else ''}", f"{step}{'_' + part if part else ''}.log"
         if self.dry:
             if limit > self.left():
+                print(f"[{name}] limit {limit}s, estimate {est}s: beyond --budget-s {self.budget_s} (--continue again)")
                 self.missed = True
-                return print(f"[{name}] limit {limit}s, estimate {est}s: beyond --budget-s {self.budget_s} (--continue again)")
+                return
             print(f"[{name}] limit {limit}s, estimate {est}s, log {log}\n  " + "\n  ".join(map(shlex.join, cmds)))
             self.dry_limit, self.dry_est = self.dry_limit + limit, self.dry_est + est
             return
@@ -250,9 +251,8 @@ class Check:
         """The congestion preset (or --plan) within what the budget leaves, resumed where one stopped it."""
         d = self.out / "congestion"
         argv = self.ctx["cong"] + ["--out", str(d)] + self.extra + (["--plan", self.a.plan] if self.a.plan else [])
-        rate = (load_json(d / "calibration.json") or {}).get("new_rate_gbps")  # resumed: the rate calibrated first
-        if rate:
-            argv += ["--rate-gbps", str(rate), "--no-calibrate"]
+        if rate := (load_json(d / "calibration.json") or {}).get("new_rate_gbps"):
+            argv += ["--rate-gbps", str(rate), "--no-calibrate"]  # resumed: the rate calibrated first
         elif self.a.plan:  # the preset's rate, stated: the grid must match the first invocation's points
             argv += ["--rate-gbps", self.ctx["rate"]]
         if d.is_dir() and not self.dry:
@@ -293,7 +293,8 @@ class Check:
     def blocker(self, need):
         if need in ("netns", "ncu"):
             return self.netns if need == "netns" else None if shutil.which("ncu") else "ncu not found"
-        return None if (self.build / need).exists() else f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
+        if not (self.build / need).exists():
+            return f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
 
     def state(self):
         """What earlier invocations did (--continue): their steps.jsonl in OUT, else in the bundle of --from."""
@@ -510,7 +511,6 @@ def main(argv):
         return probe(a.no_gpu)
     if a.budget_s is not None and a.budget_s <= 0:
         ap.error(f"--budget-s {a.budget_s}: a positive number of seconds")
-    bad = [s for s in (a.only or "").split(",") if s and s not in STEPS]
-    if bad:
+    if bad := [s for s in (a.only or "").split(",") if s and s not in STEPS]:
         ap.error(f"--only: no step {', '.join(bad)} (steps: {' '.join(STEPS)})")
     return Check(a, extra).run()

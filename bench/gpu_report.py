@@ -234,8 +234,8 @@ class Report:
         d["socket_geomean_GBps"] = {k: r3(v) for k, v in sorted(gms.items(), key=lambda kv: -kv[1])}
         if sizes:  # the busbw table, shown after the steps' (bb: the best Socket config's, if any)
             codec = configs(self.out / "codec2", "lossless") if ranks == 2 else {}
-            cols = [("plugin", pb), ("sock-def", sb)] + ([(f"sock-{best}", bb)] if best and best != "default" else []) + [
-                (f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]]
+            cols = ([("plugin", pb), ("sock-def", sb)] + ([(f"sock-{best}", bb)] if best and best != "default" else [])
+                    + [(f"ct={c}", v["busbw"]) for c, v in sorted(codec.items()) if v["busbw"]])
             rows = [[mib(b)] + [fmt(v.get(b)) for _, v in cols] +
                     [fmt(ratio(pb[b], x), ".2f") for x in (sb[b], (bb or sb).get(b))] for b in sizes]
             self.tables.append(f"\nallreduce busbw GB/s, {ranks} ranks (Ring/Simple, 2 channels); Socket best = "
@@ -491,8 +491,8 @@ class Report:
 DETAILS = {  # by check (STEPS): the key numbers of a step that ran (s: the step's JSON, g: s.get)
     "preflight": lambda s, g: f"{g('gpu') or 'no GPU'}, torch {g('torch')}, NCCL {g('nccl')}, {g('cores')} cores, commit "
                               f"{g('commit')}" + (f"; congestion steps: {g('netns_blocker')}" if g("netns_blocker") else ""),
-    "allreduce": lambda s, g: f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}" if (r := g("plugin_over_socket_default"))
-                              else "",
+    "allreduce": lambda s, g: (f"plugin/Socket-default {min(r):.2f}..{max(r):.2f}"
+                               if (r := g("plugin_over_socket_default")) else ""),
     "sweep": lambda s, g: "geomean GB/s " + " ".join(f"{k}:{v}" for k, v in g("geomean_busbw_GBps", {}).items()),
     "ddp_lossless": lambda s, g: f"sha256 equal {s['param_sha256']['plugin'][:12]}, p50 {s['iter_p50_ms']['plugin']} vs "
                                  f"{s['iter_p50_ms']['socket']} ms ({g('p50_plugin_over_socket')}x)",
