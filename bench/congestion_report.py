@@ -40,7 +40,8 @@ def augment(d):
     w = (events(d / "switch.jsonl", "final") or [{}])[-1]
     s["bottleneck_switch"] = {k: w.get(k) for k in SWITCH_KEYS} if w else None
     s["trim_rate"] = share(w, "trim_trimmed", "trim_forwarded")
-    s["tcp_retrans_segs"] = s["retx_tcp"] = sum(e.get("tcp_retrans_segs", 0) for e in events(d / "bottleneck.out", "tcp"))
+    tcp = events(d / "bottleneck.out", "tcp")
+    s["tcp_retrans_segs"] = s["retx_tcp"] = sum(e.get("tcp_retrans_segs", 0) for e in tcp)
     plugin = s.get("plugin") or {}
     s["retx_plugin"], s["plugin_trimmed"] = plugin.get("retransmitted"), plugin.get("trimmed_accepted")
     s["plugin_trim_rate"] = share(plugin, "trimmed_accepted", "sent_packets")
@@ -61,9 +62,10 @@ def augment(d):
     if not fin and tgt:
         s["time_to_target_s"], s["steps_to_target"] = tgt.get("wall_s"), tgt.get("step")
     p99s = [e["iter_p99_ms"] for e in epochs if e.get("iter_p99_ms")]
-    s["progress"] = {"steps": last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in epochs),
-                     "train_s": last.get("train_s"), "val_acc": last.get("val_acc"), "iter_p50_ms": last.get("iter_p50_ms"),
-                     "iter_p99_ms_at_least": max(p99s, default=None)} if last and not fin else None
+    s["progress"] = None if not last or fin else {
+        "steps": last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in epochs),
+        "train_s": last.get("train_s"), "val_acc": last.get("val_acc"), "iter_p50_ms": last.get("iter_p50_ms"),
+        "iter_p99_ms_at_least": max(p99s, default=None)}
     s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0 if e.get("event") in ("epoch", "eval")
                         and e.get("train_s") is not None and e.get("val_acc") is not None)
     p50 = s.get("iter_p50_ms")
@@ -75,8 +77,9 @@ def augment(d):
 
 
 def step_bound_ms(s, ranks):
-    """What no transport can beat here: the step's compute plus each rank's share of a ring allreduce
-    (2(N-1)/N of the gradient) through its port at the rate the cross traffic leaves; None unmeasured."""
+    """What no transport can beat at this point: the step's compute plus the bytes each rank must
+    push through its port (a ring allreduce: 2(N-1)/N of the gradient) at the rate the cross
+    traffic leaves. None where the compute time was not measured."""
     rate, grad = s.get("rate_gbps"), s.get("grad_bytes")
     if not (rate and grad and s.get("compute_ms") is not None):
         return None
@@ -105,23 +108,21 @@ def load(root):
     return sorted(runs, key=lambda r: (*point_order(point(r)), order.get(r.get("transport"), 9)))
 
 
-COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"),
-           ("loss %", "loss_pct", "g"), ("to target s", "time_to_target_s", ".2f"),
-           ("steps to target", "steps_to_target", "d"), ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"),
-           ("bound ms", "bound_ms", ".1f"), ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
-           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"),
-           ("plugin trimmed", "plugin_trimmed", "d"), ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"),
-           ("identical", "params_identical", "")]
+COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
+           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
+           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
+           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
+           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
+           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
 
 
 def runs_table(runs):
     """Every run; `= baseline`: its parameters equal the baseline's of the same point."""
     base_sha = {point(r): r.get("param_sha256_full") for r in runs if r.get("transport") in BASELINES}
-
-    def same(r, ref, sha):
-        return "-" if r.get("transport") in BASELINES else fmt(sha == ref if ref and sha else None)
-    rows = [[fmt(r.get(k), spec) for _, k, spec in COLUMNS] + [same(r, base_sha.get(point(r)), r.get("param_sha256_full")),
-            fmt(r.get("status")) + (" (time limit)" if r.get("stopped_by_time_limit") else "")] for r in runs]
+    rows = [[fmt(r.get(k), spec) for _, k, spec in COLUMNS] +
+            ["-" if r.get("transport") in BASELINES else fmt(r.get("param_sha256_full") == ref if ref and r.get("param_sha256_full") else None)
+             for ref in [base_sha.get(point(r))]] +
+            [fmt(r.get("status")) + (" (time limit)" if r.get("stopped_by_time_limit") else "")] for r in runs]
     return table([c[0] for c in COLUMNS] + ["= baseline", "status"], rows, md=True)
 
 
@@ -137,8 +138,7 @@ def base_ttt(s):
         return s["time_to_target_s"], True, None
     base, pr = s.get("transport") or "baseline", s.get("progress") or {}
     if ok(s) and s.get("run_wall_s"):
-        return s["run_wall_s"], False, (f"{base} did not reach {s.get('target_acc')} in its {s.get('steps')} steps "
-                                        f"({s['run_wall_s']:.0f} s)")
+        return s["run_wall_s"], False, f"{base} did not reach {s.get('target_acc')} in its {s.get('steps')} steps ({s['run_wall_s']:.0f} s)"
     if pr.get("train_s"):
         return pr["train_s"], False, f"{base} {s.get('status')} at step {pr.get('steps')} after {pr['train_s']:.0f} s"
     return None, False, None
@@ -181,8 +181,7 @@ def compare(t, s, drop=None):
     if not ok(t) or not ok(s):
         c["note"] = f"{base} run missing or failed" if not ok(s) else f"run {t.get('status')}"
         return c
-    for k, key in (("ttt", "time_to_target_s"), ("steps", "steps_to_target"), ("p50", "iter_p50_ms"),
-                   ("p99", "iter_p99_ms")):
+    for k, key in (("ttt", "time_to_target_s"), ("steps", "steps_to_target"), ("p50", "iter_p50_ms"), ("p99", "iter_p99_ms")):
         c[k + "_ratio"] = ratio(t.get(key), s.get(key))
     if t.get("val_acc") is not None and s.get("val_acc") is not None:
         c["acc_diff_points"] = round(100 * (t["val_acc"] - s["val_acc"]), 3)
@@ -190,15 +189,16 @@ def compare(t, s, drop=None):
     a, b = t.get("param_sha256_full"), s.get("param_sha256_full")
     c["params_equal_baseline"] = a == b if a and b else None
     unreached = t.get("time_to_target_s") is None and s.get("time_to_target_s") is not None
+    acc = c.get("acc_diff_points", 0)
     c["baseline_wins"] = wins = [w for w, yes in (  # where the baseline is better
         ("time to target (not reached)", unreached),
         (f"time to target ({fmt(c['ttt_ratio'], 'g')}x)", not unreached and (c["ttt_ratio"] or 0) > 1),
         (f"p99 ({fmt(c['p99_ratio'], 'g')}x)", (c["p99_ratio"] or 0) > 1),
-        (f"accuracy ({c.get('acc_diff_points', 0):+.2f} points)", c.get("acc_diff_points", 0) < -GOAL_ACC_POINTS)) if yes]
-    why = [f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)"] if wins and (c["steps_ratio"] or 0) >= 1.15 else []
+        (f"accuracy ({acc:+.2f} points)", acc < -GOAL_ACC_POINTS)) if yes]
+    slow = wins and (c["steps_ratio"] or 0) >= 1.15
+    why = [f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)"] if slow else []
     if wins and (c["p50_ratio"] or 0) > 1:
-        steps = f"steps {c['p50_ratio']:g}x {base}'s"
-        dr = ratio((drop or {}).get("iter_p50_ms"), s.get("iter_p50_ms")) if ok(drop) else None
+        steps, dr = f"steps {c['p50_ratio']:g}x {base}'s", ratio((drop or {}).get("iter_p50_ms"), s.get("iter_p50_ms")) if ok(drop) else None
         why.append(f"{steps}: the plugin's transport (no trimming here)" if tr == "drop" else
                    f"{steps} (no drop run to tell transport from trimming)" if dr is None else
                    f"{steps}, drop's {dr:g}x too: the plugin's transport, not trimming" if dr > 1 else
@@ -243,8 +243,10 @@ def judge(runs, tr="trim", base=None):
     if not task or not s or not t:
         g["detail"] = f"no {base if not s else tr} run of {task} at {GOAL_CROSS:g} % cross"
         return g
-    stopped = stopped_base(t, s)  # then its time to target is longer than its training so far, its p99 at least
-    if not stopped and not (ok(s) and ok(t)):  # its slowest epoch's
+    # A baseline stopped by its limit: its time to target is longer than its training so far, its p99 at
+    # least its slowest epoch's.
+    stopped = stopped_base(t, s)
+    if not stopped and not (ok(s) and ok(t)):
         g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
         return g
     p99, p99_base = t.get("iter_p99_ms"), s["progress"].get("iter_p99_ms_at_least") if stopped else s.get("iter_p99_ms")
@@ -253,7 +255,7 @@ def judge(runs, tr="trim", base=None):
         ratio_part(r, GOAL_P99, trim_ms=p99, base_ms=p99_base) if not stopped else
         ratio_part(r, GOAL_P99, True, trim_ms=p99, base_ms_at_least=p99_base) if r is not None else
         {"state": "unknown", "why": "no p99 of the baseline"}),
-        "accuracy": accuracy_part(t, s, tr, base) if not stopped else {"state": "unknown", "why": f"{base} did not finish"}}
+        "accuracy": {"state": "unknown", "why": f"{base} did not finish"} if stopped else accuracy_part(t, s, tr, base)}
     states = [p["state"] for p in parts.values()]
     g["state"] = "missed" if "missed" in states else ("met" if all(x == "met" for x in states) else "unknown")
     g["detail"] = ", ".join(f"{k} {v['state']}" for k, v in parts.items())
@@ -270,8 +272,7 @@ def accuracy_part(t, s, tr, base):
         return {"state": "unknown", "why": "no final accuracy"}
     dp = 100 * (t["val_acc"] - s["val_acc"])
     p = {"diff_points": round(dp, 3), "state": "met" if dp >= -GOAL_ACC_POINTS else "missed", "trim": t["val_acc"],
-         "base": s["val_acc"], "resolution_points": res, "val_loss_trim": t.get("val_loss"),
-         "val_loss_base": s.get("val_loss")}
+         "base": s["val_acc"], "resolution_points": res, "val_loss_trim": t.get("val_loss"), "val_loss_base": s.get("val_loss")}
     if res and res > GOAL_ACC_POINTS / 2:
         p["note"] = (f"one val sample is {res:g} points: {GOAL_ACC_POINTS} points is "
                      f"{GOAL_ACC_POINTS / res:.1f} samples, so one seed decides little")
@@ -284,8 +285,7 @@ def judge_md(goals, comps):
         lines += [f"## Goal ({g['task']}, {g['transport']}): {g['state'].upper()}", "", g["goal"] + ".", ""]
         for k, p in g["parts"].items():
             val = p.get("ratio", p.get("ratio_below", p.get("diff_points")))
-            shown = "-" if val is None else ("< " if "ratio_below" in p else "") + f"{val:g}" + (
-                " points" if k == "accuracy" else "x")
+            shown = "-" if val is None else ("< " if "ratio_below" in p else "") + f"{val:g}" + (" points" if k == "accuracy" else "x")
             extra = "; ".join(str(p[x]) for x in ("why", "note") if p.get(x))
             lines.append(f"- {k}: {shown} -> {p['state']}" + (f" ({extra})" if extra else ""))
         lines += ([] if g["parts"] else [f"- {g.get('detail')}"]) + [""]
@@ -317,9 +317,9 @@ def plot(runs, out, plt):
     for i, task in enumerate(tasks):
         ax = axes[3 * i: 3 * i + 3]
         for tr in TRANSPORTS:
-            mine = [r for r in runs if r.get("task") == task and r.get("transport") == tr]
-            cross = sorted((r for r in mine if not r.get("loss_pct")), key=lambda r: r.get("cross_pct") or 0)
-            loss = sorted((r for r in mine if r.get("loss_pct") and not r.get("cross_pct")), key=lambda r: r["loss_pct"])
+            rs = [r for r in runs if r.get("task") == task and r.get("transport") == tr]
+            cross = sorted((r for r in rs if not r.get("loss_pct")), key=lambda r: r.get("cross_pct") or 0)
+            loss = sorted((r for r in rs if r.get("loss_pct") and not r.get("cross_pct")), key=lambda r: r["loss_pct"])
             xs = [r.get("cross_pct") or 0 for r in cross]
             if cross:
                 ax[0].plot(xs, [r.get("iter_p99_ms") for r in cross], "o-", label=f"{tr} p99")
@@ -336,10 +336,10 @@ def plot(runs, out, plt):
             color = axes2[i].plot(*zip(*got), "o-", label=tr)[0].get_color() if got else None
             if miss:
                 axes2[i].plot(*zip(*miss), "x", color=color, markersize=9, label=f"{tr}: not reached (run length)")
-        bound = dict(sorted({(r.get("cross_pct") or 0, r["bound_ms"]) for r in runs if r.get("task") == task
-                             and not r.get("loss_pct") and r.get("bound_ms")}))
+        bound = sorted({(r.get("cross_pct") or 0, r["bound_ms"]) for r in runs if r.get("task") == task
+                        and not r.get("loss_pct") and r.get("bound_ms")})
         if bound:
-            ax[0].plot(*zip(*bound.items()), ":", color="k", marker="_", markersize=16,
+            ax[0].plot(*zip(*dict(bound).items()), ":", color="k", marker="_", markersize=16,
                        label="bound (compute + bytes / free rate)")
         finish(ax[0], f"{task}: iteration time vs cross load (numbers: bound / p50)", "cross load (% of port rate)", "ms", 7)
         finish(ax[1], f"{task}: iteration p99 vs random loss", "loss (%)", "ms", 7, xscale="log")
@@ -364,9 +364,10 @@ def plot(runs, out, plt):
 
 
 KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
-        "bound_ms", "efficiency", "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate",
-        "plugin_trim_rate", "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical",
-        "compute_ms", "comm_share", "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
+        "bound_ms", "efficiency",
+        "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate", "plugin_trim_rate",
+        "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical", "compute_ms", "comm_share",
+        "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
 
 
 def main(argv=None):
@@ -386,16 +387,14 @@ def main(argv=None):
     # the strongest baseline's goals first: goals[0] is the headline verdict
     goals = [judge(runs, tr, b) for b in STRONGEST if b in present for tr in TRIMMING if tr in present]
     goals = goals or [judge(runs, tr) for tr in TRIMMING if tr in present] or [judge(runs)]
-    bench, cal = load_json(root / "bench.json"), load_json(root / "calibration.json")
-    skipped = read_jsonl(root / "skipped.jsonl")
+    bench, cal, skipped = load_json(root / "bench.json"), load_json(root / "calibration.json"), read_jsonl(root / "skipped.jsonl")
     over = sorted(r["overhead_s"] for r in runs if r.get("overhead_s") is not None)
     print("\n\n".join([runs_table(runs)] + [x for x in (
         cal and (f"Calibration ({cal.get('run')}): compute {fmt(cal.get('compute_ms'), '.2f')} ms, iteration p50 "
                  f"{fmt(cal.get('iter_p50_ms'), '.2f')} ms, communication share {fmt(cal.get('comm_share'), '.2f')}, "
                  f"port goodput {fmt(cal.get('goodput_gbps'), '.2f')} Gbit/s: {cal.get('decision')}"),
         over and (f"Start-up and tear-down per run (wall clock outside training): median {over[len(over) // 2]:g} s, "
-                  f"{over[0]:g}-{over[-1]:g} s over {len(over)} runs (the estimate assumed "
-                  f"{fmt((bench or {}).get('startup_s'), 'g')} s)"),
+                  f"{over[0]:g}-{over[-1]:g} s over {len(over)} runs (the estimate assumed {fmt((bench or {}).get('startup_s'), 'g')} s)"),
         skipped and "Skipped: " + "; ".join(f"{s.get('label')} ({s.get('why')})" for s in skipped)) if x]) + "\n")
     print(judge_md(goals, comps))
     plt = None if a.no_plots else pyplot()
