@@ -23,6 +23,16 @@ TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 SWITCH_KEYS = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
                "tcp_dropped", "tcp_lost", "lost", "cross", "max_queue", "bad", "no_route"]
+COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
+           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
+           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
+           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
+           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
+           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
+KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
+        "bound_ms", "efficiency", "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate",
+        "plugin_trim_rate", "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical",
+        "compute_ms", "comm_share", "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
 
 
 def share(d, part, whole):
@@ -106,14 +116,6 @@ def load(root):
             for s in [load_json(f)] if s]
     order = {t: i for i, t in enumerate(TRANSPORTS)}
     return sorted(runs, key=lambda r: (*point_order(point(r)), order.get(r.get("transport"), 9)))
-
-
-COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
-           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
-           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
-           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
-           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
-           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
 
 
 def runs_table(runs):
@@ -209,10 +211,7 @@ def compare(t, s, drop=None):
 
 
 def by_point(runs):
-    out = {}
-    for r in runs:
-        out.setdefault(point(r), {})[r.get("transport")] = r
-    return out
+    return {pt: {r.get("transport"): r for r in runs if point(r) == pt} for pt in dict.fromkeys(map(point, runs))}
 
 
 def comparisons(runs):
@@ -361,13 +360,6 @@ def plot(runs, out, plt):
                    "val accuracy", ylim=(max(0.0, (target or 0.5) - 0.45), 1.0))
         paths.append(save(plt, fig, Path(out) / "time_to_accuracy.png"))
     return paths
-
-
-KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
-        "bound_ms", "efficiency",
-        "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate", "plugin_trim_rate",
-        "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical", "compute_ms", "comm_share",
-        "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ from .congestion_report import base_ttt, load
 from .jsonio import read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio
-from .scenarios import through_switch
+from .scenarios import row, through_switch
 
 ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to 0.95", "steps_to_target", "d"),
         ("iteration p50 (ms)", "iter_p50_ms", ".0f"), ("iteration p99 (ms)", "iter_p99_ms", ".0f"),
@@ -37,6 +37,13 @@ ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to
         ("trimmed share (switch)", "trim_rate", ".3f"), ("retransmissions (plugin)", "retx_plugin", "d"),
         ("TCP retransmitted segments", "retx_tcp", "d"), ("replicas identical", "params_identical", ""),
         ("status", "status", "")]
+# The baselines the demo runs, strongest first (TCP with a datacenter's 1 ms minimum RTO), and the
+# names its table and JSON give them.
+BASELINES = [("gloo-tuned", "Gloo (1 ms RTO)", "gloo_tuned"), ("gloo", "Gloo (TCP)", "gloo")]
+SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
+               ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f"),
+               ("switch: ours cut / dropped", "cut_dropped", ""), ("retransmissions", "retransmits", "d"),
+               ("NMSE of the result", "nmse", ".3g"), ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
 
 
 def env(name, default):
@@ -46,11 +53,6 @@ def env(name, default):
 def side(rows, width):
     """Label, then right-aligned columns of 18."""
     return "\n".join(f"  {row[0]:<{width}}" + "".join(f"{c:>18}" for c in row[1:]) for row in rows)
-
-
-# The baselines the demo runs, strongest first (TCP with a datacenter's 1 ms minimum RTO), and the
-# names its table and JSON give them.
-BASELINES = [("gloo-tuned", "Gloo (1 ms RTO)", "gloo_tuned"), ("gloo", "Gloo (TCP)", "gloo")]
 
 
 def note(name, b):
@@ -149,12 +151,6 @@ def trim_rates(lines):
     return rows
 
 
-SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
-               ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f"),
-               ("switch: ours cut / dropped", "cut_dropped", ""), ("retransmissions", "retransmits", "d"),
-               ("NMSE of the result", "nmse", ".3g"), ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
-
-
 def switch_demo(build, out):
     """A 4-rank AllReduce through trim-switch on loopback (bench.scenarios.through_switch), a trimming
     switch vs a tail-drop one, same seed and cross traffic: a table, summary.json, switch_demo.png."""
@@ -173,8 +169,8 @@ def switch_demo(build, out):
                                         "--deadline-s", 60, "--csv", out / f"iters_{m}.csv"], {}, out, m, env("MTU", "4096"))
         if rc:
             raise SystemExit(f"demo: trim-harness ({m}) failed (exit {rc}): {json.dumps(h)}; see {out}/{m}.harness.log")
-        # Real packets (ours) the switch forwarded cut / dropped; the cross traffic's own drops excluded.
-        res[m] = {**h, "cut_dropped": f"{fin['forwarded_trimmed']}/{fin['datagrams'] - fin['bad'] - fin['forwarded']}"}
+        sw_row = row(m, h, fin, 0)  # real packets (ours) the switch cut / dropped, without the cross traffic's
+        res[m] = {**h, "cut_dropped": f"{sw_row['sw_trimmed']}/{sw_row['sw_dropped']}"}
         rates[m] = trim_rates(read_jsonl(out / f"{m}.switch.jsonl"))
         (out / f"trimrate_{m}.dat").write_text("# t_s forwarded trimmed trim_rate\n" + "".join(
             f"{t:.2f} {f} {x} {r:.4f}\n" for t, f, x, r in rates[m]))
