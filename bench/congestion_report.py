@@ -23,12 +23,13 @@ TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 SWITCH_KEYS = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
                "tcp_dropped", "tcp_lost", "lost", "cross", "max_queue", "bad", "no_route"]
-COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
-           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
-           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
-           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
-           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
-           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
+COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"),
+           ("loss %", "loss_pct", "g"), ("to target s", "time_to_target_s", ".2f"),
+           ("steps to target", "steps_to_target", "d"), ("p50 ms", "iter_p50_ms", ".1f"),
+           ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"), ("efficiency", "efficiency", ".3f"),
+           ("final acc", "val_acc", ".4f"), ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"),
+           ("plugin trimmed", "plugin_trimmed", "d"), ("retx (ours)", "retx_plugin", "d"),
+           ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
 KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
         "bound_ms", "efficiency", "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate",
         "plugin_trim_rate", "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical",
@@ -242,9 +243,7 @@ def judge(runs, tr="trim", base=None):
     if not task or not s or not t:
         g["detail"] = f"no {base if not s else tr} run of {task} at {GOAL_CROSS:g} % cross"
         return g
-    # A baseline stopped by its limit: its time to target is longer than its training so far, its p99 at
-    # least its slowest epoch's.
-    stopped = stopped_base(t, s)
+    stopped = stopped_base(t, s)  # its time to target > its training so far, its p99 >= its slowest epoch's
     if not stopped and not (ok(s) and ok(t)):
         g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
         return g
@@ -391,7 +390,7 @@ def main(argv=None):
     print(judge_md(goals, comps))
     plt = None if a.no_plots else pyplot()
     pngs = [str(x) for x in plot(runs, root, plt)] if plt else []
-    if pngs or not a.no_plots:
+    if not a.no_plots:  # (PNGs only come with plots)
         print("\n".join(f"plot: {x}" for x in pngs) or "plot: skipped (no matplotlib)", file=sys.stderr)
     emit({"bench": "congestion", "goal": goals[0], "goals": goals, "settings": bench, "calibration": cal,
           "skipped": skipped, "versions": next((r["versions"] for r in runs if r.get("versions")), None),

@@ -40,10 +40,11 @@ ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to
 # The baselines the demo runs, strongest first (TCP with a datacenter's 1 ms minimum RTO), and the
 # names its table and JSON give them.
 BASELINES = [("gloo-tuned", "Gloo (1 ms RTO)", "gloo_tuned"), ("gloo", "Gloo (TCP)", "gloo")]
-SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
-               ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f"),
-               ("switch: ours cut / dropped", "cut_dropped", ""), ("retransmissions", "retransmits", "d"),
-               ("NMSE of the result", "nmse", ".3g"), ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
+SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"),
+               ("goodput (Gbit/s)", "gbps", ".3f"), ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"),
+               ("trim rate (receivers)", "trim_rate", ".4f"), ("switch: ours cut / dropped", "cut_dropped", ""),
+               ("retransmissions", "retransmits", "d"), ("NMSE of the result", "nmse", ".3g"),
+               ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
 
 
 def env(name, default):
