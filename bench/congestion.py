@@ -89,31 +89,30 @@ def parse(argv):
                           [f"{t}:c{c}" for c in (a.cross or "0,60,90,30").split(",")] +
                           [f"{t}:l{x}" for x in (a.loss or "1,0.1").split(",") if x != "0"])
     a.plan = (a.plan or PRESETS[a.preset]).split(",")
-    if a.calibrate is None:
-        a.calibrate = a.preset in ("default", "quick")
+    a.calibrate = a.preset in ("default", "quick") if a.calibrate is None else a.calibrate
     a.rate_gbps = a.rate_gbps or (0.5 if a.cpu else 2.5)
-    a.base = "gloo" if a.cpu else "socket"
+    a.base, device = ("gloo", "cpu") if a.cpu else ("socket", "cuda")
     a.transports = (a.transports or ("gloo,drop,trim,hook" if a.cpu else "socket,drop,trim,trim16")).split(",")
     for t in a.transports:
         if t not in TRANSPORTS:
             p.error(f"--transports: unknown transport '{t}' (one of {', '.join(TRANSPORTS)})")
-        if TRANSPORTS[t].get("device", "cpu" if a.cpu else "cuda") != ("cpu" if a.cpu else "cuda"):
+        if TRANSPORTS[t].get("device", device) != device:
             p.error(f"--transports: '{t}' needs {'--cpu' if t.startswith('gloo') else 'CUDA tensors (the CPU baseline is gloo)'}")
-    for it in a.plan:
-        if not ITEM.match(it):
-            p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
+    points = [ITEM.match(it) or p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
+              for it in a.plan]
     if a.calibrate and not (a.plan[0].endswith(":c0") and a.transports[0] == a.base):
         p.error(f"--calibrate: the plan must start with a cross-0 point and the transports with {a.base} (it is that run)")
     if not a.dry_run and not (a.build / ddp.PLUGIN).exists():
         p.error(f"no {a.build / ddp.PLUGIN}: run 'make -j2 all' first (or pass --build)")
     a.compute_ms = dict(COMPUTE_MS)
-    if {m[2] for it in a.plan for m in [ITEM.match(it)]} >= {"c", "p"}:
+    if {m[2] for m in points} >= {"c", "p"}:
         p.error("--plan: cN and pN points in one plan (the report compares by cross load): give pN its own --out")
-    a.runs = [{"task": m[1], "transport": tr, "cross": float(m[3]) * (m[2] in "cp"), "loss": float(m[3]) * (m[2] == "l"),
-               "prio": m[2] == "p",
-               "label": f"{m[1]}_{tr}_{'p' if m[2] == 'p' else 'c'}{float(m[3]) * (m[2] in 'cp'):g}_l{float(m[3]) * (m[2] == 'l'):g}"}
-              for it in a.plan for m in [ITEM.match(it)] for tr in a.transports]
-    a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {r["task"] for r in a.runs}}
+    a.runs = []
+    for m in points:
+        cross, loss = float(m[3]) * (m[2] in "cp"), float(m[3]) * (m[2] == "l")
+        a.runs += [{"task": m[1], "transport": tr, "cross": cross, "loss": loss, "prio": m[2] == "p",
+                    "label": f"{m[1]}_{tr}_{'p' if m[2] == 'p' else 'c'}{cross:g}_l{loss:g}"} for tr in a.transports]
+    a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {m[1] for m in points}}
     return a
 
 
@@ -128,9 +127,8 @@ def task_args(a, task):
     # (at 4 ranks 128 a rank stopped at 24 steps, short of the target).
     if task == "widemlp" and a.ranks != 2 and "--batch-size" not in a.extra:
         args += ["--batch-size", str(max(1, 256 // a.ranks))]
-    args += TASK_ARGS[task]
-    args += ["--digits-csv", os.environ["DDP_DIGITS_CSV"]] if os.environ.get("DDP_DIGITS_CSV") and task != "charlm" else []
-    return args + a.extra
+    csv = os.environ.get("DDP_DIGITS_CSV") if task != "charlm" else None
+    return args + TASK_ARGS[task] + (["--digits-csv", csv] if csv else []) + a.extra
 
 
 def estimate_s(a, r):
@@ -192,29 +190,30 @@ def dry_run(a):
     return 0
 
 
+def point(r):
+    return {"task": r["task"], "transport": r["transport"], "cross_pct": r["cross"], "loss_pct": r["loss"]}
+
+
 def write_bench_json(a):
     write_json(a.out / "bench.json", {
         "preset": a.preset, "plan": a.plan, "transports": a.transports, "device": "cpu" if a.cpu else "cuda",
         "cross_period_ms": float(a.cross_period_ms), "ranks": a.ranks, "rate_gbps": a.rate_gbps,
         "buffer_bytes": a.buffer_bytes, "prop_delay_us": float(a.prop_delay_us), "seed": a.seed, "budget_s": a.budget_s,
         "startup_s": float(a.startup_s), "calibrate": a.calibrate, "estimate_s": plan_total(a),
-        "runs": [{"task": r["task"], "transport": r["transport"], "cross_pct": r["cross"], "loss_pct": r["loss"]}
-                 for r in a.runs]})
+        "runs": [point(r) for r in a.runs]})
 
 
 def run_one(a, r, est, limit):
     """One run through the bottleneck; its summary (ddp_report's, augmented)."""
     from .ddp_report import summarize
-    d = a.out / r["label"]
+    d, t = a.out / r["label"], TRANSPORTS[r["transport"]]
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    t = TRANSPORTS[r["transport"]]
-    plugin = "plugin" in t
+    scheme = ("rotated" if t.get("hook") else "rht") if "plugin" in t else None
     write_json(d / "run.json", {
         "kind": "train", "label": r["label"], "mode": t.get("mode", r["transport"]), "ranks": a.ranks, "task": r["task"],
-        "transport": r["transport"], "scheme": ("rotated" if t.get("hook") else "rht") if plugin else None,
-        "head_bits": t.get("plugin"), "phase": "reduce_scatter" if plugin else None, "trim_p": None,
-        "estimate_s": est, "limit_s": limit,
+        "transport": r["transport"], "scheme": scheme, "head_bits": t.get("plugin"),
+        "phase": scheme and "reduce_scatter", "trim_p": None, "estimate_s": est, "limit_s": limit,
         "train_seed": a.train_seed,
         "bottleneck": {"cross_pct": r["cross"], "cross_prio": "high" if r["prio"] else "shared",
                        "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
@@ -276,8 +275,7 @@ def sweep(a):
         if why:
             n_skip, why = n_skip + 1, f"time budget: {left} s left of --budget-s {a.budget_s}, {why}"
             with open(a.out / "skipped.jsonl", "a") as f:
-                f.write(json.dumps({"label": r["label"], "task": r["task"], "transport": r["transport"],
-                                    "cross_pct": r["cross"], "loss_pct": r["loss"], "why": why}) + "\n")
+                f.write(json.dumps({"label": r["label"], **point(r), "why": why}) + "\n")
             print(f"congestion: {r['label']}: skipped: {why}", file=sys.stderr)
             continue
         if a.resume and ddp.done_before(a.out / r["label"]):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .ddp_report import events
-from .jsonio import load_json, read_jsonl
+from .jsonio import emit, load_json, read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio, table
 
@@ -23,6 +23,21 @@ TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 SWITCH_KEYS = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
                "tcp_dropped", "tcp_lost", "lost", "cross", "max_queue", "bad", "no_route"]
+COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"),
+           ("loss %", "loss_pct", "g"), ("to target s", "time_to_target_s", ".2f"),
+           ("steps to target", "steps_to_target", "d"), ("p50 ms", "iter_p50_ms", ".1f"),
+           ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"), ("efficiency", "efficiency", ".3f"),
+           ("final acc", "val_acc", ".4f"), ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"),
+           ("plugin trimmed", "plugin_trimmed", "d"), ("retx (ours)", "retx_plugin", "d"),
+           ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
+KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
+        "bound_ms", "efficiency", "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate",
+        "plugin_trim_rate", "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical",
+        "compute_ms", "comm_share", "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
+
+
+def share(d, part, whole):
+    return (d.get(part) or 0) / d[whole] if d.get(whole) else None
 
 
 def augment(d):
@@ -35,12 +50,12 @@ def augment(d):
              **(run.get("bottleneck") or {}))
     w = (events(d / "switch.jsonl", "final") or [{}])[-1]
     s["bottleneck_switch"] = {k: w.get(k) for k in SWITCH_KEYS} if w else None
-    s["trim_rate"] = (w.get("trim_trimmed") or 0) / fwd if (fwd := w.get("trim_forwarded")) else None
+    s["trim_rate"] = share(w, "trim_trimmed", "trim_forwarded")
     tcp = events(d / "bottleneck.out", "tcp")
     s["tcp_retrans_segs"] = s["retx_tcp"] = sum(e.get("tcp_retrans_segs", 0) for e in tcp)
     plugin = s.get("plugin") or {}
     s["retx_plugin"], s["plugin_trimmed"] = plugin.get("retransmitted"), plugin.get("trimmed_accepted")
-    s["plugin_trim_rate"] = (plugin.get("trimmed_accepted") or 0) / sent if (sent := plugin.get("sent_packets")) else None
+    s["plugin_trim_rate"] = share(plugin, "trimmed_accepted", "sent_packets")
     s["retransmissions"] = s["retx_tcp"] if s["transport"] in BASELINES else s["retx_plugin"]
     rank0 = read_jsonl(d / "rank0.jsonl")
     cfg, fin = (events(rank0, "config") or [{}])[0], (events(rank0, "final") or [{}])[-1]
@@ -57,19 +72,18 @@ def augment(d):
     tgt = (events(rank0, "target") or [None])[0]
     if not fin and tgt:
         s["time_to_target_s"], s["steps_to_target"] = tgt.get("wall_s"), tgt.get("step")
-    s["progress"] = None
-    if last and not fin:
-        done = last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in epochs)
-        p99s = [e["iter_p99_ms"] for e in epochs if e.get("iter_p99_ms")]
-        s["progress"] = {"steps": done, "train_s": last.get("train_s"), "val_acc": last.get("val_acc"),
-                         "iter_p50_ms": last.get("iter_p50_ms"), "iter_p99_ms_at_least": max(p99s, default=None)}
+    p99s = [e["iter_p99_ms"] for e in epochs if e.get("iter_p99_ms")]
+    s["progress"] = None if not last or fin else {
+        "steps": last["steps"] if last["event"] == "eval" else sum(e.get("steps") or 0 for e in epochs),
+        "train_s": last.get("train_s"), "val_acc": last.get("val_acc"), "iter_p50_ms": last.get("iter_p50_ms"),
+        "iter_p99_ms_at_least": max(p99s, default=None)}
     s["curve"] = sorted((e["train_s"], e["val_acc"]) for e in rank0 if e.get("event") in ("epoch", "eval")
                         and e.get("train_s") is not None and e.get("val_acc") is not None)
     p50 = s.get("iter_p50_ms")
     s["comm_share"] = 1 - s["compute_ms"] / p50 if s["compute_ms"] and p50 else None
     s["bound_ms"] = step_bound_ms(s, run.get("ranks") or 2)
     s["efficiency"] = round(s["bound_ms"] / p50, 3) if s["bound_ms"] and p50 else None
-    (d / "summary.json").write_text(json.dumps(s) + "\n")
+    write_json(d / "summary.json", s)
     return s
 
 
@@ -93,21 +107,16 @@ def point_name(r):
     return f"loss {r['loss_pct']:g} %" if r.get("loss_pct") else f"{prio}cross {r.get('cross_pct') or 0:g} %"
 
 
+def point_order(pt):
+    return (pt[0] or "", pt[2], pt[1])
+
+
 def load(root):
     """Every run's summary under ROOT (not the calibration's), by task, point and transport."""
     runs = [s for f in sorted(Path(root).glob("*/summary.json")) if f.parent.name != "calibration_run"
             for s in [load_json(f)] if s]
     order = {t: i for i, t in enumerate(TRANSPORTS)}
-    return sorted(runs, key=lambda r: (r.get("task") or "", r.get("loss_pct") or 0, r.get("cross_pct") or 0,
-                                       order.get(r.get("transport"), 9)))
-
-
-COLUMNS = [("task", "task", ""), ("transport", "transport", ""), ("cross %", "cross_pct", "g"), ("loss %", "loss_pct", "g"),
-           ("to target s", "time_to_target_s", ".2f"), ("steps to target", "steps_to_target", "d"),
-           ("p50 ms", "iter_p50_ms", ".1f"), ("p99 ms", "iter_p99_ms", ".1f"), ("bound ms", "bound_ms", ".1f"),
-           ("efficiency", "efficiency", ".3f"), ("final acc", "val_acc", ".4f"),
-           ("val loss", "val_loss", ".4f"), ("trim rate (switch)", "trim_rate", ".4f"), ("plugin trimmed", "plugin_trimmed", "d"),
-           ("retx (ours)", "retx_plugin", "d"), ("TCP retx", "retx_tcp", "d"), ("identical", "params_identical", "")]
+    return sorted(runs, key=lambda r: (*point_order(point(r)), order.get(r.get("transport"), 9)))
 
 
 def runs_table(runs):
@@ -138,18 +147,21 @@ def base_ttt(s):
     return None, False, None
 
 
+def ratio_part(r, goal, below=False, **kw):
+    """A ratio part of the goal: met at most GOAL, else missed (unknown where R only bounds it from above)."""
+    state = "unknown" if r is None else "met" if r <= goal else "unknown" if below else "missed"
+    return {"ratio_below" if below else "ratio": r, "state": state, **kw}
+
+
 def ttt_part(t, s, tr):
     """The goal's time-to-target part: trimming run T against baseline run S."""
     tt, (ts, exact, why) = t.get("time_to_target_s"), base_ttt(s)
-    if exact and tt is not None:
-        r = round(tt / ts, 3)
-        return {"ratio": r, "state": "met" if r <= GOAL_TTT else "missed", "trim_s": tt, "base_s": ts}
-    if exact:
+    if exact and tt is None:
         return {"ratio": None, "state": "missed", "trim_s": None, "base_s": ts,
                 "why": f"{tr} did not reach {t.get('target_acc')} in {t.get('steps')} steps"}
-    if tt is not None and ts:
-        r = round(tt / ts, 3)
-        return {"ratio_below": r, "state": "met" if r <= GOAL_TTT else "unknown", "trim_s": tt, "base_s": None, "why": why}
+    if tt is not None and (exact or ts):
+        return ratio_part(round(tt / ts, 3), GOAL_TTT, not exact, trim_s=tt, base_s=ts if exact else None,
+                          **({} if exact else {"why": why}))
     return {"state": "unknown", "why": "neither run reached the target"}
 
 
@@ -179,18 +191,15 @@ def compare(t, s, drop=None):
     c["same_steps"] = t.get("steps") == s.get("steps")
     a, b = t.get("param_sha256_full"), s.get("param_sha256_full")
     c["params_equal_baseline"] = a == b if a and b else None
-    wins = []  # where the baseline is better
-    if t.get("time_to_target_s") is None and s.get("time_to_target_s") is not None:
-        wins.append("time to target (not reached)")
-    elif (c["ttt_ratio"] or 0) > 1:
-        wins.append(f"time to target ({c['ttt_ratio']:g}x)")
-    if (c["p99_ratio"] or 0) > 1:
-        wins.append(f"p99 ({c['p99_ratio']:g}x)")
-    if c.get("acc_diff_points", 0) < -GOAL_ACC_POINTS:
-        wins.append(f"accuracy ({c['acc_diff_points']:+.2f} points)")
-    c["baseline_wins"], why = wins, []
-    if wins and (c["steps_ratio"] or 0) >= 1.15:
-        why.append(f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)")
+    unreached = t.get("time_to_target_s") is None and s.get("time_to_target_s") is not None
+    acc = c.get("acc_diff_points", 0)
+    c["baseline_wins"] = wins = [w for w, yes in (  # where the baseline is better
+        ("time to target (not reached)", unreached),
+        (f"time to target ({fmt(c['ttt_ratio'], 'g')}x)", not unreached and (c["ttt_ratio"] or 0) > 1),
+        (f"p99 ({fmt(c['p99_ratio'], 'g')}x)", (c["p99_ratio"] or 0) > 1),
+        (f"accuracy ({acc:+.2f} points)", acc < -GOAL_ACC_POINTS)) if yes]
+    slow = wins and (c["steps_ratio"] or 0) >= 1.15
+    why = [f"needed {c['steps_ratio']:g}x the steps to the target (accuracy)"] if slow else []
     if wins and (c["p50_ratio"] or 0) > 1:
         steps, dr = f"steps {c['p50_ratio']:g}x {base}'s", ratio((drop or {}).get("iter_p50_ms"), s.get("iter_p50_ms")) if ok(drop) else None
         why.append(f"{steps}: the plugin's transport (no trimming here)" if tr == "drop" else
@@ -203,34 +212,27 @@ def compare(t, s, drop=None):
 
 
 def by_point(runs):
-    out = {}
-    for r in runs:
-        out.setdefault(point(r), {})[r.get("transport")] = r
-    return out
+    return {pt: {r.get("transport"): r for r in runs if point(r) == pt} for pt in dict.fromkeys(map(point, runs))}
 
 
 def comparisons(runs):
     """Every transport of a point against every baseline there (the strongest first), and each
     trimming transport against our own drop, which isolates what trimming itself adds."""
     out = []
-    for (task, c, l), rs in sorted(by_point(runs).items(), key=lambda kv: (kv[0][0] or "", kv[0][2], kv[0][1])):
-        pairs = [(tr, b) for b in STRONGEST if b in rs for tr in TRANSPORTS if tr in rs and tr not in BASELINES]
-        pairs = (pairs or [(tr, None) for tr in TRANSPORTS if tr in rs and tr not in BASELINES])
+    for (task, c, l), rs in sorted(by_point(runs).items(), key=lambda kv: point_order(kv[0])):
+        ours = [tr for tr in TRANSPORTS if tr in rs and tr not in BASELINES]
+        pairs = [(tr, b) for b in STRONGEST if b in rs for tr in ours] or [(tr, None) for tr in ours]
         pairs += [(tr, "drop") for tr in TRIMMING if tr in rs and "drop" in rs]
         out += [{"task": task, "cross_pct": c, "loss_pct": l, **compare(rs[tr], rs.get(b) or {}, rs.get("drop"))}
                 for tr, b in pairs]
     return out
 
 
-def big_task(runs):
-    """The task with the most gradient bytes (widemlp where no run says)."""
-    return max(((r.get("grad_bytes") or 0, r["task"] == "widemlp", r["task"]) for r in runs if r.get("task")), default=[None])[-1]
-
-
 def judge(runs, tr="trim", base=None):
-    """The goal for trimming transport TR at 60 % cross, no loss, on the task with the most
-    gradient bytes, against BASE of the same point (default: the strongest baseline there)."""
-    task = big_task(runs)
+    """The goal for trimming transport TR at 60 % cross, no loss, on the task with the most gradient
+    bytes (widemlp where no run says), against BASE there (default: the strongest baseline there)."""
+    task = max(((r.get("grad_bytes") or 0, r["task"] == "widemlp", r["task"]) for r in runs if r.get("task")),
+               default=[None])[-1]
     at = by_point(runs).get((task, GOAL_CROSS, 0.0), {})
     base = base or next((b for b in STRONGEST if b in at), "gloo")
     B = base.capitalize()
@@ -241,23 +243,17 @@ def judge(runs, tr="trim", base=None):
     if not task or not s or not t:
         g["detail"] = f"no {base if not s else tr} run of {task} at {GOAL_CROSS:g} % cross"
         return g
-    parts = g["parts"]
-    if stopped_base(t, s):  # its time to target is longer than its training so far, its p99 at least its slowest epoch's
-        parts["time_to_target"] = ttt_part(t, s, tr)
-        lo = s["progress"].get("iter_p99_ms_at_least")
-        r = ratio(t.get("iter_p99_ms"), lo)
-        parts["p99"] = ({"ratio_below": r, "state": "met" if r <= GOAL_P99 else "unknown", "trim_ms": t.get("iter_p99_ms"),
-                         "base_ms_at_least": lo} if r is not None else {"state": "unknown", "why": "no p99 of the baseline"})
-        parts["accuracy"] = {"state": "unknown", "why": f"{base} did not finish"}
-    elif not ok(s) or not ok(t):
+    stopped = stopped_base(t, s)  # its time to target > its training so far, its p99 >= its slowest epoch's
+    if not stopped and not (ok(s) and ok(t)):
         g["detail"] = "; ".join(f"{n} run {r.get('status')}" for n, r in ((base, s), (tr, t)) if not ok(r))
         return g
-    else:
-        parts["time_to_target"] = ttt_part(t, s, tr)
-        r = ratio(t.get("iter_p99_ms"), s.get("iter_p99_ms"))
-        parts["p99"] = {"ratio": r, "state": "unknown" if r is None else ("met" if r <= GOAL_P99 else "missed"),
-                        "trim_ms": t.get("iter_p99_ms"), "base_ms": s.get("iter_p99_ms")}
-        parts["accuracy"] = accuracy_part(t, s, tr, base)
+    p99, p99_base = t.get("iter_p99_ms"), s["progress"].get("iter_p99_ms_at_least") if stopped else s.get("iter_p99_ms")
+    r = ratio(p99, p99_base)
+    g["parts"] = parts = {"time_to_target": ttt_part(t, s, tr), "p99": (
+        ratio_part(r, GOAL_P99, trim_ms=p99, base_ms=p99_base) if not stopped else
+        ratio_part(r, GOAL_P99, True, trim_ms=p99, base_ms_at_least=p99_base) if r is not None else
+        {"state": "unknown", "why": "no p99 of the baseline"}),
+        "accuracy": {"state": "unknown", "why": f"{base} did not finish"} if stopped else accuracy_part(t, s, tr, base)}
     states = [p["state"] for p in parts.values()]
     g["state"] = "missed" if "missed" in states else ("met" if all(x == "met" for x in states) else "unknown")
     g["detail"] = ", ".join(f"{k} {v['state']}" for k, v in parts.items())
@@ -293,8 +289,8 @@ def judge_md(goals, comps):
         lines += ([] if g["parts"] else [f"- {g.get('detail')}"]) + [""]
     rows = [[fmt(c["task"]), point_name(c), c["transport"], fmt(c.get("baseline")),
              f"< {c['ttt_ratio_below']:g}" if c.get("ttt_ratio_below") is not None else fmt(c.get("ttt_ratio"), "g"),
-             fmt(c.get("steps_ratio"), "g"), fmt(c.get("p50_ratio"), "g"), fmt(c.get("p99_ratio"), "g"),
-             fmt(c.get("acc_diff_points"), "+.2f"), fmt(c.get("params_equal_baseline")),
+             *(fmt(c.get(k + "_ratio"), "g") for k in ("steps", "p50", "p99")), fmt(c.get("acc_diff_points"), "+.2f"),
+             fmt(c.get("params_equal_baseline")),
              ", ".join(c.get("baseline_wins") or []) or ("-" if "baseline_wins" in c else c.get("note", "-")),
              c.get("why") or "-"] for c in comps]
     lines += ["## Every point against its baselines (the strongest first) and our own drop", "",
@@ -305,13 +301,6 @@ def judge_md(goals, comps):
                 for c in comps if c.get("baseline") == base and c.get("baseline_wins") and c["transport"] in TRIMMING]
         lines.append(f"{base} wins against trimming at: " + ("; ".join(wins) or "no point measured"))
     return "\n".join(lines)
-
-
-def series(runs, task, tr, loss=False):
-    """TASK's runs over TR along cross load (or, with LOSS, along random loss)."""
-    rs = [r for r in runs if r.get("task") == task and r.get("transport") == tr
-          and (bool(r.get("loss_pct")) and not r.get("cross_pct") if loss else not r.get("loss_pct"))]
-    return sorted(rs, key=lambda r: r.get("loss_pct" if loss else "cross_pct") or 0)
 
 
 def plot(runs, out, plt):
@@ -326,21 +315,22 @@ def plot(runs, out, plt):
     for i, task in enumerate(tasks):
         ax = axes[3 * i: 3 * i + 3]
         for tr in TRANSPORTS:
-            cross, loss = series(runs, task, tr), series(runs, task, tr, loss=True)
+            rs = [r for r in runs if r.get("task") == task and r.get("transport") == tr]
+            cross = sorted((r for r in rs if not r.get("loss_pct")), key=lambda r: r.get("cross_pct") or 0)
+            loss = sorted((r for r in rs if r.get("loss_pct") and not r.get("cross_pct")), key=lambda r: r["loss_pct"])
             xs = [r.get("cross_pct") or 0 for r in cross]
             if cross:
                 ax[0].plot(xs, [r.get("iter_p99_ms") for r in cross], "o-", label=f"{tr} p99")
                 ax[0].plot(xs, [r.get("iter_p50_ms") for r in cross], "x--", label=f"{tr} p50")
-                effs = [r.get("efficiency") for r in cross]
-                if any(effs):  # each transport's efficiency (bound / p50) at each point
-                    for x, r, e in zip(xs, cross, effs):
-                        if e:
-                            ax[0].annotate(f"{e:.2f}", (x, r["iter_p50_ms"]), fontsize=6, alpha=0.7)
+                for x, r in zip(xs, cross):  # each transport's efficiency (bound / p50) at each point
+                    if r.get("efficiency"):
+                        ax[0].annotate(f"{r['efficiency']:.2f}", (x, r["iter_p50_ms"]), fontsize=6, alpha=0.7)
                 ax[2].plot(xs, [r.get("time_to_target_s") for r in cross], "o-", label=tr)
             if loss:
                 ax[1].plot([r["loss_pct"] for r in loss], [r.get("iter_p99_ms") for r in loss], "o-", label=f"{tr} p99")
-            got = [(x, r["time_to_target_s"]) for x, r in zip(xs, cross) if ok(r) and r.get("time_to_target_s") is not None]
-            miss = [(x, r["run_wall_s"]) for x, r in zip(xs, cross) if ok(r) and r.get("time_to_target_s") is None and r.get("run_wall_s")]
+            done = [(x, r) for x, r in zip(xs, cross) if ok(r)]
+            got = [(x, r["time_to_target_s"]) for x, r in done if r.get("time_to_target_s") is not None]
+            miss = [(x, r["run_wall_s"]) for x, r in done if r.get("time_to_target_s") is None and r.get("run_wall_s")]
             color = axes2[i].plot(*zip(*got), "o-", label=tr)[0].get_color() if got else None
             if miss:
                 axes2[i].plot(*zip(*miss), "x", color=color, markersize=9, label=f"{tr}: not reached (run length)")
@@ -355,7 +345,7 @@ def plot(runs, out, plt):
         target = next((r["target_acc"] for r in runs if r.get("task") == task and r.get("target_acc")), None)
         finish(axes2[i], f"{task}: time to {target} val accuracy", "cross load (% of port rate)", "s (training wall clock)")
     paths += [save(plt, fig, Path(out) / "congestion.png"), save(plt, fig2, Path(out) / "time_to_target.png")]
-    pts = sorted({point(r) for r in runs if r.get("curve")}, key=lambda k: (k[0] or "", k[2], k[1]))
+    pts = sorted({point(r) for r in runs if r.get("curve")}, key=point_order)
     if pts:
         fig, axes = panels(plt, len(pts))
         for ax, pt in zip(axes, pts):
@@ -369,13 +359,6 @@ def plot(runs, out, plt):
                    "val accuracy", ylim=(max(0.0, (target or 0.5) - 0.45), 1.0))
         paths.append(save(plt, fig, Path(out) / "time_to_accuracy.png"))
     return paths
-
-
-KEEP = ["label", "task", "transport", "cross_pct", "loss_pct", "status", "iter_p50_ms", "iter_p99_ms", "iter_max_ms",
-        "bound_ms", "efficiency",
-        "time_to_target_s", "steps_to_target", "steps", "val_acc", "val_loss", "trim_rate", "plugin_trim_rate",
-        "plugin_trimmed", "retx_plugin", "retx_tcp", "retransmissions", "params_identical", "compute_ms", "comm_share",
-        "grad_bytes", "stopped_by_time_limit", "wall_s", "overhead_s", "estimate_s"]
 
 
 def main(argv=None):
@@ -407,10 +390,10 @@ def main(argv=None):
     print(judge_md(goals, comps))
     plt = None if a.no_plots else pyplot()
     pngs = [str(x) for x in plot(runs, root, plt)] if plt else []
-    if pngs or not a.no_plots:
+    if not a.no_plots:  # (PNGs only come with plots)
         print("\n".join(f"plot: {x}" for x in pngs) or "plot: skipped (no matplotlib)", file=sys.stderr)
-    print(json.dumps({"bench": "congestion", "goal": goals[0], "goals": goals, "settings": bench, "calibration": cal,
-                      "skipped": skipped, "versions": next((r["versions"] for r in runs if r.get("versions")), None),
-                      "meta": load_json(a.meta) if a.meta else None, "plots": pngs,
-                      "runs": [{k: r.get(k) for k in KEEP} for r in runs], "comparisons": comps}))
+    emit({"bench": "congestion", "goal": goals[0], "goals": goals, "settings": bench, "calibration": cal,
+          "skipped": skipped, "versions": next((r["versions"] for r in runs if r.get("versions")), None),
+          "meta": load_json(a.meta) if a.meta else None, "plots": pngs,
+          "runs": [{k: r.get(k) for k in KEEP} for r in runs], "comparisons": comps})
     return 0

@@ -28,7 +28,7 @@ from .congestion_report import base_ttt, load
 from .jsonio import read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio
-from .scenarios import through_switch
+from .scenarios import row, through_switch
 
 ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to 0.95", "steps_to_target", "d"),
         ("iteration p50 (ms)", "iter_p50_ms", ".0f"), ("iteration p99 (ms)", "iter_p99_ms", ".0f"),
@@ -37,6 +37,14 @@ ROWS = [("time to 0.95 val accuracy (s)", "time_to_target_s", ".1f"), ("steps to
         ("trimmed share (switch)", "trim_rate", ".3f"), ("retransmissions (plugin)", "retx_plugin", "d"),
         ("TCP retransmitted segments", "retx_tcp", "d"), ("replicas identical", "params_identical", ""),
         ("status", "status", "")]
+# The baselines the demo runs, strongest first (TCP with a datacenter's 1 ms minimum RTO), and the
+# names its table and JSON give them.
+BASELINES = [("gloo-tuned", "Gloo (1 ms RTO)", "gloo_tuned"), ("gloo", "Gloo (TCP)", "gloo")]
+SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"),
+               ("goodput (Gbit/s)", "gbps", ".3f"), ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"),
+               ("trim rate (receivers)", "trim_rate", ".4f"), ("switch: ours cut / dropped", "cut_dropped", ""),
+               ("retransmissions", "retransmits", "d"), ("NMSE of the result", "nmse", ".3g"),
+               ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
 
 
 def env(name, default):
@@ -46,24 +54,6 @@ def env(name, default):
 def side(rows, width):
     """Label, then right-aligned columns of 18."""
     return "\n".join(f"  {row[0]:<{width}}" + "".join(f"{c:>18}" for c in row[1:]) for row in rows)
-
-
-# The baselines the demo runs, strongest first (TCP with a datacenter's 1 ms minimum RTO), and the
-# names its table and JSON give them.
-BASELINES = [("gloo-tuned", "Gloo (1 ms RTO)", "gloo_tuned"), ("gloo", "Gloo (TCP)", "gloo")]
-
-
-def versus(t, b):
-    """Trimming's run T against baseline run B: ratios, and whether B's side is only a bound (it
-    never reached the target, or its limit stopped it: its run so far bounds its time and p99)."""
-    pr = b.get("progress") or {}
-    tt, (tb, exact, _) = t.get("time_to_target_s"), base_ttt(b)
-    p99_b = b.get("iter_p99_ms") or pr.get("iter_p99_ms_at_least")
-    same = t.get("val_acc") is not None and b.get("val_acc") is not None and t.get("steps") == b.get("steps")
-    return {"tta": ratio(tt, tb), "tta_upper": tt is not None and not exact and bool(tb),
-            "p50": ratio(t.get("iter_p50_ms"), b.get("iter_p50_ms") or pr.get("iter_p50_ms")),
-            "p99": ratio(t.get("iter_p99_ms"), p99_b), "p99_upper": not b.get("iter_p99_ms") and bool(p99_b),
-            "acc": round(100 * (t["val_acc"] - b["val_acc"]), 3) if same else None}
 
 
 def note(name, b):
@@ -80,44 +70,49 @@ def note(name, b):
 
 def headline(runs, tr):
     """The runs' summaries (congestion_report.augment's, by transport) -> (table text, summary dict)."""
-    t, drop = runs.get(tr) or {}, runs.get("drop") or {}
-    cols = [(name, runs.get(key) or {}) for key, name, _ in BASELINES if key in runs or key == "gloo"]
-    cols += [("our drop", drop)] if drop else []
-    cols.append(({"hook": "trim (hook)", "trim": "trim (per hop)"}[tr], t))
+    def get(key):
+        return runs.get(key) or {}
+    t, drop, g, gt, tt = get(tr), get("drop"), get("gloo"), get("gloo-tuned"), get(tr).get("time_to_target_s")
+    cols = [(name, get(key)) for key, name, _ in BASELINES if key in runs or key == "gloo"]
+    cols += [("our drop", drop)] * bool(drop) + [({"hook": "trim (hook)", "trim": "trim (per hop)"}[tr], t)]
     text = side([("", *(n for n, _ in cols))] + [(label, *(fmt(r.get(k), spec) for _, r in cols)) for label, k, spec in ROWS], 32)
-    text += "".join(note(name, runs.get(key) or {}) for key, name, _ in BASELINES)
-    vs = {slug: versus(t, runs.get(key) or {}) for key, _, slug in BASELINES}
-    g, gt = runs.get("gloo") or {}, runs.get("gloo-tuned") or {}
+    text += "".join(note(name, get(key)) for key, name, _ in BASELINES)
     summary = {"demo": "headline", "task": t.get("task") or g.get("task"), "trim_transport": tr,
                "cross_pct": t.get("cross_pct"), "rate_gbps": t.get("rate_gbps"), "buffer_bytes": t.get("buffer_bytes")}
-    # The strongest baseline first; Gloo on Linux's defaults keeps its earlier keys.
-    for slug, v in vs.items():
-        sfx = "" if slug == "gloo" else "_" + slug
-        summary.update({f"tta_ratio_vs_{slug}": v["tta"], f"tta{sfx}_is_upper_bound": v["tta_upper"],
-                        f"p50_ratio_vs_{slug}": v["p50"], f"p99_ratio_vs_{slug}": v["p99"],
-                        f"p99{sfx}_is_upper_bound": v["p99_upper"],
-                        "acc_delta_points" + sfx: v["acc"]})
-    summary["tta_ratio_vs_drop"] = ratio(t.get("time_to_target_s"), drop.get("time_to_target_s"))
+    # The strongest baseline first; Gloo on Linux's defaults keeps its earlier keys. *_is_upper_bound: the baseline
+    # never reached the target, or its limit stopped it (its run so far bounds its time and p99).
+    for key, _, slug in BASELINES:
+        b, sfx = get(key), "" if slug == "gloo" else "_" + slug
+        pr, (tb, exact, _) = b.get("progress") or {}, base_ttt(b)
+        p50_b = b.get("iter_p50_ms") or pr.get("iter_p50_ms")
+        p99_b = b.get("iter_p99_ms") or pr.get("iter_p99_ms_at_least")
+        same = t.get("val_acc") is not None and b.get("val_acc") is not None and t.get("steps") == b.get("steps")
+        summary.update({f"tta_ratio_vs_{slug}": ratio(tt, tb),
+                        f"tta{sfx}_is_upper_bound": tt is not None and not exact and bool(tb),
+                        f"p50_ratio_vs_{slug}": ratio(t.get("iter_p50_ms"), p50_b),
+                        f"p99_ratio_vs_{slug}": ratio(t.get("iter_p99_ms"), p99_b),
+                        f"p99{sfx}_is_upper_bound": not b.get("iter_p99_ms") and bool(p99_b),
+                        "acc_delta_points" + sfx: round(100 * (t["val_acc"] - b["val_acc"]), 3) if same else None})
+    summary["tta_ratio_vs_drop"] = ratio(tt, drop.get("time_to_target_s"))
     # every rank of every run that finished; a run stopped by its limit has no final parameters
-    finished = [r for r in (g, gt, drop) if r and r.get("status") == "ok"]
+    finished = [r for r in (g, gt, drop) if r.get("status") == "ok"]
     summary["replicas_identical"] = bool(t.get("params_identical") and all(r.get("params_identical") for r in finished))
     summary.update({"gloo_finished": g.get("status") == "ok", "gloo_tuned_finished": gt.get("status") == "ok",
                     "trim_rate": t.get("trim_rate")})
     keep = ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "efficiency")
-    summary.update({slug: {k: (runs.get(key) or {}).get(k) for k in (*keep, "retx_tcp")} for key, _, slug in BASELINES})
-    summary["trim"] = {k: t.get(k) for k in (*keep, "retx_plugin")}
-    if drop:
-        summary["drop"] = {k: drop.get(k) for k in (*keep, "retx_plugin")}
+    summary.update({slug: {k: get(key).get(k) for k in (*keep, "retx_tcp")} for key, _, slug in BASELINES})
+    summary.update({n: {k: r.get(k) for k in (*keep, "retx_plugin")} for n, r in (("trim", t), ("drop", drop))
+                    if r or n == "trim"})
     return text, summary
 
 
 def no_netns_reason():
     find = importlib.util.find_spec
-    for bad, why in ((os.geteuid() != 0, "not root (network namespaces and TUN devices need it)"),
-                     (not os.path.exists("/dev/net/tun"), "no /dev/net/tun"), (not shutil.which("ip"), "no ip (iproute2)"),
-                     (not (find("torch") and find("sklearn")), f"no torch or scikit-learn in {sys.executable} (make demo installs them)")):
-        if bad:
-            return why
+    return next((why for bad, why in (
+        (os.geteuid() != 0, "not root (network namespaces and TUN devices need it)"),
+        (not os.path.exists("/dev/net/tun"), "no /dev/net/tun"), (not shutil.which("ip"), "no ip (iproute2)"),
+        (not (find("torch") and find("sklearn")),
+         f"no torch or scikit-learn in {sys.executable} (make demo installs them)")) if bad), None)
 
 
 def run_headline(build, out, tr):
@@ -157,12 +152,6 @@ def trim_rates(lines):
     return rows
 
 
-SWITCH_ROWS = [("iteration p50 (ms)", "p50_ms", ".1f"), ("iteration p99 (ms)", "p99_ms", ".1f"), ("goodput (Gbit/s)", "gbps", ".3f"),
-               ("bus bandwidth (Gbit/s)", "busbw_gbps", ".3f"), ("trim rate (receivers)", "trim_rate", ".4f"),
-               ("switch: ours cut / dropped", "cut_dropped", ""), ("retransmissions", "retransmits", "d"),
-               ("NMSE of the result", "nmse", ".3g"), ("replicas identical", "replicas_identical", ""), ("verify", "verify", "")]
-
-
 def switch_demo(build, out):
     """A 4-rank AllReduce through trim-switch on loopback (bench.scenarios.through_switch), a trimming
     switch vs a tail-drop one, same seed and cross traffic: a table, summary.json, switch_demo.png."""
@@ -181,19 +170,18 @@ def switch_demo(build, out):
                                         "--deadline-s", 60, "--csv", out / f"iters_{m}.csv"], {}, out, m, env("MTU", "4096"))
         if rc:
             raise SystemExit(f"demo: trim-harness ({m}) failed (exit {rc}): {json.dumps(h)}; see {out}/{m}.harness.log")
-        # Real packets (ours) the switch forwarded cut / dropped; the cross traffic's own drops excluded.
-        res[m] = {**h, "cut_dropped": f"{fin['forwarded_trimmed']}/{fin['datagrams'] - fin['bad'] - fin['forwarded']}"}
+        sw_row = row(m, h, fin, 0)  # real packets (ours) the switch cut / dropped, without the cross traffic's
+        res[m] = {**h, "cut_dropped": f"{sw_row['sw_trimmed']}/{sw_row['sw_dropped']}"}
         rates[m] = trim_rates(read_jsonl(out / f"{m}.switch.jsonl"))
         (out / f"trimrate_{m}.dat").write_text("# t_s forwarded trimmed trim_rate\n" + "".join(
             f"{t:.2f} {f} {x} {r:.4f}\n" for t, f, x, r in rates[m]))
     t, d = res["trim"], res["drop"]
     print(side([("", "plugin, trim", "plugin, drop")] + [(n, fmt(t[k], f), fmt(d[k], f)) for n, k, f in SWITCH_ROWS], 28))
-    summary = {
-        **{f"{m}_{k}": round(res[m][k], 3) for m in res for k in ("p50_ms", "p99_ms")},
-        "p99_ratio": ratio(t["p99_ms"], d["p99_ms"], 4), "p50_ratio": ratio(t["p50_ms"], d["p50_ms"], 4),
-        "trim_gbps": t["gbps"], "drop_gbps": d["gbps"], "trim_rate": t["trim_rate"], "trim_retransmits": t["retransmits"],
-        "drop_retransmits": d["retransmits"], "nmse": t["nmse"],
-        "replicas_identical": bool(t["replicas_identical"] and d["replicas_identical"])}
+    summary = {**{f"{m}_{k}": round(res[m][k], 3) for m in res for k in ("p50_ms", "p99_ms")},
+               "p99_ratio": ratio(t["p99_ms"], d["p99_ms"], 4), "p50_ratio": ratio(t["p50_ms"], d["p50_ms"], 4),
+               **{f"{m}_gbps": res[m]["gbps"] for m in res}, "trim_rate": t["trim_rate"],
+               **{f"{m}_retransmits": res[m]["retransmits"] for m in res}, "nmse": t["nmse"],
+               "replicas_identical": bool(t["replicas_identical"] and d["replicas_identical"])}
     write_json(out / "summary.json", summary)
     if plt := pyplot():
         fig, (a1, a2) = panels(plt, 2, cols=2, width=5.5, height=4.4)

@@ -21,6 +21,14 @@ from .codec import built, harness, options, parser
 from .jsonio import emit, read_jsonl, write_json
 from .proc import start_switch, stop
 
+INCAST8 = ["--cross", "incast:8:0.04:all", "--seed", 7]
+# name -> title, iterations (full, --quick)
+SCENARIOS = {"incast": ("live incast", (100, 10)), "allreduce_bursts": ("live allreduce bursts", (60, 10)),
+             "oversub": ("live oversubscribed uplink", (40, 8)), "trim_size": ("live trim size", (40, 10)),
+             "buffer": ("live buffer", (40, 10))}
+HEADER = ("%-28s %8s %8s %7s %9s %11s %9s %5s %9s %6s %6s" % ("scenario", "p50_ms", "p99_ms", "gbps", "trim_rate",
+          "sw_trim/drop", "acc/nack", "retx", "nmse", "verify", "wall_s"))
+
 
 def switch(mode, *more, rate=1, buffer=(8, 0)):
     """trim-switch arguments: MODE, RATE Gbit/s ports, BUFFER (packets, bytes), 200 us, MORE."""
@@ -28,20 +36,13 @@ def switch(mode, *more, rate=1, buffer=(8, 0)):
             "--prop-delay-us", 200, *more]
 
 
-INCAST8 = ["--cross", "incast:8:0.04:all", "--seed", 7]
-
-
 def allreduce(iters, op=("--mode", "allreduce", "--ranks", 4), deadline_s=90):
     return [*op, "--bytes", "1M", "--iters", iters, "--warmup", 1, "--seed", 7, "--deadline-s", deadline_s]
 
 
-ITERS = {"incast": (100, 10), "allreduce_bursts": (60, 10), "oversub": (40, 8), "trim_size": (40, 10),
-         "buffer": (40, 10)}  # iterations: full, --quick
-
-
 def scenario(name, quick):
     """(title, [(label, rank env, switch args, harness args)]) of scenario NAME."""
-    modes, it = ("trim", "drop"), ITERS[name][quick]
+    modes, it = ("trim", "drop"), SCENARIOS[name][1][quick]
     if name == "incast":
         h = allreduce(it, ("--mode", "sendrecv", "--op", "allreduce", "--ranks", 2), 60)
         return (f"1 real sender (1 MiB per iteration, {it} iterations) + K cross senders -> 1 receiver, 1 Gbit/s, "
@@ -65,10 +66,6 @@ def scenario(name, quick):
     return (f"4-rank ring AllReduce of 1 MiB, {it} iterations, 1 Gbit/s, 200 us (BDP = 1 Gbit/s x 2 x 200 us = {bdp} B), "
             "incast:8:0.04 background", [(f"buffer {b} {m}", {}, switch(m, *INCAST8, buffer=buf), allreduce(it))
                                          for b, buf in bufs.items() for m in modes])
-
-
-TITLES = {"incast": "live incast", "allreduce_bursts": "live allreduce bursts", "oversub": "live oversubscribed uplink",
-          "trim_size": "live trim size", "buffer": "live buffer"}
 
 
 def through_switch(build, switch_args, harness_args, env, out_dir, tag, mtu=4096):
@@ -98,10 +95,6 @@ def row(label, h, s, wall_s):
             "wall_s": round(wall_s, 2)}
 
 
-HEADER = ("%-28s %8s %8s %7s %9s %11s %9s %5s %9s %6s %6s" % ("scenario", "p50_ms", "p99_ms", "gbps", "trim_rate",
-          "sw_trim/drop", "acc/nack", "retx", "nmse", "verify", "wall_s"))
-
-
 def line(r):
     return "%-28s %8.2f %8.2f %7.3f %9.4f %11s %9s %5d %9.3g %6s %6.1f" % (
         r["label"], r["p50_ms"], r["p99_ms"], r["gbps"], r["trim_rate"], f"{r['sw_trimmed']}/{r['sw_dropped']}",
@@ -127,7 +120,7 @@ def run(name, a):
     (out / "rows.jsonl").unlink(missing_ok=True)
     t0 = time.monotonic()
     title, cases = scenario(name, a.quick)
-    print(f"== {TITLES[name]}: {title}\n{HEADER}", flush=True)
+    print(f"== {SCENARIOS[name][0]}: {title}\n{HEADER}", flush=True)
     rows = []
     for label, env, sw, h in cases:
         # --trim-exact 0 reproduces the runs recorded before exact packets were cut to headers by default
@@ -148,7 +141,7 @@ def run(name, a):
 
 def main(argv):
     ap = options(parser("scenarios", __doc__)[1], build="build")
-    ap.add_argument("names", nargs="+", choices=list(TITLES), metavar="NAME", help=", ".join(TITLES))
+    ap.add_argument("names", nargs="+", choices=list(SCENARIOS), metavar="NAME", help=", ".join(SCENARIOS))
     ap.add_argument("--quick", action="store_true", help="a few iterations (~5-9 s a scenario)")
     ap.add_argument("--trim-exact", choices=("0", "1"), default="1", help="trim-switch --trim-exact")
     ap.add_argument("--mtu", type=int, default=4096, help="NCCL_TRIM_MTU of the ranks")
