@@ -225,14 +225,11 @@ def collect_versions(a):
         except (OSError, IndexError, subprocess.SubprocessError):
             return None
     smi = ["nvidia-smi", "--format=csv,noheader", "--query-gpu"]
-    info, so = build_info(a.build)
-    commit = info.get("commit")
-    if commit:  # a packed build (pack-gpu.sh) names its commit: the tree need not be a checkout of it
+    (info, so), dirty = build_info(a.build), None
+    if commit := info.get("commit"):  # a packed build (pack-gpu.sh) names its commit: the tree need not be it
         dirty, commit = commit.endswith("-dirty"), commit.removesuffix("-dirty")
     elif commit := out(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"]):
         dirty = bool(out(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]))
-    else:
-        dirty = None
     return {"gpu_smi": out(smi + ["name"]), "driver": out(smi + ["driver_version"]), "plugin_sha256": so,
             "git_commit": commit, "git_dirty": dirty, "kernel": platform.release()}
 
@@ -246,9 +243,7 @@ def wait_ranks(a, label, ranks, out_dir):
             print(f"bench ddp: {label}: timed out after {a.timeout_s:g}s", file=sys.stderr)
             rc = 124
             break
-        for r, p in list(running.items()):
-            if p.poll() is None:
-                continue
+        for r, p in [(r, p) for r, p in running.items() if p.poll() is not None]:
             del running[r]
             st = p.returncode if p.returncode >= 0 else 128 - p.returncode  # 128+N for signal N
             write_json(out_dir / f"rank{r}.exit", {"rank": r, "status": st, "time": time.time()})

@@ -115,17 +115,15 @@ def load_runs(root):
 
 def train_table(runs):
     rows = []
-    for r in runs:
-        if r.get("kind") != "train":
-            continue
+    for r in (r for r in runs if r.get("kind") == "train"):
         sw, pl = r.get("switch") or {}, r.get("plugin") or {}
-        rows.append([r["label"], fmt(r.get("mode")), fmt(r.get("scheme")), fmt(r.get("head_bits"), "d"), fmt(r.get("phase")),
-                     fmt(r.get("trim_p"), "g"), r.get("status", "?"), fmt(r.get("network")),
-                     fmt(r.get("val_acc"), ".4f"), fmt(r.get("best_val_acc"), ".4f"), fmt(r.get("time_to_target_s"), ".1f"),
-                     f"{fmt(r.get('iter_p50_ms'), '.2f')} / {fmt(r.get('iter_p99_ms'), '.2f')}",
+        c = lambda k, spec=".3f": fmt(r.get(k), spec)  # noqa: E731
+        rows.append([r["label"], c("mode"), c("scheme"), c("head_bits", "d"), c("phase"), c("trim_p", "g"),
+                     r.get("status", "?"), c("network"), c("val_acc", ".4f"), c("best_val_acc", ".4f"),
+                     c("time_to_target_s", ".1f"), f"{c('iter_p50_ms', '.2f')} / {c('iter_p99_ms', '.2f')}",
                      fmt(sw.get("trim_rate"), ".4f"),
                      f"{fmt(pl.get('trimmed_accepted'), 'd')} / {fmt(pl.get('trimmed_nacked'), 'd')}" if pl else "-",
-                     fmt(pl.get("retransmitted"), "d") if pl else "-", fmt(r.get("params_identical"))])
+                     fmt(pl.get("retransmitted"), "d") if pl else "-", c("params_identical")])
     heads = ["run", "mode", "scheme", "head bits", "phase", "p", "status", "net", "val acc", "best",
              "time to target (s)", "iter p50 / p99 (ms)", "switch trim rate", "trimmed acc / NACKed", "resent",
              "replicas identical"]

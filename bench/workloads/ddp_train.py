@@ -161,9 +161,8 @@ def mlp_width(args):
 
 
 def describe(args, world):
-    """Parameters, fp32 gradient bytes and optimizer steps of this run, computed without torch
-    (bench.congestion sizes its runs with it; test_bench_ddp checks the parameter counts against
-    the models build_model makes)."""
+    """Parameters, fp32 gradient bytes and optimizer steps of this run, without torch (bench.congestion
+    sizes its runs with it; test_bench_ddp checks the counts against build_model's models)."""
     w, d = mlp_width(args), args.d_model
     if w:
         params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
@@ -240,15 +239,6 @@ def tensor_bytes(torch, t):
         return bytes(t.contiguous().view(-1).view(torch.uint8).tolist())
 
 
-def nccl_version(torch):
-    try:
-        v = torch.cuda.nccl.version()
-    except Exception:  # no CUDA build, or no NCCL in it
-        return None
-    # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
-    return ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
-
-
 def run_facts(torch, device):
     """The config event's versions (of the software and the GPU) and NCCL_* environment."""
     out = {"python": platform.python_version(), "torch": torch.__version__,
@@ -259,7 +249,13 @@ def run_facts(torch, device):
         except ImportError:
             out[mod] = None
     if device.type == "cuda":
-        out.update(gpu=torch.cuda.get_device_name(device), nccl=nccl_version(torch))
+        try:
+            v = torch.cuda.nccl.version()
+            # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
+            v = ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+        except Exception:  # no CUDA build, or no NCCL in it
+            v = None
+        out.update(gpu=torch.cuda.get_device_name(device), nccl=v)
     return {"versions": out, "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}}
 
 
@@ -274,8 +270,6 @@ def barrier(dist, device):
 
 
 class Logger:
-    """log(event, **fields): a JSON line, on stdout from rank 0, into PATH from every rank (PATH
-    without "{rank}": rank 0's only)."""
     def __init__(self, rank, path):
         self.rank, self.f = rank, None
         if path and ("{rank}" in path or rank == 0):
