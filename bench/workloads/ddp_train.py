@@ -385,12 +385,13 @@ def main():
         return bool(args.max_steps) and total_steps >= args.max_steps
 
     @torch.no_grad()
-    def evaluate():
-        """Val loss and accuracy (per byte for charlm) over the whole val set, sharded across
-        ranks and summed in float64 (a few bytes: no transport touches values that small).
-        The same all-reduce carries rank 0's verdict on --time-limit-s (its clock decides for
-        all: every rank must stop after the same step), so the limit costs no collective."""
-        nonlocal stopped_by_time
+    def checkpoint(event, train_time, **fields):
+        """Log EVENT with the val loss and accuracy (per byte for charlm) over the whole val set, sharded
+        across ranks and summed in float64 (a few bytes: no transport touches values that small); after
+        the first step at which val accuracy reaches --target-acc, also the target event. The same
+        all-reduce carries rank 0's verdict on --time-limit-s (its clock decides for all: every rank
+        must stop after the same step), so the limit costs no collective. Returns (val loss, val acc)."""
+        nonlocal stopped_by_time, reached
         model.eval()
         idx_all = torch.arange(rank, n_val, world, device=device)
         tot = torch.zeros(4, dtype=torch.float64, device=device)
@@ -405,14 +406,7 @@ def main():
         dist.all_reduce(tot)
         stopped_by_time = stopped_by_time or tot[3].item() > 0
         model.train()
-        return (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item()
-
-    def checkpoint(event, train_time, **fields):
-        """Evaluate and log EVENT; after the first step at which val accuracy reaches --target-acc,
-        also the target event. Returns (val loss, val accuracy)."""
-        nonlocal reached
-        loss, acc = evaluate()
-        wall = time.perf_counter() - t0
+        loss, acc, wall = (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item(), time.perf_counter() - t0
         log(event, **fields, val_loss=loss, val_acc=acc, wall_s=wall, train_s=train_time)
         if args.target_acc is not None and reached is None and total_steps and acc >= args.target_acc:
             reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_time, "val_acc": acc}
