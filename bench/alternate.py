@@ -28,8 +28,7 @@ def parse_args(argv):
     p.add_argument("--out", help="results folder (default: a new one under /tmp)")
     p.add_argument("specs", nargs="*", metavar="LABEL=ARGS", help="a configuration: its name and `bench ddp` options")
     a = p.parse_args(argv)
-    bad = [s for s in a.specs if "=" not in s]
-    if bad:
+    if bad := [s for s in a.specs if "=" not in s]:
         p.error(f"'{bad[0]}' is not LABEL=ARGS")
     if not a.specs:
         p.error("name at least one LABEL=ARGS")

@@ -236,8 +236,7 @@ def main(argv):
     a("--variant", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
-    bad = [b for b in backends if b not in VARIANTS]
-    if bad:
+    if bad := [b for b in backends if b not in VARIANTS]:
         ap.error(f"--backends: unknown backend '{bad[0]}' (known: {', '.join(VARIANTS)})")
     if args.rounds < 1:
         ap.error(f"--rounds: '{args.rounds}' (expected 1 or more)")
@@ -249,8 +248,7 @@ def main(argv):
         mtus = parse_mtus(args.netns_mtu)
     except ValueError:
         ap.error(f"--netns-mtu: '{args.netns_mtu}' is not a list of MTUs (576..65535) like 1500,9000")
-    pinned = [b for b in backends if b.endswith("-lo")]
-    if mtus and pinned:
+    if mtus and (pinned := [b for b in backends if b.endswith("-lo")]):
         ap.error(f"--netns-mtu: '{pinned[0]}' is pinned to loopback, which a namespace keeps to itself")
     if mtus and args.ranks != "2":
         ap.error(f"--netns-mtu: --ranks '{args.ranks}' (one veth pair joins two namespaces: 2)")

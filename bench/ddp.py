@@ -75,8 +75,7 @@ def parse_args(argv):
         p.error(f"--sweep {args.sweep} runs GPU experiments; on CPU: --sweep trimacc, single runs or --bench")
     if args.cpu and args.mode == "socket":
         p.error("--cpu: socket needs CUDA tensors (--cpu alone runs gloo)")
-    bad = [m for m in args.modes.split(",") if m not in MODES]
-    if bad:
+    if bad := [m for m in args.modes.split(",") if m not in MODES]:
         p.error(f"--modes: unknown mode '{bad[0]}' ({'|'.join(MODES)})")
     if args.sweep == "bench":
         args.bench, args.sweep = "allreduce", None

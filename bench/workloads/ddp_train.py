@@ -324,8 +324,7 @@ def die_now(log, rank, step):
     import sys
     print(f"ddp_train: rank {rank}: --die-after-iters {step}: SIGKILL now", file=sys.stderr, flush=True)
     log("die", step=step, time=time.time(), pid=os.getpid())
-    if log.f:
-        log.f.flush()
+    if log.f:  # log() flushed it: on disk before the kill
         os.fsync(log.f.fileno())
     os.kill(os.getpid(), signal.SIGKILL)
 
