@@ -17,7 +17,7 @@ from pathlib import Path
 from . import REPO, proc, rounds
 from .jsonio import emit, load_json, write_json
 
-METRICS = ("step_p50_ms", "cpu_s")
+METRICS = {"step_p50_ms": "step", "cpu_s": "cpu"}  # each metric and its paired ratio's name in the summary
 
 
 def parse_args(argv):
@@ -28,8 +28,7 @@ def parse_args(argv):
     p.add_argument("--out", help="results folder (default: a new one under /tmp)")
     p.add_argument("specs", nargs="*", metavar="LABEL=ARGS", help="a configuration: its name and `bench ddp` options")
     a = p.parse_args(argv)
-    bad = [s for s in a.specs if "=" not in s]
-    if bad:
+    if bad := [s for s in a.specs if "=" not in s]:
         p.error(f"'{bad[0]}' is not LABEL=ARGS")
     if not a.specs:
         p.error("name at least one LABEL=ARGS")
@@ -62,9 +61,9 @@ def main(argv):
     for label in specs:
         x = s[label]
         base = label == s["baseline"] and x["ok_rounds"]
-        ratio = {m: 1.0 if base else x.get(m + "_ratio", {}).get("median") for m in METRICS}
         summary[label] = {"ok_rounds": x["ok_rounds"], **{f"{m}_median": x[m]["median"] for m in METRICS},
-                          "step_paired_ratio": ratio["step_p50_ms"], "cpu_paired_ratio": ratio["cpu_s"], "intervals": x}
+                          **{f"{n}_paired_ratio": 1.0 if base else x.get(m + "_ratio", {}).get("median")
+                             for m, n in METRICS.items()}, "intervals": x}
     write_json(out / "summary.json", summary)
     emit(summary)
     return 0

@@ -15,7 +15,6 @@ relative to gloo. Needs torch; the plugin from NCCL_TRIM_LIB_DIR (default build/
 summary, trim's CPU per byte over gloo's against issue 39's goal (<= 1.3x at 1500, <= 1.0x at 9000)."""
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -63,9 +62,7 @@ def switches(vcsw, ivcsw, calls, n, nbytes):
 
 def parse_mtus(text):
     """--netns-mtu: a list of MTUs (576..65535), or [] for ''."""
-    if not text:
-        return []
-    mtus = [int(x) for x in text.split(",")]
+    mtus = [int(x) for x in text.split(",")] if text else []
     if any(not 576 <= m <= 65535 for m in mtus):
         raise ValueError(text)
     return mtus
@@ -139,9 +136,7 @@ def run_point(n, backend, sizes):
 
 class _PrintResults:
     """A rank in a namespace hands its results back on stdout (one JSON line)."""
-    @staticmethod
-    def put(results):
-        print(json.dumps({"rank_results": results}), flush=True)
+    put = staticmethod(lambda results: emit({"rank_results": results}))
 
 
 def netns_command(mtu, variant, sizes, out_prefix, build="build"):
@@ -227,21 +222,21 @@ def run_all(args, backends, sizes, mtus):
 def main(argv):
     ap = argparse.ArgumentParser(prog="python3 -m bench backend", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("--sizes", default="4K,1M,4M,16M,64M,256M")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backends", default="gloo,trim,trim-raw", help=f"of {','.join(VARIANTS)}; gloo first")
-    ap.add_argument("--netns-mtu", default="", help="e.g. 1500,9000: 2 ranks in namespaces joined by a veth "
-                    "pair at each MTU (root; see above)")
+    a = ap.add_argument
+    a("--ranks", default="2,4")
+    a("--sizes", default="4K,1M,4M,16M,64M,256M")
+    a("--rounds", type=int, default=3)
+    a("--backends", default="gloo,trim,trim-raw", help=f"of {','.join(VARIANTS)}; gloo first")
+    a("--netns-mtu", default="", help="e.g. 1500,9000: 2 ranks in namespaces joined by a veth pair at each MTU "
+      "(root; see above)")
     # One rank of a --netns-mtu run, inside its namespace (netns_bottleneck.sh starts it).
-    ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
-    ap.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
-    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--variant", default="", help=argparse.SUPPRESS)
+    a("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    a("--master", default="127.0.0.1", help=argparse.SUPPRESS)
+    a("--port", type=int, default=0, help=argparse.SUPPRESS)
+    a("--variant", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
-    bad = [b for b in backends if b not in VARIANTS]
-    if bad:
+    if bad := [b for b in backends if b not in VARIANTS]:
         ap.error(f"--backends: unknown backend '{bad[0]}' (known: {', '.join(VARIANTS)})")
     if args.rounds < 1:
         ap.error(f"--rounds: '{args.rounds}' (expected 1 or more)")
@@ -253,8 +248,7 @@ def main(argv):
         mtus = parse_mtus(args.netns_mtu)
     except ValueError:
         ap.error(f"--netns-mtu: '{args.netns_mtu}' is not a list of MTUs (576..65535) like 1500,9000")
-    pinned = [b for b in backends if b.endswith("-lo")]
-    if mtus and pinned:
+    if mtus and (pinned := [b for b in backends if b.endswith("-lo")]):
         ap.error(f"--netns-mtu: '{pinned[0]}' is pinned to loopback, which a namespace keeps to itself")
     if mtus and args.ranks != "2":
         ap.error(f"--netns-mtu: --ranks '{args.ranks}' (one veth pair joins two namespaces: 2)")

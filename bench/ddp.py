@@ -75,8 +75,7 @@ def parse_args(argv):
         p.error(f"--sweep {args.sweep} runs GPU experiments; on CPU: --sweep trimacc, single runs or --bench")
     if args.cpu and args.mode == "socket":
         p.error("--cpu: socket needs CUDA tensors (--cpu alone runs gloo)")
-    bad = [m for m in args.modes.split(",") if m not in MODES]
-    if bad:
+    if bad := [m for m in args.modes.split(",") if m not in MODES]:
         p.error(f"--modes: unknown mode '{bad[0]}' ({'|'.join(MODES)})")
     if args.sweep == "bench":
         args.bench, args.sweep = "allreduce", None
@@ -86,24 +85,19 @@ def parse_args(argv):
 
 # ---------------------------------------------------------------- what to run
 
-def run_spec(a, label, mode, kind="train", p=None, **kw):
-    """One run: its label, mode and plugin settings (the flags' unless given)."""
-    return {"kind": kind, "label": label, "mode": mode, "scheme": a.scheme, "head_bits": a.head_bits,
-            "phase": a.phase, "p": a.trim_p if p is None else p, "hook": a.hook, "seed": a.seed,
-            "task": a.task, "env": {}, **kw}
-
-
 def default_label(a, mode):
-    h = "_hook" if a.hook else ""
     if mode in ("cpu", "socket"):
         return f"{mode}_{a.task}"
     p = f"_p{a.trim_p}" if mode == "random" else ""
-    return f"{mode}_{a.scheme}_hb{a.head_bits}{p}{h}_{a.task}"
+    return f"{mode}_{a.scheme}_hb{a.head_bits}{p}{'_hook' * a.hook}_{a.task}"
 
 
 def plan(a):
-    """The runs of this invocation, in order."""
-    R = lambda label, mode, **kw: run_spec(a, label, mode, **kw)  # noqa: E731
+    """The runs of this invocation, in order: label, mode and plugin settings (the flags' unless given)."""
+    def R(label, mode, kind="train", p=None, **kw):
+        return {"kind": kind, "label": label, "mode": mode, "scheme": a.scheme, "head_bits": a.head_bits,
+                "phase": a.phase, "p": a.trim_p if p is None else p, "hook": a.hook, "seed": a.seed,
+                "task": a.task, "env": {}, **kw}
     if a.bench:
         return [R("cpu", "cpu", kind="bench")] if a.cpu else [R(m, m, kind="bench") for m in a.modes.split(",")]
     if not a.sweep:
@@ -118,18 +112,19 @@ def plan(a):
         return ([R("socket", "socket"), R("lossless_rht", "lossless", **rs, p="0")]
                 + [R(f"random_{s}_hb1_p{p}", "random", **dict(rs, scheme=s), p=p)
                    for s in a.schemes.split(",") for p in ps]
-                + [R(f"random_rht_hb16_p{p}", "random", **dict(rs, head_bits="16"), p=p) for p in ("0.1", "0.5", "0.75")]
+                + [R(f"random_rht_hb16_p{p}", "random", **dict(rs, head_bits="16"), p=p)
+                   for p in ("0.1", "0.5", "0.75")]
                 + [R("random_rht_hb1_p0.5_phaseall", "random", **dict(rs, phase="all"), p="0.5")])
     if a.sweep == "latency":
         return [R(f"{m}_{a.scheme}", m) for m in ("lossless", "trim", "drop")]
     if a.sweep == "charlm":
-        return [run_spec(a, lb, m, task="charlm", **rs, p=p) for lb, m, p in (
+        return [R(lb, m, task="charlm", **rs, p=p) for lb, m, p in (
             ("socket", "socket", None), ("lossless_rht", "lossless", "0"),
             ("random_rht_hb1_p0.1", "random", "0.1"), ("random_rht_hb1_p0.5", "random", "0.5"))]
     # trimacc: name, head bits, hook, extra environment; each at every p, over every seed
-    mse = {"NCCL_TRIM_HEAD_SCALE": "mse"}
-    ef = {"NCCL_TRIM_ERROR_FEEDBACK": "1"}
-    variants = (("rht", "1", False, {}), ("hook", "1", True, {}), ("rht16", "16", False, {}), ("hook16", "16", True, {}),
+    mse, ef = {"NCCL_TRIM_HEAD_SCALE": "mse"}, {"NCCL_TRIM_ERROR_FEEDBACK": "1"}
+    variants = (("rht", "1", False, {}), ("hook", "1", True, {}), ("rht16", "16", False, {}),
+                ("hook16", "16", True, {}),
                 ("hookmse", "1", True, mse), ("hookmsenopc", "1", True, {**mse, "NCCL_TRIM_HOOK_PRECONDITION": "off"}),
                 ("hook2mse", "2", True, mse), ("rhtef", "1", False, ef), ("hookef", "1", True, ef))
     runs = []
@@ -147,14 +142,12 @@ def switch_cmd(a, run):
         return None
     # random: only the coin trims (a fast port with an unbounded queue never overflows)
     rate, bp, prop = ("100", "0", "1") if m == "random" else ("2", "8", "200")
-    cross = a.cross or ([] if m == "random" else ["incast:8:0.1:all"])
     cmd = [str(a.build / "bin" / "trim-switch"), "--mode", m, "--rate-gbps", a.rate_gbps or rate,
            "--buffer-packets", a.buffer_packets or bp, "--buffer-bytes", a.buffer_bytes,
            "--prop-delay-us", a.prop_delay_us or prop, "--seed", a.switch_seed, "--stats-interval-ms", "1000"]
     cmd += {"random": ["--random-p", run["p"]], "trim": ["--trim-exact", a.trim_exact]}.get(m, [])
-    for c in cross:
-        cmd += ["--cross", c]
-    return cmd + a.switch_arg
+    cross = a.cross or ([] if m == "random" else ["incast:8:0.1:all"])
+    return cmd + [w for c in cross for w in ("--cross", c)] + a.switch_arg
 
 
 def workload(a, run):
@@ -231,14 +224,11 @@ def collect_versions(a):
         except (OSError, IndexError, subprocess.SubprocessError):
             return None
     smi = ["nvidia-smi", "--format=csv,noheader", "--query-gpu"]
-    info, so = build_info(a.build)
-    commit = info.get("commit")
-    if commit:  # a packed build (pack-gpu.sh) names its commit: the tree need not be a checkout of it
+    (info, so), dirty = build_info(a.build), None
+    if commit := info.get("commit"):  # a packed build (pack-gpu.sh) names its commit: the tree need not be it
         dirty, commit = commit.endswith("-dirty"), commit.removesuffix("-dirty")
     elif commit := out(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"]):
         dirty = bool(out(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]))
-    else:
-        dirty = None
     return {"gpu_smi": out(smi + ["name"]), "driver": out(smi + ["driver_version"]), "plugin_sha256": so,
             "git_commit": commit, "git_dirty": dirty, "kernel": platform.release()}
 
@@ -252,9 +242,7 @@ def wait_ranks(a, label, ranks, out_dir):
             print(f"bench ddp: {label}: timed out after {a.timeout_s:g}s", file=sys.stderr)
             rc = 124
             break
-        for r, p in list(running.items()):
-            if p.poll() is None:
-                continue
+        for r, p in [(r, p) for r, p in running.items() if p.poll() is not None]:
             del running[r]
             st = p.returncode if p.returncode >= 0 else 128 - p.returncode  # 128+N for signal N
             write_json(out_dir / f"rank{r}.exit", {"rank": r, "status": st, "time": time.time()})
@@ -286,8 +274,8 @@ def run_one(a, run, out_dir, versions):
             words = [w for u in unset for w in ("-u", u)] + [f"{k}={v}" for k, v in env]
             print(f"# rank {r}: env {' '.join(words)} setsid {PYTHON} {' '.join(argv)}")
         return 0
-    need = ([a.build / PLUGIN] if m not in ("cpu", "socket") else []) + ([Path(sw[0])] if sw else [])
-    for f in need:
+    plugin = m not in ("cpu", "socket")
+    for f in ([a.build / PLUGIN] if plugin else []) + ([Path(sw[0])] if sw else []):
         if not f.exists():
             print(f"bench ddp: no {f}: run 'make -j' first (or pass --build)", file=sys.stderr)
             return 1
@@ -295,7 +283,7 @@ def run_one(a, run, out_dir, versions):
     for pat in ("rank*.jsonl", "rank*.log", "rank*.out", "rank*.exit", "switch.*", "summary.json"):
         for f in out_dir.glob(pat):
             f.unlink()
-    plugin, argv = m not in ("cpu", "socket"), rank_cmd(a, run, 0, port, None, out_dir)[2]
+    argv = rank_cmd(a, run, 0, port, None, out_dir)[2]
     script = argv.index(str(workload(a, run)[0]))  # after the hook's bootstrap, if any
     write_json(out_dir / "run.json", {
         "kind": run["kind"], "label": label, "mode": m, "ranks": a.ranks,

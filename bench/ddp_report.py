@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from .jsonio import read_jsonl
+from .jsonio import read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, table
 
@@ -88,7 +88,7 @@ def summarize(run_dir, status=None, wall_s=None):
         s["switch"]["trim_rate"] = (w.get("forwarded_trimmed") or 0) / w["forwarded"] if w.get("forwarded") else None
     s["versions"] = {**(run.get("versions") or {}), **{k: v for k, v in (cfg.get("versions") or {}).items()
                                                        if k in ("gpu", "nccl", "torch", "torch_cuda", "python")}}
-    (d / "summary.json").write_text(json.dumps(s) + "\n")
+    write_json(d / "summary.json", s)
     return s
 
 
@@ -103,31 +103,27 @@ def run_order(r):
 
 
 def load_runs(root):
-    """The summary of every run (a folder with run.json) under ROOT, in mode order, each with
-    its folder (_dir) and epoch events (_epochs)."""
+    """The summary of every run (a folder with run.json) under ROOT, in mode order, each with its
+    epoch events (_epochs)."""
     runs = []
     for rj in sorted(Path(root).rglob("run.json")):
         d = rj.parent
         s = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else summarize(d)
-        s["_dir"] = d
-        s["_epochs"] = events(d / "rank0.jsonl", "epoch")
-        runs.append(s)
+        runs.append(dict(s, _epochs=events(d / "rank0.jsonl", "epoch")))
     return sorted(runs, key=run_order)
 
 
 def train_table(runs):
     rows = []
-    for r in runs:
-        if r.get("kind") != "train":
-            continue
+    for r in (r for r in runs if r.get("kind") == "train"):
         sw, pl = r.get("switch") or {}, r.get("plugin") or {}
-        rows.append([r["label"], fmt(r.get("mode")), fmt(r.get("scheme")), fmt(r.get("head_bits"), "d"), fmt(r.get("phase")),
-                     fmt(r.get("trim_p"), "g"), r.get("status", "?"), fmt(r.get("network")),
-                     fmt(r.get("val_acc"), ".4f"), fmt(r.get("best_val_acc"), ".4f"), fmt(r.get("time_to_target_s"), ".1f"),
-                     f"{fmt(r.get('iter_p50_ms'), '.2f')} / {fmt(r.get('iter_p99_ms'), '.2f')}",
+        c = lambda k, spec=".3f": fmt(r.get(k), spec)  # noqa: E731
+        rows.append([r["label"], c("mode"), c("scheme"), c("head_bits", "d"), c("phase"), c("trim_p", "g"),
+                     r.get("status", "?"), c("network"), c("val_acc", ".4f"), c("best_val_acc", ".4f"),
+                     c("time_to_target_s", ".1f"), f"{c('iter_p50_ms', '.2f')} / {c('iter_p99_ms', '.2f')}",
                      fmt(sw.get("trim_rate"), ".4f"),
                      f"{fmt(pl.get('trimmed_accepted'), 'd')} / {fmt(pl.get('trimmed_nacked'), 'd')}" if pl else "-",
-                     fmt(pl.get("retransmitted"), "d") if pl else "-", fmt(r.get("params_identical"))])
+                     fmt(pl.get("retransmitted"), "d") if pl else "-", c("params_identical")])
     heads = ["run", "mode", "scheme", "head bits", "phase", "p", "status", "net", "val acc", "best",
              "time to target (s)", "iter p50 / p99 (ms)", "switch trim rate", "trimmed acc / NACKed", "resent",
              "replicas identical"]
@@ -149,22 +145,18 @@ def bench_table(runs):
     heads = ["size"] + [f"{lb} busbw (GB/s)" for lb in labels] + [f"{o} / socket" for o in other]
     cells = []
     for sz in sorted({sz for v in by.values() for sz in v}):
-        v = [by[lb].get(sz) for lb in labels]
         ratio = [fmt(by[o].get(sz) / by["socket"][sz], ".2f") if by[o].get(sz) and by["socket"].get(sz) else "-"
                  for o in other]
-        cells.append([human_size(sz)] + [fmt(x) for x in v] + ratio)
+        cells.append([human_size(sz)] + [fmt(by[lb].get(sz)) for lb in labels] + ratio)
     exact = ", ".join(f"{r['label']}: {'exact' if r.get('all_exact') else 'NOT exact'}" for r in rows)
     return table(heads, cells, md=True).splitlines() + ["", f"Correctness check (every element = n(n+1)/2): {exact}"]
 
 
 def versions_line(runs):
     """The GPU, driver, NCCL and torch behind the runs (one entry per distinct combination)."""
-    seen = []
-    for v in (r.get("versions") or {} for r in runs):
-        t = (f"GPU {v.get('gpu') or v.get('gpu_smi') or 'none'}, driver {v.get('driver') or '-'}, "
-             f"NCCL {v.get('nccl') or '-'}, torch {v.get('torch') or '-'}")
-        seen += [t] if t not in seen else []
-    return "Versions: " + "; ".join(seen)
+    return "Versions: " + "; ".join(dict.fromkeys(
+        f"GPU {v.get('gpu') or v.get('gpu_smi') or 'none'}, driver {v.get('driver') or '-'}, "
+        f"NCCL {v.get('nccl') or '-'}, torch {v.get('torch') or '-'}" for v in (r.get("versions") or {} for r in runs)))
 
 
 def seed_table(runs):
@@ -218,22 +210,23 @@ def plot(runs, out, plt):
     base = [r for r in train if r.get("mode") in ("socket", "lossless", "cpu")]
     rnd = [r for r in train if r.get("mode") == "random"]
     title_v = versions_line(runs)[len("Versions: "):]
-    epoch_of = lambda ep: [e["epoch"] for e in ep]  # noqa: E731
+    curve = lambda ep, k: ([e["epoch"] for e in ep], [e[k] for e in ep])  # noqa: E731
     if rnd:
         keys = sorted({series_key(r) for r in rnd})
+        series = {k: sorted((r for r in rnd if series_key(r) == k), key=lambda r: r.get("trim_p") or 0) for k in keys}
         fig, axes = panels(plt, len(keys), cols=3, width=5, height=3.6, sharey=True)
         for ax, key in zip(axes, keys):
-            for r in sorted((r for r in rnd if series_key(r) == key), key=lambda r: r.get("trim_p") or 0):
-                ax.plot(epoch_of(r["_epochs"]), [e["val_acc"] for e in r["_epochs"]], marker=".", label=f"p={r.get('trim_p'):g}")
+            for r in series[key]:
+                ax.plot(*curve(r["_epochs"], "val_acc"), marker=".", label=f"p={r.get('trim_p'):g}")
             for r in base:
-                ax.plot(epoch_of(r["_epochs"]), [e["val_acc"] for e in r["_epochs"]], **baseline_style(r))
+                ax.plot(*curve(r["_epochs"], "val_acc"), **baseline_style(r))
             finish(ax, f"random trimming, {key}", "epoch", "val accuracy", legend_size=7)
-        fig.suptitle(f"DDP {rnd[0].get('task')}, {rnd[0].get('ranks')} ranks: accuracy per epoch\n{title_v}", fontsize=9)
+        fig.suptitle(f"DDP {rnd[0].get('task')}, {rnd[0].get('ranks')} ranks: accuracy per epoch\n{title_v}",
+                     fontsize=9)
         made.append(save(plt, fig, out / "accuracy_vs_epoch.png").name)
 
         fig, (a1, a2) = panels(plt, 2, cols=2)
-        for key in keys:
-            pts = sorted((r for r in rnd if series_key(r) == key), key=lambda r: r["trim_p"])
+        for key, pts in series.items():
             a1.plot([r["trim_p"] for r in pts], [r.get("val_acc") for r in pts], marker="o", label=key)
             a2.plot([r["trim_p"] for r in pts], [r.get("time_to_target_s") for r in pts], marker="o", label=key)
         for r in base:
@@ -257,8 +250,8 @@ def plot(runs, out, plt):
         a1.set_xticks(list(x), [r["label"] for r in lat], rotation=20, fontsize=7)
         for r in lat:
             ep = [e for e in r["_epochs"] if e.get("iter_p99_ms") is not None]
-            line, = a2.plot(epoch_of(ep), [e["iter_p99_ms"] for e in ep], marker="o", label=f"{r['label']} p99")
-            a2.plot(epoch_of(ep), [e["iter_p50_ms"] for e in ep], ls="--", c=line.get_color(), label=f"{r['label']} p50")
+            line, = a2.plot(*curve(ep, "iter_p99_ms"), marker="o", label=f"{r['label']} p99")
+            a2.plot(*curve(ep, "iter_p50_ms"), ls="--", c=line.get_color(), label=f"{r['label']} p50")
         finish(a1, None, None, "iteration time (ms), first step excluded")
         finish(a2, None, "epoch", "iteration time (ms)", legend_size=7)
         fig.suptitle(f"trimming vs tail-drop switch with cross traffic\n{title_v}", fontsize=9)

@@ -19,20 +19,21 @@ from ddp_train import Logger, barrier, init_distributed, parse_size, run_facts, 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--min-bytes", type=parse_size, default=parse_size("1M"), help="default 1M")
-    p.add_argument("--max-bytes", type=parse_size, default=parse_size("256M"), help="default 256M")
-    p.add_argument("--sizes", type=lambda v: [parse_size(x) for x in v.split(",")], default=None,
-                   help="these sizes instead of --min-bytes..--max-bytes, e.g. 1M,16M,128M")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20, help="timed calls per size (at least)")
-    p.add_argument("--target-ms", type=float, default=0,
-                   help="time each size over about this many ms (more calls for small sizes); 0: --iters")
-    p.add_argument("--max-iters", type=int, default=1000, help="cap of the calls --target-ms may ask for")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
-    p.add_argument("--timeout-s", type=float, default=300)
-    p.add_argument("--json-out", default=None)
-    p.add_argument("--label", default="", help="free text copied into every line (e.g. the transport)")
+    a = p.add_argument
+    a("--min-bytes", type=parse_size, default=parse_size("1M"), help="default 1M")
+    a("--max-bytes", type=parse_size, default=parse_size("256M"), help="default 256M")
+    a("--sizes", type=lambda v: [parse_size(x) for x in v.split(",")],
+      help="these sizes instead of --min-bytes..--max-bytes, e.g. 1M,16M,128M")
+    a("--warmup", type=int, default=5)
+    a("--iters", type=int, default=20, help="timed calls per size (at least)")
+    a("--target-ms", type=float, default=0,
+      help="time each size over about this many ms (more calls for small sizes); 0: --iters")
+    a("--max-iters", type=int, default=1000, help="cap of the calls --target-ms may ask for")
+    a("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    a("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    a("--timeout-s", type=float, default=300)
+    a("--json-out")
+    a("--label", default="", help="free text copied into every line (e.g. the transport)")
     return p.parse_args(argv)
 
 

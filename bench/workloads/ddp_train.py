@@ -10,6 +10,7 @@ JSON lines (rank 0 on stdout; every rank into --json-out, "{rank}" replaced): co
 which holds the lazy connection setup; its time is first_step_ms). An iteration is one optimizer
 step, timed with the device synchronized at both ends; the fields: the log() calls below."""
 import argparse
+import argparse
 import datetime
 import hashlib
 import json
@@ -31,68 +32,63 @@ TASK_DEFAULTS = {
     "charlm": {"lr": 2e-3, "optimizer": "adam", "batch_size": 32, "epochs": 3},
     "widemlp": {"lr": 0.3, "optimizer": "sgd", "batch_size": 128, "epochs": 12},
 }
+DIGITS_IMAGES, DIGITS_VAL_SHARE = 1797, 5  # scikit-learn's digits; 1/5 of them held out
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", choices=sorted(TASK_DEFAULTS), default="digits")
-    p.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="digits only")
-    p.add_argument("--epochs", type=int, default=None, help="default: 20 digits, 3 charlm, 12 widemlp")
-    p.add_argument("--batch-size", type=int, default=None, help="per rank (default 32; widemlp 128)")
-    p.add_argument("--lr", type=float, default=None,
-                   help="default: 0.05 (sgd) digits, 2e-3 (adam) charlm, 0.3 (sgd) widemlp")
-    p.add_argument("--optimizer", choices=["sgd", "adam"], default=None)
-    p.add_argument("--seed", type=int, default=0, help="model init and data order (same on every rank)")
-    p.add_argument("--data-seed", type=int, default=0, help="train/val split of digits")
-    p.add_argument("--digits-csv", default=None,
-                   help="digits.csv.gz to use instead of scikit-learn's (default: scikit-learn's)")
-    p.add_argument("--target-acc", type=float, default=None,
-                   help="log the wall-clock time at which val accuracy first reaches this (0..1)")
-    p.add_argument("--max-steps", type=int, default=0,
-                   help="stop after this many optimizer steps in all (0: no limit); for smoke runs")
-    p.add_argument("--json-out", default=None, help='JSON-lines log; "{rank}" is replaced by the rank')
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    p.add_argument("--backend", choices=["auto", "nccl", "gloo", "trim"], default="auto",
-                   help="auto: nccl on CUDA, else gloo; trim: the nccl_trim package's CPU backend, through the plugin")
-    p.add_argument("--timeout-s", type=float, default=300, help="collective timeout")
-    p.add_argument("--seq-len", type=int, default=128, help="charlm context length")
-    p.add_argument("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
-    p.add_argument("--d-model", type=int, default=128, help="charlm width")
-    p.add_argument("--layers", type=int, default=4, help="charlm depth")
-    p.add_argument("--width", type=int, default=1664, help="widemlp hidden width (1664: 11.6 MB of gradient)")
-    p.add_argument("--eval-every", type=int, default=0, metavar="N",
-                   help="also evaluate every N optimizer steps (0: at epoch ends only): a finer time to --target-acc")
-    p.add_argument("--time-limit-s", type=float, default=0, metavar="S",
-                   help="stop training after the step in which S s of training passed (0: no limit); the final "
-                        "event follows, saying stopped_by_time_limit")
-    p.add_argument("--describe", action="store_true",
-                   help="print the model's size and step count as one JSON line (no torch; WORLD_SIZE from the env)")
-    p.add_argument("--measure-compute", type=int, default=0, metavar="N",
-                   help="first time N forward+backward passes under DDP no_sync (params untouched): a compute event")
-    p.add_argument("--deterministic", action="store_true",
-                   help="deterministic cuDNN/cuBLAS kernels (same data + same sums = same parameter bits)")
-    p.add_argument("--die-after-iters", type=int, default=0, metavar="N",
-                   help="test: rank --die-rank SIGKILLs itself after its N-th optimizer step (0: never)")
-    p.add_argument("--die-rank", type=int, default=1, help="the rank that --die-after-iters kills (default 1)")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--task", choices=sorted(TASK_DEFAULTS), default="digits")
+    a("--model", choices=["cnn", "mlp"], default="cnn", help="digits only")
+    a("--epochs", type=int, help="default: 20 digits, 3 charlm, 12 widemlp")
+    a("--batch-size", type=int, help="per rank (default 32; widemlp 128)")
+    a("--lr", type=float, help="default: 0.05 (sgd) digits, 2e-3 (adam) charlm, 0.3 (sgd) widemlp")
+    a("--optimizer", choices=["sgd", "adam"])
+    a("--seed", type=int, default=0, help="model init and data order (same on every rank)")
+    a("--data-seed", type=int, default=0, help="train/val split of digits")
+    a("--digits-csv", help="digits.csv.gz to use instead of scikit-learn's (default: scikit-learn's)")
+    a("--target-acc", type=float, help="log the wall-clock time at which val accuracy first reaches this (0..1)")
+    a("--max-steps", type=int, default=0,
+      help="stop after this many optimizer steps in all (0: no limit); for smoke runs")
+    a("--json-out", help='JSON-lines log; "{rank}" is replaced by the rank')
+    a("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    a("--backend", choices=["auto", "nccl", "gloo", "trim"], default="auto",
+      help="auto: nccl on CUDA, else gloo; trim: the nccl_trim package's CPU backend, through the plugin")
+    a("--timeout-s", type=float, default=300, help="collective timeout")
+    a("--seq-len", type=int, default=128, help="charlm context length")
+    a("--charlm-bytes", type=int, default=2_000_000, help="charlm corpus size")
+    a("--d-model", type=int, default=128, help="charlm width")
+    a("--layers", type=int, default=4, help="charlm depth")
+    a("--width", type=int, default=1664, help="widemlp hidden width (1664: 11.6 MB of gradient)")
+    a("--eval-every", type=int, default=0, metavar="N",
+      help="also evaluate every N optimizer steps (0: at epoch ends only): a finer time to --target-acc")
+    a("--time-limit-s", type=float, default=0, metavar="S", help="stop training after the step in which S s of "
+      "training passed (0: no limit); the final event follows, saying stopped_by_time_limit")
+    a("--describe", action="store_true",
+      help="print the model's size and step count as one JSON line (no torch; WORLD_SIZE from the env)")
+    a("--measure-compute", type=int, default=0, metavar="N",
+      help="first time N forward+backward passes under DDP no_sync (params untouched): a compute event")
+    a("--deterministic", action="store_true",
+      help="deterministic cuDNN/cuBLAS kernels (same data + same sums = same parameter bits)")
+    a("--die-after-iters", type=int, default=0, metavar="N",
+      help="test: rank --die-rank SIGKILLs itself after its N-th optimizer step (0: never)")
+    a("--die-rank", type=int, default=1, help="the rank that --die-after-iters kills (default 1)")
     args = p.parse_args(argv)
     if args.die_after_iters < 0:
         p.error("--die-after-iters must be >= 0")
     if args.eval_every < 0 or args.measure_compute < 0 or args.width < 1 or args.time_limit_s < 0:
         p.error("--eval-every, --measure-compute and --time-limit-s must be >= 0, --width >= 1")
-    d = TASK_DEFAULTS[args.task]
-    for k in ("lr", "optimizer", "batch_size", "epochs"):
+    for k, v in TASK_DEFAULTS[args.task].items():
         if getattr(args, k) is None:
-            setattr(args, k, d[k])
+            setattr(args, k, v)
     return args
 
 
 # ---------------------------------------------------------------- data
 
 def digits_csv_path(explicit):
-    """scikit-learn's bundled copy of the digits set (sklearn/datasets/data/digits.csv.gz: 64
-    pixel values 0..16 and the label per line), found without importing sklearn; or a copy of
-    that file given with --digits-csv (for a machine that has torch but no scikit-learn)."""
+    """scikit-learn's bundled sklearn/datasets/data/digits.csv.gz (64 pixels 0..16 and the label a
+    line), found without importing sklearn; or --digits-csv's copy (torch but no scikit-learn)."""
     if explicit:
         return Path(explicit)
     import importlib.util
@@ -104,23 +100,21 @@ def digits_csv_path(explicit):
 
 
 def load_digits_data(csv_path, data_seed):
-    """8x8 digit images scaled to [0, 1]; a fixed 80/20 split that does not depend on --seed,
-    so that runs with different training seeds are evaluated on the same images. Plain Python
-    (gzip, csv, random) so that neither numpy nor scikit-learn is needed at run time."""
+    """8x8 images scaled to [0, 1] and labels: (train, val, info). The 80/20 split does not depend
+    on --seed: runs with different training seeds are evaluated on the same images. Plain Python,
+    so neither numpy nor scikit-learn is needed at run time."""
     import csv
     import gzip
     import random
     with gzip.open(csv_path, "rt") as f:
         rows = [[int(v) for v in r] for r in csv.reader(f) if r]
-    x = [[v / 16.0 for v in r[:64]] for r in rows]
-    y = [r[64] for r in rows]
     order = list(range(len(rows)))
     random.Random(data_seed).shuffle(order)
     n_val = len(rows) // DIGITS_VAL_SHARE
     val, train = order[:n_val], order[n_val:]
-    info = {"dataset": "scikit-learn digits (digits.csv.gz)", "path": str(csv_path),
-            "train": len(train), "val": len(val)}
-    return ([x[i] for i in train], [y[i] for i in train]), ([x[i] for i in val], [y[i] for i in val]), info
+    part = lambda idx: ([[v / 16.0 for v in rows[i][:64]] for i in idx], [rows[i][64] for i in idx])  # noqa: E731
+    return part(train), part(val), {"dataset": "scikit-learn digits (digits.csv.gz)", "path": str(csv_path),
+                                    "train": len(train), "val": len(val)}
 
 
 def stdlib_corpus(max_bytes):
@@ -131,21 +125,18 @@ def stdlib_corpus(max_bytes):
     skip = {"site-packages", "dist-packages", "test", "tests", "idle_test"}
     files = sorted((p for p in root.rglob("*.py") if not skip.intersection(p.relative_to(root).parts)),
                    key=lambda p: p.relative_to(root).as_posix())
-    chunks, total, used = [], 0, 0
+    chunks, total = [], 0
     for f in files:
         try:
-            b = f.read_bytes()
+            chunks.append(f.read_bytes() + b"\n")
         except OSError:
             continue
-        chunks.append(b + b"\n")
-        total += len(b) + 1
-        used += 1
+        total += len(chunks[-1])
         if total >= max_bytes:
             break
     data = b"".join(chunks)[:max_bytes]
-    info = {"dataset": "stdlib *.py", "root": str(root), "files": used, "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest()[:16]}
-    return data, info
+    return data, {"dataset": "stdlib *.py", "root": str(root), "files": len(chunks), "bytes": len(data),
+                  "sha256": hashlib.sha256(data).hexdigest()[:16]}
 
 
 def charlm_windows(torch, corpus, seq_len, device="cpu"):
@@ -164,51 +155,41 @@ def charlm_windows(torch, corpus, seq_len, device="cpu"):
 
 # ---------------------------------------------------------------- models
 
-DIGITS_IMAGES, DIGITS_VAL_SHARE = 1797, 5  # scikit-learn's digits; 1/5 of them held out
+def mlp_width(args):
+    """The hidden width of the 64-W-W-10 MLPs (widemlp; digits --model mlp: 512), else None."""
+    return args.width if args.task == "widemlp" else 512 if args.task == "digits" and args.model == "mlp" else None
 
 
 def describe(args, world):
-    """Parameters, fp32 gradient bytes and optimizer steps of this run, computed without torch
-    (bench.congestion sizes its runs with it; test_bench_ddp checks the parameter counts against
-    the models build_model makes)."""
-    if args.task == "widemlp":
-        w = args.width
+    """Parameters, fp32 gradient bytes and optimizer steps of this run, without torch (bench.congestion
+    sizes its runs with it; test_bench_ddp checks the counts against build_model's models)."""
+    w, d = mlp_width(args), args.d_model
+    if w:
         params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
-    elif args.task == "digits" and args.model == "mlp":
-        params = (64 * 512 + 512) + (512 * 512 + 512) + (512 * 10 + 10)
     elif args.task == "digits":
         params = (1 * 32 * 9 + 32) + (32 * 64 * 9 + 64) + (64 * 4 * 4 * 256 + 256) + (256 * 10 + 10)
     else:  # charlm: per layer attention 4d^2+4d, feed-forward 8d^2+5d, two LayerNorms 4d
-        d = args.d_model
         params = 256 * d + args.seq_len * d + args.layers * (12 * d * d + 13 * d) + 2 * d + (d * 256 + 256)
-    if args.task == "charlm":
-        split = args.charlm_bytes * 9 // 10  # the corpus is assumed at least --charlm-bytes long
-        n_train = len(range(0, split - args.seq_len - 1, args.seq_len))
+    if args.task == "charlm":  # the corpus is assumed at least --charlm-bytes long
+        n_train = len(range(0, args.charlm_bytes * 9 // 10 - args.seq_len - 1, args.seq_len))
     else:
         n_train = DIGITS_IMAGES - DIGITS_IMAGES // DIGITS_VAL_SHARE
     steps_per_epoch = n_train // world // args.batch_size
     steps = steps_per_epoch * args.epochs
-    if args.max_steps:
-        steps = min(steps, args.max_steps)
     return {"task": args.task, "params": params, "grad_bytes": 4 * params, "world_size": world,
             "batch_size": args.batch_size, "steps_per_epoch": steps_per_epoch, "epochs": args.epochs,
-            "steps": steps}
+            "steps": min(steps, args.max_steps) if args.max_steps else steps}
 
 
 def build_model(args, nn, torch):
-    if args.task == "widemlp":
-        w = args.width
+    w = mlp_width(args)
+    if w:
         return nn.Sequential(nn.Flatten(), nn.Linear(64, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, 10))
     if args.task == "digits":
-        if args.model == "mlp":
-            return nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU(),
-                                 nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
         # ~283k parameters (1.1 MB of fp32 gradient per step): large enough that the ring's
         # messages are not all below a transport's "small message" threshold.
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                             nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
 
     class CharTransformer(nn.Module):
         """Pre-norm causal transformer over bytes. The causal mask is a plain attribute, not a
@@ -247,10 +228,7 @@ def parse_size(s):
 
 def percentile(values, q):
     """Nearest-rank percentile (p99 of fewer than 100 samples is the worst one)."""
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
+    return sorted(values)[max(0, math.ceil(q / 100.0 * len(values)) - 1)] if values else None
 
 
 def tensor_bytes(torch, t):
@@ -259,15 +237,6 @@ def tensor_bytes(torch, t):
         return t.contiguous().numpy().tobytes()
     except (ImportError, RuntimeError):
         return bytes(t.contiguous().view(-1).view(torch.uint8).tolist())
-
-
-def nccl_version(torch):
-    try:
-        v = torch.cuda.nccl.version()
-    except Exception:  # no CUDA build, or no NCCL in it
-        return None
-    # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
-    return ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
 def run_facts(torch, device):
@@ -280,8 +249,13 @@ def run_facts(torch, device):
         except ImportError:
             out[mod] = None
     if device.type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(device)
-        out["nccl"] = nccl_version(torch)
+        try:
+            v = torch.cuda.nccl.version()
+            # Older PyTorch returns one integer: major*10000 + minor*100 + patch (2.18+ encoding).
+            v = ".".join(map(str, v)) if isinstance(v, tuple) else f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+        except Exception:  # no CUDA build, or no NCCL in it
+            v = None
+        out.update(gpu=torch.cuda.get_device_name(device), nccl=v)
     return {"versions": out, "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}}
 
 
@@ -297,11 +271,10 @@ def barrier(dist, device):
 
 class Logger:
     def __init__(self, rank, path):
-        self.rank = rank
-        self.f = None
+        self.rank, self.f = rank, None
         if path and ("{rank}" in path or rank == 0):
-            path = path.replace("{rank}", str(rank))
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(path.replace("{rank}", str(rank)))
+            path.parent.mkdir(parents=True, exist_ok=True)
             self.f = open(path, "w")
 
     def __call__(self, event, **fields):
@@ -313,13 +286,10 @@ class Logger:
             print(line, flush=True)
 
 
-# ---------------------------------------------------------------- main
-
 def init_distributed(args, torch, dist):
     """torchrun-style environment -> (rank, world, device, backend), process group initialised.
     NCCL on CUDA, else gloo (CPU smoke runs); --device and --backend override."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
@@ -334,8 +304,7 @@ def init_distributed(args, torch, dist):
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
     if backend == "trim":
         import nccl_trim  # noqa: F401 - registers the "trim" backend
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=args.timeout_s))
     return rank, world, device, backend
 
 
@@ -355,11 +324,12 @@ def die_now(log, rank, step):
     import sys
     print(f"ddp_train: rank {rank}: --die-after-iters {step}: SIGKILL now", file=sys.stderr, flush=True)
     log("die", step=step, time=time.time(), pid=os.getpid())
-    if log.f:
-        log.f.flush()
+    if log.f:  # log() flushed it: on disk before the kill
         os.fsync(log.f.fileno())
     os.kill(os.getpid(), signal.SIGKILL)
 
+
+# ---------------------------------------------------------------- main
 
 def main():
     args = parse_args()
@@ -387,15 +357,13 @@ def main():
         n_train, n_val = len(train), len(val)
         data_info.update(train_windows=n_train, val_windows=n_val, seq_len=args.seq_len)
     else:
-        (xt, yt), (xv, yv), data_info = load_digits_data(digits_csv_path(args.digits_csv), args.data_seed)
+        parts = load_digits_data(digits_csv_path(args.digits_csv), args.data_seed)
+        train, val = ((torch.tensor(x, dtype=torch.float32, device=device).reshape(-1, 1, 8, 8),
+                       torch.tensor(y, dtype=torch.long, device=device)) for x, y in parts[:2])
+        n_train, n_val, data_info = len(parts[0][1]), len(parts[1][1]), parts[2]
 
-        def on_device(x, y):  # (images, labels)
-            return (torch.tensor(x, dtype=torch.float32, device=device).reshape(-1, 1, 8, 8),
-                    torch.tensor(y, dtype=torch.long, device=device))
-
-        def batch(part, idx):
+        def batch(part, idx):  # (images, labels)
             return part[0][idx], part[1][idx]
-        train, val, n_train, n_val = on_device(xt, yt), on_device(xv, yv), len(yt), len(yv)
 
     # Same seed on every rank: replicas start identical (DDP also broadcasts rank 0's weights).
     torch.manual_seed(args.seed)
@@ -404,34 +372,29 @@ def main():
     # What DDP all-reduces per step: every gradient, in the parameters' own dtype.
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if args.optimizer == "sgd":
-        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
-    else:
-        opt = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    opt = (torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9) if args.optimizer == "sgd"
+           else torch.optim.Adam(ddp.parameters(), lr=args.lr))
 
     def loss_and_correct(net, x, y):
         out = net(x)
-        out2 = out.reshape(-1, out.shape[-1])
-        y2 = y.reshape(-1)
+        out2, y2 = out.reshape(-1, out.shape[-1]), y.reshape(-1)
         return F.cross_entropy(out2, y2), (out2.argmax(1) == y2).sum()
-
-    def time_is_up():
-        return bool(args.time_limit_s) and time.perf_counter() - t0 >= args.time_limit_s
 
     def out_of_steps():
         return bool(args.max_steps) and total_steps >= args.max_steps
 
     @torch.no_grad()
-    def evaluate():
-        """Val loss and accuracy (per byte for charlm) over the whole val set, sharded across
-        ranks and summed in float64 (a few bytes: no transport touches values that small).
-        The same all-reduce carries rank 0's verdict on --time-limit-s (its clock decides for
-        all: every rank must stop after the same step), so the limit costs no collective."""
-        nonlocal stopped_by_time
+    def checkpoint(event, train_time, **fields):
+        """Log EVENT with the val loss and accuracy (per byte for charlm) over the whole val set, sharded
+        across ranks and summed in float64 (a few bytes: no transport touches values that small); after
+        the first step at which val accuracy reaches --target-acc, also the target event. The same
+        all-reduce carries rank 0's verdict on --time-limit-s (its clock decides for all: every rank
+        must stop after the same step), so the limit costs no collective. Returns (val loss, val acc)."""
+        nonlocal stopped_by_time, reached
         model.eval()
         idx_all = torch.arange(rank, n_val, world, device=device)
         tot = torch.zeros(4, dtype=torch.float64, device=device)
-        if rank == 0 and time_is_up():
+        if rank == 0 and args.time_limit_s and time.perf_counter() - t0 >= args.time_limit_s:
             tot[3] = 1.0
         eb = max(args.batch_size, 256)
         for i in range(0, len(idx_all), eb):
@@ -442,14 +405,7 @@ def main():
         dist.all_reduce(tot)
         stopped_by_time = stopped_by_time or tot[3].item() > 0
         model.train()
-        return (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item()
-
-    def checkpoint(event, train_time, **fields):
-        """Evaluate and log EVENT; after the first step at which val accuracy reaches --target-acc,
-        also the target event. Returns (val loss, val accuracy)."""
-        nonlocal reached
-        loss, acc = evaluate()
-        wall = time.perf_counter() - t0
+        loss, acc, wall = (tot[0] / tot[2]).item(), (tot[1] / tot[2]).item(), time.perf_counter() - t0
         log(event, **fields, val_loss=loss, val_acc=acc, wall_s=wall, train_s=train_time)
         if args.target_acc is not None and reached is None and total_steps and acc >= args.target_acc:
             reached = {"epoch": epoch, "step": total_steps, "wall_s": wall, "train_s": train_time, "val_acc": acc}
@@ -459,7 +415,7 @@ def main():
     log("config", world_size=world, backend=backend, device=str(device), params=n_params,
         grad_bytes=grad_bytes, data=data_info, args=vars(args), **run_facts(torch, device))
 
-    compute_ms, stopped_by_time, t0 = None, False, time.perf_counter()
+    compute_ms, stopped_by_time = None, False
     if args.measure_compute:
         # The GPU time of one step without the network: forward+backward on the first batch under
         # no_sync (no all-reduce), both ranks at once (barriers), 2 warm-ups. Gradients are
@@ -471,11 +427,9 @@ def main():
             for i in range(args.measure_compute + 2):
                 sync(torch, device)
                 ts = time.perf_counter()
-                loss, _ = loss_and_correct(ddp, x, y)
-                loss.backward()
+                loss_and_correct(ddp, x, y)[0].backward()
                 sync(torch, device)
-                if i >= 2:
-                    ms.append((time.perf_counter() - ts) * 1e3)
+                ms += [(time.perf_counter() - ts) * 1e3] if i >= 2 else []
         opt.zero_grad(set_to_none=True)
         barrier(dist, device)
         compute_ms = percentile(ms, 50)
@@ -497,8 +451,7 @@ def main():
     for epoch in range(1, args.epochs + 1):
         # One permutation per epoch, the same on every rank (same generator, same seed); rank r
         # takes every world-th sample, and every rank runs the same number of steps (DDP needs it).
-        perm = torch.randperm(n_train, generator=gen).to(device)
-        mine = perm[rank:per_rank * world:world]
+        mine = torch.randperm(n_train, generator=gen).to(device)[rank:per_rank * world:world]
         times, loss_sum = [], torch.zeros((), device=device)
         for s in range(steps_per_epoch):
             if out_of_steps() or stopped_by_time:
@@ -521,14 +474,14 @@ def main():
                 # Between steps, outside their timing; parameters and data order are untouched.
                 checkpoint("eval", train_s + sum(times), epoch=epoch, steps=total_steps)
         train_s += sum(times)
-        ms = [t * 1e3 for t in times]
+        steps, ms = len(times), [t * 1e3 for t in times]
         if epoch == 1 and ms:
             first_step_ms, ms = ms[0], ms[1:]
         all_ms += ms
-        steps = len(times)
         val_loss, val_acc = checkpoint(
             "epoch", train_s, epoch=epoch, steps=steps, train_loss=(loss_sum / max(1, steps)).item(),
-            iter_p50_ms=percentile(ms, 50), iter_p99_ms=percentile(ms, 99), iter_mean_ms=sum(ms) / len(ms) if ms else None,
+            iter_p50_ms=percentile(ms, 50), iter_p99_ms=percentile(ms, 99),
+            iter_mean_ms=sum(ms) / len(ms) if ms else None,
             samples_per_s=steps * args.batch_size * world / sum(times) if times else None)
         if out_of_steps() or stopped_by_time:
             break
@@ -537,17 +490,13 @@ def main():
     # parameters themselves are gathered as int32 bit patterns, so that the spread between
     # replicas is measured on exactly the bits each rank holds.
     flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-    digest = hashlib.sha256(tensor_bytes(torch, flat.cpu())).hexdigest()
     digests = [None] * world
-    dist.all_gather_object(digests, digest)
+    dist.all_gather_object(digests, hashlib.sha256(tensor_bytes(torch, flat.cpu())).hexdigest())
     bits = [torch.empty_like(flat.view(torch.int32)) for _ in range(world)]
     dist.all_gather(bits, flat.view(torch.int32).contiguous())
     ref = bits[0].view(torch.float32).double()
-    spread = []
-    for b in bits:
-        diff = b.view(torch.float32).double() - ref
-        spread.append({"max_abs_diff": diff.abs().max().item(),
-                       "rel_l2_diff": (diff.norm() / ref.norm().clamp_min(1e-30)).item()})
+    spread = [{"max_abs_diff": d.abs().max().item(), "rel_l2_diff": (d.norm() / ref.norm().clamp_min(1e-30)).item()}
+              for d in (b.view(torch.float32).double() - ref for b in bits)]
     got = reached or {}
     log("final", epochs=epoch, steps=total_steps, wall_s=time.perf_counter() - t0, train_s=train_s,
         val_loss=val_loss, val_acc=val_acc, initial_val_loss=val_loss0, initial_val_acc=val_acc0,
