@@ -110,8 +110,8 @@ def curve(a):
     out.mkdir(parents=True, exist_ok=True)
     for rto, seed, mode in itertools.product(a.rto_us, a.seeds, ("trim", "drop")):
         j = cached(a.build, out / f"{mode}_rto{rto}_seed{seed}.json", ["--hosts", a.hosts, "--workload", "allreduce",
-                   "--bytes", "16M", "--iters", 5, "--mtu", 9000, "--oversub", 4, "--background", "bursty", "--mode", mode,
-                   "--rto-us", rto, "--seed", seed])
+                   "--bytes", "16M", "--iters", 5, "--mtu", 9000, "--oversub", 4, "--background", "bursty",
+                   "--mode", mode, "--rto-us", rto, "--seed", seed])
         print(f"hosts {j['hosts']} rto {j['rto_us']:g} us seed {j['seed']} {j['mode']:4}: p50 {j['jct_p50_ms']:.2f} "
               f"p99 {j['jct_p99_ms']:.2f} ms, retx rack/probe/rto {j['retx_rack']}/{j['retx_tlp']}/{j['retx_rto']}, "
               f"trimmable resent {j['retx_trimmable']}, wall {j['wall_seconds']:.0f} s", flush=True)

@@ -69,8 +69,7 @@ def estimate(row, head):
     if head == "1u":
         return sign * (row.pow(2).sum() / row.abs().sum().clamp_min(1e-30))
     inner = row.abs() < LLOYD_MAX_2BIT * row.pow(2).mean().sqrt()
-    inner_mean = row.abs()[inner].mean() if inner.any() else row.new_zeros(())
-    outer_mean = row.abs()[~inner].mean() if (~inner).any() else row.new_zeros(())
+    inner_mean, outer_mean = (row.abs()[m].mean() if m.any() else row.new_zeros(()) for m in (inner, ~inner))
     return sign * torch.where(inner, inner_mean, outer_mean)
 
 
@@ -198,7 +197,8 @@ def main(argv=None):
             logits = model(x)
             correct += (logits.argmax(-1) == y).sum().item()
             total += y.numel()
-            loss_sum += torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="sum").item()
+            loss_sum += torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1),
+                                                          reduction="sum").item()
     settings = ("seed", "plain", "head", "trim_p", "precondition", "side_info", "clean_moment", "exact_params")
     print(json.dumps({**{k: getattr(a, k) for k in settings}, "steps": step, "val_acc": round(correct / total, 5),
                       "val_loss": round(loss_sum / total, 5), "wall_s": round(time.time() - t0, 1)}), flush=True)
