@@ -125,7 +125,6 @@ def codec_run(a, label):
 
 
 def codec_summary(rows, threads, bytes_text, ranks):
-    """One codec_summary dict per thread count from the run rows."""
     def med(kind, t=None, key="gbps"):
         v = [r[key] for r in rows if r.get("kind") == kind and r.get("threads") == t and not r.get("error")
              and "skipped" not in r]

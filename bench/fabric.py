@@ -63,13 +63,11 @@ def summary(rows, medians, digits, extra):
     out = []
     for config in dict.fromkeys(r["label"] for r in rows):
         rs = [r for r in rows if r["label"] == config and r.get("p50_ms") is not None]
-        if not rs:
-            out.append({"summary": config, "error": "no run completed"})
-            continue
         out.append({"summary": config, "runs": len(rs),
                     **{f"{k}_median": round(statistics.median(r[k] for r in rs), digits) for k in medians},
                     "p50_ms_all": [round(r["p50_ms"], 1) for r in rs], **extra(rs),
-                    "verify": sorted({r["verify"] for r in rs}), "replicas_identical": all(r["replicas_identical"] for r in rs)})
+                    "verify": sorted({r["verify"] for r in rs}), "replicas_identical": all(r["replicas_identical"] for r in rs)}
+                   if rs else {"summary": config, "error": "no run completed"})
     return out
 
 

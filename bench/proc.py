@@ -63,9 +63,8 @@ def cpu_run(cmd, timeout_s=None, **kw):
 def start_switch(binary, args, log, timeout_s=5.0):
     """trim-switch in UDP mode (stdout to the file LOG); returns (process, port) once its first line
     says {"event":"listening","port":N}. Raises RuntimeError when it exits or is silent first."""
-    fh = open(log, "w")
-    p = spawn([str(binary), *map(str, args)], stdout=fh)
-    fh.close()
+    with open(log, "w") as fh:  # the child keeps its own copy
+        p = spawn([str(binary), *map(str, args)], stdout=fh)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -24,7 +24,6 @@
                       baseline; cuts below plane 0 are NACKed and resent whole
     buffer            per-port buffer 8 packets / 1 BDP / 5 BDP"""
 
-import glob
 import itertools
 import json
 import os
@@ -59,10 +58,10 @@ def table(name, hosts):
     }[name]
 
 
-def trim_sim(build, args, **kw):
-    """trim-sim ARGS --json: its last JSON line (None when there is none)."""
+def trim_sim(build, args):
+    """trim-sim ARGS --json (a failure raises): its last JSON line (None when there is none)."""
     out = subprocess.run([str(build_dir(build) / "bin/trim-sim"), *map(str, args), "--json"], stdout=subprocess.PIPE,
-                         text=True, **kw).stdout
+                         text=True, check=True).stdout
     return (parse_jsonl(out) or [None])[-1]
 
 
@@ -70,26 +69,39 @@ def print_table(a):
     print("%-34s %10s %10s %9s %9s %8s %9s %8s" % ("scenario", "p50_ms", "p99_ms", "trim_rate", "drop_rate", "nmse",
                                                    "maxq_up_KB", "wall_s"), flush=True)
     for label, args in table(a.cmd, a.hosts):
-        d = trim_sim(a.build, args, check=True)
+        d = trim_sim(a.build, args)
         up_kb = max(d["tiers"]["leaf_up"]["max_queue_bytes"], d["tiers"]["leaf_down"]["max_queue_bytes"]) / 1024
         print("%-34s %10.3f %10.3f %9.4f %9.4f %8.4f %9.1f %8.2f" % (label, d["jct_p50_ms"], d["jct_p99_ms"],
               d["trim_rate"], d["drop_rate"], d["nmse"], up_kb, d["wall_seconds"]), flush=True)
 
 
-def curve_points(runs):
-    """Per RTO, the trim/drop p99 ratio over the seeds that ran both modes."""
+def complete(runs, key, kind, kinds):
+    """[(KEY value, [{KIND value: run} of each seed, in order, that ran all KINDS])], by KEY value; those
+    with no such seed are left out."""
     by = {}
     for j in runs:
-        by.setdefault(j["rto_us"], {}).setdefault(j["seed"], {})[j["mode"]] = j["jct_p99_ms"]
+        by.setdefault(j[key], {}).setdefault(j["seed"], {})[j[kind]] = j
+    return [(k, full) for k, seeds in sorted(by.items())
+            if (full := [v for _, v in sorted(seeds.items()) if set(v) >= set(kinds)])]
+
+
+def cached(build, f, args, **extra):
+    """trim-sim ARGS's JSON with EXTRA, kept in the file F: run only when F is not readable."""
+    if load_json(f) is None:  # what an earlier run left is kept
+        write_json(f, {**trim_sim(build, args), **extra})
+    return load_json(f)
+
+
+def curve_points(runs):
+    """Per RTO, the trim/drop p99 ratio over the seeds that ran both modes."""
     out = []
-    for rto, seeds in sorted(by.items()):
-        both = [m for _, m in sorted(seeds.items()) if "trim" in m and "drop" in m]
-        ratios = [m["trim"] / m["drop"] for m in both]
-        if ratios:
-            out.append({"rto_us": rto, "seeds": len(ratios), "ratio_median": round(statistics.median(ratios), 3),
-                        "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
-                        "trim_p99_ms_median": round(statistics.median(m["trim"] for m in both), 2),
-                        "drop_p99_ms_median": round(statistics.median(m["drop"] for m in both), 2)})
+    for rto, full in complete(runs, "rto_us", "mode", ("trim", "drop")):
+        trim, drop = ([v[m]["jct_p99_ms"] for v in full] for m in ("trim", "drop"))
+        ratios = [t / d for t, d in zip(trim, drop)]
+        out.append({"rto_us": rto, "seeds": len(ratios), "ratio_median": round(statistics.median(ratios), 3),
+                    "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
+                    "trim_p99_ms_median": round(statistics.median(trim), 2),
+                    "drop_p99_ms_median": round(statistics.median(drop), 2)})
     return out
 
 
@@ -97,16 +109,13 @@ def curve(a):
     out = Path(a.out or build_dir(a.build) / f"sim_curve_{a.hosts}")
     out.mkdir(parents=True, exist_ok=True)
     for rto, seed, mode in itertools.product(a.rto_us, a.seeds, ("trim", "drop")):
-        f = out / f"{mode}_rto{rto}_seed{seed}.json"
-        if load_json(f) is None:  # what an earlier run left is kept
-            write_json(f, trim_sim(a.build, ["--hosts", a.hosts, "--workload", "allreduce", "--bytes", "16M", "--iters", 5,
-                                             "--mtu", 9000, "--oversub", 4, "--background", "bursty", "--mode", mode,
-                                             "--rto-us", rto, "--seed", seed], check=True))
-        j = load_json(f)
+        j = cached(a.build, out / f"{mode}_rto{rto}_seed{seed}.json", ["--hosts", a.hosts, "--workload", "allreduce",
+                   "--bytes", "16M", "--iters", 5, "--mtu", 9000, "--oversub", 4, "--background", "bursty",
+                   "--mode", mode, "--rto-us", rto, "--seed", seed])
         print(f"hosts {j['hosts']} rto {j['rto_us']:g} us seed {j['seed']} {j['mode']:4}: p50 {j['jct_p50_ms']:.2f} "
               f"p99 {j['jct_p99_ms']:.2f} ms, retx rack/probe/rto {j['retx_rack']}/{j['retx_tlp']}/{j['retx_rto']}, "
               f"trimmable resent {j['retx_trimmable']}, wall {j['wall_seconds']:.0f} s", flush=True)
-    runs = [load_json(f) for f in sorted(glob.glob(str(out / "*.json")))]
+    runs = [load_json(f) for f in sorted(out.glob("*.json"))]
     points = curve_points([j for j in runs if j])
     print(f"\n{'RTO (us)':>9} {'trim p99':>9} {'drop p99':>9} {'p99 trim/drop: median [min, max]':>34}")
     for c in points:
@@ -124,7 +133,6 @@ SCALE_FABRIC = ["--hosts-per-leaf", 4, "--oversub", 2, "--ring", "random", "--ma
 
 
 def scale_args(hosts, variant, seed, a):
-    """trim-sim's arguments for one run of the scale sweep."""
     return ["--hosts", hosts, *SCALE_FABRIC, "--workload", "allreduce", "--bytes", a.bytes, "--iters", a.iters,
             "--seed", seed, *SCALE_VARIANTS[variant]]
 
@@ -132,21 +140,13 @@ def scale_args(hosts, variant, seed, a):
 def scale_rows(runs):
     """Per host count: each transport's p50 and p99 JCT (ms; the median over the seeds that ran all
     four) and trimming's ratio to tuned TCP. RUNS: trim-sim JSON lines with "variant" added."""
-    by = {}
-    for j in runs:
-        by.setdefault(j["hosts"], {}).setdefault(j["seed"], {})[j["variant"]] = j
     rows = []
-    for hosts, seeds in sorted(by.items()):
-        full = [v for _, v in sorted(seeds.items()) if set(v) >= set(SCALE_VARIANTS)]
-        if not full:
-            continue
+    for hosts, full in complete(runs, "hosts", "variant", SCALE_VARIANTS):
         row = {"hosts": hosts, "seeds": len(full), "hung": any(v[k]["hung"] for v in full for k in SCALE_VARIANTS)}
-        for k in SCALE_VARIANTS:
-            for q in ("p50", "p99"):
-                row[f"{k}_{q}_ms"] = round(statistics.median(v[k][f"jct_{q}_ms"] for v in full), 3)
-        for q in ("p50", "p99"):
-            row[f"trim_over_tcp_1ms_{q}"] = ratio(row[f"trim_{q}_ms"], row[f"tcp_1ms_{q}_ms"])
-        rows.append(row)
+        row.update({f"{k}_{q}_ms": round(statistics.median(v[k][f"jct_{q}_ms"] for v in full), 3)
+                    for k in SCALE_VARIANTS for q in ("p50", "p99")})
+        rows.append({**row, **{f"trim_over_tcp_1ms_{q}": ratio(row[f"trim_{q}_ms"], row[f"tcp_1ms_{q}_ms"])
+                               for q in ("p50", "p99")}})
     return rows
 
 
@@ -156,7 +156,6 @@ def falls(values):
 
 
 def scale_table(rows):
-    """The sweep's table as text: p50/p99 per transport, and the trim/tcp-1ms ratios."""
     heads = ["hosts"] + [f"{k} p50/p99 ms" for k in SCALE_VARIANTS] + ["trim/tcp1ms p50", "trim/tcp1ms p99"]
     cells = [[r["hosts"], *(f"{r[f'{k}_p50_ms']:.2f}/{r[f'{k}_p99_ms']:.2f}" for k in SCALE_VARIANTS),
               fmt(r["trim_over_tcp_1ms_p50"]), fmt(r["trim_over_tcp_1ms_p99"])] for r in rows]
@@ -166,22 +165,17 @@ def scale_table(rows):
 def scale(a):
     out = Path(a.out or build_dir(a.build) / "sim_scale")
     out.mkdir(parents=True, exist_ok=True)
+    runs = []
     for hosts, seed, variant in itertools.product(a.sizes, a.seeds, SCALE_VARIANTS):
-        f = out / f"{variant}_n{hosts}_b{a.bytes}_i{a.iters}_seed{seed}.json"
-        if load_json(f) is None:  # what an earlier run left is kept
-            j = trim_sim(a.build, scale_args(hosts, variant, seed, a), check=True)
-            write_json(f, {**j, "variant": variant})
-        j = load_json(f)
-        print(json.dumps({k: j[k] for k in ("variant", "hosts", "seed", "jct_p50_ms", "jct_p99_ms", "drop_rate",
-                                            "trim_rate", "retx", "rto_events", "tcp_fast_recoveries", "hung",
-                                            "wall_seconds")}), flush=True)
-    runs = [load_json(out / f"{v}_n{h}_b{a.bytes}_i{a.iters}_seed{s}.json")
-            for h, s, v in itertools.product(a.sizes, a.seeds, SCALE_VARIANTS)]
-    rows = scale_rows([j for j in runs if j])
+        runs.append(cached(a.build, out / f"{variant}_n{hosts}_b{a.bytes}_i{a.iters}_seed{seed}.json",
+                           scale_args(hosts, variant, seed, a), variant=variant))
+        print(json.dumps({k: runs[-1][k] for k in ("variant", "hosts", "seed", "jct_p50_ms", "jct_p99_ms", "drop_rate",
+                                                   "trim_rate", "retx", "rto_events", "tcp_fast_recoveries", "hung",
+                                                   "wall_seconds")}), flush=True)
+    rows = scale_rows(runs)
     print("\n" + scale_table(rows))
-    trend = [r["trim_over_tcp_1ms_p99"] for r in rows]
     print(json.dumps({"bench": "sim_scale", "bytes": a.bytes, "iters": a.iters, "rows": rows,
-                      "p99_ratio_falls": falls(trend)}, separators=(",", ":")))
+                      "p99_ratio_falls": falls([r["trim_over_tcp_1ms_p99"] for r in rows])}, separators=(",", ":")))
 
 
 # htsim's two-tier fat tree as trim-sim builds its leaf-spine: 16 hosts a leaf, 4 uplinks a leaf (4:1).
@@ -221,7 +215,7 @@ def htsim(a):
     results.write_text("")
     for name, w in HTSIM_WORKLOADS.items():
         t = trim_sim(a.build, ["--hosts", a.hosts, *w, "--bytes", a.bytes, "--iters", 1, "--mtu", 9000, "--oversub", 4,
-                               "--background", "none", "--mode", "trim", "--seed", 1, "--cm", out / f"{name}.cm"], check=True)
+                               "--background", "none", "--mode", "trim", "--seed", 1, "--cm", out / f"{name}.cm"])
         write_json(out / f"{name}.trimsim.json", t)
         txt = subprocess.run([str(ndp.resolve()), "-nodes", str(a.hosts), "-tm", f"{name}.cm", "-topo", "leafspine.topo",
                               "-mtu", "9000", "-q", str(a.queue_pkts), "-strat", "ecmp_host", "-paths", "4", "-cwnd", "16",

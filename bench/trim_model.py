@@ -45,16 +45,11 @@ def rotate(v, seed, inverse=False):
     n = v.numel()
     signs = (torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(seed)) * 2 - 1).float()
     out = torch.empty_like(v)
-    full = n // ROW * ROW
-    blocks = [(0, full, ROW)] if full else []
-    offset = full
-    for b in range(ROW.bit_length() - 1, -1, -1):
-        if (n - full) & (1 << b):
-            blocks.append((offset, 1 << b, 1 << b))
-            offset += 1 << b
-    for start, length, width in blocks:
-        x, s = v[start:start + length].view(-1, width), signs[start:start + length].view(-1, width)
-        out[start:start + length] = (fwht(x) * s if inverse else fwht(x * s)).reshape(-1)
+    start = 0
+    for width in [ROW] * (n // ROW) + [1 << b for b in range(ROW.bit_length() - 1, -1, -1) if n % ROW & 1 << b]:
+        x, s = v[start:start + width], signs[start:start + width]
+        out[start:start + width] = fwht(x) * s if inverse else fwht(x * s)
+        start += width
     return out
 
 
@@ -74,8 +69,7 @@ def estimate(row, head):
     if head == "1u":
         return sign * (row.pow(2).sum() / row.abs().sum().clamp_min(1e-30))
     inner = row.abs() < LLOYD_MAX_2BIT * row.pow(2).mean().sqrt()
-    inner_mean = row.abs()[inner].mean() if inner.any() else row.new_zeros(())
-    outer_mean = row.abs()[~inner].mean() if (~inner).any() else row.new_zeros(())
+    inner_mean, outer_mean = (row.abs()[m].mean() if m.any() else row.new_zeros(()) for m in (inner, ~inner))
     return sign * torch.where(inner, inner_mean, outer_mean)
 
 
@@ -105,12 +99,11 @@ def trim_message(sent, own, p, head, packet_elems, gen, side_info=False):
     out = sent.clone()
     for r0 in range(0, sent.numel(), ROW):
         row = sent[r0:r0 + ROW]
-        mask = torch.zeros(row.numel(), dtype=torch.bool)
-        for p0 in range(0, row.numel(), packet_elems):
-            if torch.rand((), generator=gen).item() < p:
-                mask[p0:p0 + packet_elems] = True
-        if not mask.any():
+        # one draw a packet, in order (as the scalar draws were); compared in double, as .item() < p
+        hit = torch.rand(-(-row.numel() // packet_elems), generator=gen).double() < p
+        if not hit.any():
             continue
+        mask = hit.repeat_interleave(packet_elems)[:row.numel()]
         est = estimate(row, head)
         if side_info:
             est = side_info_estimate(est, mask, own[r0:r0 + ROW], head)
@@ -150,10 +143,8 @@ def main(argv=None):
     sizes = [q.numel() for q in params]
     opt = torch.optim.Adam(params, lr=2e-3)
     trim_gen = torch.Generator().manual_seed(1000 + a.seed)
-    keep_exact = None  # --exact-params: which coordinates keep the exact sum
-    if a.exact_params:
-        keys = [k for k in a.exact_params.split(",") if k]
-        keep_exact = torch.cat([torch.full((q.numel(),), any(k in n for k in keys)) for n, q in named])
+    keys = [k for k in a.exact_params.split(",") if k]  # --exact-params: coordinates that keep the exact sum
+    keep_exact = torch.cat([torch.full((q.numel(),), any(k in n for k in keys)) for n, q in named])
 
     def allreduce(grads, step):
         d = None
@@ -163,13 +154,10 @@ def main(argv=None):
         seed = 12345 + step
         rot = [rotate(g, seed) for g in grads]
         half = rot[0].numel() // 2
-        def received(sent, own):
-            return trim_message(sent, own, a.trim_p, a.head, a.packet_elems, trim_gen, a.side_info)
-
-        # The ring's reduce-scatter of 2 ranks: rank 0 reduces chunk 0, receiving rank 1's part; rank 1 chunk 1.
-        c0 = rot[0][:half] + received(rot[1][:half], rot[0][:half])
-        c1 = rot[1][half:] + received(rot[0][half:], rot[1][half:])
-        out = rotate(torch.cat([c0, c1]), seed, inverse=True)
+        # The ring's reduce-scatter of 2 ranks: rank r reduces chunk r, receiving the other rank's part of it.
+        out = rotate(torch.cat([rot[r][c] + trim_message(rot[1 - r][c], rot[r][c], a.trim_p, a.head, a.packet_elems,
+                                                         trim_gen, a.side_info)
+                                for r, c in enumerate((slice(None, half), slice(half, None)))]), seed, inverse=True)
         return out * d if d is not None else out
 
     per_rank = len(train_starts) // 2
@@ -186,9 +174,7 @@ def main(argv=None):
                 torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)).backward()
                 grads.append(torch.cat([q.grad.reshape(-1) for q in params]) / 2)
             exact = grads[0] + grads[1]
-            g = exact if a.plain else allreduce(grads, step)
-            if keep_exact is not None and not a.plain:
-                g = torch.where(keep_exact, exact, g)
+            g = torch.where(keep_exact, exact, exact if a.plain else allreduce(grads, step))
             step += 1
             if a.clean_moment == "none":
                 for q, part in zip(params, g.split(sizes)):
@@ -204,8 +190,7 @@ def main(argv=None):
                     st["exp_avg_sq"].mul_(0.999).addcmul_(gv, gv, value=0.001)
                     m_hat, v_hat = st["exp_avg"] / (1 - 0.9 ** step), st["exp_avg_sq"] / (1 - 0.999 ** step)
                     q.sub_(2e-3 * m_hat / (v_hat.sqrt() + 1e-8))
-    correct = total = 0
-    loss_sum = 0.0
+    correct = total = loss_sum = 0
     with torch.no_grad():
         for i in range(0, len(val_starts), 256):
             x, y = batch(val_starts, torch.arange(i, min(i + 256, len(val_starts))))
