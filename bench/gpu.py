@@ -160,7 +160,8 @@ class Check:
         self.missed = True
         name = f"{step}{' ' + part if part else ''}"
         if self.dry:
-            return print(f"[{name}] not run: {why}")
+            print(f"[{name}] not run: {why}")
+            return
         self.record(step, part, not_run=why)
         if not quiet:
             say(f"{name}: not run: {why}")

@@ -127,10 +127,15 @@ def gtest(log):
         ("skipped", r"^\[  SKIPPED \] \S+ \(\d+ ms\)"), ("failed", r"^\[  FAILED  \] \S+ \(\d+ ms\)"))}
     ran, skipped, m = n["tests"], n["skipped"], re.search(r"Skipped\n(.+)", log)
     note = f" ({m.group(1).strip()})" if m else ""
-    why = ("no test ran (the filter matched nothing?)" if ran == 0 else f"{n['failed']} of {ran} failed" if n["failed"]
-           else f"every test skipped{note}: nothing was checked on the GPU" if skipped == ran else
-           f"{skipped} of {ran} skipped{note}" if skipped else
-           None if n["passed"] == ran else f"{ran - n['passed']} of {ran} without a result")
+    if ran == 0:
+        why = "no test ran (the filter matched nothing?)"
+    elif n["failed"]:
+        why = f"{n['failed']} of {ran} failed"
+    elif skipped:
+        why = (f"every test skipped{note}: nothing was checked on the GPU" if skipped == ran
+               else f"{skipped} of {ran} skipped{note}")
+    else:
+        why = None if n["passed"] == ran else f"{ran - n['passed']} of {ran} without a result"
     return why is None, why, n
 
 
