@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 
 from . import SCRIPTS, build_dir
-from .codec import options, parser, positive
+from .codec import built, options, parser, positive
 from .jsonio import parse_jsonl
 from .proc import cpu_run
 from .rounds import alternate
@@ -56,6 +56,16 @@ def rx_cut_command(a, config):
             "--seed", 5, *(y for x in sw for y in ("--switch-arg", x)), "--", build_dir(a.build) / "bin/trim-harness",
             "--json", "--deadline-s", 90, "--netns", "{netns}", "--mode", "allreduce", "--ranks", 2, "--bytes", a.bytes,
             "--iters", a.iters, "--warmup", 1, "--seed", 3]], knob
+
+
+def rx_cut_row(config, lines):
+    """One rx-cut run's row from its JSON lines (the harness's result, the switch's final stats)."""
+    h = next((d for d in reversed(lines) if d.get("bench") == "harness"), NO_RESULT)
+    sw = next((d for d in reversed(lines) if d.get("event") == "final"), {})
+    # The switch names a DSCP only once it saw one of its packets: none trimmable (a message under
+    # NCCL_TRIM_MIN_BYTES) is no cut, not an unknown count.
+    r = {"config": config, "cuts": sw.get("dscp_18_trimmed", 0) if sw else None, **{k: h.get(k) for k in RX_CUT_KEYS}}
+    return {**r, "resent_not_dup": r["retransmits"] - r["dup_packets"]} if r["retransmits"] is not None else r
 
 
 def summary(rows, medians, digits, extra):
@@ -91,15 +101,14 @@ def main(argv):
         ap.add_argument("--p", type=float, default=0.2, help="trim probability of a trimmable packet")
         ap.add_argument("--rate-gbps", type=float, default=2)
     a = ap.parse_args(argv[rx:])
+    if not built("fabric", a.build, "bin/trim-harness", "bin/trim-switch"):
+        return 1
     if rx:
         def run(config, _):
             cmd, knob = rx_cut_command(a, config)
             lines = parse_jsonl(cpu_run(cmd, 900, env={**os.environ, "NCCL_TRIM_RX_CUT": knob},
                                         stderr=subprocess.DEVNULL)[3])
-            h = next((d for d in reversed(lines) if d.get("bench") == "harness"), NO_RESULT)
-            sw = next((d for d in reversed(lines) if d.get("event") == "final"), {})
-            r = {"config": config, "cuts": sw.get("dscp_18_trimmed"), **{k: h.get(k) for k in RX_CUT_KEYS}}
-            return {**r, "resent_not_dup": r["retransmits"] - r["dup_packets"]} if r["retransmits"] is not None else r
+            return rx_cut_row(config, lines)
         summaries = rx_cut_summary(alternate(list(RX_CUT), a.rounds, run))
     else:
         plan = fabric_plan(a.size)

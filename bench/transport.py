@@ -6,7 +6,7 @@ result."""
 import json
 import sys
 
-from .codec import harness, iperf3, options, parser, positive
+from .codec import built, harness, iperf3, options, parser, positive
 
 
 def main(argv):
@@ -14,6 +14,8 @@ def main(argv):
     ap.add_argument("--port", type=positive, default=5299, help="iperf3's port")
     ap.add_argument("--mtu", default="auto", help="auto (the plugin's default) or IP packet bytes")
     a = ap.parse_args(argv)
+    if not built("transport", a.build, "bin/trim-harness"):
+        return 1
     sized = ["--bytes", a.bytes, "--iters", a.iters, "--deadline-s", 600]
     print(f"== trim-harness sendrecv, MTU {a.mtu}, {a.bytes} x {a.iters}", flush=True)
     mtu = [] if a.mtu == "auto" else ["--mtu", a.mtu]

@@ -38,7 +38,9 @@ class ArgumentTest(unittest.TestCase):
 
     def test_a_missing_build_is_exit_1_with_the_path(self):
         for main, argv in [(codec.main, ["--build", "/nonexistent"]), (sim.main, ["incast", "--build", "/nonexistent"]),
-                           (scenarios.main, ["buffer", "--build", "/nonexistent"])]:
+                           (scenarios.main, ["buffer", "--build", "/nonexistent"]),
+                           (transport.main, ["--build", "/nonexistent"]), (fabric.main, ["--build", "/nonexistent"]),
+                           (fabric.main, ["rx-cut", "--build", "/nonexistent"])]:
             rc, _, err = call(main, argv)
             self.assertEqual(rc, 1)
             self.assertIn("/nonexistent", err)
@@ -129,6 +131,21 @@ class SummaryTest(unittest.TestCase):
                "plugin_cpu_s": 0.5} for r in rows[:3]]
         s = fabric.rx_cut_summary(rx)[0]
         self.assertEqual((s["resent_not_dup_median"], s["retransmits_all"], s["cuts_median"]), (19, [10, 20, 30], 5))
+
+    def test_an_rx_cut_row_with_nothing_trimmable_counts_no_cut(self):
+        harness = {"bench": "harness", "p50_ms": 1.0, "p99_ms": 1.5, "plugin_cpu_s": 0.1, "nmse": 0, "retransmits": 0,
+                   "dup_packets": 0, "trimmed_accepted": 0, "cut_received": 0, "cut_rejected": 0,
+                   "replicas_identical": True, "verify": "exact"}
+        # A 64 KiB message is under NCCL_TRIM_MIN_BYTES: the switch's final line names no DSCP 18.
+        quiet = fabric.rx_cut_row("fixed", [harness, {"event": "final", "fabric": 1}])
+        self.assertEqual((quiet["cuts"], quiet["resent_not_dup"]), (0, 0))
+        cut = fabric.rx_cut_row("fixed", [harness, {"event": "final", "dscp_18_trimmed": 194}])
+        self.assertEqual(cut["cuts"], 194)
+        self.assertIsNone(fabric.rx_cut_row("fixed", [harness])["cuts"])  # no switch line: unknown
+        failed = fabric.rx_cut_row("fixed", [{"event": "final"}])
+        self.assertEqual((failed["verify"], failed["p50_ms"]), ("fail", None))
+        s = fabric.rx_cut_summary([{**quiet, "label": "fixed"}, {**failed, "label": "fixed"}])[0]
+        self.assertEqual((s["runs"], s["cuts_median"]), (1, 0))
 
     def test_codec_and_encoding_summaries(self):
         rows = [{"kind": "iperf3", "threads": None, "gbps": 10.0, "cpu_s_per_gb": 0.2, "error": ""}]
