@@ -19,6 +19,7 @@ from .report import fmt, ratio, table
 TRANSPORTS = ["socket", "socket-tuned", "gloo", "gloo-tuned", "drop", "trim", "trim16", "hook"]  # the report's order
 BASELINES = ("socket", "socket-tuned", "gloo", "gloo-tuned")
 STRONGEST = ("socket-tuned", "gloo-tuned", "socket", "gloo")  # the baseline a goal is judged against first
+LIMITED = ("failed (124)", "failed (137)")  # a run's status when its limit stopped it (timeout's TERM, then KILL)
 TRIMMING = ("trim", "trim16", "hook")  # the transports the goal is judged for
 GOAL_CROSS, GOAL_TTT, GOAL_P99, GOAL_ACC_POINTS = 60.0, 0.5, 0.5, 0.3
 SWITCH_KEYS = ["trim_forwarded", "trim_trimmed", "trim_dropped", "trim_lost", "trimctl_dropped", "tcp_forwarded",
@@ -168,6 +169,13 @@ def ttt_part(t, s, tr):
 def stopped_base(t, s):
     """The baseline was stopped by its limit before its end while T reached the target."""
     return ok(t) and not ok(s) and (s.get("progress") or {}).get("train_s") and t.get("time_to_target_s") is not None
+
+
+def stalled(s):
+    """A baseline stopped by its limit after it trained: TCP's stall, measured (the report bounds its time
+    by how far it got), a result; one of ours stopped so, or a run that never trained, failed."""
+    return (s.get("transport") in BASELINES and s.get("status") in LIMITED
+            and bool((s.get("progress") or {}).get("steps")))
 
 
 def compare(t, s, drop=None):

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 from . import build_dir
-from .congestion_report import base_ttt, load
+from .congestion_report import base_ttt, load, stalled
 from .jsonio import read_jsonl, write_json
 from .plot import finish, panels, pyplot, save
 from .report import fmt, ratio
@@ -129,12 +129,13 @@ def run_headline(build, out, tr):
                              "--transports", ",".join(transports), "--rate-gbps", rate, "--buffer-bytes", buf,
                              "--cross-period-ms", str(period), "--max-steps", env("STEPS", "40"), "--timeout-s", limit,
                              "--build", build, "--out", root], stdout=rep, stderr=log).returncode
-    log = (out / "headline.log").read_text(errors="replace")
-    if rc and "failed (124)" in log and not any(f"failed ({c}" in log for c in "023456789"):
+    runs = {s.get("transport"): s for s in load(root)}
+    if any(map(stalled, runs.values())):
         print(f"   (a run was stopped by its {limit} s limit, as Gloo often is at this congestion: the table says how far it got)")
-    elif rc:
+    if rc:
+        log = (out / "headline.log").read_text(errors="replace")
         print(f"demo: a training run failed (exit {rc}); the bench's log:\n" + "\n".join(log.splitlines()[-15:]), file=sys.stderr)
-    text, summary = headline({s.get("transport"): s for s in load(root)}, tr)
+    text, summary = headline(runs, tr)
     write_json(out / "summary.json", summary)
     print(f"{text}\nreport: {root / 'report.md'} (every number, the goal's verdict)")
     if (root / "time_to_accuracy.png").exists():

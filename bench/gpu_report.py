@@ -359,7 +359,7 @@ class Report:
             if goal["state"] != "unknown" or self.goals["congestion"]["state"] == "unknown":
                 self.goal("congestion", None if goal["state"] == "unknown" else goal["state"] == "met",
                           f"{name}: {goal.get('detail')}")
-        bad = [k for k, v in d.get("runs", {}).items() if v["status"] != "ok"]
+        bad = [r.get("label") for r in runs or [] if r.get("status") != "ok" and not cong.stalled(r)]
         return (f"no run left a summary (see {name}.log)" if not runs else
                 "failed: " + ", ".join(f"{k} ({d['runs'][k]['status']})" for k in bad) if bad else
                 f"the congestion bench failed (see {name}.log)" if d.get("exit_codes") else None)
@@ -506,7 +506,9 @@ DETAILS = {  # by check (STEPS): the key numbers of a step that ran (s: the step
     "rank_killed": lambda s, g: f"rank 0 failed {g('seconds_to_error')} s after the kill ({g('cause')}): {g('message')}",
     "harness_scaling": lambda s, g: " ".join(f"{t}thr: rht/none {v['rht_over_none']}" for t, v in g("threads", {}).items()),
     "cpu_uncongested": lambda s, g: f"trim / Gloo: step {g('step_ratio')}x, CPU {g('cpu_ratio')}x over {g('rounds')} rounds",
-    "congestion": lambda s, g: " ".join(f"{k}: p50 {v['iter_p50_ms']} ms" for k, v in g("runs", {}).items()) +
+    "congestion": lambda s, g: " ".join(f"{k}: " + (f"p50 {v['iter_p50_ms']} ms" if v["status"] == "ok" else
+                                                "stopped by its limit" if v["status"] in cong.LIMITED else v["status"])
+                                        for k, v in g("runs", {}).items()) +
                                f"; goal {g('goal', {}).get('state')}",
     "kernels_ncu": lambda s, g: f"{g('kernels_profiled')} kernel launches profiled (kernels_ncu.log)",
     "kernels": lambda s, g: f"{g('tests', {}).get('passed')} tests passed; ratio to copy " +

@@ -12,6 +12,7 @@ import tempfile
 import unittest
 from contextlib import redirect_stderr
 from pathlib import Path
+from unittest import mock
 
 from _bench import call
 from bench import REPO, congestion, congestion_report, demo
@@ -178,6 +179,27 @@ class DryRunTest(unittest.TestCase):
             self.assertEqual(congestion.calibrate(a, {**run, "status": "failed (124)"}), 2.5)
         self.assertIn("not measured", json.loads((a.out / "calibration.json").read_text())["decision"])
         self.assertEqual(sum(congestion.estimate_s(a, r) for r in a.runs), congestion.plan_total(a))
+
+    def test_a_baseline_stopped_by_its_limit_is_a_result_ours_is_a_failure(self):
+        went = {"status": "failed (124)", "progress": {"steps": 5, "train_s": 18.0}}
+        self.assertTrue(congestion_report.stalled({"transport": "gloo", **went}))
+        self.assertTrue(congestion_report.stalled({"transport": "socket", **went, "status": "failed (137)"}))
+        self.assertFalse(congestion_report.stalled({"transport": "trim", **went}))  # ours must finish
+        self.assertFalse(congestion_report.stalled({"transport": "gloo", **went, "progress": None}))  # never trained
+        self.assertFalse(congestion_report.stalled({"transport": "gloo", **went, "status": "failed (1)"}))
+        a = self.parse("--cpu", "--plan", "widemlp:c60", "--transports", "gloo,trim", "--out", str(self.tmp / "sw"))
+        a.dry_run = False
+        for gloo, trim, rc, said in (("failed (124)", "ok", 0, "1 baseline runs stopped by their limit, 0 failed"),
+                                     ("ok", "failed (124)", 1, "0 baseline runs stopped by their limit, 1 failed")):
+            runs = iter([{"transport": "gloo", **went, "status": gloo}, {"transport": "trim", **went, "status": trim}])
+
+            def run_one(a, r, est, limit):
+                s = next(runs)
+                return s, 0 if s["status"] == "ok" else 124
+            with self.subTest(gloo=gloo), mock.patch.object(congestion, "run_one", run_one), \
+                    mock.patch.object(congestion.report, "main"), redirect_stderr(io.StringIO()) as err:
+                self.assertEqual(congestion.sweep(a), rc)
+            self.assertIn(said, err.getvalue())
 
     def test_bad_options_exit_2_naming_the_value(self):
         self.refused(["--cpu", "--transports", "socket,trim"], "'socket'", "gloo")

@@ -364,12 +364,13 @@ class GridTest(Case):
                   "dir": "congestion", "log": "congestion_grid.log"}]
         steps += [{"invocation": 1, "step": "congestion_grid", "part": "", "not_run": LEFT}] * left
         steps += [{"step": "congestion_grid", "part": "", "complete": 1}] * complete
-        for t, status in statuses.items():
+        for t, status in statuses.items():  # STATUS, or (STATUS, more summary fields)
+            status, more = status if isinstance(status, tuple) else (status, {})
             f = out / f"congestion/digits_c60_{t}/summary.json"
             f.parent.mkdir(parents=True)
             f.write_text(json.dumps({"label": f"digits_c60_{t}", "task": "digits", "transport": t, "cross_pct": 60.0,
                                      "loss_pct": 0.0, "status": status, "iter_p50_ms": 20.0, "iter_p99_ms": 40.0,
-                                     "val_acc": 0.95, "time_to_target_s": 10.0, "steps": 100}))
+                                     "val_acc": 0.95, "time_to_target_s": 10.0, "steps": 100, **more}))
         pre = {"ok": True, "why": [], "invocation": 1, "gpu": None if no_gpu else "NVIDIA H200", "commit": "abc"}
         (out / "preflight.json").write_text(json.dumps(pre))
         (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
@@ -391,6 +392,17 @@ class GridTest(Case):
                 self.assertIn(words, g["why"])
                 self.assertIn(LEFT, g["why"])  # both facts stay
                 self.assertEqual(g["not_run_parts"], {"congestion_grid": LEFT})
+
+    def test_a_baseline_stopped_by_its_limit_is_a_result(self):
+        went = {"progress": {"steps": 5, "train_s": 18.0}, "time_to_target_s": None}
+        exit_code, d, text = verdict(self.out(0, {"gloo": ("failed (124)", went), "trim": "ok"}, complete=True)[0])
+        self.assertEqual(d["steps"]["congestion_grid"]["result"], "pass", text)
+        for statuses in ({"gloo": "ok", "trim": ("failed (124)", went)},  # ours stopped by its limit
+                         {"gloo": ("failed (124)", {"progress": None}), "trim": "ok"}):  # a baseline that never trained
+            exit_code, d, text = verdict(self.out(0, statuses, complete=True)[0])
+            g = d["steps"]["congestion_grid"]
+            self.assertEqual((exit_code, g["result"]), (1, "fail"), text)
+            self.assertIn("(failed (124))", g["why"])
 
     def test_failed_grid_without_runs_left(self):
         exit_code, d, _ = verdict(self.out(124, {"gloo": "ok"}, complete=True)[0])
