@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import REPO, SCRIPTS, build_dir, ddp
 from . import congestion_report as report
-from .jsonio import write_json
+from .jsonio import load_json, write_json
 from .workloads import ddp_train
 
 PRESETS = {  # name -> plan; --cpu has its own port rate (0.5 Gbit/s) and no calibration
@@ -76,7 +76,7 @@ def parse(argv):
     p.add_argument("--startup-s", type=float, default=10, help="the estimate's start-up cost per run")
     p.add_argument("--out", help="[BUILD/congestion]")
     p.add_argument("--build", default="build")
-    p.add_argument("--resume", action="store_true", help="keep runs whose summary.json says ok")
+    p.add_argument("--resume", action="store_true", help="keep runs whose summary.json says ok (or a baseline's stall)")
     p.add_argument("--dry-run", action="store_true", help="print the runs' commands and estimates; run nothing")
     a = p.parse_args(argv)
     a.extra, a.build = extra, build_dir(a.build)
@@ -279,7 +279,9 @@ def sweep(a):
                 f.write(json.dumps({"label": r["label"], **point(r), "why": why}) + "\n")
             print(f"congestion: {r['label']}: skipped: {why}", file=sys.stderr)
             continue
-        if a.resume and ddp.done_before(a.out / r["label"]):
+        # A stalled baseline is a finished measurement too: run again, it would stall again.
+        if a.resume and (ddp.done_before(a.out / r["label"])
+                         or report.stalled(load_json(a.out / r["label"] / "summary.json") or {})):
             print(f"congestion: {r['label']}: done before, skipped (--resume)", file=sys.stderr)
             continue
         s, rc = run_one(a, r, est, limit_s(a, est, left))

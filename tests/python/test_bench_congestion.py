@@ -200,6 +200,19 @@ class DryRunTest(unittest.TestCase):
                     mock.patch.object(congestion.report, "main"), redirect_stderr(io.StringIO()) as err:
                 self.assertEqual(congestion.sweep(a), rc)
             self.assertIn(said, err.getvalue())
+        # --resume keeps a stalled baseline (it would stall again) and runs our stopped one again
+        for t, status in (("gloo", "failed (124)"), ("trim", "failed (124)")):
+            (a.out / f"widemlp_{t}_c60_l0").mkdir(parents=True, exist_ok=True)
+            (a.out / f"widemlp_{t}_c60_l0" / "summary.json").write_text(json.dumps({"transport": t, **went}))
+        a.resume, ran = True, []
+
+        def run_again(a, r, est, limit):
+            ran.append(r["transport"])
+            return {"status": "ok"}, 0
+        with mock.patch.object(congestion, "run_one", run_again), mock.patch.object(congestion.report, "main"), \
+                redirect_stderr(io.StringIO()):
+            self.assertEqual(congestion.sweep(a), 0)
+        self.assertEqual(ran, ["trim"])
 
     def test_bad_options_exit_2_naming_the_value(self):
         self.refused(["--cpu", "--transports", "socket,trim"], "'socket'", "gloo")
