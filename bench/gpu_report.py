@@ -358,7 +358,7 @@ class Report:
             d["goal"] = {k: goal.get(k) for k in ("state", "detail", "parts", "baseline")}
             if goal["state"] != "unknown" or self.goals["congestion"]["state"] == "unknown":
                 self.goal("congestion", None if goal["state"] == "unknown" else goal["state"] == "met",
-                          f"{name}: {goal.get('detail')}")
+                          f"{name}, against {goal.get('baseline')}: {goal.get('detail')}")
         bad = [r.get("label") for r in runs or [] if r.get("status") != "ok" and not cong.stalled(r)]
         return (f"no run left a summary (see {name}.log)" if not runs else
                 "failed: " + ", ".join(f"{k} ({d['runs'][k]['status']})" for k in bad) if bad else

@@ -397,6 +397,9 @@ class GridTest(Case):
         went = {"progress": {"steps": 5, "train_s": 18.0}, "time_to_target_s": None}
         exit_code, d, text = verdict(self.out(0, {"gloo": ("failed (124)", went), "trim": "ok"}, complete=True)[0])
         self.assertEqual(d["steps"]["congestion_grid"]["result"], "pass", text)
+        self.assertIn("stopped by its limit", text)
+        goal = next(g for g in d["goals"] if g["goal"].startswith("congestion at 60 %"))
+        self.assertIn("congestion_grid, against gloo: ", goal["detail"])  # the baseline the runs had
         for statuses in ({"gloo": "ok", "trim": ("failed (124)", went)},  # ours stopped by its limit
                          {"gloo": ("failed (124)", {"progress": None}), "trim": "ok"}):  # a baseline that never trained
             exit_code, d, text = verdict(self.out(0, statuses, complete=True)[0])
