@@ -113,7 +113,8 @@ def parse(argv):
         cross, loss = float(m[3]) * (m[2] in "cp"), float(m[3]) * (m[2] == "l")
         a.runs += [{"task": m[1], "transport": tr, "cross": cross, "loss": loss, "prio": m[2] == "p",
                     "label": f"{m[1]}_{tr}_{'p' if m[2] == 'p' else 'c'}{cross:g}_l{loss:g}"} for tr in a.transports]
-    a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks) for t in {m[1] for m in points}}
+    a.sizes = {t: ddp_train.describe(ddp_train.parse_args(task_args(a, t)), a.ranks)
+               for t in dict.fromkeys(m[1] for m in points)}  # the plan's order: the dry run prints them
     return a
 
 

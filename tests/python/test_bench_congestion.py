@@ -158,6 +158,15 @@ class DryRunTest(unittest.TestCase):
         self.assertEqual(a.plan, ["digits:c0", "digits:c60", "digits:l2"])
         self.assertEqual(len(a.runs), 6)
 
+    def test_the_dry_run_is_the_same_under_every_hash_seed(self):
+        outs = {re.sub(r"tbn\d+r", "tbnPIDr", subprocess.run(  # (namespace names carry the bottleneck's PID)
+            [sys.executable, "-m", "bench", "congestion", "--dry-run", "--build", str(self.tmp / "nb"),
+             "--out", str(self.tmp / "cb")], cwd=REPO, capture_output=True, text=True,
+            env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout) for seed in range(4)}
+        self.assertEqual(len(outs), 1)
+        tasks = [x.split(":")[0] for x in outs.pop().splitlines() if x.startswith("# task ")]
+        self.assertEqual(tasks, ["# task widemlp", "# task digits"])  # the default preset's order
+
     def test_budget_says_when_the_plan_does_not_fit(self):
         out = self.dry("--plan", "widemlp:c0", "--budget-s", "20")
         self.assertIn("over --budget-s 20: the last points would be skipped", out)
