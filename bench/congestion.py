@@ -99,8 +99,10 @@ def parse(argv):
             p.error(f"--transports: unknown transport '{t}' (one of {', '.join(TRANSPORTS)})")
         if TRANSPORTS[t].get("device", device) != device:
             p.error(f"--transports: '{t}' needs {'--cpu' if t.startswith('gloo') else 'CUDA tensors (the CPU baseline is gloo)'}")
-    points = [ITEM.match(it) or p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
-              for it in a.plan]
+    points = [ITEM.match(it) for it in a.plan]
+    for it, m in zip(a.plan, points):
+        if not m:
+            p.error(f"--plan: item '{it}': expected TASK:cN or TASK:lN (tasks {', '.join(TARGET)})")
     if a.calibrate and not (a.plan[0].endswith(":c0") and a.transports[0] == a.base):
         p.error(f"--calibrate: the plan must start with a cross-0 point and the transports with {a.base} (it is that run)")
     if not a.dry_run and not (a.build / ddp.PLUGIN).exists():
@@ -205,6 +207,12 @@ def write_bench_json(a):
         "runs": [point(r) for r in a.runs]})
 
 
+def kept(run_dir):
+    """--resume keeps a run that finished, and a stalled baseline: run again, it would stall again."""
+    s = load_json(run_dir / "summary.json") or {}
+    return s.get("status") == "ok" or report.stalled(s)
+
+
 def run_one(a, r, est, limit):
     """One run through the bottleneck; its summary (ddp_report's, augmented)."""
     from .ddp_report import summarize
@@ -215,7 +223,7 @@ def run_one(a, r, est, limit):
     write_json(d / "run.json", {
         "kind": "train", "label": r["label"], "mode": t.get("mode", r["transport"]), "ranks": a.ranks, "task": r["task"],
         "transport": r["transport"], "scheme": scheme, "head_bits": t.get("plugin"),
-        "phase": scheme and "reduce_scatter", "trim_p": None, "estimate_s": est, "limit_s": limit,
+        "phase": "reduce_scatter" if scheme else None, "trim_p": None, "estimate_s": est, "limit_s": limit,
         "train_seed": a.train_seed,
         "bottleneck": {"cross_pct": r["cross"], "cross_prio": "high" if r["prio"] else "shared",
                        "cross_period_ms": float(a.cross_period_ms), "loss_pct": r["loss"],
@@ -280,9 +288,7 @@ def sweep(a):
                 f.write(json.dumps({"label": r["label"], **point(r), "why": why}) + "\n")
             print(f"congestion: {r['label']}: skipped: {why}", file=sys.stderr)
             continue
-        # A stalled baseline is a finished measurement too: run again, it would stall again.
-        if a.resume and (ddp.done_before(a.out / r["label"])
-                         or report.stalled(load_json(a.out / r["label"] / "summary.json") or {})):
+        if a.resume and kept(a.out / r["label"]):
             print(f"congestion: {r['label']}: done before, skipped (--resume)", file=sys.stderr)
             continue
         s, rc = run_one(a, r, est, limit_s(a, est, left))

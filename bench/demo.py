@@ -74,7 +74,8 @@ def headline(runs, tr):
         return runs.get(key) or {}
     t, drop, g, gt, tt = get(tr), get("drop"), get("gloo"), get("gloo-tuned"), get(tr).get("time_to_target_s")
     cols = [(name, get(key)) for key, name, _ in BASELINES if key in runs or key == "gloo"]
-    cols += [("our drop", drop)] * bool(drop) + [({"hook": "trim (hook)", "trim": "trim (per hop)"}[tr], t)]
+    cols += [("our drop", drop)] if drop else []
+    cols.append(({"hook": "trim (hook)", "trim": "trim (per hop)"}[tr], t))
     text = side([("", *(n for n, _ in cols))] + [(label, *(fmt(r.get(k), spec) for _, r in cols)) for label, k, spec in ROWS], 32)
     text += "".join(note(name, get(key)) for key, name, _ in BASELINES)
     summary = {"demo": "headline", "task": t.get("task") or g.get("task"), "trim_transport": tr,
@@ -101,18 +102,21 @@ def headline(runs, tr):
                     "trim_rate": t.get("trim_rate")})
     keep = ("status", "time_to_target_s", "iter_p50_ms", "iter_p99_ms", "val_acc", "steps", "efficiency")
     summary.update({slug: {k: get(key).get(k) for k in (*keep, "retx_tcp")} for key, _, slug in BASELINES})
-    summary.update({n: {k: r.get(k) for k in (*keep, "retx_plugin")} for n, r in (("trim", t), ("drop", drop))
-                    if r or n == "trim"})
+    summary["trim"] = {k: t.get(k) for k in (*keep, "retx_plugin")}
+    if drop:
+        summary["drop"] = {k: drop.get(k) for k in (*keep, "retx_plugin")}
     return text, summary
 
 
 def no_netns_reason():
     find = importlib.util.find_spec
-    return next((why for bad, why in (
-        (os.geteuid() != 0, "not root (network namespaces and TUN devices need it)"),
-        (not os.path.exists("/dev/net/tun"), "no /dev/net/tun"), (not shutil.which("ip"), "no ip (iproute2)"),
-        (not (find("torch") and find("sklearn")),
-         f"no torch or scikit-learn in {sys.executable} (make demo installs them)")) if bad), None)
+    for bad, why in ((os.geteuid() != 0, "not root (network namespaces and TUN devices need it)"),
+                     (not os.path.exists("/dev/net/tun"), "no /dev/net/tun"), (not shutil.which("ip"), "no ip (iproute2)"),
+                     (not (find("torch") and find("sklearn")),
+                      f"no torch or scikit-learn in {sys.executable} (make demo installs them)")):
+        if bad:
+            return why
+    return None
 
 
 def run_headline(build, out, tr):

@@ -139,9 +139,11 @@ class Check:
             return note, (f"iproute2 missing: no ip on PATH and no {carried}/bin/ip; run scripts/pack-gpu.sh --iproute2 "
                           "on the build machine and carry .gpu (docs/GPU-MACHINE.md)")
         v = subprocess.run([ip, "-V"], capture_output=True, text=True)
-        return note, (f"iproute2 broken: '{ip} -V' fails: {(v.stdout + v.stderr).strip()[:200]}" if v.returncode else
-                      "not root: network namespaces and TUN devices need root" if os.geteuid() != 0 else
-                      None if Path("/dev/net/tun").is_char_device() else "no /dev/net/tun")
+        if v.returncode:
+            return note, f"iproute2 broken: '{ip} -V' fails: {(v.stdout + v.stderr).strip()[:200]}"
+        if os.geteuid() != 0:
+            return note, "not root: network namespaces and TUN devices need root"
+        return note, None if Path("/dev/net/tun").is_char_device() else "no /dev/net/tun"
 
     def expand(self, template):
         """A command template as argv: {key} alone is a prefix (a list), else formatted in place."""
@@ -292,8 +294,10 @@ class Check:
             self.part(step, part, limit, est, run, argvs)
 
     def blocker(self, need):
-        if need in ("netns", "ncu"):
-            return self.netns if need == "netns" else None if shutil.which("ncu") else "ncu not found"
+        if need == "netns":
+            return self.netns
+        if need == "ncu":
+            return None if shutil.which("ncu") else "ncu not found"
         if not (self.build / need).exists():
             return f"no {self.build}/{need} (make, or scripts/pack-gpu.sh carries it)"
 
