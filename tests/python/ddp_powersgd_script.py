@@ -2,6 +2,7 @@
 itself): it trains 6 steps (PowerSGD compresses from step 2) and prints one JSON line per rank:
 the parameters' hash, the backends, and the warnings its register_comm_hook call raised."""
 
+import faulthandler
 import gc
 import hashlib
 import json
@@ -13,6 +14,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+# A rare abort at exit (below) prints every Python thread's stack, to tell torch's from ours.
+faulthandler.enable(all_threads=True)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(1)
@@ -38,7 +41,10 @@ sys.stdout.write(json.dumps({
 sys.stdout.flush()
 # The DDP reducer (and the hook's state) before the group: torch 2.15's gloo aborts at exit about
 # half the time when the group is destroyed under a live reducer ("terminate called without an
-# active exception", plain torchrun too).
+# active exception", plain torchrun too). Rarely it still does: a core of one such abort (plain
+# gloo, 2026-11-30) has gloo's pt_gloo_runloop thread dropping a finished allreduce Work while the
+# main thread finalizes; the Work's tensors need the GIL, which a finalizing Python answers with
+# pthread_exit, and its unwinding through the Work's destructor calls std::terminate.
 del model, state, opt
 gc.collect()
 dist.destroy_process_group()

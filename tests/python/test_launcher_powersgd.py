@@ -14,6 +14,7 @@ import unittest
 from _support import ROOT, TESTS, free_env, require_libs, require_torch
 
 DEADLINE_S = 150
+GLOO_EXIT_ABORT = "terminate called without an active exception"
 
 
 class LauncherPowerSgdTest(unittest.TestCase):
@@ -29,8 +30,14 @@ class LauncherPowerSgdTest(unittest.TestCase):
             tail = (e.stderr or b"")[-3000:]
             self.fail(f"{launcher} {ours}: still running after {DEADLINE_S} s (a deadlock?)\n{tail}")
         print(f"\n    ({launcher} {' '.join(ours)}: {time.monotonic() - t0:.1f} s)", file=sys.stderr, end="")
-        self.assertEqual(run.returncode, 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}")
         lines = sorted((json.loads(l) for l in run.stdout.splitlines() if l.startswith("{")), key=lambda l: l["rank"])
+        if run.returncode != 0 and not ours and GLOO_EXIT_ABORT in run.stderr and len(lines) == 2:
+            # The reference, plain gloo with none of our code loaded, printed both ranks' results and
+            # then hit torch's own abort at exit (rare, on a loaded machine; pytorch#190489): its
+            # results stand. Our launch gets no such pass.
+            print(" (plain gloo aborted at exit after its results: torch's gloo teardown)", file=sys.stderr, end="")
+        else:
+            self.assertEqual(run.returncode, 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}")
         self.assertEqual([l["rank"] for l in lines], [0, 1], run.stdout)
         return lines
 
