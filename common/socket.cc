@@ -78,6 +78,10 @@ constexpr int kTcpRtoMinUs = 45;
 constexpr uint32_t kKernelRtoMinCeilUs = 200'000;  // TCP_RTO_MIN: the most the option accepts
 
 Status set_tcp_options(int fd, const TcpOptions& opt) {
+  // Control frames are small and wait for an answer: Nagle would hold one behind an unacked one.
+  // A listener's setting is inherited by the connections it accepts.
+  const int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return errno_status("setsockopt(TCP_NODELAY)");
   if (opt.tos >= 0 && setsockopt(fd, IPPROTO_IP, IP_TOS, &opt.tos, sizeof opt.tos) != 0) {
     return errno_status("setsockopt(IP_TOS)");
   }
@@ -130,8 +134,6 @@ Result<Fd> start_tcp_connect(const sockaddr_in& to, const TcpOptions& opt) {
   if (!fd.valid()) return errno_status("socket(TCP)");
   TRIM_RETURN_IF_ERROR(set_nonblocking(fd.get()));
   TRIM_RETURN_IF_ERROR(set_tcp_options(fd.get(), opt));  // before connect: the SYN carries them too
-  const int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) {
     return errno_status("connect(" + addr_string(to) + ")");
   }
@@ -165,9 +167,7 @@ Result<Fd> tcp_accept(int listen_fd) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return Fd();
     return errno_status("accept");
   }
-  const int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
+  return fd;  // TCP_NODELAY and the RTO minimum come from the listener (set_tcp_options)
 }
 
 Result<bool> read_some(int fd, uint8_t* buf, size_t want, size_t* have) {

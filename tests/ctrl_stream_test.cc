@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -239,6 +240,20 @@ TEST_F(CtrlStream, OurControlStreamRetransmitsOnTheDataTimescale) {
   EXPECT_LE(got_us, 20'000u);
 }
 
+// The connection a listener accepts within a second; invalid (and a failure) if none or on error.
+transport::Fd accept_within_1s(int listen_fd) {
+  for (int i = 0; i < 1000; ++i) {
+    Result<transport::Fd> got = transport::tcp_accept(listen_fd);
+    if (!got.is_ok()) {
+      ADD_FAILURE() << got.status().to_string();
+      return {};
+    }
+    if (got->valid()) return std::move(got).value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return {};
+}
+
 // What the kernel will not take is bent into its range: below two ticks, the smallest it takes;
 // above 200 ms, 200 ms. An accepted connection inherits the listener's.
 TEST(TcpOptions, RtoMinIsClampedToTheKernelsRangeAndInherited) {
@@ -258,17 +273,30 @@ TEST(TcpOptions, RtoMinIsClampedToTheKernelsRangeAndInherited) {
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
   Result<transport::Fd> c = transport::start_tcp_connect(transport::make_addr(lo, port), transport::TcpOptions{-1, 40'000});
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  transport::Fd a;
-  for (int i = 0; i < 1000 && !a.valid(); ++i) {
-    Result<transport::Fd> got = transport::tcp_accept(l->get());
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    a = std::move(got).value();
-    if (!a.valid()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  transport::Fd a = accept_within_1s(l->get());
   ASSERT_TRUE(a.valid());
   for (int fd : {l->get(), c->get(), a.get()}) {
     EXPECT_GE(transport::tcp_rto_min_us(fd), 40'000u);
     EXPECT_LE(transport::tcp_rto_min_us(fd), 50'000u);
+  }
+}
+
+// Control frames go out at once on both ends: the connecting side sets TCP_NODELAY, the
+// accepted side inherits it from its listener.
+TEST(TcpOptions, NoDelayOnBothEnds) {
+  const uint32_t lo = htonl(INADDR_LOOPBACK);
+  uint16_t port = 0;
+  Result<transport::Fd> l = transport::open_tcp_listener(lo, &port);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  Result<transport::Fd> c = transport::start_tcp_connect(transport::make_addr(lo, port));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  transport::Fd a = accept_within_1s(l->get());
+  ASSERT_TRUE(a.valid());
+  for (int fd : {c->get(), a.get()}) {
+    int v = 0;
+    socklen_t len = sizeof v;
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+    EXPECT_NE(v, 0) << "fd " << fd;
   }
 }
 
